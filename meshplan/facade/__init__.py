@@ -1,0 +1,13 @@
+"""meshplan.facade: binds the pure planners to live jax devices and meshes.
+
+Each function here gathers facts from jax, calls :mod:`meshplan.pure`, and
+applies the answer. Decisions live in pure.
+"""
+
+__all__: list[str] = []
+
+# --- meshes ----------------------------------------------------------------------------------------
+
+# --- sharding rules, analyzer, partition helper ----------------------------------------------------
+
+# --- multi-host --------------------------------------------------------------------------------------

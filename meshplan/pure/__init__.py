@@ -1,0 +1,19 @@
+"""meshplan.pure: shape-only planners over plain data.
+
+Nothing here touches devices, backends, global state or I/O: inputs are
+tuples, ordered dicts of axis sizes, dtypes and PartitionSpecs; outputs are
+the same kinds of values. :mod:`meshplan.facade` binds these to live jax.
+"""
+
+from meshplan.pure import errors
+from meshplan.pure.errors import *  # noqa: F401,F403
+
+__all__ = list(errors.__all__)
+
+# --- mesh planning (axes, strings, host/DCN split, layout) ---------------------------------------
+
+# --- shard geometry, validation, memory -----------------------------------------------------------
+
+# --- spec assignment rules and plans --------------------------------------------------------------
+
+# --- clusters, presets, cost model, mesh search ---------------------------------------------------

@@ -1,0 +1,78 @@
+"""meshplan's exceptions: one base class, typed subclasses.
+
+Every subclass also derives from the builtin a caller would catch without
+knowing meshplan (``ValueError`` for bad values, ``TypeError`` for bad types,
+``TimeoutError`` for barriers), so code written against the reference
+libraries keeps working. Messages name the offending value and say what
+would be valid.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MeshplanError",
+    "MeshplanTypeError",
+    "MeshShapeError",
+    "MeshStringError",
+    "DeviceLayoutError",
+    "MeshRuleError",
+    "SpecError",
+    "ShardingRuleError",
+    "MemoryBudgetError",
+    "ClusterError",
+    "PlanError",
+    "DistributedError",
+    "BarrierTimeoutError",
+]
+
+
+class MeshplanError(Exception):
+    """Base class of every error meshplan raises on purpose."""
+
+
+class MeshplanTypeError(MeshplanError, TypeError):
+    """An argument has the wrong type (e.g. a float where an axis size goes)."""
+
+
+class MeshShapeError(MeshplanError, ValueError):
+    """Axis dims/names are inconsistent, or do not fit the device count."""
+
+
+class MeshStringError(MeshShapeError):
+    """A mesh string such as ``"dp:2,tp:4"`` is malformed."""
+
+
+class DeviceLayoutError(MeshplanError, ValueError):
+    """Devices cannot be laid out as asked (uneven granules, ICI/DCN mismatch)."""
+
+
+class MeshRuleError(MeshplanError, ValueError):
+    """A ``mesh_rules`` entry is malformed or selects "no mesh" for a platform."""
+
+
+class SpecError(MeshplanError, ValueError):
+    """A PartitionSpec does not fit an array's shape or the mesh."""
+
+
+class ShardingRuleError(MeshplanError, ValueError):
+    """A sharding rule is misconfigured, or its answer would not be valid."""
+
+
+class MemoryBudgetError(MeshplanError, ValueError):
+    """A leaf or a model cannot fit the per-device memory budget."""
+
+
+class ClusterError(MeshplanError, ValueError):
+    """A cluster description is malformed or names an unknown device."""
+
+
+class PlanError(MeshplanError, ValueError):
+    """The planner cannot answer the request (nothing fits, bad constraints)."""
+
+
+class DistributedError(MeshplanError, RuntimeError):
+    """The jax distributed runtime is missing or misbehaving."""
+
+
+class BarrierTimeoutError(DistributedError, TimeoutError):
+    """Not every process reached a barrier in time."""
