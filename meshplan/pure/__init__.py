@@ -11,6 +11,9 @@ from meshplan.pure.errors import *  # noqa: F401,F403
 __all__ = list(errors.__all__)
 
 # --- mesh planning (axes, strings, host/DCN split, layout) ---------------------------------------
+from meshplan.pure._axes import MeshShape, infer_axis_dims, resolve_mesh_shape, validate_axis_names
+
+__all__ += ["MeshShape", "infer_axis_dims", "resolve_mesh_shape", "validate_axis_names"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
 
