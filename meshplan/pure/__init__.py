@@ -14,6 +14,9 @@ __all__ = list(errors.__all__)
 from meshplan.pure._axes import MeshShape, infer_axis_dims, resolve_mesh_shape, validate_axis_names
 
 __all__ += ["MeshShape", "infer_axis_dims", "resolve_mesh_shape", "validate_axis_names"]
+from meshplan.pure._split import calculate_host_mesh_shape, split_over_granules
+
+__all__ += ["calculate_host_mesh_shape", "split_over_granules"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
 
