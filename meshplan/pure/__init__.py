@@ -17,6 +17,9 @@ __all__ += ["MeshShape", "infer_axis_dims", "resolve_mesh_shape", "validate_axis
 from meshplan.pure._split import calculate_host_mesh_shape, split_over_granules
 
 __all__ += ["calculate_host_mesh_shape", "split_over_granules"]
+from meshplan.pure._hybrid import HybridMeshShape, reconcile_dcn, resolve_hybrid, split_mesh_shape
+
+__all__ += ["HybridMeshShape", "reconcile_dcn", "resolve_hybrid", "split_mesh_shape"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
 
