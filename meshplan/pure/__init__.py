@@ -22,6 +22,24 @@ from meshplan.pure._hybrid import HybridMeshShape, reconcile_dcn, resolve_hybrid
 __all__ += ["HybridMeshShape", "reconcile_dcn", "resolve_hybrid", "split_mesh_shape"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
+from meshplan.pure._specs import (
+    UNCONSTRAINED,
+    ShardGeometry,
+    canonical_entries,
+    shard_geometry,
+    shard_shape,
+    spec_axes,
+    spec_from_entries,
+)
+
+__all__ += ["UNCONSTRAINED", "ShardGeometry", "canonical_entries", "shard_geometry", "shard_shape",
+            "spec_axes", "spec_from_entries"]
+from meshplan.pure._tree import LeafInfo, TreeFacts, leaf_info, path_str, tree_facts
+
+__all__ += ["LeafInfo", "TreeFacts", "leaf_info", "path_str", "tree_facts"]
+from meshplan.pure._dtypes import array_bytes, canonical_dtype, dtype_bits, dtype_storage_bytes
+
+__all__ += ["array_bytes", "canonical_dtype", "dtype_bits", "dtype_storage_bytes"]
 
 # --- spec assignment rules and plans --------------------------------------------------------------
 

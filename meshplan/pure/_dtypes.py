@@ -1,0 +1,166 @@
+"""Element sizes and array bytes, exactly as jax counts them.
+
+jax's ``Array.nbytes`` (and each ``addressable_shards[i].data.nbytes``) is
+``size * dtype.itemsize`` on every backend, and numpy/ml_dtypes give every
+sub-byte type (``int4``, ``uint2``, ``float4_e2m1fn`` ...) an itemsize of one
+byte. On CPU and GPU that is also what the device holds
+(``on_device_size_in_bytes`` agrees). TPUs pack sub-byte types; for that
+physical view pass ``packed_subbyte=True``, which counts ``ceil(n * bits / 8)``
+bytes per array (or per shard). The default is the ``nbytes`` view, so
+meshplan's figures equal what live ``jax.Array`` objects report, byte for byte.
+
+Supported dtypes: numpy's bool/int/uint/float/complex, every ml_dtypes type
+(``bfloat16``, fp8, fp6, fp4, int4/int2/int1 ...), jax's ``float0`` (0 bytes)
+and jax's extended PRNG-key dtypes (``key<fry>`` counts its ``itemsize``).
+Strings and objects are not array dtypes jax can hold and raise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import ml_dtypes
+import numpy as np
+
+from meshplan.pure.errors import MeshplanTypeError
+
+__all__ = ["canonical_dtype", "dtype_bits", "dtype_storage_bytes", "array_bytes"]
+
+
+def _is_extended(dtype: Any) -> bool:
+    """jax's extended dtypes (PRNG keys) are not numpy dtypes but have an itemsize."""
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.extended))
+    except TypeError:
+        return False
+
+
+def canonical_dtype(dtype: Any) -> Any:
+    """``dtype`` as a ``numpy.dtype`` (or a jax extended dtype, kept as is).
+
+    Args:
+      dtype: anything numpy accepts (``np.float32``, ``"bfloat16"``,
+        ``jnp.int4``, ``np.dtype(...)``) or a jax PRNG-key dtype.
+
+    Returns:
+      The canonical dtype object.
+
+    Raises:
+      MeshplanTypeError: ``dtype`` is not a dtype.
+
+    Example:
+      >>> canonical_dtype("bfloat16")
+      dtype(bfloat16)
+    """
+    if isinstance(dtype, np.dtype):
+        return dtype
+    if _is_extended(dtype):
+        return dtype
+    try:
+        return np.dtype(dtype)
+    except TypeError as err:
+        raise MeshplanTypeError(
+            f"dtype={dtype!r} is not a dtype; pass a numpy/ml_dtypes/jax dtype such as "
+            "np.float32 or jnp.bfloat16."
+        ) from err
+
+
+def dtype_bits(dtype: Any) -> int:
+    """Logical bits per element (``int4`` -> 4, ``bfloat16`` -> 16, ``bool`` -> 8).
+
+    ``bool`` is 8 because that is its storage size in jax (as in
+    ``jax.dtypes.itemsize_bits``); ``float0`` is 0.
+
+    Args:
+      dtype: any dtype accepted by :func:`canonical_dtype`.
+
+    Returns:
+      The number of bits one element occupies when packed.
+
+    Raises:
+      MeshplanTypeError: not a dtype, or one jax arrays cannot hold (strings, objects).
+
+    Example:
+      >>> import ml_dtypes, numpy as np
+      >>> dtype_bits(ml_dtypes.int4), dtype_bits(ml_dtypes.float8_e4m3fn), dtype_bits(np.complex64)
+      (4, 8, 64)
+    """
+    dt = canonical_dtype(dtype)
+    if not isinstance(dt, np.dtype):  # extended (PRNG key) dtype
+        return int(dt.itemsize) * 8
+    if dt == np.dtype(bool):
+        return 8
+    if dt == jax.dtypes.float0:
+        return 0
+    if dt.kind == "c":
+        return dt.itemsize * 8
+    # ml_dtypes' iinfo/finfo cover numpy's own types and the sub-byte ones
+    # (whose numpy itemsize, 1, hides their real width).
+    try:
+        return int(ml_dtypes.iinfo(dt).bits)
+    except ValueError:
+        pass
+    try:
+        return int(ml_dtypes.finfo(dt).bits)
+    except ValueError:
+        pass
+    raise MeshplanTypeError(
+        f"dtype={dt} is not an array dtype jax can hold; use a bool, integer, float or complex dtype."
+    )
+
+
+def dtype_storage_bytes(dtype: Any) -> int:
+    """Bytes one element takes unpacked: what ``jax.Array.itemsize`` reports.
+
+    Example:
+      >>> import ml_dtypes
+      >>> dtype_storage_bytes(ml_dtypes.int4), dtype_storage_bytes(ml_dtypes.bfloat16)
+      (1, 2)
+    """
+    return -(-dtype_bits(dtype) // 8)
+
+
+def _num_elements(shape: Sequence[int]) -> int:
+    if isinstance(shape, int | np.integer):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError as err:
+        raise MeshplanTypeError(f"shape={shape!r} is not a sequence of ints.") from err
+    bad = [d for d in dims if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0]
+    if bad:
+        raise MeshplanTypeError(f"shape={shape!r} has invalid dims {bad}; dims are non-negative ints.")
+    return math.prod(int(d) for d in dims)
+
+
+def array_bytes(shape: Sequence[int], dtype: Any, *, packed_subbyte: bool = False) -> int:
+    """Exact bytes of an array of ``shape`` and ``dtype`` (or of one shard of that shape).
+
+    Args:
+      shape: the array (or shard) shape.
+      dtype: its dtype.
+      packed_subbyte: count sub-byte types packed, ``ceil(n * bits / 8)``, as
+        TPUs store them. The default counts one byte per sub-byte element,
+        which is ``jax.Array.nbytes`` on every backend and the CPU/GPU storage.
+
+    Returns:
+      The byte count.
+
+    Raises:
+      MeshplanTypeError: a bad shape or dtype.
+
+    Example:
+      >>> import ml_dtypes
+      >>> array_bytes((3, 5), ml_dtypes.int4), array_bytes((3, 5), ml_dtypes.int4, packed_subbyte=True)
+      (15, 8)
+      >>> array_bytes((4, 8), "bfloat16")
+      64
+    """
+    n = _num_elements(shape)
+    bits = dtype_bits(dtype)
+    if packed_subbyte and bits < 8:
+        return -(-n * bits // 8)
+    return n * (-(-bits // 8))
