@@ -20,6 +20,9 @@ __all__ += ["calculate_host_mesh_shape", "split_over_granules"]
 from meshplan.pure._hybrid import HybridMeshShape, reconcile_dcn, resolve_hybrid, split_mesh_shape
 
 __all__ += ["HybridMeshShape", "reconcile_dcn", "resolve_hybrid", "split_mesh_shape"]
+from meshplan.pure._axis_types import canonicalize_axis_types
+
+__all__ += ["canonicalize_axis_types"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
 from meshplan.pure._specs import (
