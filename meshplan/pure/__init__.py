@@ -47,3 +47,23 @@ __all__ += ["array_bytes", "canonical_dtype", "dtype_bits", "dtype_storage_bytes
 # --- spec assignment rules and plans --------------------------------------------------------------
 
 # --- clusters, presets, cost model, mesh search ---------------------------------------------------
+from meshplan.pure._cost import (
+    COLLECTIVE_KINDS,
+    CollectiveKind,
+    Link,
+    all_gather_time,
+    all_reduce_time,
+    all_to_all_time,
+    collective_time,
+    reduce_scatter_time,
+    select_link,
+)
+
+__all__ += ["COLLECTIVE_KINDS", "CollectiveKind", "Link", "all_gather_time", "all_reduce_time",
+            "all_to_all_time", "collective_time", "reduce_scatter_time", "select_link"]
+from meshplan.pure._devices import DEVICE_SPECS, DeviceSpec
+
+__all__ += ["DEVICE_SPECS", "DeviceSpec"]
+from meshplan.pure._cluster import Cluster, parse_cluster
+
+__all__ += ["Cluster", "parse_cluster"]
