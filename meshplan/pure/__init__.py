@@ -23,6 +23,9 @@ __all__ += ["HybridMeshShape", "reconcile_dcn", "resolve_hybrid", "split_mesh_sh
 from meshplan.pure._axis_types import canonicalize_axis_types
 
 __all__ += ["canonicalize_axis_types"]
+from meshplan.pure._layout import DeviceInfo, group_granules, layout_device_ids
+
+__all__ += ["DeviceInfo", "group_granules", "layout_device_ids"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
 from meshplan.pure._specs import (
