@@ -26,6 +26,9 @@ __all__ += ["canonicalize_axis_types"]
 from meshplan.pure._layout import DeviceInfo, group_granules, layout_device_ids
 
 __all__ += ["DeviceInfo", "group_granules", "layout_device_ids"]
+from meshplan.pure._parse import format_mesh_string, parse_mesh_string
+
+__all__ += ["format_mesh_string", "parse_mesh_string"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
 from meshplan.pure._specs import (
