@@ -29,6 +29,9 @@ __all__ += ["DeviceInfo", "group_granules", "layout_device_ids"]
 from meshplan.pure._parse import format_mesh_string, parse_mesh_string
 
 __all__ += ["format_mesh_string", "parse_mesh_string"]
+from meshplan.pure._mesh_rules import select_mesh_shape, validate_mesh_rules
+
+__all__ += ["select_mesh_shape", "validate_mesh_rules"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
 from meshplan.pure._specs import (
