@@ -32,6 +32,9 @@ __all__ += ["format_mesh_string", "parse_mesh_string"]
 from meshplan.pure._mesh_rules import select_mesh_shape, validate_mesh_rules
 
 __all__ += ["select_mesh_shape", "validate_mesh_rules"]
+from meshplan.pure._request import MeshRequest, resolve_mesh_request
+
+__all__ += ["MeshRequest", "resolve_mesh_request"]
 
 # --- shard geometry, validation, memory -----------------------------------------------------------
 from meshplan.pure._specs import (

@@ -1,0 +1,68 @@
+"""Live jax devices -> the plain descriptions the pure planners take.
+
+This is the only place that reads attributes off ``jax.Device`` objects, so
+planners stay testable with frozen dataclasses and every process describes
+its devices the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from meshplan.pure._layout import DeviceInfo
+from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError
+
+__all__ = ["describe_devices", "resolve_devices", "flatten_devices"]
+
+
+def describe_devices(devices: Sequence[jax.Device]) -> tuple[DeviceInfo, ...]:
+    """Plain :class:`DeviceInfo` facts for each device, in the given order."""
+    infos = []
+    for d in devices:
+        coords = getattr(d, "coords", None)
+        infos.append(
+            DeviceInfo(
+                id=int(d.id),
+                process_index=int(d.process_index),
+                slice_index=getattr(d, "slice_index", None),
+                platform=str(d.platform),
+                coords=None if coords is None else tuple(int(c) for c in coords),
+                core_on_chip=int(getattr(d, "core_on_chip", 0) or 0),
+            )
+        )
+    return tuple(infos)
+
+
+def flatten_devices(devices: object) -> list[jax.Device]:
+    """A flat device list from a list, tuple or numpy array of devices."""
+    if isinstance(devices, np.ndarray):
+        flat = list(devices.flat)
+    elif isinstance(devices, list | tuple):
+        flat = list(np.asarray(devices, dtype=object).flat)
+    else:
+        raise MeshplanTypeError(
+            f"devices must be a list, tuple or numpy array of jax devices, got {type(devices).__name__}."
+        )
+    bad = [d for d in flat if not isinstance(d, jax.Device)]
+    if bad:
+        raise MeshplanTypeError(f"devices must hold jax.Device objects; got {bad[0]!r}.")
+    if not flat:
+        raise DeviceLayoutError("devices is empty; pass at least one jax device (or None for all).")
+    return flat
+
+
+def resolve_devices(backend: str | None) -> list[jax.Device]:
+    """All devices of ``backend`` (the default backend when ``None``)."""
+    if backend is not None and not isinstance(backend, str):
+        raise MeshplanTypeError(f"backend must be a string such as 'cpu' or None, got {backend!r}.")
+    try:
+        return list(jax.devices(backend))
+    except RuntimeError as err:
+        # jax reports an unknown or unavailable backend as a RuntimeError.
+        raise DeviceLayoutError(
+            f"backend={backend!r} is not available here ({err}); use None for the default "
+            f"backend ({jax.default_backend()!r}) or one of the platforms jax was built with."
+        ) from err
