@@ -13,6 +13,15 @@ __version__ = "0.1.0"
 __all__ = ["errors", *errors.__all__]
 
 # --- meshes ----------------------------------------------------------------------------------------
+from meshplan.facade._config import MeshConfig
+from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
+from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
+from meshplan.pure._hybrid import HybridMeshShape
+from meshplan.pure._axes import MeshShape
+
+__all__ += ["HybridMeshShape", "MeshConfig", "MeshShape", "calculate_host_mesh_shape", "clear_mesh_cache",
+            "cpu_context", "create_cpu_mesh", "create_mesh", "force_cpu", "mesh_cache_info",
+            "parse_mesh_from_string"]
 
 # --- sharding --------------------------------------------------------------------------------------
 

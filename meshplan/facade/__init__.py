@@ -7,6 +7,18 @@ applies the answer. Decisions live in pure.
 __all__: list[str] = []
 
 # --- meshes ----------------------------------------------------------------------------------------
+from meshplan.facade._config import MeshConfig
+from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
+from meshplan.facade._mesh import (
+    build_mesh,
+    calculate_host_mesh_shape,
+    clear_mesh_cache,
+    create_mesh,
+    mesh_cache_info,
+)
+
+__all__ += ["MeshConfig", "build_mesh", "calculate_host_mesh_shape", "clear_mesh_cache", "cpu_context",
+            "create_cpu_mesh", "create_mesh", "force_cpu", "mesh_cache_info", "parse_mesh_from_string"]
 
 # --- sharding rules, analyzer, partition helper ----------------------------------------------------
 
