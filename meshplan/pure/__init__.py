@@ -79,3 +79,17 @@ __all__ += ["DEVICE_SPECS", "DeviceSpec"]
 from meshplan.pure._cluster import Cluster, parse_cluster
 
 __all__ += ["Cluster", "parse_cluster"]
+from meshplan.pure.presets import (
+    MODEL_PRESETS,
+    MODEL_SPECS,
+    MLADims,
+    ModelSpec,
+    Preset,
+    build_params,
+    count_params,
+    get_preset,
+    preset_names,
+)
+
+__all__ += ["MLADims", "MODEL_PRESETS", "MODEL_SPECS", "ModelSpec", "Preset", "build_params",
+            "count_params", "get_preset", "preset_names"]

@@ -1,0 +1,47 @@
+"""Model presets: Hugging Face-named ``ShapeDtypeStruct`` trees, no weights.
+
+``get_preset("llama3-70b")`` returns the model's :class:`ModelSpec` (heads,
+experts, sizes: what a mesh search constrains on) and its parameter shapes.
+The tree layout (nested dicts, ``"0"``-style layer keys, HF weight shapes,
+stacked or per-expert leaves) is documented in ``presets._spec``.
+"""
+
+from meshplan.pure.presets._deepseek import deepseek_v3_params
+from meshplan.pure.presets._gpt2 import gpt2_params
+from meshplan.pure.presets._llama import llama_params
+from meshplan.pure.presets._registry import (
+    MODEL_PRESETS,
+    MODEL_SPECS,
+    Preset,
+    build_params,
+    deepseek_v3,
+    get_preset,
+    gpt2_small,
+    llama3_8b,
+    llama3_70b,
+    mixtral_8x7b,
+    preset_names,
+    resolve_preset_name,
+)
+from meshplan.pure.presets._spec import MLADims, ModelSpec, count_params
+
+__all__ = [
+    "MLADims",
+    "MODEL_PRESETS",
+    "MODEL_SPECS",
+    "ModelSpec",
+    "Preset",
+    "build_params",
+    "count_params",
+    "deepseek_v3",
+    "deepseek_v3_params",
+    "get_preset",
+    "gpt2_params",
+    "gpt2_small",
+    "llama3_70b",
+    "llama3_8b",
+    "llama_params",
+    "mixtral_8x7b",
+    "preset_names",
+    "resolve_preset_name",
+]

@@ -1,0 +1,229 @@
+"""Model metadata (:class:`ModelSpec`) and the shape-tree helpers presets share.
+
+Layout of every preset tree (documented once here):
+
+- nested ``dict``s with ``str`` keys, one level per dot in the Hugging Face
+  ``state_dict`` name, so ``".".join(path)`` is the HF name
+  (``model.layers.0.self_attn.q_proj.weight``) and meshplan's ``path_str``
+  gives ``model/layers/0/self_attn/q_proj/weight``;
+- layer indices are ``str`` keys ``"0"``, ``"1"``, ... (not a list), exactly
+  as in the HF names. jax flattens dicts in sorted key order, so leaf order
+  goes ``"0", "1", "10", ...``: deterministic, but not numeric;
+- leaves are ``jax.ShapeDtypeStruct`` with no sharding; every leaf has the
+  preset's ``dtype`` (norm weights and biases included). Leaves of equal
+  shape may be the SAME (immutable) object, which keeps a 45k-leaf tree cheap
+  to build: treat leaves as values, never key anything on ``id(leaf)``;
+- ``torch.nn.Linear`` weights are ``(out_features, in_features)``; GPT-2's
+  ``Conv1D`` weights are ``(in_features, out_features)``, as HF stores them;
+- stacked experts (the default) put the expert index first:
+  ``...experts.gate_proj.weight`` of shape ``(num_experts, out, in)``;
+  ``unstack_experts=True`` gives HF's per-expert leaves
+  ``...experts.0.gate_proj.weight`` of shape ``(out, in)``. Totals agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import numpy as np
+
+from meshplan.pure._dtypes import canonical_dtype
+from meshplan.pure._types import PyTree, Shape
+from meshplan.pure.errors import MeshplanError, MeshplanTypeError
+
+__all__ = ["MLADims", "ModelSpec", "count_params"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MLADims:
+    """DeepSeek's multi-head latent attention sizes (per head where noted).
+
+    Example:
+      >>> MLADims(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+      ...         qk_rope_head_dim=64, v_head_dim=128).qk_head_dim
+      192
+    """
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        _check_counts(self, [f.name for f in dataclasses.fields(self)], minimum=1)
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Query/key size per head: the no-rope part plus the rope part."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """The sizes a planner needs about a transformer, without its weights.
+
+    Attributes:
+      name: registry name, e.g. ``"llama3-8b"``.
+      family: ``"gpt2"``, ``"llama"``, ``"mixtral"`` or ``"deepseek_v3"``.
+      vocab_size, hidden_size, num_layers: the usual sizes.
+      num_heads: attention (query) heads; tensor parallelism must divide it.
+      num_kv_heads: key/value heads (``== num_heads`` without GQA).
+      head_dim: size of one head (for MLA, the value head size).
+      intermediate_size: the dense MLP's hidden size.
+      num_experts: routed experts per MoE layer; 0 for dense models. Expert
+        parallelism must divide it.
+      num_experts_per_tok: experts each token is routed to (0 when dense).
+      moe_intermediate_size: one expert's hidden size (0 when dense).
+      num_shared_experts: always-on experts per MoE layer.
+      num_dense_layers: in an MoE model, the leading layers that keep a dense
+        MLP (3 for DeepSeek-V3, 0 for Mixtral); ignored when dense.
+      tied_embeddings: whether the output head reuses the input embedding.
+      max_position_embeddings: learned position table rows (GPT-2), else 0.
+      mla: DeepSeek's latent-attention sizes, else ``None``.
+      num_params: the published parameter total, if known.
+
+    Raises:
+      MeshplanError: inconsistent sizes (every problem listed at once).
+      MeshplanTypeError: a count that is not an int.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> s = MODEL_SPECS["mixtral-8x7b"]
+      >>> (s.num_heads, s.num_kv_heads, s.num_experts, s.num_moe_layers)
+      (32, 8, 8, 32)
+    """
+
+    name: str
+    family: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    num_dense_layers: int = 0
+    tied_embeddings: bool = False
+    max_position_embeddings: int = 0
+    mla: MLADims | None = None
+    num_params: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("name", "family"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise MeshplanTypeError(f"ModelSpec.{name}={getattr(self, name)!r} must be a non-empty str.")
+        problems = _check_counts(self, ["vocab_size", "hidden_size", "num_layers", "num_heads",
+                                        "num_kv_heads", "head_dim", "intermediate_size"],
+                                 minimum=1, raise_now=False)
+        problems += _check_counts(self, ["num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                         "num_shared_experts", "num_dense_layers",
+                                         "max_position_embeddings"], minimum=0, raise_now=False)
+        if not problems:
+            problems += self._consistency_problems()
+        if problems:
+            raise MeshplanError(f"ModelSpec {self.name!r}: " + "; ".join(problems) + ".")
+
+    def _consistency_problems(self) -> list[str]:
+        problems = []
+        if self.num_heads % self.num_kv_heads:
+            problems.append(f"num_heads={self.num_heads} must be a multiple of "
+                            f"num_kv_heads={self.num_kv_heads}")
+        if self.num_dense_layers > self.num_layers:
+            problems.append(f"num_dense_layers={self.num_dense_layers} exceeds num_layers={self.num_layers}")
+        moe = (self.num_experts, self.num_experts_per_tok, self.moe_intermediate_size)
+        if self.num_experts and not all(moe):
+            problems.append("an MoE model needs num_experts, num_experts_per_tok and "
+                            "moe_intermediate_size all > 0")
+        if self.num_experts_per_tok > self.num_experts:
+            problems.append(f"num_experts_per_tok={self.num_experts_per_tok} exceeds "
+                            f"num_experts={self.num_experts}")
+        if self.num_params is not None and (isinstance(self.num_params, bool)
+                                            or not isinstance(self.num_params, int)
+                                            or self.num_params < 1):
+            problems.append(f"num_params={self.num_params!r} must be a positive int or None")
+        if self.mla is not None and not isinstance(self.mla, MLADims):
+            problems.append(f"mla={self.mla!r} must be an MLADims or None")
+        return problems
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer routes tokens to experts."""
+        return self.num_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers with a routed-expert MLP (0 for a dense model)."""
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) routes tokens to experts."""
+        return self.is_moe and index >= self.num_dense_layers
+
+
+def _check_counts(obj: Any, names: list[str], *, minimum: int, raise_now: bool = True) -> list[str]:
+    problems = []
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise MeshplanTypeError(f"{type(obj).__name__}.{name}={value!r} must be an int.")
+        if value < minimum:
+            problems.append(f"{name}={value} must be >= {minimum}")
+    if problems and raise_now:
+        raise MeshplanError(f"{type(obj).__name__}: " + "; ".join(problems) + ".")
+    return problems
+
+
+class _Leaves:
+    """Makes one ``ShapeDtypeStruct`` per distinct shape and reuses it.
+
+    A 671B-parameter tree has ~45k leaves but a handful of distinct shapes;
+    sharing the (immutable) structs keeps building it in milliseconds.
+    """
+
+    __slots__ = ("dtype", "_cache")
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = preset_dtype(dtype)
+        self._cache: dict[Shape, jax.ShapeDtypeStruct] = {}
+
+    def __call__(self, *shape: int) -> jax.ShapeDtypeStruct:
+        leaf = self._cache.get(shape)
+        if leaf is None:
+            leaf = self._cache[shape] = jax.ShapeDtypeStruct(shape, self.dtype)
+        return leaf
+
+
+def preset_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as a numpy dtype a weight can have; MeshplanTypeError otherwise."""
+    out = canonical_dtype(dtype)
+    # Extended (PRNG key) dtypes, objects, strings and datetimes are not weights.
+    if not isinstance(out, np.dtype) or out.kind in "OSUMm":
+        raise MeshplanTypeError(f"dtype={dtype!r} cannot hold weights; use e.g. jnp.bfloat16 or np.float32.")
+    return out
+
+
+def count_params(tree: PyTree) -> int:
+    """Total elements over the leaves of ``tree`` that have a ``.shape``.
+
+    Args:
+      tree: any pytree of arrays or ``ShapeDtypeStruct``s; other leaves
+        (``None``, scalars without a shape) count 0.
+
+    Returns:
+      The sum of ``prod(leaf.shape)``, an exact Python int.
+
+    Example:
+      >>> import jax, numpy as np
+      >>> count_params({"w": jax.ShapeDtypeStruct((3, 4), np.float32), "b": None})
+      12
+    """
+    return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(tree)
+               if hasattr(leaf, "shape"))
