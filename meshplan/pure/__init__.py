@@ -55,6 +55,15 @@ __all__ += ["LeafInfo", "TreeFacts", "leaf_info", "path_str", "tree_facts"]
 from meshplan.pure._dtypes import array_bytes, canonical_dtype, dtype_bits, dtype_storage_bytes
 
 __all__ += ["array_bytes", "canonical_dtype", "dtype_bits", "dtype_storage_bytes"]
+from meshplan.pure._validate import FINDING_KINDS, Finding, check_specs, validate_specs
+
+__all__ += ["FINDING_KINDS", "Finding", "check_specs", "validate_specs"]
+from meshplan.pure._memory import MemoryEstimate, estimate_memory
+
+__all__ += ["MemoryEstimate", "estimate_memory"]
+from meshplan.pure._training import TrainingMemoryEstimate, estimate_training_memory, optimizer_state_specs
+
+__all__ += ["TrainingMemoryEstimate", "estimate_training_memory", "optimizer_state_specs"]
 
 # --- spec assignment rules and plans --------------------------------------------------------------
 

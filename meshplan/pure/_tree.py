@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from meshplan.pure._dtypes import canonical_dtype
 from meshplan.pure._types import PyTree, Shape
 
 __all__ = ["LeafInfo", "TreeFacts", "leaf_info", "tree_facts", "path_str"]
@@ -36,10 +37,14 @@ _SCALAR_DTYPES_64 = {bool: np.dtype(bool), int: np.dtype(np.int64), float: np.dt
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LeafInfo:
-    """The facts a planner may use about one array-like leaf."""
+    """The facts a planner may use about one array-like leaf.
+
+    ``dtype`` is a ``numpy.dtype``, or jax's extended dtype for PRNG-key
+    arrays (``key<fry>``); size it with :func:`meshplan.pure.dtype_bits`.
+    """
 
     shape: Shape
-    dtype: np.dtype
+    dtype: Any
 
 
 def _has_array_facts(x: Any) -> bool:
@@ -71,7 +76,7 @@ def leaf_info(x: Any, *, x64: bool = False) -> LeafInfo | None:
             table = _SCALAR_DTYPES_64 if x64 else _SCALAR_DTYPES_32
             dtype = table.get(type(x))
             return None if dtype is None else LeafInfo((), dtype)
-    return LeafInfo(tuple(int(d) for d in x.shape), np.dtype(x.dtype))
+    return LeafInfo(tuple(int(d) for d in x.shape), canonical_dtype(x.dtype))
 
 
 def path_str(keypath: Sequence[Any]) -> str:
@@ -85,18 +90,34 @@ def path_str(keypath: Sequence[Any]) -> str:
     return jax.tree_util.keystr(tuple(keypath), simple=True, separator="/")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class TreeFacts:
-    """A flattened pytree: key paths, per-leaf facts and the tree structure.
+    """A flattened pytree: per-leaf facts, the tree structure and (lazily) key paths.
 
-    ``infos[i]`` is ``None`` for non-array leaves. Paths are kept as raw key
-    paths and formatted only when a message needs them, because formatting
-    50k paths costs as much as planning them.
+    ``infos[i]`` is ``None`` for non-array leaves; leaves with equal shape and
+    dtype share one :class:`LeafInfo` object. Key paths are computed only
+    when asked for (``keypaths``, ``path(i)``), because flattening with paths
+    costs about six times a plain flatten and planners only need them for
+    messages.
+
+    Attributes:
+      infos: one entry per leaf, in ``jax.tree_util`` leaf order.
+      treedef: the tree structure.
+      source: the flattened tree itself (kept to recover key paths on demand).
     """
 
-    keypaths: tuple[Any, ...]
     infos: tuple[LeafInfo | None, ...]
     treedef: Any
+    source: Any = dataclasses.field(default=None, repr=False)
+    _memo: list[Any] = dataclasses.field(default_factory=list, repr=False)
+
+    @property
+    def keypaths(self) -> tuple[Any, ...]:
+        """The jax key path of every leaf (computed once, on first use)."""
+        if not self._memo:
+            with_path, _ = jax.tree_util.tree_flatten_with_path(self.source)
+            self._memo.append(tuple(k for k, _ in with_path))
+        return self._memo[0]
 
     def path(self, i: int) -> str:
         """The ``"a/b/0"`` path of leaf ``i``."""
@@ -107,8 +128,21 @@ class TreeFacts:
         return self.treedef.unflatten(leaves)
 
 
+_FAST_TYPES = (np.ndarray, jax.Array, jax.ShapeDtypeStruct)
+
+
 def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
     """Flatten ``tree`` once into :class:`TreeFacts`.
+
+    Args:
+      tree: any pytree (see the module docstring for what counts as an array).
+      x64: whether Python scalars become 64-bit.
+
+    Returns:
+      The tree's :class:`TreeFacts`.
+
+    Raises:
+      MeshplanTypeError: a leaf has ``.shape``/``.dtype`` but the dtype is not one.
 
     Example:
       >>> import jax, numpy as np
@@ -116,14 +150,18 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
       >>> [facts.path(i) for i in range(len(facts.infos))], facts.infos[0] is None
       (['s', 'w'], True)
     """
-    with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    keypaths = tuple(k for k, _ in with_path)
-    # Leaves of one tree mostly share a handful of types; the fast path below
-    # skips leaf_info's probing for the common array types.
-    infos = tuple(
-        LeafInfo(tuple(v.shape), np.dtype(v.dtype))
-        if isinstance(v, np.ndarray | jax.Array | jax.ShapeDtypeStruct)
-        else leaf_info(v, x64=x64)
-        for _, v in with_path
-    )
-    return TreeFacts(keypaths, infos, treedef)
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    # Trees hold many leaves of few (shape, dtype) kinds: build one LeafInfo
+    # per kind and skip leaf_info's probing for the common array types.
+    cache: dict[Any, LeafInfo] = {}
+    infos: list[LeafInfo | None] = []
+    for v in leaves:
+        if isinstance(v, _FAST_TYPES):
+            key = (v.shape, v.dtype)
+            info = cache.get(key)
+            if info is None:
+                info = cache[key] = LeafInfo(tuple(int(d) for d in v.shape), canonical_dtype(v.dtype))
+            infos.append(info)
+        else:
+            infos.append(leaf_info(v, x64=x64))
+    return TreeFacts(tuple(infos), treedef, tree)
