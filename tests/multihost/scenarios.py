@@ -133,3 +133,52 @@ def hang_on(process: int = 1) -> dict[str, Any]:
     if jax.process_index() == process:
         time.sleep(3600)
     return {}
+
+
+# --- meshes across processes -------------------------------------------------------------------------
+
+
+def _layout(mesh: jax.sharding.Mesh) -> dict[str, Any]:
+    """What a process sees of a mesh, plus proof that a computation on it works."""
+    names = mesh.axis_names
+    n = mesh.size
+    sharding = NamedSharding(mesh, PartitionSpec(names))
+    x = jax.make_array_from_callback((2 * n,), sharding, lambda idx: np.arange(2 * n, dtype=np.int32)[idx])
+    total = jax.jit(lambda a: a.sum(), out_shardings=NamedSharding(mesh, PartitionSpec()))(x)
+    return {
+        "axis_names": list(names),
+        "shape": [int(s) for s in mesh.devices.shape],
+        "device_ids": np.vectorize(lambda d: d.id, otypes=[int])(mesh.devices).tolist(),
+        "process_grid": np.vectorize(lambda d: d.process_index, otypes=[int])(mesh.devices).tolist(),
+        "axis_types": [str(t) for t in mesh.axis_types],
+        "sum": int(total.addressable_data(0)),
+        "expected_sum": n * (2 * n - 1),
+    }
+
+
+def mesh_layouts(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """Builds each requested mesh (create_mesh or MeshConfig) and reports its layout.
+
+    A request is ``{"label", "kind": "create_mesh" | "mesh_config", "kwargs"}``;
+    ``mesh_config`` requests may add ``"reverse_devices": true`` to pass the
+    devices to ``create_device_mesh`` in reverse order.
+    """
+    out: dict[str, Any] = {}
+    for request in requests:
+        kwargs = dict(request["kwargs"])
+        for key in ("axis_dims", "axis_names", "dcn_mesh_dims", "mesh_shape", "mesh_axis_names"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        if request["kind"] == "create_mesh":
+            mesh = meshplan.create_mesh(**kwargs)
+            layout = _layout(mesh)
+        else:
+            config = meshplan.MeshConfig(**kwargs)
+            devices = list(reversed(jax.devices())) if request.get("reverse_devices") else None
+            mesh = config.create_device_mesh(devices)
+            layout = _layout(mesh)
+            s = meshplan.host_batch_slice((4 * mesh.size, 3), mesh, config.batch_axis_names)
+            layout.update(hosts=config.hosts, host_id=config.host_id,
+                          host_slice=[list(s.start), list(s.stop)])
+        out[request["label"]] = layout
+    return out
