@@ -119,6 +119,8 @@ class Cluster:
             value_errors.append(f"num_nodes={self.num_nodes} must split evenly into "
                                 f"num_slices={self.num_slices}")
         _raise_collected("Cluster", type_errors, value_errors)
+        for name in ("num_nodes", "devices_per_node", "num_slices"):
+            object.__setattr__(self, name, int(getattr(self, name)))
 
     @property
     def num_devices(self) -> int:
@@ -183,11 +185,18 @@ class Cluster:
 
     @property
     def text(self) -> str:
-        """The short form :func:`parse_cluster` reads back to an equal cluster
-        (when the device is in :data:`DEVICE_SPECS` or the ``devices`` passed)."""
+        """The short form, ``"8x8xH100"`` or ``"2xv5p-256"``.
+
+        :func:`parse_cluster` reads it back to an equal cluster when the device
+        is in :data:`DEVICE_SPECS` (or the ``devices`` passed) and, for TPUs,
+        when each slice is a real slice shape on whole hosts; other TPU
+        clusters (built by hand) get the node form, which parse_cluster refuses.
+        """
         naming = _TPU_NAMING.get(self.device.name)
         chips = self.devices_per_slice
-        if (naming is not None and self.device.ici_scope == "slice" and _chips_ok(naming, chips)
+        # Only the shipped TPU specs have slice names; a custom spec called "v5p" keeps the node form.
+        shipped = naming is not None and self.device == DEVICE_SPECS[self.device.name]
+        if (shipped and _chips_ok(naming, chips)
                 and _tpu_host_split(self.device, chips) == (self.nodes_per_slice, self.devices_per_node)):
             base = f"{self.device.name}-{chips * naming.cores_per_name_unit}"
             return base if self.num_slices == 1 else f"{self.num_slices}x{base}"

@@ -18,6 +18,8 @@ import types
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import numpy as np
+
 from meshplan.pure._cost import Link
 from meshplan.pure.errors import ClusterError, MeshplanTypeError
 
@@ -89,6 +91,8 @@ class DeviceSpec:
             object.__setattr__(self, field, float(getattr(self, field)))
         object.__setattr__(self, "hbm_bytes", int(self.hbm_bytes))
         object.__setattr__(self, "devices_per_node", int(self.devices_per_node))
+        if self.peak_bf16_flops is not None:
+            object.__setattr__(self, "peak_bf16_flops", float(self.peak_bf16_flops))
 
     @property
     def intra_link(self) -> Link:
@@ -121,7 +125,7 @@ def _fmt_bytes(n: int) -> str:
 
 
 def _check_int(name: str, value: object, type_errors: list[str], value_errors: list[str]) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         type_errors.append(f"{name}={value!r} must be an int")
     elif value < 1:
         value_errors.append(f"{name}={value} must be >= 1")
@@ -129,7 +133,7 @@ def _check_int(name: str, value: object, type_errors: list[str], value_errors: l
 
 def _check_real(name: str, value: object, allow_zero: bool,
                 type_errors: list[str], value_errors: list[str]) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         type_errors.append(f"{name}={value!r} must be a real number")
         return
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
@@ -161,8 +165,8 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 # GPU figures: NVIDIA H100 / H200 / A100 datasheets and the DGX H100 / H200 / A100 user guides.
 #  - NVLink 4 (H100, H200): 18 links x 25 GB/s per direction = 450 GB/s per direction; the
 #    datasheets' "900 GB/s" is the bidirectional total. Through NVSwitch every GPU reaches every
-#    other at that rate, so a ring on any intra-node axis sees it (NCCL measures ~360-390 GB/s bus
-#    bandwidth in practice: the model is a peak, not a promise).
+#    other at that rate, so a ring on any intra-node axis sees it. This is a peak: measured NCCL
+#    bus bandwidth is lower, so pass measured numbers for tighter estimates.
 #  - NVLink 3 (A100): 12 links x 25 GB/s = 300 GB/s per direction ("600 GB/s" bidirectional).
 #  - Network: DGX H100/H200 pair each GPU with one ConnectX-7 NDR InfiniBand port, 400 Gb/s =
 #    50 GB/s per direction; DGX A100 with one ConnectX-6 HDR port, 200 Gb/s = 25 GB/s. Clouds that
@@ -172,7 +176,8 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 #  - bf16: dense Tensor Core peak (the datasheets' 1,979 TFLOPS for H100/H200 is with sparsity).
 #
 # TPU figures: Google Cloud TPU docs, cloud.google.com/tpu/docs/{v4,v5e,v5p,v6e} (system
-# architecture tables), plus the TPU v4 ISCA 2023 paper (Jouppi et al.) for v4's links.
+# architecture tables). v4's per-link figure is from the TPU v4 ISCA 2023 paper (Jouppi et al.) as
+# summarised at glennklockwood.com/garden/processors/TPUv4 ("400G bandwidth in each direction").
 #  - A TPU mesh axis maps onto one torus dimension: a bidirectional ring over two ICI links, so the
 #    per-axis bandwidth is 2 x (one-way bandwidth of one link). Per-link one-way figures:
 #      v4:  400 Gb/s per direction per link (paper) = 50 GB/s            -> 100 GB/s per axis

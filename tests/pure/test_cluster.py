@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -283,3 +284,20 @@ def test_from_dict_rejects_unknown_keys() -> None:
 def test_repr_is_short_and_names_the_shape() -> None:
     assert repr(parse_cluster("8x8xH100")) == "Cluster('8x8xH100': 64 devices, 8 nodes x 8, 80 GB HBM each)"
     assert "2 slices" in repr(parse_cluster("2xv5e-16"))
+
+
+def test_text_uses_the_node_form_for_custom_specs_and_irregular_tpu_clusters() -> None:
+    lookalike = dataclasses.replace(DEVICE_SPECS["v5p"], hbm_bytes=80 * GB)
+    assert Cluster(lookalike, num_nodes=32, devices_per_node=4).text == "32x4xv5p"
+    assert Cluster(DEVICE_SPECS["v5p"], num_nodes=3, devices_per_node=4).text == "3x4xv5p"
+    with pytest.raises(ClusterError, match="slice name"):
+        parse_cluster("3x4xv5p")
+
+
+def test_numpy_numbers_are_accepted_and_canonicalized() -> None:
+    spec = _custom(hbm_bytes=np.int64(24 * GB), intra_bandwidth=np.float32(1e11),
+                   devices_per_node=np.int32(4))
+    assert type(spec.hbm_bytes) is int and type(spec.intra_bandwidth) is float
+    c = Cluster(spec, num_nodes=np.int64(2), devices_per_node=np.int64(4))
+    assert type(c.num_nodes) is int and c.num_devices == 8
+    assert json.loads(json.dumps(c.to_dict()))["num_nodes"] == 2
