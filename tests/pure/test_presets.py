@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplan.pure.errors import MeshplanError, MeshplanTypeError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import (
     MODEL_PRESETS,
     MODEL_SPECS,
@@ -213,12 +213,14 @@ def test_preset_names_ignore_case_and_separators(spelling: str) -> None:
 
 
 def test_unknown_preset_lists_the_known_names() -> None:
-    with pytest.raises(MeshplanError) as info:
+    with pytest.raises(PlanError) as info:
         get_preset("llama3-405b")
     for name in preset_names():
         assert name in str(info.value)
-    with pytest.raises(MeshplanError, match="Did you mean 'mixtral-8x7b'"):
+    with pytest.raises(PlanError, match="Did you mean 'mixtral-8x7b'"):
         get_preset("mixtral-8x7")
+    with pytest.raises(ValueError):  # callers that only know the builtins can still catch it
+        get_preset("bert-base")
 
 
 def test_non_string_preset_name_is_a_type_error() -> None:
@@ -300,22 +302,23 @@ def test_custom_deepseek_like_stacked_and_unstacked_totals_agree(
 @pytest.mark.parametrize(
     ("changes", "error", "fragment"),
     [
-        ({"num_heads": 0}, MeshplanError, "num_heads=0"),
-        ({"num_kv_heads": 3}, MeshplanError, "multiple of num_kv_heads=3"),
+        ({"num_heads": 0}, PlanError, "num_heads=0"),
+        ({"num_kv_heads": 3}, PlanError, "multiple of num_kv_heads=3"),
         ({"hidden_size": 4096.0}, MeshplanTypeError, "hidden_size"),
-        ({"num_experts": 4}, MeshplanError, "num_experts_per_tok"),
-        ({"num_experts": 2, "num_experts_per_tok": 4, "moe_intermediate_size": 8}, MeshplanError,
+        ({"num_experts": 4}, PlanError, "num_experts_per_tok"),
+        ({"num_experts": 2, "num_experts_per_tok": 4, "moe_intermediate_size": 8}, PlanError,
          "exceeds num_experts"),
-        ({"num_dense_layers": 99}, MeshplanError, "num_dense_layers=99"),
-        ({"num_params": -1}, MeshplanError, "num_params"),
+        ({"num_dense_layers": 99}, PlanError, "num_dense_layers=99"),
+        ({"num_params": -1}, PlanError, "num_params"),
         ({"name": ""}, MeshplanTypeError, "name"),
+        ({"tied_embeddings": 1}, PlanError, "tied_embeddings"),
         ({"family": "bert"}, None, None),
     ],
 )
 def test_model_spec_validates_its_sizes(changes: dict, error: type | None, fragment: str | None) -> None:
     if error is None:  # a spec with an unknown family is valid data; building it is the error
         spec = dataclasses.replace(MODEL_SPECS["llama3-8b"], **changes)
-        with pytest.raises(MeshplanError, match="unknown family='bert'"):
+        with pytest.raises(PlanError, match="unknown family='bert'"):
             build_params(spec)
         return
     with pytest.raises(error, match=fragment):

@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
-from meshplan.pure.errors import MeshplanError
+from meshplan.pure.errors import PlanError
 from meshplan.pure.presets._spec import ModelSpec, _Leaves
 
 __all__ = ["deepseek_v3_params"]
@@ -41,7 +41,7 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
       Nested dicts of ``jax.ShapeDtypeStruct`` (layout: see ``presets._spec``).
 
     Raises:
-      MeshplanError: ``spec.mla`` is missing.
+      PlanError: ``spec.mla`` is missing.
       MeshplanTypeError: a bad dtype.
 
     Example:
@@ -54,7 +54,7 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
     """
     mla = spec.mla
     if mla is None:
-        raise MeshplanError(f"ModelSpec {spec.name!r}: DeepSeek-V3 attention needs spec.mla (MLADims).")
+        raise PlanError(f"ModelSpec {spec.name!r}: DeepSeek-V3 attention needs spec.mla (MLADims).")
     d, v, h = spec.hidden_size, spec.vocab_size, spec.num_heads
     leaf = _Leaves(dtype)
 

@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
-from meshplan.pure.errors import MeshplanError
+from meshplan.pure.errors import PlanError
 from meshplan.pure.presets._spec import ModelSpec, _Leaves
 
 __all__ = ["gpt2_params"]
@@ -32,7 +32,7 @@ def gpt2_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16) -> PyTree:
       Nested dicts of ``jax.ShapeDtypeStruct`` (layout: see ``presets._spec``).
 
     Raises:
-      MeshplanError: ``spec`` lacks ``max_position_embeddings`` or its heads
+      PlanError: ``spec`` lacks ``max_position_embeddings`` or its heads
         do not tile ``hidden_size``.
       MeshplanTypeError: a bad dtype.
 
@@ -46,7 +46,7 @@ def gpt2_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16) -> PyTree:
     """
     d, f, v = spec.hidden_size, spec.intermediate_size, spec.vocab_size
     if spec.max_position_embeddings < 1 or spec.num_heads * spec.head_dim != d:
-        raise MeshplanError(f"ModelSpec {spec.name!r}: GPT-2 needs max_position_embeddings >= 1 and "
+        raise PlanError(f"ModelSpec {spec.name!r}: GPT-2 needs max_position_embeddings >= 1 and "
                             f"num_heads * head_dim == hidden_size ({spec.num_heads} * {spec.head_dim} "
                             f"vs {d}).")
     leaf = _Leaves(dtype)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
-from meshplan.pure.errors import MeshplanError, MeshplanTypeError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._deepseek import deepseek_v3_params
 from meshplan.pure.presets._gpt2 import gpt2_params
 from meshplan.pure.presets._llama import llama_params
@@ -77,7 +77,7 @@ def build_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
       Nested dicts of ``jax.ShapeDtypeStruct`` in the Hugging Face layout.
 
     Raises:
-      MeshplanError: an unknown family (the message lists the known ones).
+      PlanError: an unknown family (the message lists the known ones).
       MeshplanTypeError: ``spec`` is not a ModelSpec, or a bad dtype.
 
     Example:
@@ -97,7 +97,7 @@ def build_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
         return llama_params(spec, dtype=dtype, unstack_experts=unstack_experts)
     if spec.family == "deepseek_v3":
         return deepseek_v3_params(spec, dtype=dtype, unstack_experts=unstack_experts)
-    raise MeshplanError(f"ModelSpec {spec.name!r}: unknown family={spec.family!r}; known families: "
+    raise PlanError(f"ModelSpec {spec.name!r}: unknown family={spec.family!r}; known families: "
                         f"['deepseek_v3', 'gpt2', 'llama', 'mixtral'].")
 
 
@@ -195,7 +195,7 @@ def resolve_preset_name(name: str) -> str:
     """The registry name ``name`` refers to (case, ``-``, ``_`` and ``.`` ignored).
 
     Raises:
-      MeshplanError: an unknown name; the message lists the known ones.
+      PlanError: an unknown name; the message lists the known ones.
       MeshplanTypeError: ``name`` is not a str.
 
     Example:
@@ -208,7 +208,7 @@ def resolve_preset_name(name: str) -> str:
     if found is None:
         close = difflib.get_close_matches(_key(name), sorted(_BY_KEY), n=1)
         hint = f" Did you mean {_BY_KEY[close[0]]!r}?" if close else ""
-        raise MeshplanError(f"unknown model preset {name!r}; known presets: {list(preset_names())}.{hint} "
+        raise PlanError(f"unknown model preset {name!r}; known presets: {list(preset_names())}.{hint} "
                             f"For another model, build a ModelSpec and call build_params(spec).")
     return found
 
@@ -226,7 +226,7 @@ def get_preset(name: str, *, dtype: Any = jnp.bfloat16, unstack_experts: bool = 
       ``Preset(spec, params)``.
 
     Raises:
-      MeshplanError: an unknown name (the message lists the known ones).
+      PlanError: an unknown name (the message lists the known ones).
       MeshplanTypeError: a non-str name or a bad dtype.
 
     Example:

@@ -32,7 +32,7 @@ import numpy as np
 
 from meshplan.pure._dtypes import canonical_dtype
 from meshplan.pure._types import PyTree, Shape
-from meshplan.pure.errors import MeshplanError, MeshplanTypeError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 
 __all__ = ["MLADims", "ModelSpec", "count_params"]
 
@@ -87,7 +87,7 @@ class ModelSpec:
       num_params: the published parameter total, if known.
 
     Raises:
-      MeshplanError: inconsistent sizes (every problem listed at once).
+      PlanError: inconsistent sizes (every problem listed at once).
       MeshplanTypeError: a count that is not an int.
 
     Example:
@@ -129,7 +129,7 @@ class ModelSpec:
         if not problems:
             problems += self._consistency_problems()
         if problems:
-            raise MeshplanError(f"ModelSpec {self.name!r}: " + "; ".join(problems) + ".")
+            raise PlanError(f"ModelSpec {self.name!r}: " + "; ".join(problems) + ".")
 
     def _consistency_problems(self) -> list[str]:
         problems = []
@@ -149,6 +149,8 @@ class ModelSpec:
                                             or not isinstance(self.num_params, int)
                                             or self.num_params < 1):
             problems.append(f"num_params={self.num_params!r} must be a positive int or None")
+        if not isinstance(self.tied_embeddings, bool):
+            problems.append(f"tied_embeddings={self.tied_embeddings!r} must be a bool")
         if self.mla is not None and not isinstance(self.mla, MLADims):
             problems.append(f"mla={self.mla!r} must be an MLADims or None")
         return problems
@@ -177,7 +179,7 @@ def _check_counts(obj: Any, names: list[str], *, minimum: int, raise_now: bool =
         if value < minimum:
             problems.append(f"{name}={value} must be >= {minimum}")
     if problems and raise_now:
-        raise MeshplanError(f"{type(obj).__name__}: " + "; ".join(problems) + ".")
+        raise PlanError(f"{type(obj).__name__}: " + "; ".join(problems) + ".")
     return problems
 
 
