@@ -60,7 +60,8 @@ class DeviceInfo:
 
     Example:
       >>> DeviceInfo(3, process_index=1)
-      DeviceInfo(id=3, process_index=1, slice_index=None, platform='cpu', coords=None, core_on_chip=0)
+      DeviceInfo(id=3, process_index=1, slice_index=None, platform='cpu', coords=None,
+                 core_on_chip=0)
     """
 
     id: int
@@ -95,7 +96,8 @@ class DeviceInfo:
         Example:
           >>> from types import SimpleNamespace
           >>> DeviceInfo.from_device(SimpleNamespace(id=5, process_index=1, platform="gpu"))
-          DeviceInfo(id=5, process_index=1, slice_index=None, platform='gpu', coords=None, core_on_chip=0)
+          DeviceInfo(id=5, process_index=1, slice_index=None, platform='gpu', coords=None,
+                     core_on_chip=0)
         """
         coords = getattr(device, "coords", None)
         return cls(

@@ -53,7 +53,10 @@ def test_infer_result_always_multiplies_to_total_or_raises(sizes, total):
         assert math.prod(out) == total and out[:-1] == sizes
 
 
-@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5).map(tuple), extra=st.integers(2, 5))
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5).map(tuple),
+    extra=st.integers(2, 5),
+)
 def test_infer_rejects_a_product_mismatch_naming_dims_and_total(sizes, extra):
     total = math.prod(sizes) * extra
     with pytest.raises(MeshShapeError) as err:

@@ -67,7 +67,11 @@ def test_reference_strings_auto_explicit_manual_are_accepted():
 BAD_CALLS = [
     (lambda: canonicalize_axis_types("fast", 2), MeshShapeError, "'fast'"),
     (lambda: canonicalize_axis_types("fast", 2), MeshShapeError, "'auto', 'explicit', 'manual'"),
-    (lambda: canonicalize_axis_types(["auto", "bogus"], 2), MeshShapeError, "axis_types[1]='bogus'"),
+    (
+        lambda: canonicalize_axis_types(["auto", "bogus"], 2),
+        MeshShapeError,
+        "axis_types[1]='bogus'",
+    ),
     (lambda: canonicalize_axis_types(["auto"], 2), MeshShapeError, "2 axes"),
     (lambda: canonicalize_axis_types(("auto", 1), 2), MeshplanTypeError, "axis_types[1]=1"),
     (lambda: canonicalize_axis_types(3, 2), MeshplanTypeError, "axis_types=3"),

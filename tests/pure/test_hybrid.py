@@ -139,6 +139,10 @@ def test_resolve_returns_the_same_object_when_already_resolved():
 
 # --- bad inputs -----------------------------------------------------------------------------------
 
+def _resolve(ici, dcn, per, num):
+    return resolve_hybrid(HybridMeshShape(ici, dcn), devices_per_granule=per, num_granules=num)
+
+
 BAD_CALLS = [
     (lambda: HybridMeshShape((1, 8), (2, 1, 1)), MeshShapeError, "rank 2"),
     (lambda: HybridMeshShape((1, 0), (2, 1)), MeshShapeError, "ici_mesh_shape[1]=0"),
@@ -152,17 +156,17 @@ BAD_CALLS = [
     (lambda: split_mesh_shape((3, 3), 2), DeviceLayoutError, "num_granules=2"),
     (lambda: split_mesh_shape((3, 0), 1), MeshShapeError, "mesh_shape[1]=0"),
     (
-        lambda: resolve_hybrid(HybridMeshShape((1, 4), (2, 1)), devices_per_granule=8, num_granules=2),
+        lambda: _resolve((1, 4), (2, 1), 8, 2),
         MeshShapeError,
         "devices_per_granule=8",
     ),
     (
-        lambda: resolve_hybrid(HybridMeshShape((1, 3), (-1, 1)), devices_per_granule=8, num_granules=2),
+        lambda: _resolve((1, 3), (-1, 1), 8, 2),
         MeshShapeError,
         "ici_mesh_shape=(1, 3)",
     ),
     (
-        lambda: resolve_hybrid(HybridMeshShape((1, -1), (3, 1)), devices_per_granule=8, num_granules=2),
+        lambda: _resolve((1, -1), (3, 1), 8, 2),
         MeshShapeError,
         "dcn_mesh_shape=(3, 1)",
     ),
@@ -172,7 +176,7 @@ BAD_CALLS = [
         "(1, 8)",
     ),
     (
-        lambda: resolve_hybrid(HybridMeshShape((8,), (1,)), devices_per_granule=0, num_granules=1),
+        lambda: _resolve((8,), (1,), 0, 1),
         MeshShapeError,
         "devices_per_granule=0",
     ),

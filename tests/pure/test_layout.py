@@ -147,7 +147,9 @@ def test_live_cpu_devices_lay_out_like_jax_for_one_granule(ici):
 def test_tpu_devices_group_by_slice_and_order_by_coords_then_core():
     coords = [(1, 0, 0), (0, 0, 0), (0, 1, 0), (1, 1, 0)]
     devices = [
-        DeviceInfo(10 * s + k, process_index=0, slice_index=s, platform="tpu", coords=c, core_on_chip=core)
+        DeviceInfo(
+            10 * s + k, process_index=0, slice_index=s, platform="tpu", coords=c, core_on_chip=core
+        )
         for s in (1, 0)
         for k, (c, core) in enumerate((c, core) for c in coords for core in (1, 0))
     ]

@@ -68,7 +68,11 @@ def test_dropping_a_named_entry_is_reported_as_a_missing_axis(spec, data):
     assert repr(names[drop]) in str(err.value)
 
 
-@given(spec=mesh_specs(), junk=st.sampled_from(["x", "2.5", "1e3", "0", "-2", "", "+", "٣"]), data=st.data())
+@given(
+    spec=mesh_specs(),
+    junk=st.sampled_from(["x", "2.5", "1e3", "0", "-2", "", "+", "٣"]),
+    data=st.data(),
+)
 def test_a_bad_size_anywhere_is_named_in_the_error(spec, junk, data):
     names, dims = spec
     i = data.draw(st.integers(0, len(names) - 1))
