@@ -190,7 +190,8 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 #    chip. v4: no per-chip DCN figure found in Google's docs; ASSUMED equal to v5p's 6.25 GB/s.
 #  - HBM as the docs print it: v4 "32 GiB", v5p "95 GiB", v5e "16 GB", v6e "32 GB" (read as
 #    decimal GB, the smaller reading).
-#  - Chips per host: v4 and v5p 4 (a 2x2x1 host), v5e and v6e 8.
+#  - Chips per host: v4 and v5p 4 (a 2x2x1 host), v5e and v6e 8. (v6e multi-host slices on GKE
+#    run two 4-chip VMs per host; if each process sees 4 devices, build Cluster(..., 4) directly.)
 DEVICE_SPECS: Mapping[str, DeviceSpec] = types.MappingProxyType({
     "H100": DeviceSpec("H100", hbm_bytes=80 * _GB, intra_bandwidth=450e9, inter_bandwidth=50e9,
                        intra_latency_s=3e-6, inter_latency_s=1e-5, devices_per_node=8,
