@@ -66,6 +66,28 @@ from meshplan.pure._training import TrainingMemoryEstimate, estimate_training_me
 __all__ += ["TrainingMemoryEstimate", "estimate_training_memory", "optimizer_state_specs"]
 
 # --- spec assignment rules and plans --------------------------------------------------------------
+from meshplan.pure._rule_base import Decision, LeafContext, PureRule, canonical_axis_sizes, shards_something
+
+__all__ += ["Decision", "LeafContext", "PureRule", "canonical_axis_sizes", "shards_something"]
+from meshplan.pure._plan import Plan, PlanRule, plan_from_specs, plan_tree
+
+__all__ += ["Plan", "PlanRule", "plan_from_specs", "plan_tree"]
+from meshplan.pure._rule_auto import DEFAULT_MIN_SHARD_SIZE, AutoRule, auto_decision
+from meshplan.pure._rule_composite import CompositeRule
+from meshplan.pure._rule_memory import MemoryRule, memory_decision, min_shard_bytes
+from meshplan.pure._rule_shape import ShapePatternRule, shape_pattern_decision
+
+__all__ += ["DEFAULT_MIN_SHARD_SIZE", "AutoRule", "auto_decision", "CompositeRule", "MemoryRule",
+            "memory_decision", "min_shard_bytes", "ShapePatternRule", "shape_pattern_decision"]
+from meshplan.pure._suggest import (
+    SuggestRule,
+    analyze_pytree,
+    create_partition_spec,
+    suggest_decision,
+    suggest_methods,
+)
+
+__all__ += ["SuggestRule", "analyze_pytree", "create_partition_spec", "suggest_decision", "suggest_methods"]
 
 # --- clusters, presets, cost model, mesh search ---------------------------------------------------
 from meshplan.pure._cost import (
