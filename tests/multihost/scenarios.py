@@ -65,24 +65,30 @@ def cross_process_sum(rows: int = 16, cols: int = 6) -> dict[str, Any]:
     }
 
 
-def host_helpers(global_mesh_shape: list[int], batch_shape: list[int], batch_axis_names: Any) -> dict[str, Any]:
-    """host_mesh_shape and host_batch_slice with live defaults."""
-    mesh = jax.make_mesh(tuple(global_mesh_shape), ("data", "model"))
-    s = meshplan.host_batch_slice(tuple(batch_shape), mesh, batch_axis_names)
-    return {
-        "host_mesh_shape": list(meshplan.host_mesh_shape(tuple(global_mesh_shape))),
-        "host_slice": [list(s.start), list(s.stop)],
-    }
+def host_helpers(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """host_mesh_shape and host_batch_slice with live defaults, for several meshes."""
+    out = []
+    for case in cases:
+        shape = tuple(case["global_mesh_shape"])
+        mesh = jax.make_mesh(shape, ("data", "model"))
+        s = meshplan.host_batch_slice(tuple(case["batch_shape"]), mesh, case["batch_axis_names"])
+        out.append({
+            "host_mesh_shape": list(meshplan.host_mesh_shape(shape)),
+            "host_slice": [list(s.start), list(s.stop)],
+        })
+    return {"cases": out}
 
 
 # --- barriers --------------------------------------------------------------------------------------
 
 
-def barrier_all_arrive(rounds: int = 3) -> dict[str, Any]:
-    start = time.monotonic()
+def sum_then_barriers(rounds: int = 3) -> dict[str, Any]:
+    """cross_process_sum, then ``rounds`` barriers every process attends."""
+    report = cross_process_sum()
     for _ in range(rounds):
         meshplan.barrier_sync(timeout=60)
-    return {"rounds": rounds, "seconds": time.monotonic() - start}
+    report["barrier_rounds"] = rounds
+    return report
 
 
 def barrier_absent_peer(absent: int = 1, timeout: float = 3, late_by: float = 1.5) -> dict[str, Any]:
