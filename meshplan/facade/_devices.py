@@ -20,20 +20,7 @@ __all__ = ["describe_devices", "resolve_devices", "flatten_devices"]
 
 def describe_devices(devices: Sequence[jax.Device]) -> tuple[DeviceInfo, ...]:
     """Plain :class:`DeviceInfo` facts for each device, in the given order."""
-    infos = []
-    for d in devices:
-        coords = getattr(d, "coords", None)
-        infos.append(
-            DeviceInfo(
-                id=int(d.id),
-                process_index=int(d.process_index),
-                slice_index=getattr(d, "slice_index", None),
-                platform=str(d.platform),
-                coords=None if coords is None else tuple(int(c) for c in coords),
-                core_on_chip=int(getattr(d, "core_on_chip", 0) or 0),
-            )
-        )
-    return tuple(infos)
+    return tuple(DeviceInfo.from_device(d) for d in devices)
 
 
 def flatten_devices(devices: object) -> list[jax.Device]:
