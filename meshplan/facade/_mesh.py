@@ -31,7 +31,7 @@ from jax.sharding import AxisType, Mesh
 from meshplan.facade._devices import describe_devices, resolve_devices
 from meshplan.pure._axis_types import canonicalize_axis_types
 from meshplan.pure._hybrid import HybridMeshShape
-from meshplan.pure._layout import group_granules, layout_device_ids
+from meshplan.pure._layout import DeviceInfo, group_granules, layout_device_ids
 from meshplan.pure._axes import validate_axis_names
 from meshplan.pure._request import MeshRequest, canonical_dims, resolve_mesh_request
 from meshplan.pure._split import calculate_host_mesh_shape as pure_calculate_host_mesh_shape
@@ -102,6 +102,7 @@ def mesh_cache_info() -> dict[str, int]:
 
 def _device_grid(
     devices: Sequence[jax.Device],
+    infos: Sequence[DeviceInfo],
     request: MeshRequest,
     *,
     granule_by: str | None,
@@ -124,7 +125,7 @@ def _device_grid(
             allow_split_physical_axes=allow_split_physical_axes,
         )
     ids = layout_device_ids(
-        describe_devices(devices), request.hybrid, sort_granules=sort_granules, granule_by=granule_by
+        infos, request.hybrid, sort_granules=sort_granules, granule_by=granule_by
     )
     by_id = {d.id: d for d in devices}
     return np.array([by_id[int(i)] for i in ids.flat], dtype=object).reshape(ids.shape)
@@ -165,7 +166,8 @@ def build_mesh(
     mesh = _cache.get(raw_key)
     if mesh is not None:
         return mesh
-    granules = group_granules(describe_devices(devices), by=granule_by)
+    infos = describe_devices(devices)
+    granules = group_granules(infos, by=granule_by)
     request = resolve_mesh_request(
         mesh_shape, axis_names,
         num_devices=len(devices), num_granules=len(granules), dcn_mesh_dims=dcn_mesh_dims,
@@ -176,7 +178,7 @@ def build_mesh(
     resolved_key = (request, types, *flags)
     mesh = _cache.get(resolved_key)
     if mesh is None:
-        mesh = _new_mesh(devices, request, types, use_jax=use_jax, num_granules=len(granules),
+        mesh = _new_mesh(devices, infos, request, types, use_jax=use_jax, num_granules=len(granules),
                          granule_by=granule_by, sort_granules=should_sort_granules_by_key,
                          allow_split_physical_axes=allow_split_physical_axes)
         _cache.put(resolved_key, mesh)
@@ -186,6 +188,7 @@ def build_mesh(
 
 def _new_mesh(
     devices: Sequence[jax.Device],
+    infos: Sequence[DeviceInfo],
     request: MeshRequest,
     types: tuple[AxisType, ...],
     *,
@@ -200,7 +203,7 @@ def _new_mesh(
     # Multi-granule layouts always go through the planned ICI/DCN split, with
     # or without use_jax: jax.make_mesh knows nothing of granules.
     grid = _device_grid(
-        devices, request, granule_by=granule_by, sort_granules=sort_granules,
+        devices, infos, request, granule_by=granule_by, sort_granules=sort_granules,
         allow_split_physical_axes=allow_split_physical_axes,
     )
     return Mesh(grid, request.axis_names, axis_types=types)
