@@ -252,6 +252,7 @@ def run_workers(
             "heartbeat_timeout_s": heartbeat_timeout_s,
             "params": params or {},
             "report_dir": str(run_dir),
+            "parent_pid": os.getpid(),
         }
         run = _Attempt(run_dir, config, worker_env)
         try:

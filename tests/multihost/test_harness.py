@@ -48,3 +48,21 @@ def test_a_hung_run_is_killed_at_the_deadline(multihost):
 def test_check_false_returns_the_failed_results_instead_of_raising(multihost):
     results = multihost("raise_on", 2, params={"process": 0}, heartbeat_timeout_s=3, check=False)
     assert results[0].returncode == 1 and not results[0].ok
+
+
+def test_a_taken_port_is_retried_on_a_new_one(multihost, monkeypatch, tmp_path):
+    import socket
+
+    from tests.multihost import harness
+
+    with socket.socket() as squatter:  # listening, without SO_REUSEPORT: grpc cannot bind
+        squatter.bind((harness.HOST, 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        picks = iter([taken])
+        real_free_port = harness.free_port
+        monkeypatch.setattr(harness, "free_port", lambda: next(picks, None) or real_free_port())
+        results = multihost("raise_on", 2, params={"process": -1})
+    assert all(r.ok for r in results)
+    first_try = (tmp_path / "run-0" / "attempt-0" / "stderr-0.txt").read_text()
+    assert any(s in first_try for s in harness.PORT_TAKEN), first_try

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -60,8 +61,27 @@ def _final_collective() -> None:
         raise RuntimeError(f"final collective summed to {int(total.addressable_data(0))}, not {n}")
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this worker if the test process dies first.
+
+    The harness kills its workers on every normal path; this covers the test
+    process itself being killed (Ctrl-C twice, a CI timeout), so no worker
+    outlives it. Elsewhere than Linux it is skipped.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def main(config_path: str, pid: int) -> None:
     config = json.loads(Path(config_path).read_text())
+    _die_with_parent(config["parent_pid"])
     report_dir = Path(config["report_dir"])
     sys.excepthook = lambda *exc: _die_with_report(report_dir, pid, *exc)
 
