@@ -1,0 +1,301 @@
+"""estimate_memory equals what live jax.Arrays hold, per device, byte for byte."""
+
+import functools
+import json
+import math
+import os
+import subprocess
+import sys
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from meshplan.pure import (
+    UNCONSTRAINED,
+    MemoryEstimate,
+    MeshplanTypeError,
+    SpecError,
+    dtype_bits,
+    estimate_memory,
+    estimate_training_memory,
+    optimizer_state_specs,
+    spec_from_entries,
+)
+
+MESH_SHAPES = {"2x4": (2, 4), "8": (8,), "2x2x2": (2, 2, 2), "1x8": (1, 8)}
+AXIS_NAMES = ("a", "b", "c")
+DTYPES = [np.float32, np.int8, np.bool_, np.complex64, jnp.bfloat16, jnp.int4, jnp.uint2,
+          jnp.float8_e4m3fn, jnp.float4_e2m1fn]
+
+
+@functools.cache
+def mesh_for(key: str) -> jax.sharding.Mesh:
+    shape = MESH_SHAPES[key]
+    return jax.make_mesh(shape, AXIS_NAMES[: len(shape)])
+
+
+@st.composite
+def spec_and_shape(draw, names, sizes, *, even: bool):
+    """A spec over ``names`` and a shape it fits; ``even`` makes every split divide its dim."""
+    rank = draw(st.integers(0, 3))
+    free = draw(st.permutations(names))
+    entries, shape = [], []
+    for _ in range(rank):
+        take = draw(st.integers(0, min(2, len(free))))
+        group, free = tuple(free[:take]), free[take:]
+        n = math.prod(sizes[a] for a in group)
+        entries.append(group)
+        shape.append(n * draw(st.integers(0, 3)) if even else draw(st.integers(0, 3 * n + 1)))
+    return spec_from_entries(entries), tuple(shape)
+
+
+@st.composite
+def placed_trees(draw, *, even: bool = True):
+    """(mesh key, tree of ShapeDtypeStructs, spec tree); shrinks to one rank-0 leaf on the first mesh."""
+    key = draw(st.sampled_from(sorted(MESH_SHAPES)))
+    mesh = mesh_for(key)
+    names, sizes = list(mesh.axis_names), dict(mesh.shape)
+    leaves, specs = {}, {}
+    for i in range(draw(st.integers(1, 4))):
+        spec, shape = draw(spec_and_shape(names, sizes, even=even))
+        leaves[f"p{i}"] = jax.ShapeDtypeStruct(shape, draw(st.sampled_from(DTYPES)))
+        specs[f"p{i}"] = spec
+    return key, leaves, specs
+
+
+def live_bytes_per_device(mesh, tree, specs) -> dict[int, int]:
+    """Sum of addressable_shards[i].data.nbytes per device id of the tree placed by device_put."""
+    arrays = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), tree)
+    shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, P))
+    placed = jax.device_put(arrays, shardings)
+    out = {d.id: 0 for d in mesh.devices.flat}
+    for x in jax.tree.leaves(placed):
+        for shard in x.addressable_shards:
+            out[shard.device.id] += shard.data.nbytes
+    return out
+
+
+@given(placed_trees())
+def test_estimate_equals_live_shard_bytes_on_every_device(case):
+    key, tree, specs = case
+    mesh = mesh_for(key)
+    est = estimate_memory(tree, specs, dict(mesh.shape))
+    by_device = dict(zip((d.id for d in mesh.devices.flat), est.per_device, strict=True))
+    assert by_device == live_bytes_per_device(mesh, tree, specs)
+    assert not est.padded and est.exact
+    full = {k: math.prod(s.shape) * np.dtype(s.dtype).itemsize for k, s in tree.items()}
+    assert est.total_unsharded_bytes == sum(full.values())
+    replicated = [k for k, s in specs.items() if NamedSharding(mesh, s).is_fully_replicated]
+    assert est.replicated_bytes == sum(full[k] for k in replicated)
+    assert est.max_per_device == max(est.per_device) and est.num_arrays == len(tree)
+
+
+@given(placed_trees())
+def test_packed_subbyte_counts_each_shard_packed(case):
+    key, tree, specs = case
+    mesh = mesh_for(key)
+    est = estimate_memory(tree, specs, dict(mesh.shape), packed_subbyte=True)
+    expected = 0
+    for k, s in tree.items():
+        n = math.prod(NamedSharding(mesh, specs[k]).shard_shape(s.shape))
+        expected += -(-n * dtype_bits(s.dtype) // 8)
+    assert est.per_device == (expected,) * mesh.size
+
+
+@given(placed_trees(even=False))
+def test_uneven_splits_count_padded_buffers_or_the_real_slice_each_device_gets(case):
+    key, tree, specs = case
+    mesh = mesh_for(key)
+    sizes = dict(mesh.shape)
+    actual = estimate_memory(tree, specs, sizes, padding="actual")
+    padded = estimate_memory(tree, specs, sizes)
+    # Oracle: jax's device -> slice map for the padded-up shape, clipped to the real shape
+    # (XLA puts the padding at the end of each split dim).
+    expected_actual = {d.id: 0 for d in mesh.devices.flat}
+    expected_padded = 0
+    for k, s in tree.items():
+        itemsize = np.dtype(s.dtype).itemsize
+        up = padded_shape(s.shape, specs[k], sizes)
+        sharding = NamedSharding(mesh, specs[k])
+        for device, index in sharding.devices_indices_map(up).items():
+            real = math.prod(len(range(d)[sl]) for sl, d in zip(index, s.shape, strict=True))
+            expected_actual[device.id] += real * itemsize
+        expected_padded += math.prod(sharding.shard_shape(up)) * itemsize
+    assert dict(zip((d.id for d in mesh.devices.flat), actual.per_device, strict=True)) == expected_actual
+    assert padded.per_device == (expected_padded,) * mesh.size
+    uneven = any(padded_shape(s.shape, specs[k], sizes) != s.shape for k, s in tree.items())
+    assert padded.padded == actual.padded == uneven
+    assert actual.total_unsharded_bytes == padded.total_unsharded_bytes
+
+
+def padded_shape(shape, spec, sizes):
+    """``shape`` with every split dim rounded up to a multiple of its split."""
+    entries = list(spec) + [None] * (len(shape) - len(spec))
+    out = []
+    for d, e in zip(shape, entries, strict=True):
+        axes = () if e is None else (e,) if isinstance(e, str) else tuple(e)
+        n = math.prod(sizes[a] for a in axes)
+        out.append(-(-d // n) * n)
+    return tuple(out)
+
+
+SIZES = {"dp": 2, "tp": 4}
+
+
+def test_to_dict_has_the_reference_keys_with_exact_meanings():
+    params = {"w": np.zeros((8, 16), np.float32), "b": np.zeros(16, np.float32)}
+    d = estimate_memory(params, {"w": P("dp", "tp"), "b": P()}, SIZES).to_dict()
+    assert d["total_size"] == 8 * 16 * 4 + 16 * 4
+    assert d["size_per_device"] == d["max_per_device"] == 4 * 4 * 4 + 16 * 4
+    assert d["replicated_bytes"] == 64 and d["sharded_bytes"] == 512 and d["num_devices"] == 8
+    assert d["per_device"] == [d["size_per_device"]] * 8 and d["mean_per_device"] == d["size_per_device"]
+
+
+def test_specs_that_cannot_be_counted_raise_once_with_every_path():
+    params = {"a": np.zeros(8), "b": np.zeros(8), "c": np.zeros(5)}
+    with pytest.raises(SpecError) as info:
+        estimate_memory(params, {"a": P("zz"), "b": P("dp", "tp"), "c": P("dp")}, SIZES)
+    message = str(info.value)
+    assert "'a'" in message and "'b'" in message and "'c'" not in message  # uneven 'c' is countable
+
+
+def test_unconstrained_dims_are_counted_replicated_and_flagged_inexact():
+    est = estimate_memory([np.zeros((8, 8), np.int8)], [P(UNCONSTRAINED, "tp")], SIZES)
+    assert est.per_device == (16,) * 8 and not est.exact
+
+
+def test_a_leaf_with_a_dtype_jax_cannot_hold_is_named():
+    with pytest.raises(MeshplanTypeError, match="leaf 'names'"):
+        estimate_memory({"names": np.array(["a", "b"]), "w": np.zeros(2)}, {"names": P(), "w": P()}, SIZES)
+
+
+def test_non_array_and_none_leaves_take_no_memory():
+    est = estimate_memory({"act": "relu", "n": None, "w": np.zeros(4, np.int8)}, {"act": None, "n": None, "w": P()}, SIZES)
+    assert est.per_device == (4,) * 8 and est.num_arrays == 1
+
+
+def test_bad_padding_option_is_a_type_error():
+    with pytest.raises(MeshplanTypeError, match="padding"):
+        estimate_memory([np.zeros(4)], [P()], SIZES, padding="ceil")
+
+
+def test_estimates_add_per_device_and_refuse_other_meshes():
+    a = estimate_memory([np.zeros((8,), np.int8)], [P("dp")], SIZES)
+    b = estimate_memory([np.zeros((8,), np.int8)], [P()], SIZES)
+    assert (a + b).per_device == (12,) * 8 and a.scaled(3).per_device == (12,) * 8
+    with pytest.raises(MeshplanTypeError, match="different meshes"):
+        a + estimate_memory([np.zeros(8)], [P()], {"dp": 8})
+
+
+def test_an_empty_mesh_is_one_device():
+    est = estimate_memory({"w": np.zeros(3, np.float32)}, {"w": P()}, {})
+    assert est.per_device == (12,) and est.mesh_shape == ()
+
+
+# --- training memory ---------------------------------------------------------------------------
+
+
+class AdamState(NamedTuple):  # the structure of optax.ScaleByAdamState
+    count: Any
+    mu: Any
+    nu: Any
+
+
+class FactoredState(NamedTuple):  # the structure of optax's factored (Adafactor) state
+    count: Any
+    v_row: Any
+    v_col: Any
+    v: Any
+
+
+def sds(shape, dtype=np.float32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+PARAMS = {"embed": sds((64, 16), jnp.bfloat16), "dense": {"kernel": sds((16, 32)), "bias": sds((32,))},
+          "step": sds((), np.int32)}
+PARAM_SPECS = {"embed": P("tp", "dp"), "dense": {"kernel": P("dp", "tp"), "bias": P()}, "step": P()}
+
+
+def test_optimizer_state_specs_follow_params_where_the_state_mirrors_them():
+    adam_like = (AdamState(sds((), np.int32), PARAMS, PARAMS), ())
+    specs = optimizer_state_specs(PARAMS, PARAM_SPECS, adam_like)
+    assert specs == (AdamState(P(), PARAM_SPECS, PARAM_SPECS), ())
+
+
+def test_factored_statistics_of_another_shape_are_replicated():
+    v_row = jax.tree.map(lambda s: sds(s.shape[:1]), PARAMS)
+    state = FactoredState(sds((), np.int32), v_row, v_row, PARAMS)
+    specs = optimizer_state_specs(PARAMS, PARAM_SPECS, state)
+    assert specs.v == PARAM_SPECS
+    assert specs.v_row == {"embed": P(), "dense": {"kernel": P(), "bias": P()}, "step": P()}
+
+
+def test_training_memory_equals_live_placement_of_params_grads_and_state():
+    params = {"w": sds((16, 8)), "b": sds((8,), jnp.bfloat16), "n": sds((4,), np.int32)}
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"))
+    specs = {"w": P("dp", "tp"), "b": P("tp"), "n": P()}
+    state = (AdamState(sds((), np.int32), jax.tree.map(lambda s: sds(s.shape), params),
+                       jax.tree.map(lambda s: sds(s.shape), params)), ())
+    est = estimate_training_memory(params, specs, dict(mesh.shape), opt_state=state, grad_dtype=np.float32)
+    state_specs = optimizer_state_specs(params, specs, state)
+    grads = {"w": sds((16, 8)), "b": sds((8,)), "n": sds((4,), jax.dtypes.float0)}
+    live = [live_bytes_per_device(mesh, params, specs),
+            live_bytes_per_device(mesh, {k: v for k, v in grads.items() if k != "n"}, {"w": specs["w"], "b": specs["b"]}),
+            live_bytes_per_device(mesh, state, state_specs)]
+    ids = [d.id for d in mesh.devices.flat]
+    for part, expected in zip((est.params, est.grads, est.opt_state), live, strict=True):
+        assert dict(zip(ids, part.per_device, strict=True)) == expected
+    assert est.per_device == tuple(sum(x) for x in zip(*(p.per_device for p in (est.params, est.grads, est.opt_state))))
+    assert est.to_dict()["total"] == est.max_per_device
+
+
+def test_optimizer_copies_model_adam_without_the_step_count():
+    specs = PARAM_SPECS
+    state = (AdamState(sds((), np.int32), jax.tree.map(lambda s: sds(s.shape), PARAMS),
+                       jax.tree.map(lambda s: sds(s.shape), PARAMS)), ())
+    exact = estimate_training_memory(PARAMS, specs, SIZES, opt_state=state)
+    modelled = estimate_training_memory(PARAMS, specs, SIZES, optimizer_copies=2, optimizer_dtype=np.float32)
+    # The model has no step count (int32: 4 bytes per device) and gives the
+    # integer param 'step' no state, where this state has two float32 scalars.
+    diff = {e - m for e, m in zip(exact.opt_state.per_device, modelled.opt_state.per_device, strict=True)}
+    assert diff == {4 + 2 * 4}
+
+
+def test_opt_state_and_copies_are_exclusive():
+    with pytest.raises(MeshplanTypeError, match="not both"):
+        estimate_training_memory(PARAMS, PARAM_SPECS, SIZES, opt_state=(), optimizer_copies=2)
+
+
+# --- determinism -------------------------------------------------------------------------------
+
+_SCRIPT = """
+import json
+import numpy as np
+from jax.sharding import PartitionSpec as P
+from meshplan.pure import estimate_memory, validate_specs
+tree = {name: np.zeros((6, 8), np.float32) for name in ["zeta", "alpha", "mid", "beta", "omega"]}
+specs = {"zeta": P("tp"), "alpha": P("x"), "mid": P(("tp", "dp")), "beta": P(None, "dp"), "omega": P("dp", "dp")}
+sizes = {"tp": 4, "dp": 2}
+findings = [[f.path, f.kind, f.message] for f in validate_specs(tree, specs, sizes)]
+est = estimate_memory(tree, {k: P(None, "tp") for k in tree}, sizes, padding="actual").to_dict()
+print(json.dumps([findings, est]))
+"""
+
+
+def test_output_does_not_depend_on_the_hash_seed():
+    outputs = []
+    for seed in ("0", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, JAX_PLATFORMS="cpu")
+        run = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, check=True)
+        outputs.append(json.loads(run.stdout))
+    assert outputs[0] == outputs[1]
+    assert [f[0] for f in outputs[0][0]] == ["alpha", "mid", "omega", "zeta"]
