@@ -50,6 +50,7 @@ class WorkerResult:
       report: the dict its scenario returned (None if it wrote none).
       stderr_tail: the last lines of its stderr, native stack frames dropped.
       timed_out: it was still running at the deadline and was killed.
+      started: False if it was never launched (process 0 failed first).
     """
 
     process_id: int
@@ -57,14 +58,17 @@ class WorkerResult:
     report: dict[str, Any] | None
     stderr_tail: str
     timed_out: bool
+    started: bool = True
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and self.report is not None and not self.timed_out
+        return self.started and self.returncode == 0 and self.report is not None and not self.timed_out
 
     def describe(self) -> str:
         """One line: how this process ended."""
-        if self.timed_out:
+        if not self.started:
+            how = "never started (process 0 failed or the deadline passed before its port answered)"
+        elif self.timed_out:
             how = f"still running at the deadline; killed (rc={self.returncode})"
         elif self.returncode < 0:
             how = f"killed by signal {signal_name(-self.returncode)} (rc={self.returncode})"
@@ -186,11 +190,12 @@ class _Attempt:
         port = self.config["port"]
         (self.workdir / "config.json").write_text(json.dumps(self.config))
         self._start(0)
-        while time.monotonic() < deadline and self.procs[0].poll() is None:
-            if _port_answers(port):
-                break
-            time.sleep(0.02)
-        if self.procs[0].poll() is None:
+        answered = False
+        while not answered and time.monotonic() < deadline and self.procs[0].poll() is None:
+            answered = _port_answers(port)
+            if not answered:
+                time.sleep(0.02)
+        if answered:
             for pid in range(1, n):
                 self._start(pid)
         while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
@@ -275,9 +280,8 @@ def run_workers(
             )
         )
     if len(results) < num_processes:
-        # Process 0 died before its port answered: the others never started.
         results += [
-            WorkerResult(pid, 0, None, "(never started: process 0 failed first)", False)
+            WorkerResult(pid, 0, None, "", timed_out=False, started=False)
             for pid in range(len(results), num_processes)
         ]
     if check and not all(r.ok for r in results):
@@ -290,7 +294,7 @@ def failure_message(scenario: str, results: list[WorkerResult], elapsed: float) 
     lines = [f"multi-process scenario {scenario!r} failed ({len(results)} processes, {elapsed:.1f} s):"]
     lines += [f"  {r.describe()}" for r in results]
     for r in results:
-        if not r.ok:
+        if r.started and not r.ok:
             error = (r.report or {}).get("error")
             if error:
                 lines.append(f"--- process {r.process_id} error ---\n{error}")

@@ -66,3 +66,14 @@ def test_a_taken_port_is_retried_on_a_new_one(multihost, monkeypatch, tmp_path):
     assert all(r.ok for r in results)
     first_try = (tmp_path / "run-0" / "attempt-0" / "stderr-0.txt").read_text()
     assert any(s in first_try for s in harness.PORT_TAKEN), first_try
+
+
+def test_process_0_failing_before_its_port_answers_is_reported_without_starting_the_rest(multihost):
+    # A heartbeat timeout jax cannot take makes initialize fail in process 0
+    # before its coordination service listens.
+    with pytest.raises(WorkerFailure) as info:
+        multihost("raise_on", 2, heartbeat_timeout_s="soon", deadline_s=30)
+    message = str(info.value)
+    assert "process 0: exited with rc=1" in message
+    assert "process 1: never started" in message
+    assert "TypeError" in message
