@@ -24,6 +24,9 @@ __all__ += ["HybridMeshShape", "MeshConfig", "MeshShape", "calculate_host_mesh_s
             "parse_mesh_from_string"]
 
 # --- sharding --------------------------------------------------------------------------------------
+from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
+
+__all__ += ["ShardingAnalyzer", "create_monitored_function"]
 
 # --- multi-host --------------------------------------------------------------------------------------
 from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape

@@ -21,6 +21,9 @@ __all__ += ["MeshConfig", "build_mesh", "calculate_host_mesh_shape", "clear_mesh
             "create_cpu_mesh", "create_mesh", "force_cpu", "mesh_cache_info", "parse_mesh_from_string"]
 
 # --- sharding rules, analyzer, partition helper ----------------------------------------------------
+from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
+
+__all__ += ["ShardingAnalyzer", "create_monitored_function"]
 
 # --- multi-host --------------------------------------------------------------------------------------
 from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
