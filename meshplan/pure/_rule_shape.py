@@ -69,7 +69,8 @@ def _canonical_patterns(shape_patterns: Any) -> tuple[tuple[Pattern, PartitionSp
         items = list(shape_patterns.items())
     elif isinstance(shape_patterns, Sequence) and not isinstance(shape_patterns, str):
         items = list(shape_patterns)
-        if not all(isinstance(it, tuple | list) and len(it) == 2 for it in items):
+        if not all(isinstance(it, tuple | list) and len(it) == 2 and isinstance(it[1], PartitionSpec)
+                   for it in items):
             raise MeshplanTypeError(
                 "shape_patterns must be a dict {pattern: PartitionSpec} or a sequence of "
                 f"(pattern, PartitionSpec) pairs; got {shape_patterns!r}."
