@@ -33,7 +33,7 @@ from meshplan.pure._dtypes import array_bytes, dtype_bits, dtype_storage_bytes
 from meshplan.pure._specs import UNCONSTRAINED, canonical_entries
 from meshplan.pure._tree import LeafInfo, TreeFacts
 from meshplan.pure._types import AxisSizes, PyTree
-from meshplan.pure._validate import raise_errors, resolve_specs
+from meshplan.pure._validate import _resolve, group_leaves, raise_errors
 from meshplan.pure.errors import MeshplanTypeError
 
 __all__ = ["MemoryEstimate", "estimate_memory", "estimate_leaves_memory"]
@@ -206,18 +206,29 @@ def estimate_leaves_memory(
       >>> estimate_leaves_memory(facts, (P("x"),), {"x": 2}, padding="actual").per_device
       (6, 4)
     """
+    groups = group_leaves(facts.infos, per_leaf_specs)
+    if groups is None:
+        raise MeshplanTypeError("per_leaf_specs holds an unhashable leaf; resolve specs with resolve_specs first.")
+    return _estimate_groups(*groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+
+
+def _estimate_groups(
+    counts: collections.Counter, by_id: dict[int, LeafInfo | None], axis_sizes: AxisSizes, *,
+    packed_subbyte: bool, padding: str,
+) -> MemoryEstimate:
+    """The estimate from leaf groups (see :func:`meshplan.pure._validate.group_leaves`)."""
     if padding not in _PADDING:
         raise MeshplanTypeError(f"padding={padding!r} must be one of {_PADDING}.")
     sizes = dict(axis_sizes)
     names = tuple(sizes)
     num_devices = math.prod(sizes.values())
-    groups = collections.Counter(zip(facts.infos, per_leaf_specs, strict=True))
     uniform = 0
     varying = np.zeros(num_devices, dtype=np.int64)
     total = replicated = num_arrays = 0
     padded_any, exact = False, True
     coords: dict[str, np.ndarray] | None = None
-    for (info, spec), count in groups.items():
+    for (info_id, spec), count in counts.items():
+        info = by_id[info_id]
         if info is None:
             continue
         num_arrays += count
@@ -293,10 +304,10 @@ def estimate_memory(
       >>> est.max_per_device, est.total_unsharded_bytes, est.replicated_bytes
       (133120, 1050624, 2048)
     """
-    facts, per_leaf, findings = resolve_specs(tree, specs, axis_sizes, for_storage=False, x64=x64)
+    facts, _, findings, groups = _resolve(tree, specs, axis_sizes, for_storage=False, x64=x64)
     raise_errors(findings)
     try:
-        return estimate_leaves_memory(facts, per_leaf, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+        return _estimate_groups(*groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
     except MeshplanTypeError as err:
         bad = _first_bad_dtype_leaf(facts)
         if bad is None:

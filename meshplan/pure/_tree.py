@@ -154,9 +154,14 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
     # Trees hold many leaves of few (shape, dtype) kinds: build one LeafInfo
     # per kind and skip leaf_info's probing for the common array types.
     cache: dict[Any, LeafInfo] = {}
+    fast: dict[type, bool] = {}  # isinstance(v, jax.Array) is slow; ask once per type
     infos: list[LeafInfo | None] = []
     for v in leaves:
-        if isinstance(v, _FAST_TYPES):
+        t = type(v)
+        is_fast = fast.get(t)
+        if is_fast is None:
+            is_fast = fast[t] = isinstance(v, _FAST_TYPES)
+        if is_fast:
             key = (v.shape, v.dtype)
             info = cache.get(key)
             if info is None:

@@ -27,6 +27,7 @@ only for leaves with findings, so a 50k-leaf tree costs about one walk.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Mapping
@@ -42,7 +43,7 @@ from meshplan.pure.errors import MeshplanTypeError, SpecError
 
 __all__ = [
     "FINDING_KINDS", "Finding", "check_axis_sizes", "leaf_specs", "validate_specs", "check_specs", "raise_errors",
-    "resolve_specs",
+    "resolve_specs", "group_leaves",
 ]
 
 FINDING_KINDS = (
@@ -237,10 +238,63 @@ def _leaf_problems(
     return _check_pair(info.shape, spec, axis_sizes, for_storage)
 
 
+def group_leaves(
+    infos: tuple[LeafInfo | None, ...], per_leaf: tuple[Any, ...]
+) -> tuple[collections.Counter, dict[int, LeafInfo | None]] | None:
+    """Count leaves per distinct (leaf kind, spec): ``(Counter[(id(info), spec)], {id: info})``.
+
+    Keyed by ``id(info)``: tree_facts shares one LeafInfo per (shape, dtype),
+    and hashing the dataclass per leaf would cost more than the checks. No
+    per-leaf list is built: 50k live tuples would wake the cyclic GC, which
+    then walks the whole tree. ``None`` when a spec leaf is unhashable.
+
+    Example:
+      >>> import numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> counts, by_id = group_leaves(tree_facts([np.zeros(2)] * 3).infos, (P("x"),) * 3)
+      >>> list(counts.values())
+      [3]
+    """
+    try:
+        counts = collections.Counter(zip(map(id, infos), per_leaf, strict=True))
+    except TypeError:  # an unhashable spec leaf (a list, a dict)
+        return None
+    return counts, dict(zip(map(id, infos), infos))
+
+
+def _resolve(
+    tree: PyTree | TreeFacts, specs: PyTree, axis_sizes: Any, *, for_storage: bool, x64: bool
+) -> tuple[TreeFacts, tuple[Any, ...], list[Finding], Any]:
+    """resolve_specs plus the leaf groups (for memory estimation to reuse)."""
+    sizes = check_axis_sizes(axis_sizes)
+    facts = tree if isinstance(tree, TreeFacts) else tree_facts(tree, x64=x64)
+    per_leaf, findings = leaf_specs(facts, specs)
+    infos = facts.infos
+    groups = group_leaves(infos, per_leaf)
+    if groups is not None:
+        counts, by_id = groups
+        checked = {k: _leaf_problems(by_id[k[0]], k[1], sizes, for_storage) for k in counts}
+        if not any(checked.values()):
+            return facts, per_leaf, findings, groups
+    # Some pair has problems: walk the leaves to name their paths.
+    for i, (info, spec) in enumerate(zip(infos, per_leaf, strict=True)):
+        if groups is not None:
+            problems = checked[(id(info), spec)]
+        else:
+            problems = _leaf_problems(info, spec, sizes, for_storage)
+        if problems:
+            p = facts.path(i)
+            findings.extend(Finding(p, kind, text.replace(_P, repr(p)), sev) for kind, sev, text in problems)
+    return facts, per_leaf, findings, groups
+
+
 def resolve_specs(
     tree: PyTree | TreeFacts, specs: PyTree, axis_sizes: Any, *, for_storage: bool, x64: bool = False
 ) -> tuple[TreeFacts, tuple[Any, ...], list[Finding]]:
     """Facts, per-leaf specs and findings in one pass (shared by validation and memory).
+
+    Each distinct (leaf kind, spec) pair is checked once; leaves are walked
+    in Python only when some pair has problems, to name their paths.
 
     Example:
       >>> import numpy as np
@@ -249,24 +303,7 @@ def resolve_specs(
       >>> per_leaf, findings
       ((P('x',),), [])
     """
-    sizes = check_axis_sizes(axis_sizes)
-    facts = tree if isinstance(tree, TreeFacts) else tree_facts(tree, x64=x64)
-    per_leaf, findings = leaf_specs(facts, specs)
-    cache: dict[Any, tuple[tuple[str, str, str], ...]] = {}
-    for i, (info, spec) in enumerate(zip(facts.infos, per_leaf, strict=True)):
-        key = (info, spec)
-        try:
-            problems = cache.get(key)
-        except TypeError:  # an unhashable spec leaf (a list, a dict): check it uncached
-            key, problems = None, None
-        if problems is None:
-            problems = _leaf_problems(info, spec, sizes, for_storage)
-            if key is not None:
-                cache[key] = problems
-        if problems:
-            p = facts.path(i)
-            findings.extend(Finding(p, kind, text.replace(_P, repr(p)), sev) for kind, sev, text in problems)
-    return facts, per_leaf, findings
+    return _resolve(tree, specs, axis_sizes, for_storage=for_storage, x64=x64)[:3]
 
 
 def validate_specs(
