@@ -161,7 +161,7 @@ def _shard_lengths(
     d: int, entry: tuple[str, ...], chunk: int, coords: dict[str, np.ndarray], sizes: AxisSizes
 ) -> np.ndarray:
     """Real (unpadded) elements along one dim at every device position."""
-    index = np.zeros_like(next(iter(coords.values()))) if coords else np.zeros(1, np.int64)
+    index = np.zeros_like(coords[entry[0]])
     for axis in entry:  # first axis major, as jax lays out tuple entries
         index = index * sizes[axis] + coords[axis]
     return np.clip(d - index * chunk, 0, chunk)

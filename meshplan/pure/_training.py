@@ -27,7 +27,8 @@ __all__ = ["TrainingMemoryEstimate", "optimizer_state_specs", "estimate_training
 
 
 def _is_inexact(dtype: Any) -> bool:
-    return isinstance(dtype, np.dtype) and dtype.kind in "fcV" and jax.dtypes.issubdtype(dtype, np.inexact)
+    """Float or complex (bf16, fp8 ... included); PRNG keys and float0 are not."""
+    return isinstance(dtype, np.dtype) and bool(jax.dtypes.issubdtype(dtype, np.inexact))
 
 
 def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree) -> PyTree:
@@ -130,8 +131,12 @@ class TrainingMemoryEstimate:
 
 def _with_dtype(facts: TreeFacts, dtype_of: Any) -> TreeFacts:
     """The same leaves with new dtypes (``dtype_of(info) -> dtype``), same structure."""
-    infos = tuple(None if i is None else LeafInfo(i.shape, dtype_of(i)) for i in facts.infos)
-    return TreeFacts(infos, facts.treedef, facts.source)
+    # One new LeafInfo per old one, so equal leaves still share an info (grouping relies on it).
+    new: dict[int, LeafInfo | None] = {}
+    for info in facts.infos:
+        if id(info) not in new:
+            new[id(info)] = None if info is None else LeafInfo(info.shape, dtype_of(info))
+    return TreeFacts(tuple(new[id(i)] for i in facts.infos), facts.treedef, facts.source)
 
 
 def estimate_training_memory(

@@ -115,7 +115,9 @@ class TreeFacts:
     def keypaths(self) -> tuple[Any, ...]:
         """The jax key path of every leaf (computed once, on first use)."""
         if not self._memo:
-            with_path, _ = jax.tree_util.tree_flatten_with_path(self.source)
+            # Built by hand without a source: rebuild a stand-in tree from the structure.
+            source = self.source if self.source is not None else self.treedef.unflatten(range(len(self.infos)))
+            with_path, _ = jax.tree_util.tree_flatten_with_path(source)
             self._memo.append(tuple(k for k, _ in with_path))
         return self._memo[0]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplan.pure import LeafInfo, MeshplanTypeError, leaf_info, path_str, tree_facts
+from meshplan.pure import LeafInfo, MeshplanTypeError, TreeFacts, leaf_info, path_str, tree_facts
 
 
 class Box:
@@ -121,3 +121,10 @@ def test_facts_match_jax_leaves_one_for_one_with_paths_in_leaf_order(tree):
             assert facts.infos[i] == LeafInfo(as_array.shape, as_array.dtype)
         if isinstance(leaf, str):
             assert facts.infos[i] is None
+
+
+def test_key_paths_are_lazy_and_also_work_for_hand_built_facts():
+    facts = tree_facts({"a": [np.zeros(2), 1], "b": None})
+    assert facts._memo == []  # nothing formatted until asked
+    by_hand = TreeFacts(facts.infos, facts.treedef)
+    assert by_hand.keypaths == facts.keypaths and by_hand.path(1) == "a/1"
