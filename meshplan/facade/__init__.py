@@ -24,6 +24,17 @@ __all__ += ["MeshConfig", "build_mesh", "calculate_host_mesh_shape", "clear_mesh
 from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
 
 __all__ += ["ShardingAnalyzer", "create_monitored_function"]
+from meshplan.facade._partition_helper import MeshPartitionHelper
+from meshplan.facade._rules import (
+    AutoShardingRule,
+    CompositeShardingRule,
+    MemoryConstrainedShardingRule,
+    ShapeBasedShardingRule,
+    ShardingRule,
+)
+
+__all__ += ["AutoShardingRule", "CompositeShardingRule", "MemoryConstrainedShardingRule", "MeshPartitionHelper",
+            "ShapeBasedShardingRule", "ShardingRule"]
 
 # --- multi-host --------------------------------------------------------------------------------------
 from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
