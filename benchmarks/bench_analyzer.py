@@ -62,8 +62,10 @@ def main() -> None:
         base = best_of(lambda: jax.tree_util.tree_map(lambda x: x, params), repeat=repeat)
         rows += [
             (f"{leaves} leaves: tree_facts", best_of(lambda: tree_facts(params), repeat=repeat), base),
-            (f"{leaves} leaves: validate_specs", best_of(lambda: validate_specs(params, specs, sizes), repeat=repeat), base),
-            (f"{leaves} leaves: estimate_memory", best_of(lambda: estimate_memory(params, specs, sizes), repeat=repeat), base),
+            (f"{leaves} leaves: validate_specs",
+             best_of(lambda: validate_specs(params, specs, sizes), repeat=repeat), base),
+            (f"{leaves} leaves: estimate_memory",
+             best_of(lambda: estimate_memory(params, specs, sizes), repeat=repeat), base),
             (f"{leaves} leaves: analyzer.validate + estimate",
              best_of(lambda: (analyzer.validate_partition_specs(params, specs),
                               analyzer.estimate_memory_usage(params, specs)), repeat=repeat), base),

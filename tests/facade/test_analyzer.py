@@ -130,7 +130,12 @@ def test_packed_subbyte_analyzer_counts_int4_packed(mesh):
 def test_specs_describe_the_first_argument_even_when_passed_by_keyword(mesh):
     analyzer = ShardingAnalyzer(mesh)
     step = create_monitored_function(lambda params, lr=1.0: params * lr, P("dp"), analyzer)
-    for call in (lambda: step(jnp.ones(8), 0.5), lambda: step(params=jnp.ones(8), lr=0.5), lambda: step(lr=0.5, params=jnp.ones(8))):
+    calls = (
+        lambda: step(jnp.ones(8), 0.5),
+        lambda: step(params=jnp.ones(8), lr=0.5),
+        lambda: step(lr=0.5, params=jnp.ones(8)),
+    )
+    for call in calls:
         result, metrics = call()
         np.testing.assert_array_equal(result, np.full(8, 0.5))
         assert metrics["memory_usage"]["size_per_device"] == 16

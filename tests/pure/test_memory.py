@@ -178,7 +178,8 @@ def test_a_leaf_with_a_dtype_jax_cannot_hold_is_named():
 
 
 def test_non_array_and_none_leaves_take_no_memory():
-    est = estimate_memory({"act": "relu", "n": None, "w": np.zeros(4, np.int8)}, {"act": None, "n": None, "w": P()}, SIZES)
+    tree = {"act": "relu", "n": None, "w": np.zeros(4, np.int8)}
+    est = estimate_memory(tree, {"act": None, "n": None, "w": P()}, SIZES)
     assert est.per_device == (4,) * 8 and est.num_arrays == 1
 
 
@@ -249,7 +250,7 @@ def test_training_memory_equals_live_placement_of_params_grads_and_state():
     state_specs = optimizer_state_specs(params, specs, state)
     grads = {"w": sds((16, 8)), "b": sds((8,)), "n": sds((4,), jax.dtypes.float0)}
     live = [live_bytes_per_device(mesh, params, specs),
-            live_bytes_per_device(mesh, {k: v for k, v in grads.items() if k != "n"}, {"w": specs["w"], "b": specs["b"]}),
+            live_bytes_per_device(mesh, {"w": grads["w"], "b": grads["b"]}, {"w": specs["w"], "b": specs["b"]}),
             live_bytes_per_device(mesh, state, state_specs)]
     ids = [d.id for d in mesh.devices.flat]
     for part, expected in zip((est.params, est.grads, est.opt_state), live, strict=True):

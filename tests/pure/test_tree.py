@@ -54,7 +54,8 @@ def test_every_supported_leaf_kind_gives_its_shape_and_dtype():
 
 
 def test_python_scalars_follow_x64():
-    assert tree_facts([1, 1.0], x64=True).infos == (LeafInfo((), np.dtype(np.int64)), LeafInfo((), np.dtype(np.float64)))
+    infos = tree_facts([1, 1.0], x64=True).infos
+    assert infos == (LeafInfo((), np.dtype(np.int64)), LeafInfo((), np.dtype(np.float64)))
 
 
 def test_prng_key_arrays_keep_their_key_dtype():
