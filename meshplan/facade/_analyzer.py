@@ -25,7 +25,7 @@ from typing import Any
 import jax
 from jax.sharding import AbstractMesh, Mesh
 
-from meshplan.pure._memory import MemoryEstimate, estimate_memory
+from meshplan.pure._memory import MemoryEstimate, estimate_memory, validate_and_estimate
 from meshplan.pure._validate import Finding, check_specs, validate_specs
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError
 
@@ -141,6 +141,16 @@ class ShardingAnalyzer:
         """
         return self.estimate_memory(pytree, partition_specs).to_dict()
 
+    def _validate_and_estimate(self, pytree: Any, partition_specs: Any) -> tuple[list[str], dict[str, Any] | None]:
+        """Issues and the memory dict (``None`` when uncountable) from one walk of the tree."""
+        try:
+            findings, estimate = validate_and_estimate(
+                pytree, partition_specs, self._axis_sizes, packed_subbyte=self.packed_subbyte, x64=_x64()
+            )
+        except MeshplanError as err:  # e.g. a string array leaf: report it, don't break the call
+            return [str(err)], None
+        return [str(f) for f in findings], None if estimate is None else estimate.to_dict()
+
     def bytes_by_device(self, pytree: Any, partition_specs: Any) -> dict[Any, int]:
         """Bytes each device of the mesh holds: ``{device: bytes}`` (needs a concrete Mesh).
 
@@ -231,14 +241,7 @@ def create_monitored_function(
     @functools.wraps(fn)
     def monitored(*args: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         target = _target_argument(sig, arg, args, kwargs)
-        issues = analyzer.validate_partition_specs(target, partition_specs)
-        memory: dict[str, Any] | None
-        try:
-            memory = analyzer.estimate_memory_usage(target, partition_specs)
-        except MeshplanError as err:  # unusable specs: already among the issues, or add why
-            memory = None
-            if not issues:
-                issues = [str(err)]
+        issues, memory = analyzer._validate_and_estimate(target, partition_specs)
         if issues:
             warnings.warn(
                 f"{getattr(fn, '__name__', 'fn')}: {len(issues)} sharding issue(s): " + "; ".join(issues),

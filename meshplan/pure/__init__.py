@@ -58,9 +58,9 @@ __all__ += ["array_bytes", "canonical_dtype", "dtype_bits", "dtype_storage_bytes
 from meshplan.pure._validate import FINDING_KINDS, Finding, check_specs, validate_specs
 
 __all__ += ["FINDING_KINDS", "Finding", "check_specs", "validate_specs"]
-from meshplan.pure._memory import MemoryEstimate, estimate_memory
+from meshplan.pure._memory import MemoryEstimate, estimate_memory, validate_and_estimate
 
-__all__ += ["MemoryEstimate", "estimate_memory"]
+__all__ += ["MemoryEstimate", "estimate_memory", "validate_and_estimate"]
 from meshplan.pure._training import TrainingMemoryEstimate, estimate_training_memory, optimizer_state_specs
 
 __all__ += ["TrainingMemoryEstimate", "estimate_training_memory", "optimizer_state_specs"]

@@ -33,10 +33,10 @@ from meshplan.pure._dtypes import array_bytes, dtype_bits, dtype_storage_bytes
 from meshplan.pure._specs import UNCONSTRAINED, canonical_entries
 from meshplan.pure._tree import LeafInfo, TreeFacts
 from meshplan.pure._types import AxisSizes, PyTree
-from meshplan.pure._validate import _resolve, group_leaves, raise_errors
+from meshplan.pure._validate import Finding, _resolve, group_leaves, raise_errors
 from meshplan.pure.errors import MeshplanTypeError
 
-__all__ = ["MemoryEstimate", "estimate_memory", "estimate_leaves_memory"]
+__all__ = ["MemoryEstimate", "estimate_memory", "estimate_leaves_memory", "validate_and_estimate"]
 
 _PADDING = ("padded", "actual")
 
@@ -306,6 +306,49 @@ def estimate_memory(
     """
     facts, _, findings, groups = _resolve(tree, specs, axis_sizes, for_storage=False, x64=x64)
     raise_errors(findings)
+    return _named_estimate(facts, groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+
+
+# Findings that only matter for stored arrays: memory can still be counted.
+_STORAGE_ONLY = ("indivisible", "unconstrained")
+
+
+def validate_and_estimate(
+    tree: PyTree | TreeFacts,
+    specs: PyTree,
+    axis_sizes: AxisSizes,
+    *,
+    for_storage: bool = True,
+    packed_subbyte: bool = False,
+    padding: str = "padded",
+    x64: bool = False,
+) -> tuple[list[Finding], MemoryEstimate | None]:
+    """:func:`meshplan.pure.validate_specs` and :func:`estimate_memory` in one walk of the tree.
+
+    Returns:
+      ``(findings, estimate)``; ``estimate`` is ``None`` when a finding other
+      than an uneven split or ``UNCONSTRAINED`` makes the specs uncountable.
+
+    Raises:
+      MeshplanTypeError: as :func:`estimate_memory`.
+
+    Example:
+      >>> import numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> findings, est = validate_and_estimate({"w": np.zeros((6, 4), np.int8)}, {"w": P("x")}, {"x": 4})
+      >>> [f.kind for f in findings], est.per_device
+      (['indivisible'], (8, 8, 8, 8))
+    """
+    facts, _, findings, groups = _resolve(tree, specs, axis_sizes, for_storage=for_storage, x64=x64)
+    if any(f.severity == "error" and f.kind not in _STORAGE_ONLY for f in findings):
+        return findings, None
+    return findings, _named_estimate(facts, groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+
+
+def _named_estimate(
+    facts: TreeFacts, groups: Any, axis_sizes: AxisSizes, *, packed_subbyte: bool, padding: str
+) -> MemoryEstimate:
+    """_estimate_groups, naming the leaf when its dtype has no size."""
     try:
         return _estimate_groups(*groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
     except MeshplanTypeError as err:

@@ -28,6 +28,8 @@ from meshplan.pure import (
     estimate_training_memory,
     optimizer_state_specs,
     spec_from_entries,
+    validate_and_estimate,
+    validate_specs,
 )
 
 MESH_SHAPES = {"2x4": (2, 4), "8": (8,), "2x2x2": (2, 2, 2), "1x8": (1, 8)}
@@ -300,3 +302,22 @@ def test_output_does_not_depend_on_the_hash_seed():
         outputs.append(json.loads(run.stdout))
     assert outputs[0] == outputs[1]
     assert [f[0] for f in outputs[0][0]] == ["alpha", "mid", "omega", "zeta"]
+
+
+_any_entry = st.one_of(st.none(), st.sampled_from(["dp", "tp", "zz", ("dp", "tp"), ("tp", "tp"), UNCONSTRAINED]))
+
+
+@given(
+    shapes=st.lists(st.lists(st.sampled_from([1, 2, 3, 4, 8]), max_size=3).map(tuple), min_size=1, max_size=3),
+    raw_specs=st.lists(st.lists(_any_entry, max_size=3).map(lambda e: P(*e)), min_size=3, max_size=3),
+)
+def test_validate_and_estimate_is_both_calls_in_one(shapes, raw_specs):
+    tree = [np.zeros(s, np.float32) for s in shapes]
+    specs = raw_specs[: len(tree)]
+    findings, est = validate_and_estimate(tree, specs, SIZES)
+    assert findings == validate_specs(tree, specs, SIZES)
+    try:
+        expected = estimate_memory(tree, specs, SIZES)
+    except SpecError:
+        expected = None
+    assert est == expected
