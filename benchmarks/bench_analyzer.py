@@ -24,7 +24,7 @@ from _table import best_of, print_table  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from meshplan import ShardingAnalyzer  # noqa: E402
-from meshplan.pure import estimate_memory, tree_facts, validate_specs  # noqa: E402
+from meshplan.pure import estimate_memory, tree_facts, validate_and_estimate, validate_specs  # noqa: E402
 
 _LAYER = {  # (shape, spec) of one Llama-like block: 9 leaves
     "q": ((4096, 4096), P("fsdp", "tp")), "k": ((4096, 1024), P("fsdp", "tp")),
@@ -66,6 +66,8 @@ def main() -> None:
              best_of(lambda: validate_specs(params, specs, sizes), repeat=repeat), base),
             (f"{leaves} leaves: estimate_memory",
              best_of(lambda: estimate_memory(params, specs, sizes), repeat=repeat), base),
+            (f"{leaves} leaves: validate_and_estimate",
+             best_of(lambda: validate_and_estimate(params, specs, sizes), repeat=repeat), base),
             (f"{leaves} leaves: analyzer.validate + estimate",
              best_of(lambda: (analyzer.validate_partition_specs(params, specs),
                               analyzer.estimate_memory_usage(params, specs)), repeat=repeat), base),
