@@ -55,7 +55,7 @@ class MeshPartitionHelper:
     Example:
       >>> import numpy as np
       >>> from jax.sharding import AxisType
-      >>> mesh = jax.make_mesh((2, 4, 1), ("dp", "fsdp", "sp"), axis_types=(AxisType.Auto,) * 3)
+      >>> mesh = jax.make_mesh((1, 4, 2), ("dp", "fsdp", "sp"), axis_types=(AxisType.Auto,) * 3)
       >>> helper = MeshPartitionHelper(mesh)
       >>> params = {"w": np.ones((1024, 4096), np.float32), "b": np.ones(8, np.float32)}
       >>> placed = helper.auto_shard_pytree(params)

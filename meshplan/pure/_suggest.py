@@ -19,8 +19,11 @@ What differs, because the reference emits specs jax refuses (an fsdp+sp
 fallback without divisibility checks, a pair checked only by the product of
 two dims, an IndexError for rank-1 pairs): every placement here checks that
 the dim is free, the axes are unused in the spec, and the dim is divisible
-by the product of the axes placed on it. Leaves with fewer than
-``min_shard_size`` elements stay replicated, as the reference documents.
+by the product of the axes placed on it. Axes of size 1 are never
+placed (they split nothing but would take a dim: the reference turns a
+vector on a ``dp=1`` mesh into ``P('dp')``, i.e. replicated, instead of
+reaching fsdp). Leaves with fewer than ``min_shard_size`` elements stay
+replicated, as the reference documents.
 Unknown axes in ``methods`` raise :class:`ShardingRuleError` instead of a
 KeyError.
 """
@@ -175,6 +178,10 @@ def suggest_decision(
     if n < min_shard_size:
         return Decision(PartitionSpec(), f"{n} elements < min_shard_size={min_shard_size}; replicated", name)
     devices = math.prod(sizes.values())
+    # Size-1 axes split nothing, yet placing one would use up its dim (the
+    # reference gives a vector P('dp') on a dp=1 mesh and so never reaches
+    # fsdp). Drop them; a pair with one size-1 axis acts as a single axis.
+    methods = tuple(m for m in (tuple(a for a in m if sizes[a] > 1) for m in methods) if m)
     spec = _Spec(shape, sizes)
     _place(spec, methods, max(min_shard_size, n // (devices * 2)), first_pass=True)
     how = ""
@@ -209,7 +216,7 @@ def create_partition_spec(
       ShardingRuleError: a method names an unknown axis, or is not 1-2 distinct axes.
 
     Example:
-      >>> sizes = {"dp": 2, "fsdp": 4, "tp": 2, "sp": 1}
+      >>> sizes = {"dp": 1, "fsdp": 4, "tp": 1, "sp": 2}
       >>> create_partition_spec((1024, 4096), suggest_methods((1024, 4096), sizes), sizes)
       P('fsdp', 'sp')
       >>> create_partition_spec((6, 4096), [("fsdp", "sp")], sizes)  # fsdp (4) does not divide 6
@@ -241,8 +248,10 @@ class SuggestRule:
     Example:
       >>> import numpy as np
       >>> rule = SuggestRule()
-      >>> rule(LeafContext((1024, 4096), np.dtype("float32"), {"dp": 2, "fsdp": 4, "sp": 1})).spec
+      >>> rule(LeafContext((1024, 4096), np.dtype("float32"), {"dp": 2, "fsdp": 4, "sp": 2})).spec
       P('fsdp', 'sp')
+      >>> rule(LeafContext((4096,), np.dtype("float32"), {"dp": 1, "fsdp": 4})).spec  # size-1 dp skipped
+      P('fsdp',)
     """
 
     min_shard_size: int = DEFAULT_MIN_SHARD_SIZE

@@ -68,8 +68,25 @@ def test_suggest_rule_agrees_with_create_partition_spec(shape, sizes):
 
 def test_reference_mesh_prefers_fsdp_with_sp_for_matrices():
     assert suggest_methods((1024, 4096), REFERENCE_MESH) == [("fsdp", "sp"), ("dp",), ("tp",)]
-    assert create_partition_spec((1024, 4096), suggest_methods((1024, 4096), REFERENCE_MESH),
-                                 REFERENCE_MESH) == P("fsdp", "sp")
+    with_sp = dict(REFERENCE_MESH, sp=2)
+    assert create_partition_spec((1024, 4096), suggest_methods((1024, 4096), with_sp), with_sp) == P("fsdp", "sp")
+
+
+def test_size_one_axes_are_never_placed():
+    # sp=1 reduces the pair to fsdp; the reference would place ('fsdp', 'sp')
+    # and stop, leaving dp unused.
+    d = suggest_decision((1024, 4096), suggest_methods((1024, 4096), REFERENCE_MESH), REFERENCE_MESH)
+    assert d.spec == P("fsdp", "dp")
+    # On the reference's default mesh (dp=ep=tp=sp=1) a vector reaches fsdp
+    # rather than being "sharded" over dp=1.
+    default = {"dp": 1, "fsdp": 8, "ep": 1, "tp": 1, "sp": 1}
+    assert create_partition_spec((4096,), suggest_methods((4096,), default), default) == P("fsdp")
+
+
+@given(shape=shapes(), sizes=axis_sizes(max_axes=5), data=st.data())
+def test_placed_axes_all_have_size_above_one(shape, sizes, data):
+    spec = suggest_decision(shape, data.draw(methods_for(sizes)), sizes, min_shard_size=0).spec
+    assert all(sizes[a] > 1 for e in canonical_entries(spec, len(shape)) for a in e)
 
 
 def test_vectors_get_dp_then_tp_then_fsdp():
