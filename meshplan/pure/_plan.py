@@ -20,6 +20,7 @@ counts as an array):
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -208,48 +209,64 @@ def plan_tree(tree: PyTree, rule: Any, axis_sizes: Mapping[str, int], *, x64: bo
     shape_only = is_shape_only(rule)
     facts = tree_facts(tree, x64=x64)
     infos = facts.infos
-    n = len(infos)
-    decisions: list[Decision | None] = [None] * n
-    specs: list[Any] = [_REPLICATED] * n
+    # Leaves are matched to answers by the identity of their LeafInfo:
+    # tree_facts shares one LeafInfo between equal array leaves, so a 50k-leaf
+    # tree has a few dozen distinct ones, and id() lookups in C-level map()
+    # calls cost a fraction of a Python loop. (None, the non-array marker, is
+    # one object too.)
+    ids = list(map(id, infos))
+    decision_of: dict[int, Decision | None] = {}
+    spec_of: dict[int, Any] = {}
     failures: dict[Any, list[Any]] = {}
+    has_non_arrays = False
     if shape_only:
-        # tree_facts shares one LeafInfo between equal array leaves, so most
-        # lookups hit by identity; equal infos built separately (boxes,
-        # scalars) meet in by_key.
-        by_id: dict[int, list[Any]] = {}
-        by_key: dict[Any, list[Any]] = {}
+        by_key: dict[Any, tuple[Decision | None, PartitionSpec]] = {}
+        for uid in dict.fromkeys(ids):
+            i = ids.index(uid)  # the first leaf with this info, named in messages
+            info = infos[i]
+            if info is None:
+                has_non_arrays = True
+                decision_of[uid], spec_of[uid] = None, None
+                continue
+            # Equal infos built separately (boxes, scalars) share one answer.
+            key = (info.shape, info.dtype)
+            if key not in by_key:
+                by_key[key] = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), name, key,
+                                      failures)
+            decision_of[uid], spec_of[uid] = by_key[key]
+        decisions = _lookup(decision_of, ids)
+        specs = _lookup(spec_of, ids)
+        if failures:
+            for key, entry in failures.items():
+                entry[2] = sum(1 for x in infos if x is not None and (x.shape, x.dtype) == key)
+    else:
+        decisions, specs = [], []
         for i, info in enumerate(infos):
             if info is None:
-                continue
-            entry = by_id.get(id(info))
-            if entry is None:
-                key = (info.shape, info.dtype)
-                entry = by_key.get(key)
-                if entry is None:
-                    ctx = LeafContext(info.shape, info.dtype, sizes, i, facts)
-                    entry = by_key[key] = list(_decide(rule, ctx, name, key, failures))
-                elif key in failures:
-                    failures[key][2] += 1
-                by_id[id(info)] = entry
-            elif failures:
-                key = (info.shape, info.dtype)
-                if key in failures:
-                    failures[key][2] += 1
-            decisions[i], specs[i] = entry
-    else:
-        for i, info in enumerate(infos):
-            if info is not None:
-                ctx = LeafContext(info.shape, info.dtype, sizes, i, facts)
-                decisions[i], specs[i] = _decide(rule, ctx, name, i, failures)
+                has_non_arrays = True
+                decision, spec = None, None
+            else:
+                decision, spec = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), name, i,
+                                         failures)
+            decisions.append(decision)
+            specs.append(spec)
     if failures:
         _raise_failures(failures, name)
-    if None in infos:
+    if has_non_arrays:
         # Non-array leaves are copied into the spec tree unchanged.
+        specs = list(specs)
         leaves = facts.treedef.flatten_up_to(facts.source)
         for i, info in enumerate(infos):
             if info is None:
                 specs[i] = leaves[i]
     return Plan(facts.unflatten(specs), facts, tuple(decisions), tuple(specs), sizes, name)
+
+
+def _lookup(table: dict[int, Any], ids: list[int]) -> tuple[Any, ...]:
+    """``tuple(table[i] for i in ids)``, in one C-level pass (itemgetter)."""
+    if len(ids) < 2:
+        return tuple(table[i] for i in ids)
+    return operator.itemgetter(*ids)(table)
 
 
 def _decide(rule: Any, ctx: LeafContext, name: str, key: Any,

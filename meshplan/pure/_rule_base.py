@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -37,19 +36,43 @@ __all__ = [
     "Decision",
     "LeafContext",
     "PureRule",
+    "FrozenAxisSizes",
     "canonical_axis_sizes",
     "shards_something",
 ]
 
 
-def canonical_axis_sizes(axis_sizes: Mapping[str, int]) -> Mapping[str, int]:
+class FrozenAxisSizes(dict):
+    """A checked, read-only ``{axis name: size}`` in mesh order.
+
+    A ``dict`` subclass so lookups stay as fast as a dict's (rules read sizes
+    in their inner loops) and so it compares equal to plain dicts; every
+    mutating method raises. Only :func:`canonical_axis_sizes` makes them,
+    which lets the planner pass one to each leaf context without checking
+    it again.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise MeshplanTypeError("axis sizes are read-only; build a new mapping instead.")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self.items()))
+
+
+def canonical_axis_sizes(axis_sizes: Mapping[str, int]) -> FrozenAxisSizes:
     """Check an ordered mapping of mesh axis name -> size and freeze it.
 
     Args:
       axis_sizes: mesh axis sizes in mesh order (``dict(mesh.shape)``).
 
     Returns:
-      A read-only mapping with the same order and Python-int sizes.
+      A read-only mapping (a :class:`FrozenAxisSizes`) with the same order
+      and Python-int sizes; one made by this function is returned as is.
 
     Raises:
       MeshplanTypeError: not a mapping, a non-string name or a non-int size.
@@ -59,6 +82,8 @@ def canonical_axis_sizes(axis_sizes: Mapping[str, int]) -> Mapping[str, int]:
       >>> dict(canonical_axis_sizes({"dp": 2, "tp": 4}))
       {'dp': 2, 'tp': 4}
     """
+    if type(axis_sizes) is FrozenAxisSizes:
+        return axis_sizes
     if not isinstance(axis_sizes, Mapping):
         raise MeshplanTypeError(
             f"axis_sizes={axis_sizes!r} must be a mapping of mesh axis name -> size in mesh "
@@ -74,7 +99,7 @@ def canonical_axis_sizes(axis_sizes: Mapping[str, int]) -> Mapping[str, int]:
             bad.append(f"{name!r}={out[name]}")
     if bad:
         raise MeshShapeError(f"axis sizes must be >= 1; got {', '.join(bad)} in axis_sizes={dict(axis_sizes)}.")
-    return types.MappingProxyType(out)
+    return FrozenAxisSizes(out)
 
 
 def canonical_shape(shape: Any) -> Shape:

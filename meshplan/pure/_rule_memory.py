@@ -24,6 +24,7 @@ Only divisible splits are used, so every spec is valid for storing the leaf.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -185,8 +186,16 @@ class MemoryRule:
     def __call__(self, ctx: LeafContext) -> Decision:
         budget, shape, sizes = self.max_memory_per_device, ctx.shape, ctx.axis_sizes
 
-        def nbytes(shard: tuple[int, ...]) -> int:
-            return array_bytes(shard, ctx.dtype, packed_subbyte=self.packed_subbyte)
+        if self.packed_subbyte:
+            def nbytes(shard: tuple[int, ...]) -> int:
+                return array_bytes(shard, ctx.dtype, packed_subbyte=True)
+        else:
+            # Unpacked, every element takes whole bytes, so bytes are linear in
+            # the element count: one array_bytes call gives the unit.
+            unit = array_bytes((1,), ctx.dtype)
+
+            def nbytes(shard: tuple[int, ...]) -> int:
+                return math.prod(shard) * unit
 
         full = nbytes(shape)
         if full <= budget:

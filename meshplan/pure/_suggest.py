@@ -71,8 +71,10 @@ def suggest_methods(shape: Sequence[int], axis_sizes: Mapping[str, int]) -> list
       >>> suggest_methods((8,), {"fsdp": 4, "tp": 2})
       [('tp',), ('fsdp',)]
     """
-    shape = canonical_shape(shape)
-    sizes = canonical_axis_sizes(axis_sizes)
+    return _methods(canonical_shape(shape), canonical_axis_sizes(axis_sizes))
+
+
+def _methods(shape: Shape, sizes: Mapping[str, int]) -> list[Method]:
     rank = len(shape)
     methods: list[Method] = []
     if rank > 1 and "fsdp" in sizes and "sp" in sizes and shape[0] * shape[1] >= sizes["fsdp"] * sizes["sp"]:
@@ -168,10 +170,13 @@ def suggest_decision(
     Raises:
       ShardingRuleError: a method names an unknown axis, or is not 1-2 distinct axes.
     """
-    shape = canonical_shape(shape)
     sizes = canonical_axis_sizes(axis_sizes)
-    methods = _canonical_methods(methods, sizes)
-    min_shard_size = _min_shard_size(min_shard_size)
+    return _decide(canonical_shape(shape), _canonical_methods(methods, sizes), sizes,
+                   _min_shard_size(min_shard_size), name)
+
+
+def _decide(shape: Shape, methods: tuple[Method, ...], sizes: Mapping[str, int], min_shard_size: int,
+            name: str) -> Decision:
     n = math.prod(shape)
     if not shape:
         return Decision(PartitionSpec(), "scalar; replicated", name)
@@ -262,6 +267,7 @@ class SuggestRule:
         object.__setattr__(self, "min_shard_size", _min_shard_size(self.min_shard_size))
 
     def __call__(self, ctx: LeafContext) -> Decision:
-        methods = suggest_methods(ctx.shape, ctx.axis_sizes)
-        return suggest_decision(ctx.shape, methods, ctx.axis_sizes, min_shard_size=self.min_shard_size,
-                                name=self.name)
+        # Suggested methods name only mesh axes, so they skip the checks
+        # user-given methods get.
+        methods = tuple(_methods(ctx.shape, ctx.axis_sizes))
+        return _decide(ctx.shape, methods, ctx.axis_sizes, self.min_shard_size, self.name)
