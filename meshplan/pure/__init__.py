@@ -66,9 +66,16 @@ from meshplan.pure._training import TrainingMemoryEstimate, estimate_training_me
 __all__ += ["TrainingMemoryEstimate", "estimate_training_memory", "optimizer_state_specs"]
 
 # --- spec assignment rules and plans --------------------------------------------------------------
-from meshplan.pure._rule_base import Decision, LeafContext, PureRule, canonical_axis_sizes, shards_something
+from meshplan.pure._rule_base import (
+    Decision,
+    FrozenAxisSizes,
+    LeafContext,
+    PureRule,
+    canonical_axis_sizes,
+    shards_something,
+)
 
-__all__ += ["Decision", "LeafContext", "PureRule", "canonical_axis_sizes", "shards_something"]
+__all__ += ["Decision", "FrozenAxisSizes", "LeafContext", "PureRule", "canonical_axis_sizes", "shards_something"]
 from meshplan.pure._plan import Plan, PlanRule, plan_from_specs, plan_tree
 
 __all__ += ["Plan", "PlanRule", "plan_from_specs", "plan_tree"]

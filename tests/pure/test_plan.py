@@ -23,11 +23,12 @@ from meshplan.pure import (
     PlanRule,
     ShapePatternRule,
     SuggestRule,
+    canonical_axis_sizes,
     plan_from_specs,
     plan_tree,
     validate_specs,
 )
-from meshplan.pure.errors import MeshplanTypeError, PlanError, ShardingRuleError
+from meshplan.pure.errors import MeshplanTypeError, MeshShapeError, PlanError, ShardingRuleError
 from tests.pure.rules_common import axis_sizes, sds, shapes
 
 
@@ -228,3 +229,31 @@ def test_a_replayed_plan_refuses_a_different_tree():
     replay = PlanRule(plan_from_specs({"w": np.zeros(2)}, {"w": P()}))
     with pytest.raises(ShardingRuleError, match="different tree"):
         plan_tree([np.zeros(2), np.zeros(2)], replay, {"tp": 2})
+
+
+# --- contexts and axis sizes ----------------------------------------------------------------------
+
+
+def test_axis_sizes_are_checked_once_and_then_read_only():
+    sizes = canonical_axis_sizes({"dp": 2, "tp": np.int64(4)})
+    assert sizes == {"dp": 2, "tp": 4} and type(sizes["tp"]) is int
+    assert canonical_axis_sizes(sizes) is sizes
+    with pytest.raises(MeshplanTypeError, match="read-only"):
+        sizes["dp"] = 8
+    with pytest.raises(MeshplanTypeError, match="read-only"):
+        sizes.update(dp=8)
+    assert plan_tree({"a": sds((8,))}, AutoRule(), {"dp": 2}).axis_sizes == {"dp": 2}
+
+
+@pytest.mark.parametrize("bad", [{"dp": 0}, {"dp": True}, {1: 2}, [("dp", 2)]])
+def test_bad_axis_sizes_are_refused(bad):
+    with pytest.raises((MeshplanTypeError, MeshShapeError)):
+        canonical_axis_sizes(bad)
+
+
+def test_a_context_outside_a_tree_has_no_path_and_a_frozen_copy_of_the_sizes():
+    raw = {"tp": 4}
+    ctx = LeafContext([8, 8], np.dtype("float32"), raw)
+    assert ctx.shape == (8, 8) and ctx.keypath == () and ctx.path == "<leaf>" and ctx.num_elements == 64
+    raw["tp"] = 2
+    assert ctx.axis_sizes == {"tp": 4}
