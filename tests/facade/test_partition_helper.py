@@ -131,4 +131,6 @@ def test_the_helper_needs_a_concrete_mesh():
 def test_plan_explains_the_placement():
     helper = MeshPartitionHelper(_mesh((2, 4), ("fsdp", "sp")))
     plan = helper.plan({"w": np.zeros((1024, 4096), np.float32)})
-    assert plan.explain("w") == "w: (1024, 4096) float32 -> P('fsdp', 'sp') [suggest] dim 0 (1024) <- 'fsdp'(2), dim 1 (4096) <- 'sp'(4)"
+    assert plan.explain("w") == (
+        "w: (1024, 4096) float32 -> P('fsdp', 'sp') [suggest] dim 0 (1024) <- 'fsdp'(2), dim 1 (4096) <- 'sp'(4)"
+    )

@@ -35,7 +35,8 @@ def _model_params():
     rng = np.random.default_rng(0)
     layer = lambda: {  # noqa: E731
         "attn": {"wq": rng.standard_normal((256, 256), np.float32), "wo": rng.standard_normal((256, 256), np.float32)},
-        "mlp": {"up": rng.standard_normal((256, 1024), np.float32), "down": rng.standard_normal((1024, 256), np.float32)},
+        "mlp": {"up": rng.standard_normal((256, 1024), np.float32),
+                "down": rng.standard_normal((1024, 256), np.float32)},
         "norm": np.ones(256, np.float32),
     }
     return {"embed": rng.standard_normal((1000, 256), np.float32), "layers": [layer(), layer()],
