@@ -46,3 +46,9 @@ from meshplan.pure._batch import HostBatchSlice
 __all__ += ["barrier_sync", "host_batch_slice", "host_mesh_shape", "HostBatchSlice"]
 
 # --- planning --------------------------------------------------------------------------------------
+from meshplan.pure._cluster import Cluster, parse_cluster
+from meshplan.pure._plan_result import MeshCandidate, SearchResult
+from meshplan.pure._search import search_meshes
+from meshplan.pure.presets import get_preset
+
+__all__ += ["Cluster", "MeshCandidate", "SearchResult", "get_preset", "parse_cluster", "search_meshes"]

@@ -131,3 +131,19 @@ from meshplan.pure.presets import (
 
 __all__ += ["MLADims", "MODEL_PRESETS", "MODEL_SPECS", "ModelSpec", "Preset", "build_params",
             "count_params", "get_preset", "preset_names"]
+from meshplan.pure._axis_rules import AxisKindRule, PathRule, path_rule_from_json, path_template
+from meshplan.pure._plan_result import (
+    CommTerm,
+    MemoryBreakdown,
+    MeshCandidate,
+    ParamGroup,
+    Rejection,
+    SearchRequest,
+    SearchResult,
+)
+from meshplan.pure._search import search_meshes
+from meshplan.pure._step_cost import axis_domain_counts
+
+__all__ += ["AxisKindRule", "CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup", "PathRule",
+            "Rejection", "SearchRequest", "SearchResult", "axis_domain_counts", "path_rule_from_json",
+            "path_template", "search_meshes"]
