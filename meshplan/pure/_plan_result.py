@@ -54,13 +54,15 @@ def _required(cls: type, name: str) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
-def gib(nbytes: float) -> str:
-    """``'12.3 GiB'``: bytes as GiB with one decimal.
+def fmt_bytes(nbytes: float) -> str:
+    """``'12.3 GiB'`` (``'27.1 MiB'`` below 1 GiB): bytes with one decimal, for messages.
 
     Example:
-      >>> gib(3 * 2**30 + 2**29)
-      '3.5 GiB'
+      >>> fmt_bytes(3 * 2**30 + 2**29), fmt_bytes(5 * 2**20)
+      ('3.5 GiB', '5.0 MiB')
     """
+    if abs(nbytes) < _GIB:
+        return f"{nbytes / 2**20:.1f} MiB"
     return f"{nbytes / _GIB:.1f} GiB"
 
 
@@ -140,10 +142,13 @@ class MemoryBreakdown:
         """Inverse of :meth:`to_dict`."""
         return cls(**_fields(cls, {k: v for k, v in data.items() if k != "total"}))
 
+    def parts(self) -> str:
+        """``'params 8.2 GiB, grads 8.2 GiB, optimizer 16.4 GiB, activations 8.4 GiB'``."""
+        return ", ".join(f"{k} {fmt_bytes(getattr(self, k))}" for k in ("params", "grads", "optimizer", "activations"))
+
     def describe(self) -> str:
-        """``'41.2 GiB (params 8.2, grads 8.2, optimizer 16.4, activations 8.4)'``."""
-        parts = ", ".join(f"{k} {getattr(self, k) / _GIB:.1f}" for k in ("params", "grads", "optimizer", "activations"))
-        return f"{gib(self.total)} ({parts})"
+        """``'41.2 GiB (params 8.2, grads 8.2, optimizer 16.4, activations 8.4 GiB)'``."""
+        return f"{fmt_bytes(self.total)} ({self.parts()})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

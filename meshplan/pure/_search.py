@@ -46,7 +46,7 @@ from meshplan.pure._axes import _as_int
 from meshplan.pure._axis_rules import AxisKindRule
 from meshplan.pure._cluster import Cluster, parse_cluster
 from meshplan.pure._dtypes import canonical_dtype, dtype_storage_bytes
-from meshplan.pure._plan_result import MemoryBreakdown, MeshCandidate, Rejection, SearchRequest, SearchResult, gib
+from meshplan.pure._plan_result import MemoryBreakdown, MeshCandidate, Rejection, SearchRequest, SearchResult, fmt_bytes
 from meshplan.pure._rule_base import rule_name
 from meshplan.pure._search_groups import (
     LeafGroups,
@@ -97,6 +97,16 @@ class _Scored:
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
 
 
+def _text(mesh: Mapping[str, int]) -> str:
+    """``'dp=4,tp=8'``: the axes above 1 (all when none is), as :attr:`MeshCandidate.text` writes it."""
+    shown = [(a, s) for a, s in mesh.items() if s > 1] or list(mesh.items())
+    return ",".join(f"{a}={s}" for a, s in shown)
+
+
+def _meshes(n: int) -> str:
+    return f"{n} mesh" if n == 1 else f"{n} meshes"
+
+
 def _unit(cluster: Cluster) -> str:
     return "node" if cluster.device.ici_scope == "node" else "slice"
 
@@ -112,7 +122,8 @@ def _axis_problem(axis: str, v: int, req: SearchRequest, model: ModelSpec) -> st
         return f"ep={v} does not divide the {model.num_experts} experts"
     if within and v > d:
         return (f"{axis}={v} spans {math.ceil(v / d)} {unit}s ({d} devices per {unit}); {axis} stays "
-                f"inside one {unit} unless {axis}_within_domain=False")
+                f"inside one {unit} unless {axis}_within_domain=False"
+                + (" (CLI: --allow-tp-dcn)" if axis == "tp" else ""))
     if within and d % v:
         return f"{axis}={v} does not tile a {unit} of {d} devices"
     if axis == "sp" and req.seq % v:
@@ -204,7 +215,7 @@ class _Search:
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list, over: list) -> tuple[str, str]:
         req = self.req
         mesh = dict(zip(names, sizes, strict=True))
-        text = ",".join(f"{a}={s}" for a, s in mesh.items())
+        text = _text(mesh)
         ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
         if req.batch % ways:
             return "batch", f"{text}: dp*fsdp*ep={ways} does not divide batch={req.batch}"
@@ -217,7 +228,7 @@ class _Search:
         if bound > req.budget:
             # Every leaf shards over at most the axes the rule reads, so no plan can beat this.
             self.bounded.append((bound, sizes, placement))
-            return "memory", f"{text}: >= {gib(bound)}/device > {gib(req.budget)} budget"
+            return "memory", f"{text}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
         return self._exact(mesh, sizes, placement, fits, over)
 
     def _lower_bound(self, mesh: dict[str, int]) -> float:
@@ -232,7 +243,7 @@ class _Search:
     def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement, fits: list,
                over: list) -> tuple[str, str]:
         req = self.req
-        text = ",".join(f"{a}={s}" for a, s in mesh.items())
+        text = _text(mesh)
         key, plan = self.plan(mesh)
         if plan.error is not None:
             return "rule", f"{text}: {plan.error}"
@@ -249,7 +260,7 @@ class _Search:
             fits.append(scored)
             return "", ""
         over.append(scored)
-        return "memory", f"{text}: {gib(memory.total)}/device > {gib(req.budget)} budget"
+        return "memory", f"{text}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget"
 
     def _fill_leanest(self, over: list[_Scored]) -> None:
         """Plan exactly the bound-pruned meshes that could be among the ``top_k`` leanest over budget."""
@@ -287,7 +298,7 @@ def _combinations(values: list[list[int]], n: int) -> list[tuple[int, ...]]:
 
 
 def _verdict(s: _Scored, best: _Scored, rank: int, budget: int) -> str:
-    room = f"{gib(s.memory.total)} of {gib(budget)} budget"
+    room = f"{fmt_bytes(s.memory.total)} of {fmt_bytes(budget)} budget"
     top = max(to_terms(s.pending, price(s.pending, s.placement.cluster)), key=lambda t: t.seconds, default=None)
     largest = f"; largest: {top.what} {top.seconds:.3g} s" if top is not None and top.seconds > 0 else ""
     if rank == 1:
@@ -439,8 +450,8 @@ def _run(req: SearchRequest, model: ModelSpec, params: PyTree, rule: Any, *, bat
     ranked = tuple(search.candidate(s, _verdict(s, fits[0], r + 1, req.budget), r + 1)
                    for r, s in enumerate(fits[:k]))
     rejected = tuple(
-        search.candidate(s, f"rejected: {gib(s.memory.total)}/device > {gib(req.budget)} budget "
-                            f"({s.memory.describe()})", None)
+        search.candidate(s, f"rejected: {fmt_bytes(s.memory.total)}/device > {fmt_bytes(req.budget)} budget "
+                            f"({s.memory.parts()})", None)
         for s in over[:k])
     return SearchResult(req, ranked, rejected, tuple(rejections), total, len(fits))
 
@@ -451,14 +462,14 @@ def _nothing_fits(search: _Search, over: list[_Scored], rejections: list[Rejecti
     c = req.cluster
     where = f"{req.model} on {c.text} ({c.num_devices} x {c.device.name})"
     if not over:
-        why = "; ".join(f"{r.example} ({r.count} meshes)" for r in rejections) or "no axis values left"
+        why = "; ".join(f"{r.example} ({_meshes(r.count)})" for r in rejections) or "no axis values left"
         return (f"no mesh for {where} over axes {list(req.axes)} meets the constraints: {why}. Relax the "
                 "fixed sizes, the axes, the batch or the sequence length.")
     lean = over[0]
-    text = ",".join(f"{a}={s}" for a, s in zip(req.axes, lean.sizes, strict=True) if s > 1) or "replicated"
+    text = _text(dict(zip(req.axes, lean.sizes, strict=True)))
     short = lean.memory.total - req.budget
     msg = (f"{where} does not fit: the leanest mesh ({text}) needs {lean.memory.describe()} per device, "
-           f"{gib(short)} over the budget of {gib(req.budget)} ({c.device.name} HBM less "
+           f"{fmt_bytes(short)} over the budget of {fmt_bytes(req.budget)} ({c.device.name} HBM less "
            f"{req.headroom:.0%} headroom).")
     if suggest:
         bigger = _fitting_cluster(search, batch_given)

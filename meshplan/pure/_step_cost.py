@@ -236,10 +236,13 @@ def param_terms(
              ("reduce-scatter", "reduce-scatter of grads", traffic.scatter, 1),
              ("all-reduce", "all-reduce of grads", traffic.reduce, 1))
     for kind, what, table, per_layer in kinds:
+        # Groups that differ only in size-1 axes are the same devices: one collective.
+        merged: dict[tuple[str, ...], int] = {}
         for axes, nbytes in table:
             shown = tuple(a for a in axes if sizes[a] > 1)
-            if nbytes == 0 or not shown:
-                continue
+            if nbytes and shown:
+                merged[shown] = merged.get(shown, 0) + nbytes
+        for shown, nbytes in merged.items():
             i, d = placement.split(shown)
             out.append((f"{'+'.join(shown)} {what}", kind, shown, nbytes / layers, per_layer * layers, i, d))
     return out
