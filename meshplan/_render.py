@@ -204,6 +204,10 @@ def write_png(path: str, cluster: Cluster, names: Sequence[str], ids: np.ndarray
     if grid.size <= 4096:
         for (r, col), dev in np.ndenumerate(grid):
             ax.text(col, r, str(int(dev)), ha="center", va="center", fontsize=7)
+    if cols <= 64:
+        ax.set_xticks(range(cols))
+    if rows <= 64:
+        ax.set_yticks(range(rows))
     ax.set_xlabel(f"{names[-1]} ({ids.shape[-1]})")
     ax.set_ylabel(" x ".join(f"{n} ({s})" for n, s in zip(names[:-1], ids.shape[:-1], strict=True)) or "-")
     ax.set_title(f"{cluster.text}: device ids, coloured by host ({math.prod(ids.shape)} devices)")

@@ -239,7 +239,7 @@ class AxisKindRule:
             dim = len(shape) - 2 if module in _CONV1D else len(shape) - 1
         else:
             return ""
-        if dim < 0 or (role.stacked_expert and dim == 0):
+        if not 0 <= dim < len(shape) or (role.stacked_expert and dim == 0):
             return ""
         if shape[dim] % tp:
             return f"{module} {kind}: dim {dim} ({shape[dim]}) not divisible by tp={tp}; not split over tp"

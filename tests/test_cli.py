@@ -1,0 +1,129 @@
+"""Tests for the ``meshplan`` command line: real subprocesses for the main paths, main() for the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from meshplan import cli
+from meshplan.pure import SearchResult, search_meshes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str, seed: str = "0") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONHASHSEED=seed, JAX_PLATFORMS="cpu", COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "meshplan", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+
+
+def test_plan_prints_the_ranking_the_split_the_memory_and_the_parameter_groups() -> None:
+    out = _run("plan", "--model", "llama3-70b", "--cluster", "8x8xH100")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for needle in ("Ranked meshes", "best: least step communication", "Chosen mesh", "dcn_mesh_dims=",
+                   "Memory per device", "activations (approx.)", "Step communication", "Parameter groups",
+                   "model/layers/*/self_attn/q_proj/weight", "tp=16 spans 2 nodes", "rejected:"):
+        assert needle in text, needle
+    assert out.stderr == ""
+
+
+def test_plan_json_is_the_in_process_result_and_the_same_under_any_hash_seed() -> None:
+    args = ("plan", "--model", "mixtral-8x7b", "--cluster", "4x8xH100", "--batch", "64", "--json")
+    first, second = _run(*args, seed="1"), _run(*args, seed="12345")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout == second.stdout
+    result = SearchResult.from_json(first.stdout)
+    assert result == search_meshes("mixtral-8x7b", "4x8xH100", batch=64)
+    assert json.loads(first.stdout)["candidates"][0]["rank"] == 1
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (("plan", "--model", "llama9", "--cluster", "8x8xH100"), 1, "unknown model preset 'llama9'"),
+    (("plan", "--model", "gpt2", "--cluster", "8x8xH1000"), 1, "unknown device 'h1000'"),
+    (("plan", "--model", "deepseek-v3", "--cluster", "2xH100"), 1, "does not fit"),
+    (("plan", "--model", "gpt2", "--cluster", "H100", "--fix", "tp"), 2, "is not name=size"),
+])
+def test_bad_requests_exit_with_a_message_and_no_traceback(args, code: int, message: str) -> None:
+    out = _run(*args)
+    assert out.returncode == code
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+def test_show_mesh_draws_which_host_each_device_sits_on() -> None:
+    out = _run("show-mesh", "--cluster", "2x4xH100", "--mesh", "dp=2,tp=4")
+    assert out.returncode == 0, out.stderr
+    assert "dp (2): each group spans 2 nodes (DCN)" in out.stdout
+    assert "tp (4): each group inside one node (ICI)" in out.stdout
+    row = next(line for line in out.stdout.splitlines() if "dp=1" in line)
+    assert ["4 h1", "5 h1", "6 h1", "7 h1"] == [c.strip() for c in row.split("│")[2:6]]
+
+
+# --- in-process: main() with captured output ----------------------------------------------------
+
+
+def test_rules_file_overrides_the_default_rule(tmp_path: Path, capsys) -> None:
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps([["embed_tokens", ["fsdp", None]], ["norm", []]]))
+    assert cli.main(["plan", "--model", "llama3-8b", "--cluster", "2xH100", "--fix", "fsdp=4",
+                     "--rules", str(rules), "--json"]) == 0
+    best = SearchResult.from_json(capsys.readouterr().out).best
+    groups = {g.pattern: g for g in best.groups}
+    assert groups["model/embed_tokens/weight"].reason == "matched path rule #0 'embed_tokens'"
+    assert groups["model/norm/weight"].spec == P()
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "is not valid JSON"),
+    ('[["(", []]]', "not a valid regex"),
+    ('{"rule": []}', "exactly one key"),
+])
+def test_bad_rules_files_exit_1(tmp_path: Path, capsys, content: str, message: str) -> None:
+    rules = tmp_path / "rules.json"
+    rules.write_text(content)
+    assert cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--rules", str(rules)]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_missing_files_and_repeated_fixes_exit_1(tmp_path: Path, capsys) -> None:
+    assert cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--rules", str(tmp_path / "no.json")]) == 1
+    assert "cannot read --rules" in capsys.readouterr().err
+    assert cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--fix", "tp=2", "--fix", "tp=4"]) == 1
+    assert "more than once" in capsys.readouterr().err
+    assert cli.main(["show-mesh", "--plan", str(tmp_path / "no.json")]) == 1
+    assert "cannot read --plan" in capsys.readouterr().err
+
+
+def test_show_mesh_reads_a_saved_plan_and_an_explicit_dcn(tmp_path: Path, capsys) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(search_meshes("llama3-8b", "2x8xH100", top_k=2).to_json())
+    assert cli.main(["show-mesh", "--plan", str(plan), "--rank", "2"]) == 0
+    assert "2x8xH100: 16 devices" in capsys.readouterr().out
+    assert cli.main(["show-mesh", "--plan", str(plan), "--rank", "9"]) == 1
+    assert "the plan has 2 ranked meshes" in capsys.readouterr().err
+    assert cli.main(["show-mesh", "--cluster", "2x4xH100", "--mesh", "fsdp=4,tp=2", "--dcn", "fsdp=2"]) == 0
+    assert "fsdp (4): each group spans 2 nodes" in capsys.readouterr().out
+    assert cli.main(["show-mesh", "--cluster", "2x4xH100", "--mesh", "dp=3,tp=4"]) == 1
+    assert "multiply to 12, not 8" in capsys.readouterr().err
+
+
+def test_png_without_matplotlib_is_a_clear_error(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
+    out = tmp_path / "mesh.png"
+    assert cli.main(["show-mesh", "--cluster", "2x4xH100", "--mesh", "dp=2,tp=4", "--png", str(out)]) == 1
+    assert "pip install 'meshplan[png]'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_png_is_written_when_matplotlib_is_installed(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "mesh.png"
+    assert cli.main(["show-mesh", "--cluster", "2x4xH100", "--mesh", "dp=2,tp=4", "--png", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
