@@ -35,9 +35,9 @@ from jax.sharding import PartitionSpec
 from meshplan.pure._axis_rules import path_template
 from meshplan.pure._dtypes import dtype_storage_bytes
 from meshplan.pure._plan_result import ParamGroup
-from meshplan.pure._rule_base import Decision, LeafContext, is_shape_only, rule_name
+from meshplan.pure._rule_base import Decision, LeafContext, canonical_axis_sizes, is_shape_only, rule_name
 from meshplan.pure._rule_composite import CompositeRule
-from meshplan.pure._specs import UNCONSTRAINED, shard_geometry, spec_axes
+from meshplan.pure._specs import UNCONSTRAINED, shard_geometry
 from meshplan.pure._step_cost import DATA_AXES, STORAGE_AXES, ParamTraffic
 from meshplan.pure._training import _is_inexact
 from meshplan.pure._tree import LeafInfo, TreeFacts
@@ -119,6 +119,7 @@ class LeafGroups:
         """Group the leaves of ``facts`` for ``rule`` (one rule-key call and one path per leaf)."""
         key_of = group_key_fn(rule)
         paths = _Paths(facts)
+        no_axes = canonical_axis_sizes({})
         ids: dict[Hashable, int] = {}
         first: list[int] = []
         infos: list[LeafInfo] = []
@@ -129,7 +130,7 @@ class LeafGroups:
             if info is None:
                 leaf_group.append(-1)
                 continue
-            ctx = LeafContext(info.shape, info.dtype, {}, i, paths)
+            ctx = LeafContext(info.shape, info.dtype, no_axes, i, paths)
             key = key_of(ctx)
             g = ids.get(key)
             if g is None:
@@ -192,6 +193,7 @@ def evaluate_plan(
       A :class:`PlanEval` (with ``error`` set when the rule refused a leaf or
       gave a spec that cannot store it on this mesh).
     """
+    sizes = canonical_axis_sizes(sizes)  # once per plan: leaf contexts then take it as is
     mesh_axes = tuple(sizes)
     decisions: list[Decision | None] = []
     specs: list[PartitionSpec] = []
@@ -208,7 +210,8 @@ def evaluate_plan(
                 raise MeshplanTypeError(f"{ctx.path}: rule {rule_name(rule)!r} returned {decision!r}, "
                                         "not a Decision or None.")
             spec = _REPLICATED if decision is None else decision.spec
-            elements, padded = _shard_elements(info.shape, spec, sizes, ctx, geometry_cache)
+            axes = _spec_axes(spec)
+            elements, padded = _shard_elements(info.shape, spec, axes, sizes, ctx, geometry_cache)
         except _RULE_ERRORS as err:
             return _failed(str(err))
         if padded:
@@ -225,7 +228,7 @@ def evaluate_plan(
         p_total += count * p
         g_total += count * gr
         o_total += count * o
-        used = set(spec_axes(spec))
+        used = set(axes)
         storage = tuple(a for a in mesh_axes if a in used and a in STORAGE_AXES)
         replicas = tuple(a for a in mesh_axes if a in DATA_AXES and a not in used)
         ways = math.prod(sizes[a] for a in storage)
@@ -238,14 +241,18 @@ def evaluate_plan(
     return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic)
 
 
-def _shard_elements(shape: tuple[int, ...], spec: PartitionSpec, sizes: Mapping[str, int], ctx: LeafContext,
-                    cache: dict[Any, tuple[int, bool]] | None) -> tuple[int, bool]:
+def _spec_axes(spec: PartitionSpec) -> tuple[Any, ...]:
+    """The names a spec uses (as spec_axes, without its entry checks: shard_geometry does those)."""
+    return tuple(a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,)))
+
+
+def _shard_elements(shape: tuple[int, ...], spec: PartitionSpec, axes: tuple[Any, ...], sizes: Mapping[str, int],
+                    ctx: LeafContext, cache: dict[Any, tuple[int, bool]] | None) -> tuple[int, bool]:
     """(elements per shard, padded) via shard_geometry, memoized by the sizes the spec uses."""
     if any(e is UNCONSTRAINED for e in spec):
         raise SpecError(f"{ctx.path}: spec {spec} has P.UNCONSTRAINED, which a stored parameter cannot "
                         "honour; name the axes or use None.")
     try:
-        axes = tuple(a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,)))
         key = (shape, spec, tuple(sizes.get(a, 0) for a in axes))
         found = None if cache is None else cache.get(key)
     except TypeError:  # an unhashable or malformed entry: let shard_geometry explain it
