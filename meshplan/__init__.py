@@ -47,7 +47,8 @@ __all__ += ["barrier_sync", "host_batch_slice", "host_mesh_shape", "HostBatchSli
 
 # --- planning --------------------------------------------------------------------------------------
 from meshplan.pure._cluster import Cluster, parse_cluster
-from meshplan.pure._plan_result import MeshCandidate, SearchResult
+from meshplan.pure._plan_result import MeshCandidate
+from meshplan.pure._search_result import SearchResult
 from meshplan.pure._search import search_meshes
 from meshplan.pure.presets import get_preset
 

@@ -131,16 +131,10 @@ from meshplan.pure.presets import (
 
 __all__ += ["MLADims", "MODEL_PRESETS", "MODEL_SPECS", "ModelSpec", "Preset", "build_params",
             "count_params", "get_preset", "preset_names"]
-from meshplan.pure._axis_rules import AxisKindRule, PathRule, path_rule_from_json, path_template
-from meshplan.pure._plan_result import (
-    CommTerm,
-    MemoryBreakdown,
-    MeshCandidate,
-    ParamGroup,
-    Rejection,
-    SearchRequest,
-    SearchResult,
-)
+from meshplan.pure._axis_rules import AxisKindRule, path_template
+from meshplan.pure._path_rule import PathRule, path_rule_from_json
+from meshplan.pure._plan_result import CommTerm, MemoryBreakdown, MeshCandidate, ParamGroup
+from meshplan.pure._search_result import Rejection, SearchRequest, SearchResult
 from meshplan.pure._search import search_meshes
 from meshplan.pure._step_cost import axis_domain_counts
 

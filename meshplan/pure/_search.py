@@ -46,7 +46,7 @@ from meshplan.pure._axes import _as_int
 from meshplan.pure._axis_rules import AxisKindRule
 from meshplan.pure._cluster import Cluster, parse_cluster
 from meshplan.pure._dtypes import canonical_dtype, dtype_storage_bytes
-from meshplan.pure._plan_result import MemoryBreakdown, MeshCandidate, Rejection, SearchRequest, SearchResult, fmt_bytes
+from meshplan.pure._plan_result import MemoryBreakdown, MeshCandidate, fmt_bytes
 from meshplan.pure._rule_base import rule_name
 from meshplan.pure._search_groups import (
     LeafGroups,
@@ -56,7 +56,17 @@ from meshplan.pure._search_groups import (
     reads_axes,
     state_bytes,
 )
-from meshplan.pure._split import _prime_factors
+from meshplan.pure._search_result import Rejection, SearchRequest, SearchResult
+from meshplan.pure._search_space import (
+    mesh_count,
+    axis_problem,
+    combinations,
+    divisors,
+    mesh_text,
+    num_factorizations,
+    place,
+    unit,
+)
 from meshplan.pure._step_cost import (
     AXIS_ORDER,
     BATCH_AXES,
@@ -77,16 +87,6 @@ __all__ = ["search_meshes"]
 _SCALES = (2, 4, 8, 16, 32, 64)
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def _num_factorizations(n: int, k: int) -> int:
-    """Ordered ways to write ``n`` as a product of ``k`` factors."""
-    return math.prod(math.comb(e + k - 1, k - 1) for e in _prime_factors(n).values()) if k else int(n == 1)
-
-
 @dataclasses.dataclass(slots=True)
 class _Scored:
     sizes: tuple[int, ...]
@@ -95,57 +95,6 @@ class _Scored:
     memory: MemoryBreakdown
     pending: list
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
-
-
-def _text(mesh: Mapping[str, int]) -> str:
-    """``'dp=4,tp=8'``: the axes above 1 (all when none is), as :attr:`MeshCandidate.text` writes it."""
-    shown = [(a, s) for a, s in mesh.items() if s > 1] or list(mesh.items())
-    return ",".join(f"{a}={s}" for a, s in shown)
-
-
-def _meshes(n: int) -> str:
-    return f"{n} mesh" if n == 1 else f"{n} meshes"
-
-
-def _unit(cluster: Cluster) -> str:
-    return "node" if cluster.device.ici_scope == "node" else "slice"
-
-
-def _axis_problem(axis: str, v: int, req: SearchRequest, model: ModelSpec) -> str | None:
-    d, unit = req.cluster.ici_domain_size, _unit(req.cluster)
-    within = {"tp": req.tp_within_domain, "ep": req.ep_within_domain}.get(axis, False)
-    if axis == "tp" and model.num_heads % v:
-        return f"tp={v} does not divide the {model.num_heads} attention heads"
-    if axis == "ep" and v > 1 and not model.is_moe:
-        return f"ep={v}: {model.name} has no experts"
-    if axis == "ep" and model.num_experts % v:
-        return f"ep={v} does not divide the {model.num_experts} experts"
-    if within and v > d:
-        return (f"{axis}={v} spans {math.ceil(v / d)} {unit}s ({d} devices per {unit}); {axis} stays "
-                f"inside one {unit} unless {axis}_within_domain=False"
-                + (" (CLI: --allow-tp-dcn)" if axis == "tp" else ""))
-    if within and d % v:
-        return f"{axis}={v} does not tile a {unit} of {d} devices"
-    if axis == "sp" and req.seq % v:
-        return f"sp={v} does not divide seq={req.seq}"
-    if axis in BATCH_AXES and req.batch % v:
-        return f"{axis}={v} does not divide batch={req.batch}"
-    return None
-
-
-def _place(names: tuple[str, ...], sizes: tuple[int, ...], req: SearchRequest) -> AxisPlacement | None:
-    """ICI/DCN parts per axis, the DCN taken in bandwidth order; None if the domains do not fit."""
-    cluster = req.cluster
-    remaining = cluster.num_ici_domains
-    blocked = {a for a, within in (("tp", req.tp_within_domain), ("ep", req.ep_within_domain)) if within}
-    dcn = [1] * len(names)
-    for k, axis in enumerate(names):  # mesh order is bandwidth order: dp, fsdp, ep, sp, tp
-        if axis not in blocked:
-            dcn[k] = math.gcd(sizes[k], remaining)
-            remaining //= dcn[k]
-    if remaining != 1:
-        return None
-    return AxisPlacement(names, tuple(s // p for s, p in zip(sizes, dcn, strict=True)), tuple(dcn), cluster)
 
 
 class _Search:
@@ -181,14 +130,14 @@ class _Search:
         values: list[list[int]] = []
         for axis in names:
             keep = []
-            for v in ([fixed[axis]] if axis in fixed else _divisors(n)):
-                why = _axis_problem(axis, v, req, self.model)
+            for v in ([fixed[axis]] if axis in fixed else divisors(n)):
+                why = axis_problem(axis, v, req, self.model)
                 if why is None:
                     keep.append(v)
                 else:
-                    rejections.append(Rejection(axis, _num_factorizations(n // v, len(names) - 1), why))
+                    rejections.append(Rejection(axis, num_factorizations(n // v, len(names) - 1), why))
             values.append(keep)
-        combos = _combinations(values, n)
+        combos = combinations(values, n)
         fits, over = [], []
         counts: dict[str, list] = {}
         for sizes in combos:
@@ -215,15 +164,15 @@ class _Search:
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list, over: list) -> tuple[str, str]:
         req = self.req
         mesh = dict(zip(names, sizes, strict=True))
-        text = _text(mesh)
+        text = mesh_text(mesh)
         ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
         if req.batch % ways:
             return "batch", f"{text}: dp*fsdp*ep={ways} does not divide batch={req.batch}"
-        placement = _place(names, sizes, req)
+        placement = place(names, sizes, req)
         if placement is None:
-            unit = _unit(req.cluster)
-            return "dcn", (f"{text}: the {req.cluster.num_ici_domains} {unit}s cannot all be spread over the "
-                           f"axes allowed across {unit}s (tp/ep kept inside a {unit})")
+            where = unit(req.cluster)
+            return "dcn", (f"{text}: the {req.cluster.num_ici_domains} {where}s cannot all be spread over the "
+                           f"axes allowed across {where}s (tp/ep kept inside a {where})")
         bound = self._lower_bound(mesh)
         if bound > req.budget:
             # Every leaf shards over at most the axes the rule reads, so no plan can beat this.
@@ -243,7 +192,7 @@ class _Search:
     def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement, fits: list,
                over: list) -> tuple[str, str]:
         req = self.req
-        text = _text(mesh)
+        text = mesh_text(mesh)
         key, plan = self.plan(mesh)
         if plan.error is not None:
             return "rule", f"{text}: {plan.error}"
@@ -277,24 +226,6 @@ class _Search:
         p = s.placement
         terms = to_terms(s.pending, price(s.pending, self.req.cluster))
         return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups)
-
-
-def _combinations(values: list[list[int]], n: int) -> list[tuple[int, ...]]:
-    """Every tuple drawing one value per axis whose product is ``n`` (lexicographic order)."""
-    out: list[tuple[int, ...]] = []
-    last = set(values[-1])
-
-    def walk(i: int, remaining: int, acc: tuple[int, ...]) -> None:
-        if i == len(values) - 1:
-            if remaining in last:
-                out.append(acc + (remaining,))
-            return
-        for v in values[i]:
-            if remaining % v == 0:
-                walk(i + 1, remaining // v, acc + (v,))
-
-    walk(0, n, ())
-    return out
 
 
 def _verdict(s: _Scored, best: _Scored, rank: int, budget: int) -> str:
@@ -462,11 +393,11 @@ def _nothing_fits(search: _Search, over: list[_Scored], rejections: list[Rejecti
     c = req.cluster
     where = f"{req.model} on {c.text} ({c.num_devices} x {c.device.name})"
     if not over:
-        why = "; ".join(f"{r.example} ({_meshes(r.count)})" for r in rejections) or "no axis values left"
+        why = "; ".join(f"{r.example} ({mesh_count(r.count)})" for r in rejections) or "no axis values left"
         return (f"no mesh for {where} over axes {list(req.axes)} meets the constraints: {why}. Relax the "
                 "fixed sizes, the axes, the batch or the sequence length.")
     lean = over[0]
-    text = _text(dict(zip(req.axes, lean.sizes, strict=True)))
+    text = mesh_text(dict(zip(req.axes, lean.sizes, strict=True)))
     short = lean.memory.total - req.budget
     msg = (f"{where} does not fit: the leanest mesh ({text}) needs {lean.memory.describe()} per device, "
            f"{fmt_bytes(short)} over the budget of {fmt_bytes(req.budget)} ({c.device.name} HBM less "

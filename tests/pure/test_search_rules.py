@@ -19,7 +19,7 @@ from meshplan.pure import (
     spec_axes,
     tree_facts,
 )
-from meshplan.pure._axis_rules import spec_from_json, spec_to_json
+from meshplan.pure._path_rule import spec_from_json, spec_to_json
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 from .rules_common import assert_storable, shapes
