@@ -357,6 +357,8 @@ def search_meshes(
         raise PlanError(f"optimizer_copies={copies} must be >= 0 and master_weights a bool.")
     dtypes = sorted({str(i.dtype) for i in tree_facts(params).infos if i is not None})
     rule = AxisKindRule.for_model(spec) if rule is None else rule
+    if not callable(rule):
+        raise MeshplanTypeError(f"rule={rule!r} is not a rule; pass a pure rule such as AxisKindRule() or None.")
     req = SearchRequest(
         model=spec.name, cluster=clus, axes=names, fixed=_canonical_fixed(fixed, names, clus.num_devices),
         batch=clus.num_devices if batch is None else _positive(batch, "batch"),

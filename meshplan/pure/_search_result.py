@@ -133,13 +133,21 @@ class SearchResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchResult:
-        """Inverse of :meth:`to_dict`."""
-        fields = _fields(cls, data)
-        fields["request"] = SearchRequest.from_dict(fields["request"])
-        fields["candidates"] = tuple(MeshCandidate.from_dict(c) for c in fields["candidates"])
-        fields["rejected"] = tuple(MeshCandidate.from_dict(c) for c in fields["rejected"])
-        fields["rejections"] = tuple(Rejection.from_dict(r) for r in fields["rejections"])
-        return cls(**fields)
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+          PlanError: ``data`` is not a search result (unknown or missing keys, wrong kinds of values).
+        """
+        try:
+            fields = _fields(cls, data)
+            fields["request"] = SearchRequest.from_dict(fields["request"])
+            fields["candidates"] = tuple(MeshCandidate.from_dict(c) for c in fields["candidates"])
+            fields["rejected"] = tuple(MeshCandidate.from_dict(c) for c in fields["rejected"])
+            fields["rejections"] = tuple(Rejection.from_dict(r) for r in fields["rejections"])
+            return cls(**fields)
+        except (TypeError, AttributeError, KeyError) as err:
+            # A hand-edited or foreign file: say so instead of leaking a raw TypeError.
+            raise PlanError(f"not a meshplan search result: {type(err).__name__}: {err}") from None
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """The result as JSON text; :meth:`from_json` reads it back to an equal result."""

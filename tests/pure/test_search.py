@@ -313,3 +313,9 @@ def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
         SearchResult.from_json("{not json")
     with pytest.raises(PlanError, match="unknown keys"):
         SearchResult.from_dict({"request": {}, "bogus": 1})
+    good = search_meshes("gpt2", "H100", top_k=1).to_dict()
+    for key, value in (("candidates", 5), ("rejections", [1]), ("request", [])):
+        with pytest.raises(PlanError, match="not a meshplan search result"):
+            SearchResult.from_dict({**good, key: value})
+    with pytest.raises(MeshplanTypeError, match="not a rule"):
+        search_meshes("gpt2", "H100", rule="auto")
