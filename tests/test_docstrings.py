@@ -16,7 +16,9 @@ import meshplan
 def _modules() -> list[str]:
     names = [meshplan.__name__]
     for info in pkgutil.walk_packages(meshplan.__path__, prefix="meshplan."):
-        names.append(info.name)
+        # Importing __main__ would run the command line.
+        if not info.name.endswith("__main__"):
+            names.append(info.name)
     return sorted(names)
 
 
