@@ -25,6 +25,7 @@ from typing import Any
 import jax
 from jax.sharding import AbstractMesh, Mesh
 
+from meshplan.facade._context import current_mesh, x64_enabled
 from meshplan.pure._memory import MemoryEstimate, estimate_memory, validate_and_estimate
 from meshplan.pure._validate import Finding, check_specs, validate_specs
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError
@@ -35,12 +36,8 @@ __all__ = ["ShardingAnalyzer", "create_monitored_function"]
 def _resolve_mesh(mesh: Mesh | AbstractMesh | None) -> Mesh | AbstractMesh:
     """The given mesh, else the current one (``jax.set_mesh``, or an abstract mesh in use)."""
     if mesh is None:
-        # jax 0.10: get_mesh() sees jax.set_mesh; get_abstract_mesh() also sees
-        # use_abstract_mesh and tracing contexts. The deprecated `with mesh:`
-        # sets neither, so it is not honoured.
-        current = jax.sharding.get_mesh()
-        mesh = current if not current.empty else jax.sharding.get_abstract_mesh()
-        if mesh.empty:
+        mesh = current_mesh()
+        if mesh is None:
             raise MeshShapeError(
                 "ShardingAnalyzer: mesh=None and no mesh is current; pass mesh=... or create the "
                 "analyzer inside `with jax.set_mesh(mesh):`."
@@ -48,10 +45,6 @@ def _resolve_mesh(mesh: Mesh | AbstractMesh | None) -> Mesh | AbstractMesh:
     if not isinstance(mesh, Mesh | AbstractMesh):
         raise MeshplanTypeError(f"mesh={mesh!r} must be a jax.sharding.Mesh or AbstractMesh.")
     return mesh
-
-
-def _x64() -> bool:
-    return bool(jax.config.jax_enable_x64)
 
 
 class ShardingAnalyzer:
@@ -91,7 +84,7 @@ class ShardingAnalyzer:
 
     def findings(self, pytree: Any, partition_specs: Any, *, for_storage: bool = True) -> list[Finding]:
         """Structured findings (path, kind, message, severity); see :func:`meshplan.pure.validate_specs`."""
-        return validate_specs(pytree, partition_specs, self._axis_sizes, for_storage=for_storage, x64=_x64())
+        return validate_specs(pytree, partition_specs, self._axis_sizes, for_storage=for_storage, x64=x64_enabled())
 
     def validate_partition_specs(
         self, pytree: Any, partition_specs: Any, *, for_storage: bool = True
@@ -116,7 +109,7 @@ class ShardingAnalyzer:
 
     def check_partition_specs(self, pytree: Any, partition_specs: Any, *, for_storage: bool = True) -> None:
         """Strict validation: raise one SpecError listing every error."""
-        check_specs(pytree, partition_specs, self._axis_sizes, for_storage=for_storage, x64=_x64())
+        check_specs(pytree, partition_specs, self._axis_sizes, for_storage=for_storage, x64=x64_enabled())
 
     def estimate_memory(self, pytree: Any, partition_specs: Any, *, padding: str = "padded") -> MemoryEstimate:
         """The full :class:`meshplan.pure.MemoryEstimate` (per device position, row-major).
@@ -126,7 +119,7 @@ class ShardingAnalyzer:
         """
         return estimate_memory(
             pytree, partition_specs, self._axis_sizes,
-            packed_subbyte=self.packed_subbyte, padding=padding, x64=_x64(),
+            packed_subbyte=self.packed_subbyte, padding=padding, x64=x64_enabled(),
         )
 
     def estimate_memory_usage(self, pytree: Any, partition_specs: Any) -> dict[str, Any]:
@@ -145,7 +138,7 @@ class ShardingAnalyzer:
         """Issues and the memory dict (``None`` when uncountable) from one walk of the tree."""
         try:
             findings, estimate = validate_and_estimate(
-                pytree, partition_specs, self._axis_sizes, packed_subbyte=self.packed_subbyte, x64=_x64()
+                pytree, partition_specs, self._axis_sizes, packed_subbyte=self.packed_subbyte, x64=x64_enabled()
             )
         except MeshplanError as err:  # e.g. a string array leaf: report it, don't break the call
             return [str(err)], None

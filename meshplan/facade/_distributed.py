@@ -25,8 +25,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from meshplan.facade._context import current_mesh
+from meshplan.facade._mesh import calculate_host_mesh_shape
 from meshplan.pure._batch import HostBatchSlice, host_batch_slices
-from meshplan.pure._split import calculate_host_mesh_shape
 from meshplan.pure.errors import (
     BarrierTimeoutError,
     DistributedError,
@@ -172,8 +173,8 @@ def barrier_sync(timeout: float = 200) -> None:
 
 def _live_mesh(mesh: Mesh | None) -> Mesh:
     if mesh is None:
-        mesh = jax.sharding.get_mesh()
-        if mesh.empty:
+        mesh = current_mesh()
+        if mesh is None:
             raise MeshShapeError(
                 "host_batch_slice: mesh=None and no mesh is set; pass mesh=... or make one "
                 "current with jax.set_mesh(mesh)."
@@ -253,8 +254,4 @@ def host_mesh_shape(global_mesh_shape: Sequence[int]) -> tuple[int, ...]:
       >>> host_mesh_shape((2, -1)) == (2, jax.local_device_count() // 2)
       True
     """
-    return calculate_host_mesh_shape(
-        global_mesh_shape,
-        total_devices=jax.local_device_count(),
-        num_processes=jax.process_count(),
-    )
+    return calculate_host_mesh_shape(global_mesh_shape)

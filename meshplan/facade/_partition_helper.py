@@ -22,6 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from meshplan.facade._context import x64_enabled
 from meshplan.pure._plan import Plan, plan_tree
 from meshplan.pure._rule_auto import DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure._suggest import SuggestRule, analyze_pytree, create_partition_spec, suggest_methods
@@ -33,10 +34,6 @@ __all__ = ["MeshPartitionHelper"]
 # What jax.device_put accepts as an array (Python scalars would become
 # arrays, which the reference does not do, so they stay as they are).
 _PLACEABLE = (jax.Array, np.ndarray, np.generic)
-
-
-def _x64() -> bool:
-    return bool(jax.config.jax_enable_x64)
 
 
 class MeshPartitionHelper:
@@ -84,7 +81,7 @@ class MeshPartitionHelper:
           >>> MeshPartitionHelper(mesh).analyze_pytree({"w": np.zeros((8, 16))})
           {(8, 16): [('dp',), ('tp',)]}
         """
-        return analyze_pytree(pytree, self.axis_sizes, x64=_x64())
+        return analyze_pytree(pytree, self.axis_sizes, x64=x64_enabled())
 
     def _suggest_methods(self, shape: tuple[int, ...]) -> list[tuple[str, ...]]:
         """Axis-name tuples to try for ``shape``, preferred first."""
@@ -122,7 +119,7 @@ class MeshPartitionHelper:
           SpecError: the spec does not fit the array or the mesh (checked
             before jax is asked, so the message says what to change).
         """
-        check_specs(array, partition_spec, self.axis_sizes, x64=_x64())
+        check_specs(array, partition_spec, self.axis_sizes, x64=x64_enabled())
         return jax.device_put(array, self._sharding(partition_spec))
 
     def plan(self, pytree: Any, min_shard_size: int = DEFAULT_MIN_SHARD_SIZE) -> Plan:
@@ -134,7 +131,7 @@ class MeshPartitionHelper:
           >>> MeshPartitionHelper(mesh).plan({"b": np.zeros(8)}).explain("b")
           'b: (8,) float64 -> P() [suggest] 8 elements < min_shard_size=1024; replicated'
         """
-        return plan_tree(pytree, SuggestRule(min_shard_size), self.axis_sizes, x64=_x64())
+        return plan_tree(pytree, SuggestRule(min_shard_size), self.axis_sizes, x64=x64_enabled())
 
     def auto_shard_pytree(self, pytree: Any, min_shard_size: int = DEFAULT_MIN_SHARD_SIZE) -> Any:
         """Plan ``pytree`` and place all its arrays with one ``jax.device_put``.

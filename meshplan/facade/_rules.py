@@ -24,9 +24,9 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-import jax
 from jax.sharding import AbstractMesh, Mesh
 
+from meshplan.facade._context import current_mesh, x64_enabled
 from meshplan.pure._plan import Plan, PlanRule, plan_from_specs, plan_tree
 from meshplan.pure._rule_auto import AutoRule
 from meshplan.pure._rule_base import select_axes
@@ -46,25 +46,10 @@ __all__ = [
 AxisSizes = dict[str, int]
 
 
-def _x64() -> bool:
-    return bool(jax.config.jax_enable_x64)
-
-
-def _current_mesh() -> Mesh | AbstractMesh | None:
-    """The mesh made current with ``jax.set_mesh`` (or an abstract one in use), if any."""
-    # get_mesh() is the public reader of jax.set_mesh in jax 0.10 (outside
-    # jit); get_abstract_mesh() also sees use_abstract_mesh. The deprecated
-    # `with mesh:` sets neither and is not honoured.
-    mesh = jax.sharding.get_mesh()
-    if mesh.empty:
-        mesh = jax.sharding.get_abstract_mesh()
-    return None if mesh.empty else mesh
-
-
 def _check_mesh(mesh: Any, owner: str) -> Mesh | AbstractMesh | None:
     if mesh is not None and not isinstance(mesh, Mesh | AbstractMesh):
         raise MeshplanTypeError(f"{owner}: mesh={mesh!r} must be a jax.sharding.Mesh or AbstractMesh.")
-    return mesh if mesh is not None else _current_mesh()
+    return mesh if mesh is not None else current_mesh()
 
 
 def _sizes_of(mesh: Mesh | AbstractMesh) -> AxisSizes:
@@ -104,7 +89,7 @@ class ShardingRule(abc.ABC):
         """The specs for ``pytree`` with the reason for each leaf."""
         name = type(self).__name__
         return plan_from_specs(pytree, self.apply(pytree), rule=name, reason=f"returned by {name}.apply",
-                               x64=_x64())
+                               x64=x64_enabled())
 
     def _pure(self, pytree: Any) -> tuple[Any, AxisSizes | None]:
         """This rule as a pure rule for ``pytree``, and the axis sizes it is bound to (if any)."""
@@ -128,7 +113,7 @@ class _MeshRule(ShardingRule):
             select_axes(axis_names, _sizes_of(self.mesh), type(self).__name__)
 
     def _axis_sizes(self) -> AxisSizes | None:
-        mesh = self.mesh if self.mesh is not None else _current_mesh()
+        mesh = self.mesh if self.mesh is not None else current_mesh()
         return None if mesh is None else _sizes_of(mesh)
 
     def _customised(self) -> bool:
@@ -141,7 +126,7 @@ class _MeshRule(ShardingRule):
         sizes = self._axis_sizes()
         if sizes is None:
             raise _no_mesh(type(self).__name__)
-        return plan_tree(pytree, self.pure_rule, sizes, x64=_x64())
+        return plan_tree(pytree, self.pure_rule, sizes, x64=x64_enabled())
 
     def apply(self, pytree: Any) -> Any:
         """The spec tree for ``pytree`` (same structure, a PartitionSpec per array leaf)."""
@@ -284,7 +269,7 @@ def _as_pure(rule: Any, pytree: Any) -> tuple[Any, AxisSizes | None]:
     if callable(getattr(rule, "apply", None)):
         name = type(rule).__name__
         plan = plan_from_specs(pytree, rule.apply(pytree), rule=name, reason=f"returned by {name}.apply",
-                               x64=_x64())
+                               x64=x64_enabled())
         return PlanRule(plan), None
     return rule, None  # a pure rule (checked callable by CompositeRule)
 
@@ -346,11 +331,11 @@ class CompositeShardingRule(ShardingRule):
         """The specs for ``pytree`` with, per leaf, which rule won and why."""
         rule, sizes = self._pure(pytree)
         if sizes is None:
-            mesh = _current_mesh()
+            mesh = current_mesh()
             if mesh is None and any(isinstance(r, _MeshRule) and not r._customised() for r in self.rules):
                 raise _no_mesh("CompositeShardingRule")
             sizes = {} if mesh is None else _sizes_of(mesh)
-        return plan_tree(pytree, rule, sizes, x64=_x64())
+        return plan_tree(pytree, rule, sizes, x64=x64_enabled())
 
     def __repr__(self) -> str:
         return f"CompositeShardingRule({', '.join(map(repr, self.rules))})"
