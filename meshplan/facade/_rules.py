@@ -72,6 +72,7 @@ class ShardingRule(abc.ABC):
     "returned by <Class>.apply".
 
     Example:
+      >>> import jax
       >>> import numpy as np
       >>> from jax.sharding import PartitionSpec as P
       >>> class Everything(ShardingRule):
@@ -162,6 +163,7 @@ class AutoShardingRule(_MeshRule):
     See :mod:`meshplan.pure._rule_auto` for the exact algorithm.
 
     Example:
+      >>> import jax
       >>> import numpy as np
       >>> from jax.sharding import AxisType
       >>> mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
@@ -205,6 +207,7 @@ class ShapeBasedShardingRule(_MeshRule):
         the mesh or the leaf's shape; the message names both.
 
     Example:
+      >>> import jax
       >>> import numpy as np
       >>> from jax.sharding import AxisType, PartitionSpec as P
       >>> mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
@@ -237,6 +240,7 @@ class MemoryConstrainedShardingRule(_MeshRule):
         the message names it, its best bytes per device and the budget.
 
     Example:
+      >>> import jax
       >>> import numpy as np
       >>> from jax.sharding import AxisType
       >>> mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
@@ -287,6 +291,7 @@ class CompositeShardingRule(ShardingRule):
       ShardingRuleError: no rules, or rules bound to different meshes.
 
     Example:
+      >>> import jax
       >>> import numpy as np
       >>> from jax.sharding import AxisType, PartitionSpec as P
       >>> mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
