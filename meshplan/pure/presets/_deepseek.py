@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import PlanError
-from meshplan.pure.presets._spec import ModelSpec, _Leaves
+from meshplan.pure.presets._spec import ModelSpec, _Leaves, decoder_tree
 
 __all__ = ["deepseek_v3_params"]
 
@@ -55,7 +55,7 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
     mla = spec.mla
     if mla is None:
         raise PlanError(f"ModelSpec {spec.name!r}: DeepSeek-V3 attention needs spec.mla (MLADims).")
-    d, v, h = spec.hidden_size, spec.vocab_size, spec.num_heads
+    d, h = spec.hidden_size, spec.num_heads
     leaf = _Leaves(dtype)
 
     def linear(n_out: int, n_in: int) -> dict:
@@ -98,13 +98,4 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
             "mlp": moe() if spec.is_moe_layer(i) else mlp(spec.intermediate_size),
         }
 
-    tree = {
-        "model": {
-            "embed_tokens": {"weight": leaf(v, d)},
-            "layers": {str(i): layer(i) for i in range(spec.num_layers)},
-            "norm": {"weight": leaf(d)},
-        }
-    }
-    if not spec.tied_embeddings:
-        tree["lm_head"] = {"weight": leaf(v, d)}
-    return tree
+    return decoder_tree(spec, leaf, layer)

@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
-from meshplan.pure.presets._spec import ModelSpec, _Leaves
+from meshplan.pure.presets._spec import ModelSpec, _Leaves, decoder_tree
 
 __all__ = ["llama_params"]
 
@@ -44,7 +44,7 @@ def llama_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
       >>> tree["model"]["layers"]["0"]["block_sparse_moe"]["experts"]["w1"]["weight"].shape
       (8, 14336, 4096)
     """
-    d, v = spec.hidden_size, spec.vocab_size
+    d = spec.hidden_size
     q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
     leaf = _Leaves(dtype)
 
@@ -79,13 +79,4 @@ def llama_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
             out["mlp"] = mlp()
         return out
 
-    tree = {
-        "model": {
-            "embed_tokens": {"weight": leaf(v, d)},
-            "layers": {str(i): layer(i) for i in range(spec.num_layers)},
-            "norm": {"weight": leaf(d)},
-        }
-    }
-    if not spec.tied_embeddings:
-        tree["lm_head"] = {"weight": leaf(v, d)}
-    return tree
+    return decoder_tree(spec, leaf, layer)

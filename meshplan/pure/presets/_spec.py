@@ -203,6 +203,25 @@ class _Leaves:
         return leaf
 
 
+def decoder_tree(spec: ModelSpec, leaf: _Leaves, layer: Any) -> PyTree:
+    """The Hugging Face decoder skeleton shared by the Llama-family presets.
+
+    ``model.embed_tokens``, ``model.layers.<i>`` (built by ``layer(i)``),
+    ``model.norm`` and, unless the embeddings are tied, ``lm_head``.
+    """
+    d, v = spec.hidden_size, spec.vocab_size
+    tree = {
+        "model": {
+            "embed_tokens": {"weight": leaf(v, d)},
+            "layers": {str(i): layer(i) for i in range(spec.num_layers)},
+            "norm": {"weight": leaf(d)},
+        }
+    }
+    if not spec.tied_embeddings:
+        tree["lm_head"] = {"weight": leaf(v, d)}
+    return tree
+
+
 def preset_dtype(dtype: Any) -> np.dtype:
     """``dtype`` as a numpy dtype a weight can have; MeshplanTypeError otherwise."""
     out = canonical_dtype(dtype)
