@@ -8,7 +8,7 @@ matches get no opinion (``None``; the planner replicates them).
 Unlike the reference ``ShapeBasedShardingRule``, a matched pattern whose spec
 cannot be stored for that leaf (an axis the mesh lacks, a dim its axes do
 not divide) is an error naming the pattern and the leaf, never a spec that
-fails later inside ``jax.device_put``. Spec problems visible without a mesh
+fails later inside ``device_put``. Spec problems visible without a mesh
 (a spec longer than the pattern, an axis used twice, ``UNCONSTRAINED``,
 which cannot place a stored array) are refused when the rule is built.
 """

@@ -8,7 +8,7 @@ to handle the spellings again.
 
 Shard geometry follows XLA: a dim of size ``d`` split ``n`` ways holds
 ``ceil(d / n)`` elements per shard. jax refuses to *store* such uneven arrays
-(``jax.device_put`` raises), but inside ``jit`` XLA pads them; the result says
+(``device_put`` raises), but inside ``jit`` XLA pads them; the result says
 whether padding happened so callers can decide.
 """
 
@@ -46,7 +46,7 @@ class ShardGeometry:
       shard_shape: per-device shard shape (ceil division on uneven dims).
       splits: how many ways each dim is split (1 = not split).
       padded: True when some dim is not a multiple of its split, so XLA pads
-        it inside ``jit`` and ``jax.device_put`` would refuse it.
+        it inside ``jit`` and ``device_put`` would refuse it.
     """
 
     shard_shape: Shape

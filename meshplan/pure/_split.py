@@ -171,8 +171,8 @@ def calculate_host_mesh_shape(
     Args:
       global_mesh_shape: the global mesh shape; at most one ``-1``, inferred
         against ``total_devices * num_processes``.
-      total_devices: devices on each host (``jax.local_device_count()``).
-      num_processes: number of hosts (``jax.process_count()``).
+      total_devices: devices on each host (the facade passes ``local_device_count()``).
+      num_processes: number of hosts (the facade passes ``process_count()``).
 
     Returns:
       The host shape ``h`` with ``h[i] * dcn[i] == global[i]``,

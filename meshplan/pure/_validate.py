@@ -5,7 +5,7 @@ the order findings are reported:
 
 * ``structure``: a value leaf with no spec, or a spec with no value. The spec
   tree may be a *prefix* of the value tree (one spec for a whole subtree, as
-  ``jax.device_put`` allows); ``None`` value leaves are empty subtrees and are
+  ``device_put`` allows); ``None`` value leaves are empty subtrees and are
   skipped; a ``None`` spec means replicated (``P()``).
 * ``not_a_spec``: a spec leaf that is not a ``PartitionSpec``.
 * ``bad_entry``: a spec entry that is not None, an axis name, a tuple of
@@ -15,7 +15,7 @@ the order findings are reported:
 * ``rank``: a spec longer than the array's rank.
 * ``unknown_axis`` / ``repeated_axis``: a name not in the mesh, or used twice.
 * ``indivisible``: a dim that is not a multiple of its split. jax refuses to
-  store such arrays (``jax.device_put`` raises), so it is an error with
+  store such arrays (``device_put`` raises), so it is an error with
   ``for_storage=True``; inside ``jit`` XLA pads it, so ``for_storage=False``
   reports it as a warning.
 * ``unconstrained``: ``P.UNCONSTRAINED`` in a spec for a stored array (only
