@@ -16,8 +16,8 @@ __all__ = ["errors", *errors.__all__]
 from meshplan.facade._config import MeshConfig
 from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
 from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
-from meshplan.pure._hybrid import HybridMeshShape
-from meshplan.pure._axes import MeshShape
+from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.mesh._axes import MeshShape
 
 __all__ += ["HybridMeshShape", "MeshConfig", "MeshShape", "calculate_host_mesh_shape", "clear_mesh_cache",
             "cpu_context", "create_cpu_mesh", "create_mesh", "force_cpu", "mesh_cache_info",
@@ -41,15 +41,15 @@ __all__ += ["AutoShardingRule", "CompositeShardingRule", "MemoryConstrainedShard
 
 # --- multi-host --------------------------------------------------------------------------------------
 from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
-from meshplan.pure._batch import HostBatchSlice
+from meshplan.pure.specs._batch import HostBatchSlice
 
 __all__ += ["barrier_sync", "host_batch_slice", "host_mesh_shape", "HostBatchSlice"]
 
 # --- planning --------------------------------------------------------------------------------------
-from meshplan.pure._cluster import Cluster, parse_cluster
-from meshplan.pure._plan_result import MeshCandidate
-from meshplan.pure._search_result import SearchResult
-from meshplan.pure._search import search_meshes
+from meshplan.pure.search._cluster import Cluster, parse_cluster
+from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.search._result import SearchResult
+from meshplan.pure.search._search import search_meshes
 from meshplan.pure.presets import get_preset
 
 __all__ += ["Cluster", "MeshCandidate", "SearchResult", "get_preset", "parse_cluster", "search_meshes"]

@@ -26,8 +26,8 @@ import jax
 from jax.sharding import AbstractMesh, Mesh
 
 from meshplan.facade._context import current_mesh, x64_enabled
-from meshplan.pure._memory import MemoryEstimate, estimate_memory, validate_and_estimate
-from meshplan.pure._validate import Finding, check_specs, validate_specs
+from meshplan.pure.specs._memory import MemoryEstimate, estimate_memory, validate_and_estimate
+from meshplan.pure.specs._validate import Finding, check_specs, validate_specs
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError
 
 __all__ = ["ShardingAnalyzer", "create_monitored_function"]

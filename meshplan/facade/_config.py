@@ -17,9 +17,9 @@ from jax.sharding import Mesh
 
 from meshplan.facade._devices import flatten_devices, resolve_devices
 from meshplan.facade._mesh import build_mesh
-from meshplan.pure._axes import validate_axis_names
-from meshplan.pure._hybrid import HybridMeshShape
-from meshplan.pure._mesh_rules import select_mesh_shape, validate_mesh_rules
+from meshplan.pure.mesh._axes import validate_axis_names
+from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.mesh._selectors import select_mesh_shape, validate_mesh_rules
 from meshplan.pure.errors import MeshShapeError, MeshplanTypeError
 
 __all__ = ["MeshConfig"]

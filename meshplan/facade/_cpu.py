@@ -9,7 +9,7 @@ import jax
 from jax.sharding import Mesh
 
 from meshplan.facade._mesh import create_mesh
-from meshplan.pure._parse import parse_mesh_string
+from meshplan.pure.mesh._parse import parse_mesh_string
 
 __all__ = ["create_cpu_mesh", "force_cpu", "cpu_context", "parse_mesh_from_string"]
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from meshplan.pure._layout import DeviceInfo
+from meshplan.pure.mesh._layout import DeviceInfo
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError
 
 __all__ = ["describe_devices", "resolve_devices", "flatten_devices"]

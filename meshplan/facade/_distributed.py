@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 
 from meshplan.facade._context import current_mesh
 from meshplan.facade._mesh import calculate_host_mesh_shape
-from meshplan.pure._batch import HostBatchSlice, host_batch_slices
+from meshplan.pure.specs._batch import HostBatchSlice, host_batch_slices
 from meshplan.pure.errors import (
     BarrierTimeoutError,
     DistributedError,
@@ -211,7 +211,7 @@ def host_batch_slice(
     Raises:
       MeshShapeError: ``mesh`` is None and no mesh is set.
       MeshplanTypeError: ``mesh`` is not a ``jax.sharding.Mesh``.
-      SpecError, DeviceLayoutError: as :func:`meshplan.pure._batch.host_batch_slices`.
+      SpecError, DeviceLayoutError: as :func:`meshplan.pure.specs._batch.host_batch_slices`.
 
     Example:
       >>> import jax

@@ -29,12 +29,12 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 from meshplan.facade._devices import describe_devices, resolve_devices
-from meshplan.pure._axis_types import canonicalize_axis_types
-from meshplan.pure._hybrid import HybridMeshShape
-from meshplan.pure._layout import DeviceInfo, group_granules, layout_device_ids
-from meshplan.pure._axes import validate_axis_names
-from meshplan.pure._request import MeshRequest, canonical_dims, resolve_mesh_request
-from meshplan.pure._split import calculate_host_mesh_shape as pure_calculate_host_mesh_shape
+from meshplan.pure.mesh._axis_types import canonicalize_axis_types
+from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.mesh._layout import DeviceInfo, group_granules, layout_device_ids
+from meshplan.pure.mesh._axes import validate_axis_names
+from meshplan.pure.mesh._request import MeshRequest, canonical_dims, resolve_mesh_request
+from meshplan.pure.mesh._split import calculate_host_mesh_shape as pure_calculate_host_mesh_shape
 
 __all__ = [
     "create_mesh", "build_mesh", "calculate_host_mesh_shape", "clear_mesh_cache", "mesh_cache_info",

@@ -3,7 +3,7 @@
 The suggestions (:func:`meshplan.pure.suggest_methods`,
 :func:`meshplan.pure.create_partition_spec`) keep eformer's axis preferences
 (fsdp+sp, dp, sp, tp, fsdp) but only emit specs jax can store; see
-:mod:`meshplan.pure._suggest` for the differences. ``auto_shard_pytree``
+:mod:`meshplan.pure.rules._suggest` for the differences. ``auto_shard_pytree``
 plans the whole tree once per distinct shape and places it with a single
 ``jax.device_put``, not one call per leaf.
 
@@ -23,10 +23,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from meshplan.facade._context import x64_enabled
-from meshplan.pure._plan import Plan, plan_tree
-from meshplan.pure._rule_auto import DEFAULT_MIN_SHARD_SIZE
-from meshplan.pure._suggest import SuggestRule, analyze_pytree, create_partition_spec, suggest_methods
-from meshplan.pure._validate import check_specs
+from meshplan.pure.rules._engine import Plan, plan_tree
+from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
+from meshplan.pure.rules._suggest import SuggestRule, analyze_pytree, create_partition_spec, suggest_methods
+from meshplan.pure.specs._validate import check_specs
 from meshplan.pure.errors import MeshplanTypeError
 
 __all__ = ["MeshPartitionHelper"]

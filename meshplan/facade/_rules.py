@@ -27,12 +27,12 @@ from typing import Any
 from jax.sharding import AbstractMesh, Mesh
 
 from meshplan.facade._context import current_mesh, x64_enabled
-from meshplan.pure._plan import Plan, PlanRule, plan_from_specs, plan_tree
-from meshplan.pure._rule_auto import AutoRule
-from meshplan.pure._rule_base import select_axes
-from meshplan.pure._rule_composite import CompositeRule
-from meshplan.pure._rule_memory import MemoryRule
-from meshplan.pure._rule_shape import ShapePatternRule
+from meshplan.pure.rules._engine import Plan, PlanRule, plan_from_specs, plan_tree
+from meshplan.pure.rules._auto import AutoRule
+from meshplan.pure.rules._base import select_axes
+from meshplan.pure.rules._composite import CompositeRule
+from meshplan.pure.rules._memory import MemoryRule
+from meshplan.pure.rules._shape import ShapePatternRule
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = [
@@ -160,7 +160,7 @@ class AutoShardingRule(_MeshRule):
       min_shard_size: leaves with fewer elements stay replicated (``None`` = 1024).
       reverse: visit the smallest dims first.
 
-    See :mod:`meshplan.pure._rule_auto` for the exact algorithm.
+    See :mod:`meshplan.pure.rules._auto` for the exact algorithm.
 
     Example:
       >>> import jax

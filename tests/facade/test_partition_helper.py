@@ -83,7 +83,7 @@ def test_reference_example_on_eight_devices():
     helper = MeshPartitionHelper(mesh)
     # Analyze and auto-shard a model
     sharded_params = helper.auto_shard_pytree(model_params)
-    # sp=1 is never spent (see meshplan.pure._suggest), so w gets fsdp and tp.
+    # sp=1 is never spent (see meshplan.pure.rules._suggest), so w gets fsdp and tp.
     assert sharded_params["w"].sharding.spec == P("fsdp", "tp")
     assert sharded_params["norm"].sharding.spec == P("tp")
 

@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from meshplan.pure._dtypes import canonical_dtype
+from meshplan.pure.specs._dtypes import canonical_dtype
 from meshplan.pure._types import PyTree, Shape
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 

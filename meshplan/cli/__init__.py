@@ -1,0 +1,215 @@
+"""The ``meshplan`` command line: ``plan``, ``show-mesh`` and ``demo``.
+
+``meshplan plan --model llama3-70b --cluster 8x8xH100`` ranks the meshes of a
+cluster for training a model preset (see :func:`meshplan.pure.search_meshes`);
+``--json`` prints the :class:`~meshplan.pure.SearchResult` as JSON only, which
+``show-mesh --plan FILE`` and ``SearchResult.from_json`` read back.
+
+``--rules FILE`` is JSON: a list of ``[regex, spec]`` pairs (or ``{"rules":
+[...]}``). Each regex is searched in the leaf path (``model/layers/0/mlp/
+down_proj/weight``), the first match wins, and ``spec`` has one entry per dim:
+``null``, an axis name, or a list of axis names (``[]`` replicates). Leaves no
+pattern matches keep the default per-axis-kind rule. Example::
+
+    [["embed_tokens", ["tp", "fsdp"]], ["norm", []]]
+
+Exit codes: 0 success, 1 a request meshplan cannot answer (unknown model or
+cluster, nothing fits, a bad rules file), 2 bad command-line usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+
+from meshplan.errors import MeshplanError
+
+
+def _console():  # noqa: ANN202 - rich is imported lazily
+    from rich.console import Console
+
+    # Pipes get a wide console so tables are not folded to 80 columns.
+    return Console(width=shutil.get_terminal_size((160, 40)).columns)
+
+
+def _sizes(text: str) -> dict[str, int]:
+    """``"tp=8,fsdp=4"`` -> ``{"tp": 8, "fsdp": 4}`` (argparse type: ValueError -> exit 2)."""
+    out: dict[str, int] = {}
+    for token in text.split(","):
+        name, sep, size = token.strip().partition("=")
+        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
+            raise argparse.ArgumentTypeError(f"{token.strip()!r} is not name=size (e.g. tp=8) with size >= 1")
+        if name.strip() in out:
+            raise argparse.ArgumentTypeError(f"axis {name.strip()!r} given twice")
+        out[name.strip()] = int(size)
+    return out
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return int(text)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1)")
+    return value
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from meshplan.pure import AxisKindRule, get_preset, path_rule_from_json, search_meshes
+
+    preset = get_preset(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
+    rule = None
+    if args.rules is not None:
+        try:
+            with open(args.rules, encoding="utf-8") as f:
+                data = json.load(f)
+        except OSError as err:
+            raise _UserError(f"cannot read --rules {args.rules!r}: {err.strerror}") from None
+        except json.JSONDecodeError as err:
+            raise _UserError(f"--rules {args.rules!r} is not valid JSON: {err}") from None
+        rule = path_rule_from_json(data, fallback=AxisKindRule.for_model(preset.spec))
+    fixed: dict[str, int] = {}
+    for group in args.fix or []:
+        again = sorted(set(group) & set(fixed))
+        if again:
+            raise _UserError(f"--fix gives {again} more than once.")
+        fixed.update(group)
+    result = search_meshes(
+        preset.spec, args.cluster, params=preset.params, axes=args.axes, fixed=fixed or None, rule=rule,
+        batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
+        activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
+        ep_within_domain=args.ep_within_domain, top_k=args.top,
+    )
+    if args.json:
+        sys.stdout.write(result.to_json() + "\n")
+        return 0
+    from meshplan.cli import _render
+
+    _render.render_plan(result, _console())
+    return 0
+
+
+def _show_mesh(args: argparse.Namespace) -> int:
+    from meshplan.cli import _render
+    from meshplan.pure import HybridMeshShape, SearchResult, parse_cluster, split_mesh_shape
+
+    if args.png is not None and importlib.util.find_spec("matplotlib") is None:
+        raise _UserError("--png needs matplotlib, which is not installed; install it with "
+                         "pip install 'meshplan[png]' (or pip install matplotlib).")
+    if args.plan is not None:
+        try:
+            with open(args.plan, encoding="utf-8") as f:
+                result = SearchResult.from_json(f.read())
+        except OSError as err:
+            raise _UserError(f"cannot read --plan {args.plan!r}: {err.strerror}") from None
+        ranked = result.candidates
+        if not 1 <= args.rank <= len(ranked):
+            raise _UserError(f"--rank {args.rank}: the plan has {len(ranked)} ranked meshes.")
+        cand = ranked[args.rank - 1]
+        cluster = parse_cluster(args.cluster) if args.cluster else result.request.cluster
+        names, hybrid = cand.axis_names, cand.hybrid
+    else:
+        if args.cluster is None or args.mesh is None:
+            raise _UserError("show-mesh needs --cluster and --mesh (e.g. --mesh dp=2,tp=4), or --plan FILE.")
+        cluster = parse_cluster(args.cluster)
+        names, sizes = tuple(args.mesh), tuple(args.mesh.values())
+        if args.dcn is not None:
+            unknown = sorted(set(args.dcn) - set(names))
+            if unknown:
+                raise _UserError(f"--dcn names axes {unknown} that --mesh lacks ({list(names)}).")
+            dcn = tuple(args.dcn.get(n, 1) for n in names)
+            bad = [n for n, s, d in zip(names, sizes, dcn, strict=True) if s % d]
+            if bad:
+                raise _UserError(f"--dcn sizes must divide the mesh sizes; they do not for {bad}.")
+            hybrid = HybridMeshShape(tuple(s // d for s, d in zip(sizes, dcn, strict=True)), dcn)
+        else:
+            # The split create_mesh makes by default for this global shape.
+            hybrid = split_mesh_shape(sizes, cluster.num_ici_domains, num_devices=cluster.num_devices)
+    ids = _render.render_mesh(cluster, names, hybrid, _console())
+    if args.png is not None:
+        try:
+            _render.write_png(args.png, cluster, names, ids)
+        except ImportError as err:
+            raise _UserError(str(err)) from None
+        print(f"wrote {args.png}")
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from meshplan.cli import _demo as demo  # imports jax with simulated devices, so only on demand
+
+    return demo.run(num_devices=args.devices)
+
+
+class _UserError(Exception):
+    """A problem with the user's files or options found by the CLI itself (exit 1)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for the ``meshplan`` command."""
+    parser = argparse.ArgumentParser(prog="meshplan", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    plan = sub.add_parser("plan", help="rank the meshes of a cluster for training a model preset",
+                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    plan.add_argument("--model", required=True, help="preset: gpt2, llama3-8b, llama3-70b, mixtral-8x7b, deepseek-v3")
+    plan.add_argument("--cluster", required=True, help="e.g. 8x8xH100, 2xH200, v5p-256, 2xv5e-256")
+    plan.add_argument("--batch", type=_positive, help="global batch in sequences (default: one per device)")
+    plan.add_argument("--seq", type=_positive, help="tokens per sequence (default 4096)")
+    plan.add_argument("--axes", help="comma-separated subset of dp,fsdp,ep,sp,tp (default: all; ep for MoE only)")
+    plan.add_argument("--fix", type=_sizes, action="append", metavar="AXIS=N[,AXIS=N]",
+                      help="keep axis sizes fixed, e.g. --fix tp=8 (repeatable)")
+    plan.add_argument("--rules", metavar="FILE", help="JSON [[regex, spec], ...] path rules (see above)")
+    plan.add_argument("--top", type=_positive, default=5, help="meshes to show (default 5)")
+    plan.add_argument("--headroom", type=_fraction, default=0.1, help="fraction of HBM kept free (default 0.1)")
+    plan.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                      help="parameter dtype (default bfloat16)")
+    plan.add_argument("--master-weights", action="store_true", help="add an fp32 master copy of the weights")
+    plan.add_argument("--no-activations", action="store_true", help="leave activation memory out of the fit")
+    plan.add_argument("--allow-tp-dcn", action="store_true", help="let tp span hosts/slices")
+    plan.add_argument("--ep-within-domain", action="store_true", help="keep ep inside one host/slice")
+    plan.add_argument("--unstack-experts", action="store_true", help="one leaf per expert (MoE presets)")
+    plan.add_argument("--json", action="store_true", help="print the result as JSON only")
+    plan.set_defaults(func=_plan)
+
+    show = sub.add_parser("show-mesh", help="draw which host/slice each device of a mesh sits on")
+    show.add_argument("--cluster", help="e.g. 2x4xH100 or v5e-16 (default with --plan: the plan's cluster)")
+    show.add_argument("--mesh", type=_sizes, metavar="AXIS=N,...", help="e.g. dp=2,tp=4 (outermost first)")
+    show.add_argument("--dcn", type=_sizes, metavar="AXIS=N,...",
+                      help="DCN part of axes (default: create_mesh's split)")
+    show.add_argument("--plan", metavar="FILE", help="a 'meshplan plan --json' result to draw instead")
+    show.add_argument("--rank", type=_positive, default=1, help="which ranked mesh of --plan (default 1)")
+    show.add_argument("--png", metavar="FILE", help="also write a picture (needs matplotlib: meshplan[png])")
+    show.set_defaults(func=_show_mesh)
+
+    demo = sub.add_parser("demo", help="plan a small model and place it on simulated CPU devices")
+    demo.add_argument("--devices", type=_positive, default=8, help="simulated CPU devices (default 8)")
+    demo.set_defaults(func=_run_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``meshplan`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (MeshplanError, _UserError) as err:
+        print(f"meshplan {args.command}: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""The pure rule protocol: one leaf's facts in, a decision (or no opinion) out.
+
+A *pure rule* is an immutable callable ``rule(ctx) -> Decision | None``:
+
+* ``ctx`` is a :class:`LeafContext`: the leaf's shape, dtype, the mesh axis
+  sizes, and (lazily) its path in the tree;
+* a :class:`Decision` is the spec plus a one-line reason and the rule's name;
+* ``None`` means "no opinion" (the planner then replicates the leaf).
+
+Rules may declare ``shape_only = True`` when their answer depends on shape,
+dtype and axis sizes alone; :func:`meshplan.pure.plan_tree` then asks them
+once per distinct ``(shape, dtype)`` and reuses the answer, so a 50k-leaf
+tree with a few dozen distinct shapes costs about one tree walk. Rules that
+read ``ctx.path`` (path/regex or logical-axis rules) leave it ``False`` and
+are asked once per leaf. Plain functions are rules too (``shape_only`` is
+then ``False``).
+
+The built-in rules live beside this module: ``_rule_auto``, ``_rule_shape``,
+``_rule_memory``, ``_rule_composite`` and ``_suggest``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from jax.sharding import PartitionSpec
+
+from meshplan.pure.mesh._axes import _as_int, _as_int_tuple, _as_sequence
+from meshplan.pure._types import Shape
+from meshplan.pure.errors import MeshplanTypeError, MeshShapeError, ShardingRuleError
+
+__all__ = [
+    "Decision",
+    "LeafContext",
+    "PureRule",
+    "FrozenAxisSizes",
+    "canonical_axis_sizes",
+    "shards_something",
+]
+
+
+class FrozenAxisSizes(dict):
+    """A checked, read-only ``{axis name: size}`` in mesh order.
+
+    A ``dict`` subclass so lookups stay as fast as a dict's (rules read sizes
+    in their inner loops) and so it compares equal to plain dicts; every
+    mutating method raises. Only :func:`canonical_axis_sizes` makes them,
+    which lets the planner pass one to each leaf context without checking
+    it again.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise MeshplanTypeError("axis sizes are read-only; build a new mapping instead.")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self.items()))
+
+
+def canonical_axis_sizes(axis_sizes: Mapping[str, int]) -> FrozenAxisSizes:
+    """Check an ordered mapping of mesh axis name -> size and freeze it.
+
+    Args:
+      axis_sizes: mesh axis sizes in mesh order (``dict(mesh.shape)``).
+
+    Returns:
+      A read-only mapping (a :class:`FrozenAxisSizes`) with the same order
+      and Python-int sizes; one made by this function is returned as is.
+
+    Raises:
+      MeshplanTypeError: not a mapping, a non-string name or a non-int size.
+      MeshShapeError: a size below 1.
+
+    Example:
+      >>> dict(canonical_axis_sizes({"dp": 2, "tp": 4}))
+      {'dp': 2, 'tp': 4}
+    """
+    if type(axis_sizes) is FrozenAxisSizes:
+        return axis_sizes
+    if not isinstance(axis_sizes, Mapping):
+        raise MeshplanTypeError(
+            f"axis_sizes={axis_sizes!r} must be a mapping of mesh axis name -> size in mesh "
+            "order, e.g. dict(mesh.shape)."
+        )
+    out: dict[str, int] = {}
+    bad: list[str] = []
+    for name, size in axis_sizes.items():
+        if not isinstance(name, str):
+            raise MeshplanTypeError(f"axis_sizes has a non-string axis name {name!r}.")
+        out[name] = _as_int(size, f"axis_sizes[{name!r}]")
+        if out[name] < 1:
+            bad.append(f"{name!r}={out[name]}")
+    if bad:
+        raise MeshShapeError(f"axis sizes must be >= 1; got {', '.join(bad)} in axis_sizes={dict(axis_sizes)}.")
+    return FrozenAxisSizes(out)
+
+
+def canonical_shape(shape: Any) -> Shape:
+    """A leaf shape as a tuple of non-negative Python ints."""
+    out = _as_int_tuple(shape, "shape")
+    if any(d < 0 for d in out):
+        raise MeshplanTypeError(f"shape={out} has negative dims; array dims are >= 0.")
+    return out
+
+
+def canonical_axis_names(axis_names: Any, what: str) -> tuple[str, ...] | None:
+    """A rule's ``axis_names`` option: ``None`` (every mesh axis) or a tuple of unique names."""
+    if axis_names is None:
+        return None
+    names = _as_sequence(axis_names, what)
+    not_str = [n for n in names if not isinstance(n, str)]
+    if not_str:
+        raise MeshplanTypeError(f"{what}={names!r} holds non-string names {not_str}.")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ShardingRuleError(f"{what}={names!r} repeats {repeated}; list each mesh axis once.")
+    return names
+
+
+def select_axes(axis_names: tuple[str, ...] | None, axis_sizes: Mapping[str, int], rule: str) -> tuple[str, ...]:
+    """The axes a rule may spend, in its order: ``axis_names`` or mesh order.
+
+    Raises:
+      ShardingRuleError: ``axis_names`` names an axis the mesh lacks.
+    """
+    if axis_names is None:
+        return tuple(axis_sizes)
+    unknown = [n for n in axis_names if n not in axis_sizes]
+    if unknown:
+        raise ShardingRuleError(
+            f"{rule} rule: axis_names={list(axis_names)} includes {unknown}, not axes of the mesh "
+            f"(mesh axes: {list(axis_sizes)}); drop them or use a mesh that has them."
+        )
+    return axis_names
+
+
+def shards_something(spec: PartitionSpec) -> bool:
+    """Whether a spec splits anything (an all-``None`` spec does not).
+
+    Example:
+      >>> shards_something(PartitionSpec(None, None)), shards_something(PartitionSpec(None, "tp"))
+      (False, True)
+    """
+    return any(entry is not None for entry in spec)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    """What a rule decided for one leaf, and why.
+
+    Attributes:
+      spec: the PartitionSpec for the leaf.
+      reason: one line a person can read ("dim 0 (4096) <- 'tp' (4)").
+      rule: the name of the rule that decided ("auto", "shape", ...).
+
+    Example:
+      >>> Decision(PartitionSpec("tp"), "dim 0 (4096) <- 'tp' (4)", "auto").spec
+      P('tp',)
+    """
+
+    spec: PartitionSpec
+    reason: str
+    rule: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, PartitionSpec):
+            raise MeshplanTypeError(f"Decision.spec must be a PartitionSpec, got {self.spec!r}.")
+        if not isinstance(self.reason, str) or not isinstance(self.rule, str):
+            raise MeshplanTypeError(
+                f"Decision.reason and Decision.rule must be strings, got {self.reason!r}, {self.rule!r}."
+            )
+
+
+class LeafPaths(Protocol):
+    """Where a context finds its leaf's key path (a :class:`~meshplan.pure.TreeFacts`)."""
+
+    @property
+    def keypaths(self) -> tuple[Any, ...]: ...
+
+    def path(self, i: int) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeafContext:
+    """The facts a rule may use about one leaf.
+
+    Attributes:
+      shape: the leaf's global shape.
+      dtype: its dtype.
+      axis_sizes: read-only ordered mapping mesh axis name -> size.
+      index: the leaf's position in the flattened tree (0 outside a tree).
+      paths: the tree's :class:`~meshplan.pure.TreeFacts`, where ``path`` and
+        ``keypath`` are looked up (lazily); ``None`` outside a tree.
+
+    Shape-only rules are asked once per distinct (shape, dtype); their
+    context carries the first such leaf's index, so ``path`` in an error
+    message names a real leaf (the planner adds how many others share it).
+
+    Example:
+      >>> import numpy as np
+      >>> ctx = LeafContext((1024, 64), np.dtype("float32"), {"tp": 4})
+      >>> ctx.num_elements, ctx.path
+      (65536, '<leaf>')
+    """
+
+    shape: Shape
+    dtype: Any
+    axis_sizes: Mapping[str, int]
+    index: int = 0
+    paths: LeafPaths | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shape, tuple):
+            if isinstance(self.shape, str) or not isinstance(self.shape, Sequence):
+                raise MeshplanTypeError(f"LeafContext.shape must be a tuple of ints, got {self.shape!r}.")
+            object.__setattr__(self, "shape", tuple(self.shape))
+        object.__setattr__(self, "axis_sizes", canonical_axis_sizes(self.axis_sizes))
+
+    @property
+    def num_elements(self) -> int:
+        """Number of elements of the leaf."""
+        return math.prod(self.shape)
+
+    @property
+    def keypath(self) -> tuple[Any, ...]:
+        """The leaf's jax key path (``()`` outside a tree)."""
+        return () if self.paths is None else self.paths.keypaths[self.index]
+
+    @property
+    def path(self) -> str:
+        """The leaf's path as ``"a/b/0"`` (``"<leaf>"`` outside a tree)."""
+        return "<leaf>" if self.paths is None else self.paths.path(self.index)
+
+
+@runtime_checkable
+class PureRule(Protocol):
+    """What the planner calls: ``rule(ctx) -> Decision | None``.
+
+    ``name`` labels its decisions; ``shape_only`` promises the answer depends
+    on ``ctx.shape``, ``ctx.dtype`` and ``ctx.axis_sizes`` only.
+    """
+
+    name: str
+    shape_only: bool
+
+    def __call__(self, ctx: LeafContext) -> Decision | None: ...
+
+
+def rule_name(rule: Any) -> str:
+    """A rule's display name: its ``name``, else its function or class name."""
+    name = getattr(rule, "name", None)
+    if isinstance(name, str):
+        return name
+    return getattr(rule, "__name__", type(rule).__name__)
+
+
+def is_shape_only(rule: Any) -> bool:
+    """Whether the planner may ask ``rule`` once per distinct (shape, dtype)."""
+    return getattr(rule, "shape_only", False) is True
+
+
+def format_axes(axes: Sequence[str], axis_sizes: Mapping[str, int]) -> str:
+    """``'fsdp'(4)*'sp'(2)`` for a reason string."""
+    # "*" reads as "split by the product", which is what a tuple entry means.
+    return "*".join(f"{a!r}({axis_sizes[a]})" for a in axes)

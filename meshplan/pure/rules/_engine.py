@@ -1,0 +1,371 @@
+"""Plans: a rule applied to a whole pytree, with the reason for every spec.
+
+:func:`plan_tree` walks the tree once. Rules that declare ``shape_only`` are
+asked once per distinct ``(shape, dtype)`` and their answer is reused for
+every leaf that shares it; other rules are asked per leaf. Leaf paths are
+formatted only when something needs them (an error message, ``explain``,
+a rule reading ``ctx.path``), because formatting 50k key paths costs more
+than planning them.
+
+What happens to each kind of leaf (see :mod:`meshplan.pure.specs._tree` for what
+counts as an array):
+
+* array-like leaves get the rule's spec, or ``P()`` when the rule has no
+  opinion (their decision is then ``None``);
+* ``None`` is an empty subtree in jax and stays ``None``;
+* non-array leaves (strings, arbitrary objects) are copied unchanged into
+  ``Plan.specs`` and have no decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+from jax.sharding import PartitionSpec
+
+from meshplan.pure.rules._base import (
+    Decision,
+    LeafContext,
+    canonical_axis_sizes,
+    is_shape_only,
+    rule_name,
+)
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts, tree_facts
+from meshplan.pure._types import PyTree
+from meshplan.pure.errors import (
+    MemoryBudgetError,
+    MeshplanTypeError,
+    PlanError,
+    ShardingRuleError,
+    SpecError,
+)
+
+__all__ = ["Plan", "PlanRule", "plan_tree", "plan_from_specs"]
+
+_REPLICATED = PartitionSpec()
+# Errors a rule raises about one leaf; the planner collects them and raises
+# once. Type errors (a misconfigured rule) propagate at once.
+_LEAF_ERRORS = (ShardingRuleError, MemoryBudgetError, SpecError)
+_MAX_LISTED = 10
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Plan:
+    """A spec for every leaf of a tree, and why.
+
+    Attributes:
+      specs: the spec tree (same structure as the planned tree).
+      facts: the planned tree's :class:`TreeFacts` (structure, leaf facts, paths).
+      leaf_decisions: per flattened leaf, the :class:`Decision` (``None`` when
+        the leaf is not an array or the rule had no opinion).
+      leaf_specs: per flattened leaf, its entry in ``specs``.
+      axis_sizes: the mesh axis sizes planned against.
+      rule: the name of the rule that made the plan.
+
+    Example:
+      >>> import jax, numpy as np
+      >>> from meshplan.pure.rules._auto import AutoRule
+      >>> tree = {"w": jax.ShapeDtypeStruct((4096, 1024), np.float32), "b": np.zeros(3)}
+      >>> plan = plan_tree(tree, AutoRule(), {"dp": 2, "tp": 4})
+      >>> plan.specs
+      {'b': P(), 'w': P('dp', 'tp')}
+      >>> plan.explain("w")
+      "w: (4096, 1024) float32 -> P('dp', 'tp') [auto] largest dims first: dim 0 (4096) <- 'dp'(2), dim 1 (1024) <- 'tp'(4)"
+    """
+
+    specs: PyTree
+    facts: TreeFacts
+    leaf_decisions: tuple[Decision | None, ...]
+    leaf_specs: tuple[Any, ...]
+    axis_sizes: Mapping[str, int]
+    rule: str
+
+    def __len__(self) -> int:
+        return len(self.facts.infos)
+
+    def __repr__(self) -> str:
+        arrays = sum(info is not None for info in self.facts.infos)
+        return f"Plan(rule={self.rule!r}, leaves={len(self)}, arrays={arrays}, axis_sizes={dict(self.axis_sizes)})"
+
+    @property
+    def treedef(self) -> Any:
+        """The planned tree's structure."""
+        return self.facts.treedef
+
+    @property
+    def infos(self) -> tuple[LeafInfo | None, ...]:
+        """Per flattened leaf, its :class:`LeafInfo` (``None`` for non-array leaves)."""
+        return self.facts.infos
+
+    @property
+    def decisions(self) -> PyTree:
+        """The decisions as a tree of the planned tree's structure (``None`` where there is none)."""
+        return self.facts.unflatten(self.leaf_decisions)
+
+    def path(self, index: int) -> str:
+        """The ``"a/b/0"`` path of flattened leaf ``index``."""
+        return self.facts.path(index)
+
+    def items(self) -> Iterator[tuple[str, Decision | None]]:
+        """``(path, decision)`` for every array leaf, in flattened order."""
+        for i, info in enumerate(self.facts.infos):
+            if info is not None:
+                yield self.facts.path(i), self.leaf_decisions[i]
+
+    def counts(self) -> dict[str, int]:
+        """How many array leaves each rule decided (``"none"``: no opinion, replicated)."""
+        out: dict[str, int] = {}
+        for info, decision in zip(self.facts.infos, self.leaf_decisions, strict=True):
+            if info is not None:
+                key = "none" if decision is None else decision.rule
+                out[key] = out.get(key, 0) + 1
+        return dict(sorted(out.items()))
+
+    def explain(self, path: str) -> str:
+        """One line saying which spec the leaf at ``path`` got and why.
+
+        Raises:
+          PlanError: no leaf has that path.
+        """
+        for i in range(len(self)):
+            if self.facts.path(i) == path:
+                return self._explain_index(i)
+        some = [self.facts.path(i) for i in range(min(len(self), 5))]
+        raise PlanError(f"no leaf has path {path!r}; paths look like {some} (see Plan.items()).")
+
+    def _explain_index(self, i: int) -> str:
+        info, decision, path = self.facts.infos[i], self.leaf_decisions[i], self.facts.path(i)
+        if info is None:
+            return f"{path}: not an array leaf; kept as is"
+        head = f"{path}: {info.shape} {info.dtype} -> "
+        if decision is None:
+            return head + f"P() [{self.rule}] no opinion; replicated"
+        return head + f"{decision.spec!r} [{decision.rule}] {decision.reason}"
+
+
+def _ask(rule: Any, ctx: LeafContext, name: str) -> Decision | None:
+    decision = rule(ctx)
+    if decision is not None and not isinstance(decision, Decision):
+        raise MeshplanTypeError(
+            f"{ctx.path}: rule {name!r} returned {decision!r}; a rule returns a Decision or None."
+        )
+    return decision
+
+
+def _raise_failures(failures: dict[Any, list[Any]], name: str) -> None:
+    """Raise one error for every leaf a rule refused (grouped by shape for shape-only rules)."""
+    items = list(failures.values())
+    total = sum(count for _, _, count in items)
+    first = items[0][1]
+    if total == 1:
+        raise first
+    classes = {type(err) for _, err, _ in items}
+    cls = type(first) if len(classes) == 1 else ShardingRuleError
+    lines = []
+    for _, err, count in items[:_MAX_LISTED]:
+        more = f" (and {count - 1} more leaves with this shape and dtype)" if count > 1 else ""
+        lines.append(f"{err}{more}")
+    if len(items) > _MAX_LISTED:
+        lines.append(f"... and {len(items) - _MAX_LISTED} more")
+    raise cls(f"rule {name!r} could not plan {total} leaves:\n  - " + "\n  - ".join(lines)) from first
+
+
+def plan_tree(tree: PyTree, rule: Any, axis_sizes: Mapping[str, int], *, x64: bool = False) -> Plan:
+    """Apply a pure rule to every leaf of ``tree``.
+
+    Args:
+      tree: any pytree; leaves are read for shape and dtype only.
+      rule: a pure rule (``rule(ctx) -> Decision | None``); see
+        :mod:`meshplan.pure.rules._base`.
+      axis_sizes: ordered mapping mesh axis name -> size.
+      x64: whether Python scalar leaves count as 64-bit.
+
+    Returns:
+      A :class:`Plan`. Leaves where the rule has no opinion are replicated.
+
+    Raises:
+      ShardingRuleError, MemoryBudgetError, SpecError: the rule refused some
+        leaves; one error lists them all (with their paths).
+      MeshplanTypeError: ``rule`` is not callable or returned something other
+        than a Decision or None.
+
+    Example:
+      >>> import jax, numpy as np
+      >>> from meshplan.pure.rules._auto import AutoRule
+      >>> layer = {"w": jax.ShapeDtypeStruct((512, 512), np.float32)}
+      >>> plan = plan_tree([layer] * 3, AutoRule(), {"tp": 4})
+      >>> [spec["w"] for spec in plan.specs]
+      [P('tp',), P('tp',), P('tp',)]
+      >>> plan.counts()
+      {'auto': 3}
+    """
+    if not callable(rule):
+        raise MeshplanTypeError(f"rule={rule!r} is not callable; pass a pure rule such as AutoRule().")
+    sizes = canonical_axis_sizes(axis_sizes)
+    name = rule_name(rule)
+    shape_only = is_shape_only(rule)
+    facts = tree_facts(tree, x64=x64)
+    infos = facts.infos
+    # Leaves are matched to answers by the identity of their LeafInfo:
+    # tree_facts shares one LeafInfo between equal array leaves, so a 50k-leaf
+    # tree has a few dozen distinct ones, and id() lookups in C-level map()
+    # calls cost a fraction of a Python loop. (None, the non-array marker, is
+    # one object too.)
+    ids = list(map(id, infos))
+    decision_of: dict[int, Decision | None] = {}
+    spec_of: dict[int, Any] = {}
+    failures: dict[Any, list[Any]] = {}
+    has_non_arrays = False
+    if shape_only:
+        by_key: dict[Any, tuple[Decision | None, PartitionSpec]] = {}
+        for uid in dict.fromkeys(ids):
+            i = ids.index(uid)  # the first leaf with this info, named in messages
+            info = infos[i]
+            if info is None:
+                has_non_arrays = True
+                decision_of[uid], spec_of[uid] = None, None
+                continue
+            # Equal infos built separately (boxes, scalars) share one answer.
+            key = (info.shape, info.dtype)
+            if key not in by_key:
+                by_key[key] = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), name, key,
+                                      failures)
+            decision_of[uid], spec_of[uid] = by_key[key]
+        decisions = _lookup(decision_of, ids)
+        specs = _lookup(spec_of, ids)
+        if failures:
+            for key, entry in failures.items():
+                entry[2] = sum(1 for x in infos if x is not None and (x.shape, x.dtype) == key)
+    else:
+        decisions, specs = [], []
+        for i, info in enumerate(infos):
+            if info is None:
+                has_non_arrays = True
+                decision, spec = None, None
+            else:
+                decision, spec = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), name, i,
+                                         failures)
+            decisions.append(decision)
+            specs.append(spec)
+    if failures:
+        _raise_failures(failures, name)
+    if has_non_arrays:
+        # Non-array leaves are copied into the spec tree unchanged.
+        specs = list(specs)
+        leaves = facts.treedef.flatten_up_to(facts.source)
+        for i, info in enumerate(infos):
+            if info is None:
+                specs[i] = leaves[i]
+    return Plan(facts.unflatten(specs), facts, tuple(decisions), tuple(specs), sizes, name)
+
+
+def _lookup(table: dict[int, Any], ids: list[int]) -> tuple[Any, ...]:
+    """``tuple(table[i] for i in ids)``, in one C-level pass (itemgetter)."""
+    if len(ids) < 2:
+        return tuple(table[i] for i in ids)
+    return operator.itemgetter(*ids)(table)
+
+
+def _decide(rule: Any, ctx: LeafContext, name: str, key: Any,
+            failures: dict[Any, list[Any]]) -> tuple[Decision | None, PartitionSpec]:
+    try:
+        decision = _ask(rule, ctx, name)
+    except _LEAF_ERRORS as err:
+        failures[key] = [ctx.index, err, 1]
+        return None, _REPLICATED
+    return decision, _REPLICATED if decision is None else decision.spec
+
+
+def plan_from_specs(
+    tree: PyTree,
+    specs: PyTree,
+    *,
+    rule: str = "given",
+    reason: str = "given spec",
+    axis_sizes: Mapping[str, int] | None = None,
+    x64: bool = False,
+) -> Plan:
+    """A :class:`Plan` for specs decided elsewhere (a user's ``apply``, a saved plan).
+
+    Args:
+      tree: the pytree the specs are for.
+      specs: a tree of the same structure with a PartitionSpec (or ``None``,
+        read as ``P()``) at each array leaf.
+      rule: the name recorded in each decision.
+      reason: the reason recorded in each decision.
+      axis_sizes: the mesh the specs are for, if known (recorded only; not validated).
+      x64: whether Python scalar leaves count as 64-bit.
+
+    Returns:
+      A plan whose decisions all say ``reason``.
+
+    Raises:
+      ShardingRuleError: ``specs`` does not have the tree's structure.
+      MeshplanTypeError: an array leaf's spec is not a PartitionSpec.
+
+    Example:
+      >>> import numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> plan = plan_from_specs({"w": np.zeros((4, 4))}, {"w": P("dp")}, rule="mine")
+      >>> plan.explain("w")
+      "w: (4, 4) float64 -> P('dp',) [mine] given spec"
+    """
+    facts = tree_facts(tree, x64=x64)
+    try:
+        given = facts.treedef.flatten_up_to(specs)
+    except ValueError as err:
+        raise ShardingRuleError(
+            f"rule {rule!r} returned specs whose structure does not match the tree: {err}. "
+            "Return one PartitionSpec per array leaf, in a tree of the same structure."
+        ) from None
+    decisions: list[Decision | None] = []
+    out: list[Any] = []
+    for i, (info, spec) in enumerate(zip(facts.infos, given, strict=True)):
+        if info is None:
+            decisions.append(None)
+            out.append(spec)
+            continue
+        if spec is None:
+            spec = _REPLICATED
+        if not isinstance(spec, PartitionSpec):
+            raise MeshplanTypeError(f"{facts.path(i)}: rule {rule!r} gave {spec!r}, not a PartitionSpec.")
+        decisions.append(Decision(spec, reason, rule))
+        out.append(spec)
+    sizes = canonical_axis_sizes({} if axis_sizes is None else axis_sizes)
+    return Plan(facts.unflatten(out), facts, tuple(decisions), tuple(out), sizes, rule)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class PlanRule:
+    """A pure rule replaying a plan made for the same tree (by leaf index).
+
+    This lets rules that only exist as ``apply(pytree)`` (user subclasses of
+    the facade's ``ShardingRule``) take part in a composite rule.
+
+    Example:
+      >>> import numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> tree = {"w": np.zeros((4, 4))}
+      >>> replay = PlanRule(plan_from_specs(tree, {"w": P("dp")}, rule="mine"))
+      >>> plan_tree(tree, replay, {"dp": 2}).specs
+      {'w': P('dp',)}
+    """
+
+    plan: Plan
+    shape_only: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        """The replayed plan's rule name."""
+        return self.plan.rule
+
+    def __call__(self, ctx: LeafContext) -> Decision | None:
+        if not 0 <= ctx.index < len(self.plan.leaf_decisions):
+            raise ShardingRuleError(
+                f"{ctx.path}: the replayed plan of rule {self.plan.rule!r} has "
+                f"{len(self.plan.leaf_decisions)} leaves; it was made for a different tree."
+            )
+        return self.plan.leaf_decisions[ctx.index]

@@ -1,0 +1,309 @@
+"""One priced mesh of the search, as plain, JSON-ready frozen dataclasses.
+
+A :class:`~meshplan.pure.search._result.SearchResult` made on a laptop can be checked in (``to_json``) and
+re-applied on the cluster (``SearchResult.from_json(text).best``): a
+:class:`MeshCandidate` carries the mesh axis names and sizes, its ICI and DCN
+shapes (pass them to ``meshplan.create_mesh(axis_dims, axis_names,
+dcn_mesh_dims=...)``) and one :class:`ParamGroup` per parameter group, from
+which :meth:`MeshCandidate.plan` rebuilds the specs of a parameter tree.
+
+Every ``to_dict`` returns JSON types only (PartitionSpecs become lists, see
+:func:`~meshplan.pure.rules._axis_kind.spec_to_json`) and ``from_dict`` inverts it
+exactly: ``X.from_dict(x.to_dict()) == x``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Mapping
+from typing import Any, ClassVar
+
+from jax.sharding import PartitionSpec
+
+from meshplan.pure.rules._axis_kind import path_template
+from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.rules._path import spec_from_json, spec_to_json
+from meshplan.pure.rules._engine import Plan, plan_tree
+from meshplan.pure.rules._base import Decision, LeafContext
+from meshplan.pure._types import PyTree
+from meshplan.pure.errors import MeshplanTypeError, PlanError, ShardingRuleError
+
+__all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup", "fmt_bytes"]
+
+_GIB = 2**30
+
+
+def _fields(cls: type, data: Any) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise MeshplanTypeError(f"{cls.__name__}.from_dict needs a mapping, got {type(data).__name__}.")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    missing = [n for n in names if n not in data and _required(cls, n)]
+    if unknown or missing:
+        raise PlanError(f"{cls.__name__}.from_dict: unknown keys {unknown}, missing keys {missing}; "
+                        f"expected {names}.")
+    return dict(data)
+
+
+def _required(cls: type, name: str) -> bool:
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def fmt_bytes(nbytes: float) -> str:
+    """``'12.3 GiB'`` (``'27.1 MiB'`` below 1 GiB): bytes with one decimal, for messages.
+
+    Example:
+      >>> fmt_bytes(3 * 2**30 + 2**29), fmt_bytes(5 * 2**20)
+      ('3.5 GiB', '5.0 MiB')
+    """
+    if abs(nbytes) < _GIB:
+        return f"{nbytes / 2**20:.1f} MiB"
+    return f"{nbytes / _GIB:.1f} GiB"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParamGroup:
+    """Parameters that share a spec: same path pattern, shape and dtype.
+
+    Attributes:
+      pattern: the path template (layer/expert indices as ``*``) or, where
+        leaves of one template got different specs, an exact path.
+      shape: the leaves' shape.
+      dtype: their dtype name (``"bfloat16"``).
+      count: how many leaves the group holds.
+      spec: the PartitionSpec they get.
+      rule: the rule that decided.
+      reason: why, in one line.
+    """
+
+    pattern: str
+    shape: tuple[int, ...]
+    dtype: str
+    count: int
+    spec: PartitionSpec
+    rule: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if not isinstance(self.spec, PartitionSpec):
+            raise MeshplanTypeError(f"ParamGroup.spec must be a PartitionSpec, got {self.spec!r}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"pattern": self.pattern, "shape": list(self.shape), "dtype": self.dtype, "count": self.count,
+                "spec": spec_to_json(self.spec), "rule": self.rule, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ParamGroup:
+        """Inverse of :meth:`to_dict`."""
+        fields = _fields(cls, data)
+        fields["spec"] = spec_from_json(fields["spec"], where=f"group {fields['pattern']!r} spec")
+        return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Bytes on the fullest device, by kind.
+
+    ``params``, ``grads`` and ``optimizer`` are exact (what live arrays hold);
+    ``activations`` is an approximation (see :mod:`meshplan.pure.search._step_cost`).
+    """
+
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+    budget: int
+
+    @property
+    def total(self) -> int:
+        """Everything a training step holds on the fullest device."""
+        return self.params + self.grads + self.optimizer + self.activations
+
+    @property
+    def fits(self) -> bool:
+        """Whether the total fits the budget."""
+        return self.total <= self.budget
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (with ``total`` for readers; ignored by :meth:`from_dict`)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["total"] = self.total
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryBreakdown:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**_fields(cls, {k: v for k, v in data.items() if k != "total"}))
+
+    def parts(self) -> str:
+        """``'params 8.2 GiB, grads 8.2 GiB, optimizer 16.4 GiB, activations 8.4 GiB'``."""
+        return ", ".join(f"{k} {fmt_bytes(getattr(self, k))}" for k in ("params", "grads", "optimizer", "activations"))
+
+    def describe(self) -> str:
+        """``'41.2 GiB (params 8.2, grads 8.2, optimizer 16.4, activations 8.4 GiB)'``."""
+        return f"{fmt_bytes(self.total)} ({self.parts()})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommTerm:
+    """One kind of collective a training step runs, priced by the alpha-beta model.
+
+    Attributes:
+      what: what moves, e.g. ``"fsdp all-gather of params"``.
+      kind: the collective (see :data:`~meshplan.pure.COLLECTIVE_KINDS`).
+      axes: the mesh axes of the device group.
+      nbytes: the full buffer of one call (as :mod:`meshplan.pure.search._cost` defines it).
+      calls: calls per step.
+      link: ``"intra"`` (inside ICI domains), ``"inter"`` or ``"intra+inter"`` (two-level).
+      seconds: the estimated time of all calls.
+    """
+
+    what: str
+    kind: str
+    axes: tuple[str, ...]
+    nbytes: int
+    calls: int
+    link: str
+    seconds: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axes", tuple(self.axes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {f.name: list(self.axes) if f.name == "axes" else getattr(self, f.name)
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CommTerm:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**_fields(cls, data))
+
+
+class _GroupRule:
+    """A pure rule replaying a candidate's parameter groups on a tree (by path, shape, dtype)."""
+
+    shape_only: ClassVar[bool] = False
+
+    def __init__(self, groups: tuple[ParamGroup, ...], name: str) -> None:
+        self.name = name
+        self._by_key: dict[Hashable, ParamGroup] = {}
+        for g in groups:
+            self._by_key.setdefault((g.pattern, g.shape, g.dtype), g)
+
+    def __call__(self, ctx: LeafContext) -> Decision:
+        dtype = str(ctx.dtype)
+        path = ctx.path
+        group = self._by_key.get((path, ctx.shape, dtype)) or self._by_key.get(
+            (path_template(path), ctx.shape, dtype))
+        if group is None:
+            raise ShardingRuleError(
+                f"{path}: no parameter group of this plan matches {path_template(path)!r} {ctx.shape} "
+                f"{dtype}; the plan was made for a different parameter tree (model or dtype)."
+            )
+        return Decision(group.spec, group.reason, group.rule)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MeshCandidate:
+    """One mesh the search priced: its layout, memory, communication and verdict.
+
+    Attributes:
+      axis_names: mesh axis names, outermost first.
+      axis_sizes: their sizes (multiplying to the device count).
+      ici_shape: each axis's part inside one ICI domain (node / slice).
+      dcn_shape: each axis's part across domains (multiplying to the domain count).
+      memory: bytes on the fullest device.
+      comm: the collectives of one training step.
+      verdict: why it won, ranked where it did, or was rejected.
+      rank: 1-based rank among meshes that fit; ``None`` when rejected.
+      groups: the parameter groups and their specs.
+    """
+
+    axis_names: tuple[str, ...]
+    axis_sizes: tuple[int, ...]
+    ici_shape: tuple[int, ...]
+    dcn_shape: tuple[int, ...]
+    memory: MemoryBreakdown
+    comm: tuple[CommTerm, ...]
+    verdict: str
+    rank: int | None = None
+    groups: tuple[ParamGroup, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("axis_names", "axis_sizes", "ici_shape", "dcn_shape", "comm", "groups"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        lengths = {len(self.axis_names), len(self.axis_sizes), len(self.ici_shape), len(self.dcn_shape)}
+        if len(lengths) != 1:
+            raise PlanError(f"MeshCandidate: axis_names {self.axis_names}, axis_sizes {self.axis_sizes}, "
+                            f"ici_shape {self.ici_shape} and dcn_shape {self.dcn_shape} differ in length.")
+        bad = [n for n, s, i, d in zip(self.axis_names, self.axis_sizes, self.ici_shape, self.dcn_shape,
+                                       strict=True) if i * d != s]
+        if bad:
+            raise PlanError(f"MeshCandidate: ici * dcn != size for axes {bad}.")
+
+    @property
+    def mesh_shape(self) -> dict[str, int]:
+        """Axis name -> size, in mesh order."""
+        return dict(zip(self.axis_names, self.axis_sizes, strict=True))
+
+    @property
+    def num_devices(self) -> int:
+        """Devices in the mesh."""
+        return math.prod(self.axis_sizes)
+
+    @property
+    def hybrid(self) -> HybridMeshShape:
+        """The ICI x DCN shape, as ``create_mesh`` / ``MeshConfig`` take it."""
+        return HybridMeshShape(self.ici_shape, self.dcn_shape)
+
+    @property
+    def step_comm_s(self) -> float:
+        """Estimated seconds of communication per training step (all terms)."""
+        return float(sum(t.seconds for t in self.comm))
+
+    @property
+    def fits(self) -> bool:
+        """Whether it fits the memory budget."""
+        return self.memory.fits
+
+    @property
+    def text(self) -> str:
+        """``'dp=8,fsdp=8,tp=1'``: the axes that are not 1 (all of them if every one is)."""
+        shown = [(n, s) for n, s in zip(self.axis_names, self.axis_sizes, strict=True) if s > 1]
+        return ",".join(f"{n}={s}" for n, s in shown or zip(self.axis_names, self.axis_sizes, strict=True))
+
+    def plan(self, tree: PyTree) -> Plan:
+        """Specs for ``tree`` (the same model the search planned), with reasons.
+
+        Raises:
+          ShardingRuleError: a leaf matches no parameter group (another model).
+        """
+        return plan_tree(tree, _GroupRule(self.groups, "plan"), self.mesh_shape)
+
+    def specs_for(self, tree: PyTree) -> PyTree:
+        """The PartitionSpec tree for ``tree``; see :meth:`plan`."""
+        return self.plan(tree).specs
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "axis_names": list(self.axis_names), "axis_sizes": list(self.axis_sizes),
+            "ici_shape": list(self.ici_shape), "dcn_shape": list(self.dcn_shape),
+            "step_comm_s": self.step_comm_s, "memory": self.memory.to_dict(),
+            "comm": [t.to_dict() for t in self.comm], "verdict": self.verdict, "rank": self.rank,
+            "groups": [g.to_dict() for g in self.groups],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MeshCandidate:
+        """Inverse of :meth:`to_dict` (``step_comm_s`` is recomputed)."""
+        fields = _fields(cls, {k: v for k, v in data.items() if k != "step_comm_s"})
+        fields["memory"] = MemoryBreakdown.from_dict(fields["memory"])
+        fields["comm"] = tuple(CommTerm.from_dict(t) for t in fields["comm"])
+        fields["groups"] = tuple(ParamGroup.from_dict(g) for g in fields.get("groups", ()))
+        return cls(**fields)

@@ -1,0 +1,341 @@
+"""Alpha-beta cost model of the collectives a sharded training step runs.
+
+Each collective over ``n`` participants on one :class:`Link` costs a latency
+term (``alpha`` = ``Link.latency`` seconds per ring step) plus a bandwidth
+term (bytes each device must send, divided by ``Link.bandwidth``, the
+per-device one-direction bandwidth). ``B`` is always the FULL logical buffer
+in bytes: the gathered result of an all-gather, the input of a
+reduce-scatter or an all-reduce, each device's whole send buffer of an
+all-to-all.
+
+Ring formulas (Thakur, Rabenseifner and Gropp, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 2005; the same factors as the
+"bus bandwidth" of NVIDIA's nccl-tests, doc/PERFORMANCE.md):
+
+- all-gather, reduce-scatter: ``(n-1)*alpha + (n-1)/n * B / bw``; each device
+  sends ``n-1`` chunks of ``B/n`` bytes, one chunk per ring step.
+- all-reduce = reduce-scatter + all-gather:
+  ``2(n-1)*alpha + 2(n-1)/n * B / bw``.
+- all-to-all: ``(n-1)*alpha + (n-1)/n * B / bw``. Assumption: each device
+  keeps ``B/n`` of its ``B`` bytes and sends the rest in ``n-1`` pairwise
+  exchanges, each paying ``alpha``, limited only by its own injection
+  bandwidth. That holds on switched fabrics (NVSwitch, a fat-tree network).
+  On a TPU torus axis an all-to-all is bisection-limited and costs roughly
+  ``n/4`` times more for ``n > 4``: the model is optimistic there.
+
+Every term has the factor ``n - 1``, so all formulas give exactly 0 for
+``n == 1`` without a special case.
+
+The functions take Python numbers or numpy arrays (broadcast together), so a
+planner can price many candidates in one call; they return a ``float`` for
+scalar inputs and a float64 array otherwise. Times are in seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Literal, TypeAlias
+
+import numpy as np
+
+from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
+
+__all__ = [
+    "COLLECTIVE_KINDS",
+    "CollectiveKind",
+    "Link",
+    "all_gather_time",
+    "all_reduce_time",
+    "all_to_all_time",
+    "collective_time",
+    "reduce_scatter_time",
+    "select_link",
+]
+
+CollectiveKind: TypeAlias = Literal["all-gather", "reduce-scatter", "all-reduce", "all-to-all"]
+"""The collectives the cost model prices."""
+
+COLLECTIVE_KINDS: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
+"""Valid ``kind`` values of :func:`collective_time`, in a fixed order."""
+
+_Real: TypeAlias = int | float | np.integer | np.floating
+_ArrayLike: TypeAlias = _Real | np.ndarray | Sequence[_Real]
+
+
+def _real_field(name: str, value: object, *, allow_zero: bool) -> float:
+    """A finite float > 0 (or >= 0); ClusterError/MeshplanTypeError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise MeshplanTypeError(f"{name}={value!r} must be a real number, not {type(value).__name__}.")
+    out = float(value)
+    if not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ClusterError(f"{name}={value!r} must be a finite number {bound}.")
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Link:
+    """One interconnect, as the cost model sees it.
+
+    Attributes:
+      bandwidth: bytes per second one device can send in one direction during
+        a ring collective (> 0). For NVLink this is the per-GPU one-direction
+        total; for a TPU torus axis, two links' one-way bandwidth (a
+        bidirectional ring). :mod:`meshplan.pure.search._cluster` derives the shipped
+        figures and cites their sources.
+      latency: seconds per ring step, the ``alpha`` term (>= 0).
+
+    Raises:
+      ClusterError: a negative, zero (bandwidth) or non-finite value.
+      MeshplanTypeError: a value that is not a real number.
+
+    Example:
+      >>> Link(bandwidth=450e9, latency=3e-6)
+      Link(bandwidth=450 GB/s, latency=3 us)
+    """
+
+    bandwidth: float
+    latency: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bandwidth", _real_field("bandwidth", self.bandwidth, allow_zero=False))
+        object.__setattr__(self, "latency", _real_field("latency", self.latency, allow_zero=True))
+
+    def __repr__(self) -> str:
+        return f"Link(bandwidth={self.bandwidth / 1e9:g} GB/s, latency={self.latency * 1e6:g} us)"
+
+
+def _is_scalar(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _as_array(name: str, value: object) -> np.ndarray:
+    """Numeric scalar/sequence/array -> ndarray; MeshplanTypeError otherwise."""
+    if isinstance(value, bool) or isinstance(value, (str, bytes)):
+        raise MeshplanTypeError(f"{name}={value!r} must be a number or an array of numbers.")
+    if not (_is_scalar(value) or isinstance(value, (np.ndarray, list, tuple))):
+        raise MeshplanTypeError(
+            f"{name}={value!r} must be a number or a numpy array, not {type(value).__name__}."
+        )
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iuf":
+        raise MeshplanTypeError(f"{name} must hold ints or floats, got dtype {arr.dtype} ({value!r}).")
+    return arr
+
+
+def _check_bytes(nbytes: object) -> np.ndarray:
+    arr = _as_array("nbytes", nbytes).astype(np.float64)
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        raise PlanError(
+            f"nbytes={nbytes!r} must be finite and >= 0 (bytes of the full buffer); "
+            f"bad value(s): {arr[bad][:5].tolist()}."
+        )
+    return arr
+
+
+def _check_count(n: object) -> np.ndarray:
+    arr = _as_array("n", n)
+    if arr.dtype.kind == "f":
+        raise MeshplanTypeError(f"n={n!r} must be an integer participant count, not a float.")
+    bad = arr < 1
+    if bad.any():
+        raise PlanError(f"n={n!r} must be >= 1 (participants in the collective); bad value(s): "
+                        f"{arr[bad][:5].tolist()}.")
+    return arr.astype(np.float64)
+
+
+def _check_link(link: object) -> Link:
+    if not isinstance(link, Link):
+        raise MeshplanTypeError(f"link={link!r} must be a Link(bandwidth=..., latency=...).")
+    return link
+
+
+def _finish(result: np.ndarray, *inputs: object) -> float | np.ndarray:
+    """float for all-scalar inputs, else the array."""
+    if all(_is_scalar(x) for x in inputs):
+        return float(result)
+    return result
+
+
+def _ring_one_pass(nbytes: _ArrayLike, n: _ArrayLike, link: Link) -> float | np.ndarray:
+    """``(n-1)*alpha + (n-1)/n * B / bw``: one pass around the ring."""
+    link = _check_link(link)
+    b = _check_bytes(nbytes)
+    k = _check_count(n)
+    steps = k - 1.0
+    result = steps * link.latency + (steps / k) * b / link.bandwidth
+    return _finish(result, nbytes, n)
+
+
+def all_gather_time(nbytes: _ArrayLike, n: _ArrayLike, link: Link) -> float | np.ndarray:
+    """Seconds for a ring all-gather whose gathered result is ``nbytes``.
+
+    Args:
+      nbytes: the full gathered buffer in bytes (each device starts with
+        ``nbytes / n``), >= 0. A number or a numpy array.
+      n: participants (>= 1), an int or an integer array.
+      link: the interconnect the ring runs on.
+
+    Returns:
+      ``(n-1)*link.latency + (n-1)/n * nbytes / link.bandwidth``; 0 for n == 1.
+
+    Raises:
+      PlanError: negative or non-finite bytes, or n < 1.
+      MeshplanTypeError: non-numeric inputs, float n, or a non-Link link.
+
+    Example:
+      >>> all_gather_time(8e9, 8, Link(bandwidth=1e9, latency=0.0))
+      7.0
+      >>> all_gather_time(8e9, 1, Link(bandwidth=1e9, latency=1e-3))
+      0.0
+    """
+    return _ring_one_pass(nbytes, n, link)
+
+
+def reduce_scatter_time(nbytes: _ArrayLike, n: _ArrayLike, link: Link) -> float | np.ndarray:
+    """Seconds for a ring reduce-scatter of an ``nbytes`` input per device.
+
+    Same cost as the all-gather of the same full buffer: each device sends
+    ``n-1`` partial sums of ``nbytes / n`` bytes.
+
+    Args:
+      nbytes: the full (unscattered) buffer in bytes, >= 0.
+      n: participants (>= 1).
+      link: the interconnect the ring runs on.
+
+    Returns:
+      ``(n-1)*link.latency + (n-1)/n * nbytes / link.bandwidth``.
+
+    Raises:
+      PlanError: negative or non-finite bytes, or n < 1.
+      MeshplanTypeError: non-numeric inputs, float n, or a non-Link link.
+
+    Example:
+      >>> reduce_scatter_time(4e9, 4, Link(bandwidth=1e9, latency=1e-3))
+      3.003
+    """
+    return _ring_one_pass(nbytes, n, link)
+
+
+def all_reduce_time(nbytes: _ArrayLike, n: _ArrayLike, link: Link) -> float | np.ndarray:
+    """Seconds for a ring all-reduce of ``nbytes``: reduce-scatter + all-gather.
+
+    Args:
+      nbytes: the buffer every device holds and receives reduced, >= 0.
+      n: participants (>= 1).
+      link: the interconnect the ring runs on.
+
+    Returns:
+      ``2(n-1)*link.latency + 2(n-1)/n * nbytes / link.bandwidth``.
+
+    Raises:
+      PlanError: negative or non-finite bytes, or n < 1.
+      MeshplanTypeError: non-numeric inputs, float n, or a non-Link link.
+
+    Example:
+      >>> all_reduce_time(4e9, 4, Link(bandwidth=1e9, latency=1e-3))
+      6.006
+    """
+    return reduce_scatter_time(nbytes, n, link) + all_gather_time(nbytes, n, link)
+
+
+def all_to_all_time(nbytes: _ArrayLike, n: _ArrayLike, link: Link) -> float | np.ndarray:
+    """Seconds for an all-to-all where every device sends from ``nbytes``.
+
+    Assumes ``n-1`` pairwise exchanges of ``nbytes / n`` bytes, limited by the
+    device's own injection bandwidth (true on switched fabrics; optimistic by
+    about ``n/4`` on a TPU torus axis, see the module docstring).
+
+    Args:
+      nbytes: each device's whole send buffer in bytes (it keeps ``1/n``), >= 0.
+      n: participants (>= 1).
+      link: the interconnect the exchange runs on.
+
+    Returns:
+      ``(n-1)*link.latency + (n-1)/n * nbytes / link.bandwidth``.
+
+    Raises:
+      PlanError: negative or non-finite bytes, or n < 1.
+      MeshplanTypeError: non-numeric inputs, float n, or a non-Link link.
+
+    Example:
+      >>> all_to_all_time(2e9, 2, Link(bandwidth=1e9, latency=0.0))
+      1.0
+    """
+    return _ring_one_pass(nbytes, n, link)
+
+
+_BY_KIND = {
+    "all-gather": all_gather_time,
+    "reduce-scatter": reduce_scatter_time,
+    "all-reduce": all_reduce_time,
+    "all-to-all": all_to_all_time,
+}
+
+
+def collective_time(
+    kind: CollectiveKind, nbytes: _ArrayLike, n: _ArrayLike, link: Link
+) -> float | np.ndarray:
+    """Seconds for the collective named ``kind`` (see :data:`COLLECTIVE_KINDS`).
+
+    Args:
+      kind: ``"all-gather"``, ``"reduce-scatter"``, ``"all-reduce"`` or
+        ``"all-to-all"``; ``_`` is accepted for ``-`` and case is ignored.
+      nbytes: the full buffer in bytes, as each specific function defines it.
+      n: participants (>= 1).
+      link: the interconnect.
+
+    Returns:
+      The same value as the specific function.
+
+    Raises:
+      PlanError: an unknown kind (the message lists the valid ones), or bad
+        bytes / n as in the specific functions.
+      MeshplanTypeError: ``kind`` is not a string.
+
+    Example:
+      >>> collective_time("all_reduce", 1e9, 2, Link(bandwidth=1e9, latency=0.0))
+      1.0
+    """
+    if not isinstance(kind, str):
+        raise MeshplanTypeError(f"kind={kind!r} must be a string, one of {list(COLLECTIVE_KINDS)}.")
+    fn = _BY_KIND.get(kind.strip().lower().replace("_", "-"))
+    if fn is None:
+        raise PlanError(f"kind={kind!r} is not a collective the cost model knows; use one of "
+                        f"{list(COLLECTIVE_KINDS)}.")
+    return fn(nbytes, n, link)
+
+
+def select_link(intra: Link, inter: Link, *, spans_nodes: bool) -> Link:
+    """The link a collective over one device group runs at.
+
+    A group that stays inside one fast domain (an NVLink node, a TPU slice)
+    uses ``intra``. A group that crosses domains, even partly, uses ``inter``:
+    a ring is as slow as its slowest hop, and this model does not split a
+    collective into a hierarchical intra + inter schedule, so the result is
+    an upper bound for groups that are mostly intra-domain.
+
+    Args:
+      intra: the intra-node / ICI link.
+      inter: the inter-node / DCN link.
+      spans_nodes: whether the group has devices in more than one fast domain.
+
+    Returns:
+      ``inter`` if ``spans_nodes`` else ``intra``.
+
+    Raises:
+      MeshplanTypeError: a link that is not a :class:`Link`, or a non-bool flag.
+
+    Example:
+      >>> nvlink, ib = Link(450e9, 3e-6), Link(50e9, 1e-5)
+      >>> select_link(nvlink, ib, spans_nodes=True)
+      Link(bandwidth=50 GB/s, latency=10 us)
+    """
+    _check_link(intra)
+    _check_link(inter)
+    if not isinstance(spans_nodes, (bool, np.bool_)):
+        raise MeshplanTypeError(f"spans_nodes={spans_nodes!r} must be a bool.")
+    return inter if spans_nodes else intra

@@ -1,0 +1,226 @@
+"""Accelerator descriptions: one device's memory and link figures.
+
+:class:`DeviceSpec` holds one accelerator's published figures and
+:data:`DEVICE_SPECS` ships the common ones (H100, H200, A100 80GB, TPU v4,
+v5e, v5p, v6e), each with its source below. Users pass their own
+:class:`DeviceSpec` for anything else or for measured numbers.
+
+Bandwidth convention (all figures): bytes per second ONE device can send in
+ONE direction during a ring collective along one mesh axis. Vendors often
+quote bidirectional totals; each entry shows the conversion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+from meshplan.pure.search._cost import Link
+from meshplan.pure.errors import ClusterError, MeshplanTypeError
+
+__all__ = [
+    "DEVICE_SPECS",
+    "DeviceSpec",
+]
+
+_GB = 10**9
+_GIB = 2**30
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """One accelerator's memory and link figures.
+
+    Attributes:
+      name: short name, e.g. ``"H100"``.
+      hbm_bytes: HBM per device in bytes.
+      intra_bandwidth: bytes/s per device, one direction, over the fast link
+        (NVLink / ICI) during a ring collective.
+      inter_bandwidth: bytes/s per device, one direction, over the network
+        between ICI domains (InfiniBand / DCN).
+      intra_latency_s: seconds per ring step on the fast link.
+      inter_latency_s: seconds per ring step on the network.
+      devices_per_node: devices in one host by default.
+      peak_bf16_flops: dense bf16 FLOP/s per device, if known.
+      ici_scope: ``"node"`` when the fast link ends at the host (GPUs),
+        ``"slice"`` when it joins a whole slice across hosts (TPUs).
+
+    Raises:
+      ClusterError: a value out of range (every problem listed at once).
+      MeshplanTypeError: a value of the wrong type.
+
+    Example:
+      >>> DeviceSpec("MyGPU", hbm_bytes=48 * 10**9, intra_bandwidth=300e9,
+      ...            inter_bandwidth=25e9, intra_latency_s=3e-6, inter_latency_s=1e-5)
+      DeviceSpec('MyGPU', 48 GB HBM, intra 300 GB/s, inter 25 GB/s, 8/node)
+    """
+
+    name: str
+    hbm_bytes: int
+    intra_bandwidth: float
+    inter_bandwidth: float
+    intra_latency_s: float
+    inter_latency_s: float
+    devices_per_node: int = 8
+    peak_bf16_flops: float | None = None
+    ici_scope: Literal["node", "slice"] = "node"
+
+    def __post_init__(self) -> None:
+        type_errors: list[str] = []
+        value_errors: list[str] = []
+        if not isinstance(self.name, str):
+            type_errors.append(f"name={self.name!r} must be a str")
+        elif not self.name.strip():
+            value_errors.append("name must not be empty")
+        _check_int("hbm_bytes", self.hbm_bytes, type_errors, value_errors)
+        _check_int("devices_per_node", self.devices_per_node, type_errors, value_errors)
+        for field, allow_zero in (("intra_bandwidth", False), ("inter_bandwidth", False),
+                                  ("intra_latency_s", True), ("inter_latency_s", True)):
+            _check_real(field, getattr(self, field), allow_zero, type_errors, value_errors)
+        if self.peak_bf16_flops is not None:
+            _check_real("peak_bf16_flops", self.peak_bf16_flops, False, type_errors, value_errors)
+        if self.ici_scope not in ("node", "slice"):
+            value_errors.append(f"ici_scope={self.ici_scope!r} must be 'node' or 'slice'")
+        _raise_collected(f"DeviceSpec {self.name!r}", type_errors, value_errors)
+        for field in ("intra_bandwidth", "inter_bandwidth", "intra_latency_s", "inter_latency_s"):
+            object.__setattr__(self, field, float(getattr(self, field)))
+        object.__setattr__(self, "hbm_bytes", int(self.hbm_bytes))
+        object.__setattr__(self, "devices_per_node", int(self.devices_per_node))
+        if self.peak_bf16_flops is not None:
+            object.__setattr__(self, "peak_bf16_flops", float(self.peak_bf16_flops))
+
+    @property
+    def intra_link(self) -> Link:
+        """The NVLink / ICI link as a cost-model :class:`Link`."""
+        return Link(self.intra_bandwidth, self.intra_latency_s)
+
+    @property
+    def inter_link(self) -> Link:
+        """The network / DCN link as a cost-model :class:`Link`."""
+        return Link(self.inter_bandwidth, self.inter_latency_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict; :meth:`from_dict` inverts it."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeviceSpec:
+        """Rebuild from :meth:`to_dict` output; unknown keys are an error."""
+        return cls(**_known_fields(cls, data))
+
+    def __repr__(self) -> str:
+        return (f"DeviceSpec({self.name!r}, {_fmt_bytes(self.hbm_bytes)} HBM, "
+                f"intra {self.intra_bandwidth / _GB:g} GB/s, inter {self.inter_bandwidth / _GB:g} GB/s, "
+                f"{self.devices_per_node}/node)")
+
+
+def _fmt_bytes(n: int) -> str:
+    """'95 GiB' when a whole number of GiB, else decimal GB ('80 GB')."""
+    return f"{n // _GIB} GiB" if n % _GIB == 0 else f"{n / _GB:g} GB"
+
+
+def _check_int(name: str, value: object, type_errors: list[str], value_errors: list[str]) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        type_errors.append(f"{name}={value!r} must be an int")
+    elif value < 1:
+        value_errors.append(f"{name}={value} must be >= 1")
+
+
+def _check_real(name: str, value: object, allow_zero: bool,
+                type_errors: list[str], value_errors: list[str]) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        type_errors.append(f"{name}={value!r} must be a real number")
+        return
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        value_errors.append(f"{name}={value!r} must be finite and {'>= 0' if allow_zero else '> 0'}")
+
+
+def _raise_collected(what: str, type_errors: list[str], value_errors: list[str]) -> None:
+    if type_errors:
+        raise MeshplanTypeError(f"{what}: " + "; ".join(type_errors + value_errors) + ".")
+    if value_errors:
+        raise ClusterError(f"{what}: " + "; ".join(value_errors) + ".")
+
+
+def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise MeshplanTypeError(f"{cls.__name__}.from_dict needs a mapping, got {type(data).__name__}.")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ClusterError(f"{cls.__name__}.from_dict: unknown keys {unknown}; valid keys: {names}.")
+    return dict(data)
+
+
+# --- the device table ---------------------------------------------------------------------------
+# Latencies are NOT published figures: they are order-of-magnitude assumptions for one ring step
+# (a few us on NVLink, ~10 us through a NIC and a switch, ~1 us per ICI hop). They only matter for
+# small messages; pass your own DeviceSpec if you have measurements.
+#
+# GPU figures: NVIDIA H100 / H200 / A100 datasheets and the DGX H100 / H200 / A100 user guides.
+#  - NVLink 4 (H100, H200): 18 links x 25 GB/s per direction = 450 GB/s per direction; the
+#    datasheets' "900 GB/s" is the bidirectional total. Through NVSwitch every GPU reaches every
+#    other at that rate, so a ring on any intra-node axis sees it. This is a peak: measured NCCL
+#    bus bandwidth is lower, so pass measured numbers for tighter estimates.
+#  - NVLink 3 (A100): 12 links x 25 GB/s = 300 GB/s per direction ("600 GB/s" bidirectional).
+#  - Network: DGX H100/H200 pair each GPU with one ConnectX-7 NDR InfiniBand port, 400 Gb/s =
+#    50 GB/s per direction; DGX A100 with one ConnectX-6 HDR port, 200 Gb/s = 25 GB/s. Clouds that
+#    give less (e.g. 100-200 Gb/s per GPU over Ethernet) should pass their own DeviceSpec.
+#  - HBM: the datasheet capacity in decimal GB (H100 SXM 80 GB, H200 141 GB, A100 80 GB); the
+#    runtime reserves some of it, so usable memory is lower still.
+#  - bf16: dense Tensor Core peak (the datasheets' 1,979 TFLOPS for H100/H200 is with sparsity).
+#
+# TPU figures: Google Cloud TPU docs, cloud.google.com/tpu/docs/{v4,v5e,v5p,v6e} (system
+# architecture tables). v4's per-link figure is from the TPU v4 ISCA 2023 paper (Jouppi et al.) as
+# summarised at glennklockwood.com/garden/processors/TPUv4 ("400G bandwidth in each direction").
+#  - A TPU mesh axis maps onto one torus dimension: a bidirectional ring over two ICI links, so the
+#    per-axis bandwidth is 2 x (one-way bandwidth of one link). Per-link one-way figures:
+#      v4:  400 Gb/s per direction per link (paper) = 50 GB/s            -> 100 GB/s per axis
+#      v5e: 400 GB/s bidirectional per chip over 4 ports -> 50 GB/s      -> 100 GB/s per axis
+#      v5p: 1200 GB/s bidirectional per chip over 6 ports -> 100 GB/s    -> 200 GB/s per axis
+#      v6e: 800 GB/s bidirectional per chip over 4 ports -> 100 GB/s     -> 200 GB/s per axis
+#    An axis folded over several torus dimensions may see more; the figure is conservative there.
+#  - DCN per chip: v5p "50 Gbps per chip" = 6.25 GB/s; v5e 2 x 100 Gbps NIC per 8-chip host =
+#    25 Gbps = 3.125 GB/s per chip; v6e 4 x 200 Gbps per 8-chip host = 100 Gbps = 12.5 GB/s per
+#    chip. v4: no per-chip DCN figure found in Google's docs; ASSUMED equal to v5p's 6.25 GB/s.
+#  - HBM as the docs print it: v4 "32 GiB", v5p "95 GiB", v5e "16 GB", v6e "32 GB" (read as
+#    decimal GB, the smaller reading).
+#  - Chips per host: v4 and v5p 4 (a 2x2x1 host), v5e and v6e 8. (v6e multi-host slices on GKE
+#    run two 4-chip VMs per host; if each process sees 4 devices, build Cluster(..., 4) directly.)
+DEVICE_SPECS: Mapping[str, DeviceSpec] = types.MappingProxyType({
+    "H100": DeviceSpec("H100", hbm_bytes=80 * _GB, intra_bandwidth=450e9, inter_bandwidth=50e9,
+                       intra_latency_s=3e-6, inter_latency_s=1e-5, devices_per_node=8,
+                       peak_bf16_flops=989e12),
+    "H200": DeviceSpec("H200", hbm_bytes=141 * _GB, intra_bandwidth=450e9, inter_bandwidth=50e9,
+                       intra_latency_s=3e-6, inter_latency_s=1e-5, devices_per_node=8,
+                       peak_bf16_flops=989e12),
+    "A100-80GB": DeviceSpec("A100-80GB", hbm_bytes=80 * _GB, intra_bandwidth=300e9,
+                            inter_bandwidth=25e9, intra_latency_s=3e-6, inter_latency_s=1e-5,
+                            devices_per_node=8, peak_bf16_flops=312e12),
+    "v4": DeviceSpec("v4", hbm_bytes=32 * _GIB, intra_bandwidth=100e9, inter_bandwidth=6.25e9,
+                     intra_latency_s=1e-6, inter_latency_s=1e-5, devices_per_node=4,
+                     peak_bf16_flops=275e12, ici_scope="slice"),
+    "v5e": DeviceSpec("v5e", hbm_bytes=16 * _GB, intra_bandwidth=100e9, inter_bandwidth=3.125e9,
+                      intra_latency_s=1e-6, inter_latency_s=1e-5, devices_per_node=8,
+                      peak_bf16_flops=197e12, ici_scope="slice"),
+    "v5p": DeviceSpec("v5p", hbm_bytes=95 * _GIB, intra_bandwidth=200e9, inter_bandwidth=6.25e9,
+                      intra_latency_s=1e-6, inter_latency_s=1e-5, devices_per_node=4,
+                      peak_bf16_flops=459e12, ici_scope="slice"),
+    "v6e": DeviceSpec("v6e", hbm_bytes=32 * _GB, intra_bandwidth=200e9, inter_bandwidth=12.5e9,
+                      intra_latency_s=1e-6, inter_latency_s=1e-5, devices_per_node=8,
+                      peak_bf16_flops=918e12, ici_scope="slice"),
+})
+
+# Extra spellings people type, lower-case -> DEVICE_SPECS key.
+_ALIASES: Mapping[str, str] = types.MappingProxyType({
+    "h100-80gb": "H100", "h100-sxm": "H100", "h100-sxm5": "H100",
+    "h200-141gb": "H200", "h200-sxm": "H200",
+    "a100": "A100-80GB", "a100-80g": "A100-80GB", "a100-sxm": "A100-80GB",
+    "tpu-v4": "v4", "tpuv4": "v4", "tpu-v5e": "v5e", "v5litepod": "v5e", "tpu-v5p": "v5p",
+    "tpu-v6e": "v6e", "trillium": "v6e",
+})

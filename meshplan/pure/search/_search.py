@@ -1,0 +1,427 @@
+"""Mesh search: how should this model be laid out on that cluster, and will it fit?
+
+:func:`search_meshes` enumerates every way to factor the cluster's device
+count over the mesh axes (``dp, fsdp, ep, sp, tp``, outermost first; pipeline
+parallelism is not modelled), prices each mesh and ranks those that fit.
+
+1. **Prune per axis** before combining: ``tp`` must divide the attention
+   heads and (by default) stay inside one ICI domain; ``ep`` must divide the
+   expert count (and is 1 for dense models); ``sp`` must divide the sequence;
+   batch axes must divide the batch; a user's fixed sizes are kept as given.
+   Each excluded value is reported with the number of meshes it removes.
+2. **Combine** the surviving values into meshes multiplying to the device
+   count; the batch axes together must divide the batch.
+3. **Place the DCN split** in bandwidth order: dp takes as many ICI domains
+   as it can (``gcd(dp, domains)``), then fsdp, ep, sp; never tp (or ep) when
+   it must stay inside a domain. This is the lexicographic walk (b) of
+   :func:`~meshplan.pure.split_over_granules`, without its rule (a) (one axis
+   takes every domain when it can), which would put fsdp or ep across nodes
+   while dp stays inside. A mesh whose domains cannot all be placed is
+   rejected. The result carries the DCN shape, so
+   ``create_mesh(axis_dims, axis_names, dcn_mesh_dims=dcn_shape)`` rebuilds it.
+4. **Plan** the parameters with the rule (default
+   :class:`~meshplan.pure.rules._axis_kind.AxisKindRule`), once per distinct sizes
+   of the axes the rule reads (see :mod:`meshplan.pure.search._groups`), and
+   count params, grads and optimizer copies per device exactly; add the
+   approximate activation memory; reject meshes above the budget
+   (``hbm * (1 - headroom)``).
+5. **Price** a training step's collectives (:mod:`meshplan.pure.search._step_cost`)
+   and rank by estimated communication seconds, then by memory, then by the
+   axis sizes (a total, deterministic order).
+
+If nothing fits, :class:`~meshplan.pure.PlanError` says by how much the
+leanest mesh misses and which larger cluster of the same devices would fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from meshplan.pure.mesh._axes import _as_int
+from meshplan.pure.rules._axis_kind import AxisKindRule
+from meshplan.pure.search._cluster import Cluster, parse_cluster
+from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
+from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, fmt_bytes
+from meshplan.pure.rules._base import rule_name
+from meshplan.pure.search._groups import (
+    LeafGroups,
+    PlanEval,
+    evaluate_plan,
+    param_groups,
+    reads_axes,
+    state_bytes,
+)
+from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
+from meshplan.pure.search._space import (
+    mesh_count,
+    axis_problem,
+    combinations,
+    divisors,
+    mesh_text,
+    num_factorizations,
+    place,
+    unit,
+)
+from meshplan.pure.search._step_cost import (
+    AXIS_ORDER,
+    BATCH_AXES,
+    AxisPlacement,
+    activation_bytes,
+    activation_terms,
+    param_terms,
+    price,
+    to_terms,
+)
+from meshplan.pure.specs._tree import tree_facts
+from meshplan.pure._types import PyTree
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.presets import ModelSpec, build_params, get_preset
+
+__all__ = ["search_meshes"]
+
+_SCALES = (2, 4, 8, 16, 32, 64)
+
+
+@dataclasses.dataclass(slots=True)
+class _Scored:
+    sizes: tuple[int, ...]
+    placement: AxisPlacement
+    plan_key: tuple
+    memory: MemoryBreakdown
+    pending: list
+    seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
+
+
+class _Search:
+    """One search: the canonical request, the leaf groups and the plan cache."""
+
+    def __init__(self, req: SearchRequest, model: ModelSpec, params: PyTree, rule: Any) -> None:
+        self.req, self.model, self.rule = req, model, rule
+        self.groups = LeafGroups.build(tree_facts(params), rule)
+        self.reads = reads_axes(rule)
+        self.plans: dict[tuple, PlanEval] = {}
+        self.geometry: dict[Any, tuple[int, bool]] = {}
+        self.act_itemsize = dtype_storage_bytes(canonical_dtype(req.param_dtype)) if req.param_dtype != "mixed" else 2
+        self.grad_dtype = None if req.grad_dtype == "param" else canonical_dtype(req.grad_dtype)
+        self.opt_dtype = canonical_dtype(req.optimizer_dtype)
+        self.state_total = state_bytes(self.groups, grad_dtype=self.grad_dtype, optimizer_dtype=self.opt_dtype,
+                                       optimizer_copies=req.optimizer_copies)
+        self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
+
+    def plan(self, sizes: dict[str, int]) -> tuple[tuple, PlanEval]:
+        key = tuple(sizes.items()) if self.reads is None else tuple(sizes.get(a, 1) for a in self.reads)
+        found = self.plans.get(key)
+        if found is None:
+            found = self.plans[key] = evaluate_plan(
+                self.groups, self.rule, sizes, grad_dtype=self.grad_dtype, optimizer_dtype=self.opt_dtype,
+                optimizer_copies=self.req.optimizer_copies, geometry_cache=self.geometry)
+        return key, found
+
+    def run(self) -> tuple[list[_Scored], list[_Scored], list[Rejection], int]:
+        req, names = self.req, self.req.axes
+        n = req.cluster.num_devices
+        fixed = dict(req.fixed)
+        rejections: list[Rejection] = []
+        values: list[list[int]] = []
+        for axis in names:
+            keep = []
+            for v in ([fixed[axis]] if axis in fixed else divisors(n)):
+                why = axis_problem(axis, v, req, self.model)
+                if why is None:
+                    keep.append(v)
+                else:
+                    rejections.append(Rejection(axis, num_factorizations(n // v, len(names) - 1), why))
+            values.append(keep)
+        combos = combinations(values, n)
+        fits, over = [], []
+        counts: dict[str, list] = {}
+        for sizes in combos:
+            kind, detail = self._score(names, sizes, fits, over)
+            if kind:
+                counts.setdefault(kind, [0, detail])[0] += 1
+        for kind in ("batch", "dcn", "rule", "memory"):
+            if kind in counts:
+                rejections.append(Rejection(kind, counts[kind][0], counts[kind][1]))
+        self._fill_leanest(over)
+        scored = fits + over
+        flat = [p for s in scored for p in s.pending]
+        seconds = price(flat, req.cluster)
+        start = 0
+        for s in scored:
+            stop = start + len(s.pending)
+            s.seconds = seconds[start:stop]
+            start = stop
+        for s in scored:
+            # Summed in term order with Python floats: identical on every platform and run.
+            s.seconds = float(sum(float(t) for t in s.seconds))
+        return fits, over, rejections, len(combos)
+
+    def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list, over: list) -> tuple[str, str]:
+        req = self.req
+        mesh = dict(zip(names, sizes, strict=True))
+        text = mesh_text(mesh)
+        ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
+        if req.batch % ways:
+            return "batch", f"{text}: dp*fsdp*ep={ways} does not divide batch={req.batch}"
+        placement = place(names, sizes, req)
+        if placement is None:
+            where = unit(req.cluster)
+            return "dcn", (f"{text}: the {req.cluster.num_ici_domains} {where}s cannot all be spread over the "
+                           f"axes allowed across {where}s (tp/ep kept inside a {where})")
+        bound = self._lower_bound(mesh)
+        if bound > req.budget:
+            # Every leaf shards over at most the axes the rule reads, so no plan can beat this.
+            self.bounded.append((bound, sizes, placement))
+            return "memory", f"{text}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
+        return self._exact(mesh, sizes, placement, fits, over)
+
+    def _lower_bound(self, mesh: dict[str, int]) -> float:
+        if self.reads is None:
+            return 0.0
+        act = 0
+        if self.req.activations:
+            act = activation_bytes(self.model, mesh, batch=self.req.batch, seq=self.req.seq,
+                                   itemsize=self.act_itemsize, param_bytes=0)
+        return self.state_total / math.prod(mesh.get(a, 1) for a in self.reads) + act
+
+    def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement, fits: list,
+               over: list) -> tuple[str, str]:
+        req = self.req
+        text = mesh_text(mesh)
+        key, plan = self.plan(mesh)
+        if plan.error is not None:
+            return "rule", f"{text}: {plan.error}"
+        act = 0
+        if req.activations:
+            act = activation_bytes(self.model, mesh, batch=req.batch, seq=req.seq, itemsize=self.act_itemsize,
+                                   param_bytes=plan.param_bytes)
+        memory = MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, act, req.budget)
+        pending = param_terms(plan.traffic, placement, mesh, layers=max(self.model.num_layers, 1))
+        pending += activation_terms(self.model, mesh, placement, batch=req.batch, seq=req.seq,
+                                    itemsize=self.act_itemsize)
+        scored = _Scored(sizes, placement, key, memory, pending)
+        if memory.fits:
+            fits.append(scored)
+            return "", ""
+        over.append(scored)
+        return "memory", f"{text}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget"
+
+    def _fill_leanest(self, over: list[_Scored]) -> None:
+        """Plan exactly the bound-pruned meshes that could be among the ``top_k`` leanest over budget."""
+        self.bounded.sort(key=lambda b: (b[0], b[1]))
+        k = self.req.top_k
+        for bound, sizes, placement in self.bounded:
+            totals = sorted(s.memory.total for s in over)
+            if len(totals) >= k and bound >= totals[k - 1]:
+                break
+            self._exact(dict(zip(self.req.axes, sizes, strict=True)), sizes, placement, [], over)
+
+    def candidate(self, s: _Scored, verdict: str, rank: int | None) -> MeshCandidate:
+        groups = param_groups(self.groups, self.plans[s.plan_key], self.rule)
+        p = s.placement
+        terms = to_terms(s.pending, price(s.pending, self.req.cluster))
+        return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups)
+
+
+def _verdict(s: _Scored, best: _Scored, rank: int, budget: int) -> str:
+    room = f"{fmt_bytes(s.memory.total)} of {fmt_bytes(budget)} budget"
+    top = max(to_terms(s.pending, price(s.pending, s.placement.cluster)), key=lambda t: t.seconds, default=None)
+    largest = f"; largest: {top.what} {top.seconds:.3g} s" if top is not None and top.seconds > 0 else ""
+    if rank == 1:
+        return f"best: least step communication ({s.seconds:.3g} s{largest}); {room}"
+    extra = f"{(s.seconds / best.seconds - 1) * 100:+.0f}%" if best.seconds > 0 else f"+{s.seconds:.3g} s"
+    return f"rank {rank}: {extra} communication vs best ({s.seconds:.3g} s{largest}); {room}"
+
+
+def _canonical_axes(axes: Sequence[str] | None, model: ModelSpec) -> tuple[str, ...]:
+    if axes is None:
+        return tuple(a for a in AXIS_ORDER if a != "ep" or model.is_moe)
+    if isinstance(axes, str):
+        axes = [a.strip() for a in axes.split(",") if a.strip()]
+    names = list(axes)
+    unknown = [a for a in names if a not in AXIS_ORDER]
+    repeated = sorted({a for a in names if names.count(a) > 1})
+    if unknown or repeated or not names:
+        raise PlanError(f"axes={names!r}: unknown {unknown}, repeated {repeated}; use a non-empty subset of "
+                        f"{list(AXIS_ORDER)} (pipeline parallelism is not modelled).")
+    return tuple(a for a in AXIS_ORDER if a in names)
+
+
+def _canonical_fixed(fixed: Mapping[str, int] | None, axes: tuple[str, ...], n: int) -> tuple[tuple[str, int], ...]:
+    if fixed is None:
+        return ()
+    if not isinstance(fixed, Mapping):
+        raise MeshplanTypeError(f"fixed={fixed!r} must be a mapping axis -> size, e.g. {{'tp': 8}}.")
+    problems = []
+    out = {}
+    for axis, size in fixed.items():
+        v = _as_int(size, f"fixed[{axis!r}]")
+        if axis not in axes:
+            problems.append(f"{axis}={v}: {axis!r} is not one of the searched axes {list(axes)}")
+        elif v < 1 or n % v:
+            problems.append(f"{axis}={v} must be >= 1 and divide the {n} devices")
+        out[axis] = v
+    if problems:
+        raise PlanError("fixed axes: " + "; ".join(problems) + ".")
+    return tuple((a, out[a]) for a in axes if a in out)
+
+
+def _positive(value: Any, name: str) -> int:
+    out = _as_int(value, name)
+    if out < 1:
+        raise PlanError(f"{name}={out} must be >= 1.")
+    return out
+
+
+def search_meshes(
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    *,
+    params: PyTree = None,
+    dtype: Any = jnp.bfloat16,
+    axes: Sequence[str] | None = None,
+    fixed: Mapping[str, int] | None = None,
+    rule: Any = None,
+    batch: int | None = None,
+    seq: int | None = None,
+    headroom: float = 0.1,
+    optimizer_copies: int = 2,
+    master_weights: bool = False,
+    grad_dtype: Any = None,
+    optimizer_dtype: Any = jnp.float32,
+    activations: bool = True,
+    tp_within_domain: bool = True,
+    ep_within_domain: bool = False,
+    top_k: int = 5,
+) -> SearchResult:
+    """Rank the meshes of ``cluster`` for training ``model`` (see the module docstring).
+
+    Args:
+      model: a preset name (``"llama3-70b"``) or a :class:`~meshplan.pure.ModelSpec`.
+      cluster: a :class:`~meshplan.pure.Cluster` or its text (``"8x8xH100"``, ``"v5p-256"``).
+      params: the parameter shape tree (default: the preset / ``build_params(model)`` in ``dtype``).
+      dtype: parameter dtype when ``params`` is not given.
+      axes: the mesh axes to search, a subset of ``dp, fsdp, ep, sp, tp`` (default:
+        all but ``ep`` for dense models); the mesh keeps them in that order.
+      fixed: sizes to keep, e.g. ``{"tp": 8}``.
+      rule: a pure rule for the parameter specs (default: ``AxisKindRule.for_model(model)``).
+      batch: global batch in sequences (default: one per device).
+      seq: tokens per sequence (default 4096, or the model's position limit).
+      headroom: fraction of HBM kept free for the runtime and temporaries.
+      optimizer_copies: fp32 parameter-shaped optimizer copies (Adam: 2).
+      master_weights: add an fp32 master copy of the weights.
+      grad_dtype: gradient dtype (default: the parameter's).
+      optimizer_dtype: dtype of the optimizer copies.
+      activations: count the approximate activation memory in the fit.
+      tp_within_domain, ep_within_domain: keep tp / ep inside one ICI domain.
+      top_k: how many fitting (and how many over-budget) meshes to return.
+
+    Returns:
+      A :class:`~meshplan.pure.SearchResult`, best mesh first.
+
+    Raises:
+      PlanError: nothing fits (with how much is missing and a cluster that
+        fits), no mesh meets the constraints, or bad options.
+      ClusterError: a cluster text that does not parse.
+      MeshplanTypeError: options of the wrong type.
+
+    Example:
+      >>> result = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=4096)
+      >>> result.best.text, result.best.dcn_shape
+      ('dp=8,tp=2', (2, 1, 1, 1))
+      >>> result.best.memory.fits
+      True
+    """
+    if isinstance(model, str):
+        preset = get_preset(model, dtype=dtype)
+        spec = preset.spec
+        params = preset.params if params is None else params
+    elif isinstance(model, ModelSpec):
+        spec = model
+        params = build_params(spec, dtype=dtype) if params is None else params
+    else:
+        raise MeshplanTypeError(f"model={model!r} must be a preset name or a ModelSpec.")
+    clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(clus, Cluster):
+        raise MeshplanTypeError(f"cluster={cluster!r} must be a Cluster or a string such as '8x8xH100'.")
+    names = _canonical_axes(axes, spec)
+    if isinstance(headroom, bool) or not isinstance(headroom, int | float) or not 0 <= headroom < 1:
+        raise PlanError(f"headroom={headroom!r} must be a fraction in [0, 1).")
+    copies = _as_int(optimizer_copies, "optimizer_copies")
+    if copies < 0 or not isinstance(master_weights, bool):
+        raise PlanError(f"optimizer_copies={copies} must be >= 0 and master_weights a bool.")
+    dtypes = sorted({str(i.dtype) for i in tree_facts(params).infos if i is not None})
+    rule = AxisKindRule.for_model(spec) if rule is None else rule
+    if not callable(rule):
+        raise MeshplanTypeError(f"rule={rule!r} is not a rule; pass a pure rule such as AxisKindRule() or None.")
+    req = SearchRequest(
+        model=spec.name, cluster=clus, axes=names, fixed=_canonical_fixed(fixed, names, clus.num_devices),
+        batch=clus.num_devices if batch is None else _positive(batch, "batch"),
+        seq=min(4096, spec.max_position_embeddings or 4096) if seq is None else _positive(seq, "seq"),
+        param_dtype=dtypes[0] if len(dtypes) == 1 else "mixed",
+        grad_dtype="param" if grad_dtype is None else str(canonical_dtype(grad_dtype)),
+        optimizer_copies=copies + int(master_weights), optimizer_dtype=str(canonical_dtype(optimizer_dtype)),
+        activations=bool(activations), headroom=float(headroom), tp_within_domain=bool(tp_within_domain),
+        ep_within_domain=bool(ep_within_domain), rule=rule_name(rule), top_k=_positive(top_k, "top_k"))
+    return _run(req, spec, params, rule, batch_given=batch is not None, suggest=True)
+
+
+def _run(req: SearchRequest, model: ModelSpec, params: PyTree, rule: Any, *, batch_given: bool,
+         suggest: bool) -> SearchResult:
+    search = _Search(req, model, params, rule)
+    fits, over, rejections, total = search.run()
+    fits.sort(key=lambda s: (s.seconds, s.memory.total, s.sizes))
+    over.sort(key=lambda s: (s.memory.total, s.seconds, s.sizes))
+    if not fits:
+        raise PlanError(_nothing_fits(search, over, rejections, batch_given, suggest))
+    k = req.top_k
+    ranked = tuple(search.candidate(s, _verdict(s, fits[0], r + 1, req.budget), r + 1)
+                   for r, s in enumerate(fits[:k]))
+    rejected = tuple(
+        search.candidate(s, f"rejected: {fmt_bytes(s.memory.total)}/device > {fmt_bytes(req.budget)} budget "
+                            f"({s.memory.parts()})", None)
+        for s in over[:k])
+    return SearchResult(req, ranked, rejected, tuple(rejections), total, len(fits))
+
+
+def _nothing_fits(search: _Search, over: list[_Scored], rejections: list[Rejection], batch_given: bool,
+                  suggest: bool) -> str:
+    req = search.req
+    c = req.cluster
+    where = f"{req.model} on {c.text} ({c.num_devices} x {c.device.name})"
+    if not over:
+        why = "; ".join(f"{r.example} ({mesh_count(r.count)})" for r in rejections) or "no axis values left"
+        return (f"no mesh for {where} over axes {list(req.axes)} meets the constraints: {why}. Relax the "
+                "fixed sizes, the axes, the batch or the sequence length.")
+    lean = over[0]
+    text = mesh_text(dict(zip(req.axes, lean.sizes, strict=True)))
+    short = lean.memory.total - req.budget
+    msg = (f"{where} does not fit: the leanest mesh ({text}) needs {lean.memory.describe()} per device, "
+           f"{fmt_bytes(short)} over the budget of {fmt_bytes(req.budget)} ({c.device.name} HBM less "
+           f"{req.headroom:.0%} headroom).")
+    if suggest:
+        bigger = _fitting_cluster(search, batch_given)
+        msg += (f" It fits on {bigger.text!r} ({bigger.num_devices} devices)." if bigger is not None else
+                f" No cluster up to {_SCALES[-1]}x larger fits; reduce the batch, sequence or optimizer state.")
+    return msg
+
+
+def _fitting_cluster(search: _Search, batch_given: bool) -> Cluster | None:
+    req = search.req
+    c = req.cluster
+    for f in _SCALES:
+        slices = c.num_slices * f if c.device.ici_scope == "slice" else c.num_slices
+        bigger = dataclasses.replace(c, num_nodes=c.num_nodes * f, num_slices=slices)
+        trial = dataclasses.replace(req, cluster=bigger, batch=req.batch if batch_given else bigger.num_devices)
+        try:
+            _run(trial, search.model, search.groups.facts.source, search.rule, batch_given=batch_given,
+                 suggest=False)
+        except PlanError:
+            continue
+        return bigger
+    return None

@@ -1,0 +1,101 @@
+"""The mesh search's candidate space: which axis sizes to try and where the DCN split goes.
+
+Pure helpers of :mod:`meshplan.pure.search._search`: per-axis pruning with a reason
+for every excluded value (:func:`axis_problem`), the combinations of the
+surviving values (:func:`combinations`), and the placement of the ICI domains
+on the axes allowed across them (:func:`place`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from meshplan.pure.search._cluster import Cluster
+from meshplan.pure.search._result import SearchRequest
+from meshplan.pure.mesh._split import _prime_factors
+from meshplan.pure.search._step_cost import BATCH_AXES, AxisPlacement
+from meshplan.pure.presets import ModelSpec
+
+__all__ = ["axis_problem", "combinations", "divisors", "mesh_count", "mesh_text", "num_factorizations", "place",
+           "unit"]
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def num_factorizations(n: int, k: int) -> int:
+    """Ordered ways to write ``n`` as a product of ``k`` factors."""
+    return math.prod(math.comb(e + k - 1, k - 1) for e in _prime_factors(n).values()) if k else int(n == 1)
+
+
+def mesh_text(mesh: Mapping[str, int]) -> str:
+    """``'dp=4,tp=8'``: the axes above 1 (all when none is), as :attr:`MeshCandidate.text` writes it."""
+    shown = [(a, s) for a, s in mesh.items() if s > 1] or list(mesh.items())
+    return ",".join(f"{a}={s}" for a, s in shown)
+
+
+def mesh_count(n: int) -> str:
+    """``'1 mesh'`` / ``'5 meshes'``."""
+    return f"{n} mesh" if n == 1 else f"{n} meshes"
+
+
+def unit(cluster: Cluster) -> str:
+    return "node" if cluster.device.ici_scope == "node" else "slice"
+
+
+def axis_problem(axis: str, v: int, req: SearchRequest, model: ModelSpec) -> str | None:
+    d, where = req.cluster.ici_domain_size, unit(req.cluster)
+    within = {"tp": req.tp_within_domain, "ep": req.ep_within_domain}.get(axis, False)
+    if axis == "tp" and model.num_heads % v:
+        return f"tp={v} does not divide the {model.num_heads} attention heads"
+    if axis == "ep" and v > 1 and not model.is_moe:
+        return f"ep={v}: {model.name} has no experts"
+    if axis == "ep" and model.num_experts % v:
+        return f"ep={v} does not divide the {model.num_experts} experts"
+    if within and v > d:
+        return (f"{axis}={v} spans {math.ceil(v / d)} {where}s ({d} devices per {where}); {axis} stays "
+                f"inside one {where} unless {axis}_within_domain=False"
+                + (" (CLI: --allow-tp-dcn)" if axis == "tp" else ""))
+    if within and d % v:
+        return f"{axis}={v} does not tile a {where} of {d} devices"
+    if axis == "sp" and req.seq % v:
+        return f"sp={v} does not divide seq={req.seq}"
+    if axis in BATCH_AXES and req.batch % v:
+        return f"{axis}={v} does not divide batch={req.batch}"
+    return None
+
+
+def place(names: tuple[str, ...], sizes: tuple[int, ...], req: SearchRequest) -> AxisPlacement | None:
+    """ICI/DCN parts per axis, the DCN taken in bandwidth order; None if the domains do not fit."""
+    cluster = req.cluster
+    remaining = cluster.num_ici_domains
+    blocked = {a for a, within in (("tp", req.tp_within_domain), ("ep", req.ep_within_domain)) if within}
+    dcn = [1] * len(names)
+    for k, axis in enumerate(names):  # mesh order is bandwidth order: dp, fsdp, ep, sp, tp
+        if axis not in blocked:
+            dcn[k] = math.gcd(sizes[k], remaining)
+            remaining //= dcn[k]
+    if remaining != 1:
+        return None
+    return AxisPlacement(names, tuple(s // p for s, p in zip(sizes, dcn, strict=True)), tuple(dcn), cluster)
+
+
+def combinations(values: list[list[int]], n: int) -> list[tuple[int, ...]]:
+    """Every tuple drawing one value per axis whose product is ``n`` (lexicographic order)."""
+    out: list[tuple[int, ...]] = []
+    last = set(values[-1])
+
+    def walk(i: int, remaining: int, acc: tuple[int, ...]) -> None:
+        if i == len(values) - 1:
+            if remaining in last:
+                out.append(acc + (remaining,))
+            return
+        for v in values[i]:
+            if remaining % v == 0:
+                walk(i + 1, remaining // v, acc + (v,))
+
+    walk(0, n, ())
+    return out

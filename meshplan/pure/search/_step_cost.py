@@ -1,0 +1,314 @@
+"""What one training step costs on a mesh: collectives (alpha-beta) and activation memory.
+
+Axis kinds (the mesh search's axes, outermost first ``dp, fsdp, ep, sp, tp``):
+``dp``, ``fsdp`` and ``ep`` split the batch, ``sp`` splits the sequence, ``tp``
+splits the model's matmuls. Per device a step sees ``b = batch / (dp*fsdp*ep)``
+sequences of ``s = seq / sp`` tokens. ``L`` is the number of layers, ``h`` the
+hidden size, ``a`` the activation itemsize (2 for bf16).
+
+**Parameter collectives** (per parameter leaf, from its spec; bytes are exact):
+
+- *storage axes* ``S``: the leaf's spec axes among ``dp, fsdp, sp`` (weights
+  split only to save memory). Forward and backward each all-gather the leaf
+  over ``S`` (``B`` = the leaf's shard bytes times ``|S|``, i.e. the
+  tp/ep-sharded leaf), and the gradient is reduce-scattered over ``S``
+  (ZeRO-3 / FSDP: 2 all-gathers + 1 reduce-scatter per step);
+- *replica axes* ``R``: the batch/sequence axes (``dp, fsdp, ep, sp``) the
+  leaf is NOT split over. Its gradient shard is all-reduced over ``R``.
+  ``tp`` and ``ep`` in a spec split the compute itself: nothing is gathered.
+- Collectives are fused per layer (as FSDP wraps each block), so each kind
+  over each axis group runs ``L`` calls of ``1/L`` of its bytes: the latency
+  term counts ``L`` times, the bandwidth term once.
+
+**Activation collectives** (need the model's sizes):
+
+- ``tp``: Megatron's 2 all-reduces per layer forward and 2 backward of the
+  ``b*s*h*a`` activations: ``4L`` all-reduces over ``tp`` (with sequence
+  parallelism these become all-gather + reduce-scatter pairs: the same cost);
+- ``sp`` (context parallelism): each layer all-gathers K and V for the whole
+  sequence forward and reduce-scatters their gradients backward:
+  ``B = b * seq * 2 * kv * a`` with ``kv = kv_heads * head_dim`` (divided by
+  ``tp`` when ``tp`` divides the kv heads), ``L`` calls each;
+- ``ep``: dispatch and combine all-to-alls, forward and backward, per MoE
+  layer: ``4 L_moe`` calls of ``B = b*s*top_k*h*a``.
+
+**Links.** A device group whose axes all lie inside ICI domains
+(``dcn == 1`` for each) runs on the fast link; one that lies wholly across
+domains (``ici == 1``) on the network; a group with ``i`` devices per domain
+over ``d`` domains runs a two-level schedule, the way XLA runs multislice
+collectives and NCCL's hierarchical algorithms do: all-gather /
+reduce-scatter = ring of ``i`` on ICI (buffer ``B``) + ring of ``d`` on DCN
+(buffer ``B/i``); all-reduce likewise; all-to-all = exchange of ``B`` within
+the domain + exchange of ``B`` across domains. :func:`axis_domain_counts`
+checks which groups cross domains on an actual device layout.
+
+**Activation memory (approximate).** With full activation checkpointing and
+flash attention: ``L * b*s*h*a / tp`` (saved layer inputs) ``+ 17 * b*s*h*a / tp``
+(one layer recomputed: the ``34*s*b*h`` bytes of Korthikanti et al., "Reducing
+Activation Recomputation in Large Transformer Models", 2022, without the
+attention-score term) ``+ b*s*vocab*4 / tp`` (fp32 logits) ``+ 2 * P_fsdp / L``
+(two layers of fsdp-gathered weights: the one in use and the prefetched one;
+``P_fsdp`` = the parameter bytes per device times ``fsdp``). Real numbers
+depend on the remat policy, fusion and the allocator; treat it as a guide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from meshplan.pure.search._cluster import Cluster
+from meshplan.pure.search._cost import collective_time
+from meshplan.pure.search._candidate import CommTerm
+from meshplan.pure.errors import MeshplanTypeError
+
+__all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "STORAGE_AXES", "AxisPlacement", "ParamTraffic",
+           "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "param_terms", "price",
+           "to_terms"]
+
+AXIS_ORDER: tuple[str, ...] = ("dp", "fsdp", "ep", "sp", "tp")
+"""The axis kinds the search knows, outermost (least traffic) first."""
+
+BATCH_AXES: tuple[str, ...] = ("dp", "fsdp", "ep")
+"""Axes that split the global batch."""
+
+DATA_AXES: tuple[str, ...] = ("dp", "fsdp", "ep", "sp")
+"""Axes that split the tokens: gradients are summed over those a leaf is not split on."""
+
+STORAGE_AXES: tuple[str, ...] = ("dp", "fsdp", "sp")
+"""Axes that split weights only to store them: split weights are gathered before use."""
+
+
+def axis_domain_counts(device_ids: np.ndarray, ici_domain_size: int) -> tuple[int, ...]:
+    """For each mesh axis, the most ICI domains one of its device groups touches.
+
+    Device ``i`` sits in domain ``i // ici_domain_size`` (ids numbered node by
+    node, as :class:`~meshplan.pure.Cluster` lays them out). A count of 1 means
+    every group along that axis stays on the fast link.
+
+    Args:
+      device_ids: the mesh as an array of device ids (one mesh axis per array axis).
+      ici_domain_size: devices per ICI domain.
+
+    Returns:
+      One count per mesh axis.
+
+    Example:
+      >>> ids = np.arange(16).reshape(2, 8)            # dp=2 outer, tp=8 inner
+      >>> axis_domain_counts(ids, 8)
+      (2, 1)
+      >>> axis_domain_counts(ids.reshape(8, 2), 8)     # the inner axis of size 2 stays in a node
+      (2, 1)
+    """
+    ids = np.asarray(device_ids)
+    if ids.dtype.kind not in "iu" or ici_domain_size < 1:
+        raise MeshplanTypeError("device_ids must be an integer array and ici_domain_size >= 1.")
+    domains = ids // ici_domain_size
+    out = []
+    for axis in range(domains.ndim):
+        rows = np.moveaxis(domains, axis, -1).reshape(-1, domains.shape[axis])
+        ordered = np.sort(rows, axis=1)
+        distinct = (np.diff(ordered, axis=1) != 0).sum(axis=1) + 1
+        out.append(int(distinct.max()))
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AxisPlacement:
+    """Each mesh axis's ICI and DCN parts on a cluster (``ici[k] * dcn[k]`` = its size)."""
+
+    names: tuple[str, ...]
+    ici: tuple[int, ...]
+    dcn: tuple[int, ...]
+    cluster: Cluster
+
+    def split(self, axes: Sequence[str]) -> tuple[int, int]:
+        """(devices per domain, domains) of the device group over ``axes``."""
+        i = d = 1
+        for a in axes:
+            k = self.names.index(a)
+            i *= self.ici[k]
+            d *= self.dcn[k]
+        return i, d
+
+
+Pending = tuple
+"""A collective not yet priced: ``(what, kind, axes, nbytes per call, calls, i, d)``, where the
+group has ``i`` devices per ICI domain over ``d`` domains."""
+
+
+def _link_name(i: int, d: int) -> str:
+    if i * d == 1:
+        return "none"
+    return "intra" if d == 1 else "inter" if i == 1 else "intra+inter"
+
+
+def _two_level(kind: str, nbytes: Any, i: Any, d: Any, cluster: Cluster) -> Any:
+    """Seconds of one call: ring of ``i`` on ICI + ring of ``d`` on DCN (either may be 1, costing 0)."""
+    outer = nbytes if kind == "all-to-all" else nbytes / i
+    return (collective_time(kind, nbytes, i, cluster.intra_link)
+            + collective_time(kind, outer, d, cluster.inter_link))
+
+
+def group_time(kind: str, nbytes: float, axes: Sequence[str], placement: AxisPlacement) -> tuple[float, str]:
+    """Seconds of one collective over the device group ``axes``, and the link it uses.
+
+    Args:
+      kind: ``"all-gather"``, ``"reduce-scatter"``, ``"all-reduce"`` or ``"all-to-all"``.
+      nbytes: the full buffer (as :mod:`meshplan.pure.search._cost` defines it).
+      axes: the mesh axes of the group.
+      placement: where the axes lie.
+
+    Returns:
+      ``(seconds, link)`` with link ``"intra"``, ``"inter"``, ``"intra+inter"`` (two-level)
+      or ``"none"`` (a group of one device).
+
+    Example:
+      >>> from meshplan.pure.search._cluster import parse_cluster
+      >>> c = parse_cluster("2x8xH100")
+      >>> p = AxisPlacement(("dp", "tp"), (1, 8), (2, 1), c)
+      >>> group_time("all-reduce", 1e9, ("tp",), p)[1], group_time("all-reduce", 1e9, ("dp", "tp"), p)[1]
+      ('intra', 'intra+inter')
+    """
+    i, d = placement.split(axes)
+    return float(_two_level(kind, float(nbytes), i, d, placement.cluster)), _link_name(i, d)
+
+
+def price(pending: Sequence[Pending], cluster: Cluster) -> np.ndarray:
+    """Seconds of every pending collective (all its calls), priced in one numpy pass per kind.
+
+    Example:
+      >>> from meshplan.pure.search._cluster import parse_cluster
+      >>> price([("x", "all-reduce", ("tp",), 1e9, 2, 8, 1)], parse_cluster("H100")).round(6).tolist()
+      [0.007862]
+    """
+    out = np.zeros(len(pending))
+    by_kind: dict[str, list[int]] = {}
+    for k, item in enumerate(pending):
+        by_kind.setdefault(item[1], []).append(k)
+    for kind, rows in by_kind.items():
+        cols = np.array([pending[k][3:] for k in rows], dtype=np.float64)
+        nbytes, calls, i, d = cols[:, 0], cols[:, 1], cols[:, 2].astype(np.int64), cols[:, 3].astype(np.int64)
+        out[rows] = calls * _two_level(kind, nbytes, i, d, cluster)
+    return out
+
+
+def to_terms(pending: Sequence[Pending], seconds: Sequence[float]) -> tuple[CommTerm, ...]:
+    """Priced collectives as :class:`CommTerm` records."""
+    return tuple(CommTerm(what, kind, axes, int(nbytes), calls, _link_name(i, d), float(t))
+                 for (what, kind, axes, nbytes, calls, i, d), t in zip(pending, seconds, strict=True))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParamTraffic:
+    """Per-device parameter bytes each collective moves, keyed by the axis group.
+
+    ``gather[S]``: gathered bytes of the leaves stored split over ``S`` (per
+    all-gather); ``scatter[S]``: their gradient bytes; ``reduce[R]``: gradient
+    shard bytes all-reduced over the replica axes ``R``.
+    """
+
+    gather: tuple[tuple[tuple[str, ...], int], ...]
+    scatter: tuple[tuple[tuple[str, ...], int], ...]
+    reduce: tuple[tuple[tuple[str, ...], int], ...]
+
+
+def param_terms(
+    traffic: ParamTraffic, placement: AxisPlacement, sizes: Mapping[str, int], *, layers: int
+) -> list[Pending]:
+    """The parameter collectives of one step, not yet priced (see the module docstring).
+
+    Args:
+      traffic: bytes per axis group, from the plan.
+      placement: where the axes lie.
+      sizes: mesh axis sizes.
+      layers: calls per step of each fused collective (the layer count).
+
+    Returns:
+      One pending collective per (kind, axis group) that spans more than one device.
+    """
+    out: list[Pending] = []
+    kinds = (("all-gather", "all-gather of params (fwd + bwd)", traffic.gather, 2),
+             ("reduce-scatter", "reduce-scatter of grads", traffic.scatter, 1),
+             ("all-reduce", "all-reduce of grads", traffic.reduce, 1))
+    for kind, what, table, per_layer in kinds:
+        # Groups that differ only in size-1 axes are the same devices: one collective.
+        merged: dict[tuple[str, ...], int] = {}
+        for axes, nbytes in table:
+            shown = tuple(a for a in axes if sizes[a] > 1)
+            if nbytes and shown:
+                merged[shown] = merged.get(shown, 0) + nbytes
+        for shown, nbytes in merged.items():
+            i, d = placement.split(shown)
+            out.append((f"{'+'.join(shown)} {what}", kind, shown, nbytes / layers, per_layer * layers, i, d))
+    return out
+
+
+def _local_batch(sizes: Mapping[str, int], batch: int, seq: int) -> tuple[int, int]:
+    ways = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
+    return batch // ways, seq // sizes.get("sp", 1)
+
+
+def activation_terms(
+    model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int
+) -> list[Pending]:
+    """The tp, sp and ep activation collectives of one step, not yet priced.
+
+    Args:
+      model: a :class:`~meshplan.pure.ModelSpec`.
+      sizes: mesh axis sizes (missing axes count as 1).
+      placement: where the axes lie.
+      batch: global batch in sequences; seq: tokens per sequence.
+      itemsize: bytes per activation element.
+
+    Returns:
+      The pending collectives (none when tp, sp and ep are all 1).
+    """
+    b, s = _local_batch(sizes, batch, seq)
+    tp, sp, ep = (sizes.get(a, 1) for a in ("tp", "sp", "ep"))
+    h, layers = model.hidden_size, model.num_layers
+    out: list[Pending] = []
+
+    def add(what: str, kind: str, axis: str, nbytes: int, calls: int) -> None:
+        i, d = placement.split((axis,))
+        out.append((what, kind, (axis,), nbytes, calls, i, d))
+
+    if tp > 1:
+        add("tp all-reduce of activations (2 fwd + 2 bwd per layer)", "all-reduce", "tp",
+            b * s * h * itemsize, 4 * layers)
+    if sp > 1:
+        kv = model.num_kv_heads * model.head_dim
+        kv_local = kv // tp if model.num_kv_heads % tp == 0 else kv
+        nbytes = b * seq * 2 * kv_local * itemsize
+        add("sp all-gather of K,V (fwd)", "all-gather", "sp", nbytes, layers)
+        add("sp reduce-scatter of dK,dV (bwd)", "reduce-scatter", "sp", nbytes, layers)
+    if ep > 1 and model.num_moe_layers:
+        add("ep all-to-all of tokens (dispatch + combine, fwd + bwd)", "all-to-all", "ep",
+            b * s * model.num_experts_per_tok * h * itemsize, 4 * model.num_moe_layers)
+    return out
+
+
+def activation_bytes(
+    model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int, param_bytes: int
+) -> int:
+    """Approximate activation and workspace bytes per device (see the module docstring).
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> m = MODEL_SPECS["llama3-8b"]
+      >>> activation_bytes(m, {"fsdp": 8}, batch=8, seq=4096, itemsize=2, param_bytes=0) // 2**20
+      3572
+    """
+    b, s = _local_batch(sizes, batch, seq)
+    tp, fsdp = sizes.get("tp", 1), sizes.get("fsdp", 1)
+    tokens = b * s
+    hidden = tokens * model.hidden_size * itemsize
+    saved = model.num_layers * hidden // tp
+    working = 17 * hidden // tp
+    logits = tokens * model.vocab_size * 4 // tp
+    gathered = 2 * param_bytes * fsdp // max(model.num_layers, 1) if fsdp > 1 else 0
+    return int(saved + working + logits + gathered)

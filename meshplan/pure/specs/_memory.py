@@ -1,0 +1,369 @@
+"""Exact per-device memory of a pytree under its PartitionSpecs.
+
+Device positions are the mesh's index grid in row-major order (the order of
+``mesh.devices.flat``): position ``k`` is the device at
+``np.unravel_index(k, mesh_shape)``. Along a dim split over axes
+``(a1, a2)`` the device at coordinates ``c`` holds shard
+``c[a1] * size[a2] + c[a2]`` (the first axis is major, as in jax).
+
+Bytes follow :func:`meshplan.pure.array_bytes`: by default what
+``jax.Array.nbytes`` reports (one byte per sub-byte element), or packed with
+``packed_subbyte=True``. For specs jax can store (every split divides its
+dim) all shards of an array are equal and the figures equal the sum of
+``addressable_shards[i].data.nbytes`` per device, byte for byte.
+
+Uneven splits exist only inside ``jit``, where XLA pads every shard up to
+``ceil(d / n)``. ``padding="padded"`` (the default) counts those padded
+buffers, which is what XLA allocates; ``padding="actual"`` counts only the
+real elements, so the last shards are smaller (possibly empty).
+``P.UNCONSTRAINED`` dims are counted as replicated (an upper bound) and the
+result says ``exact=False``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from meshplan.pure.specs._dtypes import array_bytes, dtype_bits, dtype_storage_bytes
+from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts
+from meshplan.pure._types import AxisSizes, PyTree
+from meshplan.pure.specs._validate import Finding, _resolve, group_leaves, raise_errors
+from meshplan.pure.errors import MeshplanTypeError
+
+__all__ = ["MemoryEstimate", "estimate_memory", "estimate_leaves_memory", "validate_and_estimate"]
+
+_PADDING = ("padded", "actual")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Bytes every device of a mesh holds for one pytree.
+
+    Attributes:
+      axis_names: mesh axis names, in mesh order.
+      mesh_shape: mesh axis sizes, in mesh order.
+      per_device: bytes per device position, row-major over ``mesh_shape``.
+      total_unsharded_bytes: bytes of the whole tree on one device.
+      replicated_bytes: unsharded bytes of the leaves no spec splits
+        (every device holds them whole).
+      sharded_bytes: unsharded bytes of the leaves split at least once.
+      num_arrays: array leaves counted.
+      padded: some dim is split unevenly (only possible inside ``jit``).
+      exact: False when ``P.UNCONSTRAINED`` dims were counted as replicated.
+    """
+
+    axis_names: tuple[str, ...]
+    mesh_shape: tuple[int, ...]
+    per_device: tuple[int, ...]
+    total_unsharded_bytes: int
+    replicated_bytes: int
+    sharded_bytes: int
+    num_arrays: int
+    padded: bool = False
+    exact: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.axis_names) != len(self.mesh_shape):
+            raise MeshplanTypeError(f"axis_names={self.axis_names} and mesh_shape={self.mesh_shape} differ in length.")
+        if len(self.per_device) != math.prod(self.mesh_shape):
+            raise MeshplanTypeError(
+                f"per_device has {len(self.per_device)} entries; mesh_shape={self.mesh_shape} needs "
+                f"{math.prod(self.mesh_shape)}."
+            )
+        if self.replicated_bytes + self.sharded_bytes != self.total_unsharded_bytes:
+            raise MeshplanTypeError("replicated_bytes + sharded_bytes must equal total_unsharded_bytes.")
+
+    @property
+    def num_devices(self) -> int:
+        """Devices in the mesh."""
+        return len(self.per_device)
+
+    @property
+    def max_per_device(self) -> int:
+        """Bytes on the fullest device: what must fit."""
+        return max(self.per_device)
+
+    @property
+    def min_per_device(self) -> int:
+        """Bytes on the emptiest device."""
+        return min(self.per_device)
+
+    @property
+    def mean_per_device(self) -> float:
+        """Average bytes per device."""
+        return sum(self.per_device) / len(self.per_device)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The reference's keys (``total_size``, ``size_per_device`` = the max) plus the rest.
+
+        Example:
+          >>> import numpy as np
+          >>> from jax.sharding import PartitionSpec as P
+          >>> d = estimate_memory({"w": np.zeros((8, 4), np.float32)}, {"w": P("x")}, {"x": 4}).to_dict()
+          >>> d["total_size"], d["size_per_device"], d["per_device"]
+          (128, 32, [32, 32, 32, 32])
+        """
+        return {
+            "total_size": self.total_unsharded_bytes,
+            "size_per_device": self.max_per_device,
+            "max_per_device": self.max_per_device,
+            "min_per_device": self.min_per_device,
+            "mean_per_device": self.mean_per_device,
+            "per_device": list(self.per_device),
+            "num_devices": self.num_devices,
+            "total_unsharded_bytes": self.total_unsharded_bytes,
+            "replicated_bytes": self.replicated_bytes,
+            "sharded_bytes": self.sharded_bytes,
+            "num_arrays": self.num_arrays,
+            "padded": self.padded,
+            "exact": self.exact,
+        }
+
+    def scaled(self, factor: int) -> MemoryEstimate:
+        """Every byte figure times ``factor`` (e.g. 2 for two optimizer copies)."""
+        return dataclasses.replace(
+            self,
+            per_device=tuple(b * factor for b in self.per_device),
+            total_unsharded_bytes=self.total_unsharded_bytes * factor,
+            replicated_bytes=self.replicated_bytes * factor,
+            sharded_bytes=self.sharded_bytes * factor,
+        )
+
+    def __add__(self, other: MemoryEstimate) -> MemoryEstimate:
+        """Two trees on the same mesh, held at once."""
+        if not isinstance(other, MemoryEstimate):
+            return NotImplemented
+        if (self.axis_names, self.mesh_shape) != (other.axis_names, other.mesh_shape):
+            raise MeshplanTypeError(
+                f"cannot add estimates for different meshes: {dict(zip(self.axis_names, self.mesh_shape))} "
+                f"and {dict(zip(other.axis_names, other.mesh_shape))}."
+            )
+        return MemoryEstimate(
+            self.axis_names,
+            self.mesh_shape,
+            tuple(a + b for a, b in zip(self.per_device, other.per_device, strict=True)),
+            self.total_unsharded_bytes + other.total_unsharded_bytes,
+            self.replicated_bytes + other.replicated_bytes,
+            self.sharded_bytes + other.sharded_bytes,
+            self.num_arrays + other.num_arrays,
+            self.padded or other.padded,
+            self.exact and other.exact,
+        )
+
+
+def _shard_lengths(
+    d: int, entry: tuple[str, ...], chunk: int, coords: dict[str, np.ndarray], sizes: AxisSizes
+) -> np.ndarray:
+    """Real (unpadded) elements along one dim at every device position."""
+    index = np.zeros_like(coords[entry[0]])
+    for axis in entry:  # first axis major, as jax lays out tuple entries
+        index = index * sizes[axis] + coords[axis]
+    return np.clip(d - index * chunk, 0, chunk)
+
+
+def _uneven_bytes(
+    info: LeafInfo, entries: tuple[Any, ...], sizes: AxisSizes, coords: dict[str, np.ndarray],
+    packed_subbyte: bool,
+) -> np.ndarray:
+    """Actual bytes of one unevenly split array at every device position."""
+    elems = np.ones(math.prod(sizes.values()), dtype=np.int64)
+    for d, entry in zip(info.shape, entries, strict=True):
+        if entry is UNCONSTRAINED or not entry:
+            elems = elems * d
+        else:
+            n = math.prod(sizes[a] for a in entry)
+            elems = elems * _shard_lengths(d, entry, -(-d // n), coords, sizes)
+    bits = dtype_bits(info.dtype)
+    if packed_subbyte and bits < 8:
+        return -(-elems * bits // 8)
+    return elems * dtype_storage_bytes(info.dtype)
+
+
+def estimate_leaves_memory(
+    facts: TreeFacts,
+    per_leaf_specs: tuple[Any, ...],
+    axis_sizes: AxisSizes,
+    *,
+    packed_subbyte: bool = False,
+    padding: str = "padded",
+) -> MemoryEstimate:
+    """:func:`estimate_memory` for leaves whose specs are already resolved and valid.
+
+    Work is per distinct ``(shape, dtype, spec)``, so 50k leaves of a few
+    hundred kinds cost one pass over the leaves plus a few hundred sums.
+
+    Example:
+      >>> import numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> from meshplan.pure.specs._tree import tree_facts
+      >>> facts = tree_facts([np.zeros((5, 2), np.int8)])
+      >>> estimate_leaves_memory(facts, (P("x"),), {"x": 2}, padding="actual").per_device
+      (6, 4)
+    """
+    groups = group_leaves(facts.infos, per_leaf_specs)
+    if groups is None:
+        raise MeshplanTypeError("per_leaf_specs holds an unhashable leaf; resolve specs with resolve_specs first.")
+    return _estimate_groups(*groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+
+
+def _estimate_groups(
+    counts: collections.Counter, by_id: dict[int, LeafInfo | None], axis_sizes: AxisSizes, *,
+    packed_subbyte: bool, padding: str,
+) -> MemoryEstimate:
+    """The estimate from leaf groups (see :func:`meshplan.pure.specs._validate.group_leaves`)."""
+    if padding not in _PADDING:
+        raise MeshplanTypeError(f"padding={padding!r} must be one of {_PADDING}.")
+    sizes = dict(axis_sizes)
+    names = tuple(sizes)
+    num_devices = math.prod(sizes.values())
+    uniform = 0
+    varying = np.zeros(num_devices, dtype=np.int64)
+    total = replicated = num_arrays = 0
+    padded_any, exact = False, True
+    coords: dict[str, np.ndarray] | None = None
+    for (info_id, spec), count in counts.items():
+        info = by_id[info_id]
+        if info is None:
+            continue
+        num_arrays += count
+        entries = canonical_entries(spec, len(info.shape))
+        splits = [1 if e is UNCONSTRAINED else math.prod(sizes[a] for a in e) for e in entries]
+        exact = exact and all(e is not UNCONSTRAINED for e in entries)
+        full = array_bytes(info.shape, info.dtype, packed_subbyte=packed_subbyte)
+        total += count * full
+        if all(n == 1 for n in splits):
+            replicated += count * full
+            uniform += count * full
+            continue
+        shard = tuple(-(-d // n) for d, n in zip(info.shape, splits, strict=True))
+        uneven = any(d % n for d, n in zip(info.shape, splits, strict=True))
+        padded_any = padded_any or uneven
+        if uneven and padding == "actual":
+            if coords is None:
+                grid = np.indices(tuple(sizes.values()), dtype=np.int64).reshape(len(names), num_devices)
+                coords = dict(zip(names, grid, strict=True))
+            varying += count * _uneven_bytes(info, entries, sizes, coords, packed_subbyte)
+        else:
+            uniform += count * array_bytes(shard, info.dtype, packed_subbyte=packed_subbyte)
+    per_device = tuple(int(uniform + v) for v in varying)
+    return MemoryEstimate(
+        axis_names=names,
+        mesh_shape=tuple(sizes.values()),
+        per_device=per_device,
+        total_unsharded_bytes=total,
+        replicated_bytes=replicated,
+        sharded_bytes=total - replicated,
+        num_arrays=num_arrays,
+        padded=padded_any,
+        exact=exact,
+    )
+
+
+def estimate_memory(
+    tree: PyTree | TreeFacts,
+    specs: PyTree,
+    axis_sizes: AxisSizes,
+    *,
+    packed_subbyte: bool = False,
+    padding: str = "padded",
+    x64: bool = False,
+) -> MemoryEstimate:
+    """Exact bytes every device holds for ``tree`` placed with ``specs``.
+
+    Args:
+      tree: a pytree of arrays / ShapeDtypeStructs (see :func:`meshplan.pure.tree_facts`).
+      specs: the matching pytree of PartitionSpecs (or a prefix of it).
+      axis_sizes: ordered mapping mesh axis name -> size (``mesh.shape``).
+      packed_subbyte: count sub-byte dtypes packed (TPU storage) instead of
+        one byte per element (``jax.Array.nbytes``).
+      padding: ``"padded"`` counts uneven shards at XLA's padded size,
+        ``"actual"`` counts their real elements (see the module docstring).
+      x64: whether Python-scalar leaves are 64-bit.
+
+    Returns:
+      A :class:`MemoryEstimate`.
+
+    Raises:
+      SpecError: a spec that no mesh/array could use (unknown or repeated
+        axis, too long, not a PartitionSpec, structure mismatch), listing all.
+        Uneven splits are allowed (they are padded inside ``jit``); check
+        storability with :func:`meshplan.pure.validate_specs`.
+      MeshplanTypeError: bad ``axis_sizes``/``padding``, or a leaf dtype jax cannot hold.
+
+    Example:
+      >>> import jax, ml_dtypes, numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> params = {"w": jax.ShapeDtypeStruct((1024, 512), ml_dtypes.bfloat16), "b": np.zeros(512, np.float32)}
+      >>> est = estimate_memory(params, {"w": P("dp", "tp"), "b": P()}, {"dp": 2, "tp": 4})
+      >>> est.max_per_device, est.total_unsharded_bytes, est.replicated_bytes
+      (133120, 1050624, 2048)
+    """
+    facts, _, findings, groups = _resolve(tree, specs, axis_sizes, for_storage=False, x64=x64)
+    raise_errors(findings)
+    return _named_estimate(facts, groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+
+
+# Findings that only matter for stored arrays: memory can still be counted.
+_STORAGE_ONLY = ("indivisible", "unconstrained")
+
+
+def validate_and_estimate(
+    tree: PyTree | TreeFacts,
+    specs: PyTree,
+    axis_sizes: AxisSizes,
+    *,
+    for_storage: bool = True,
+    packed_subbyte: bool = False,
+    padding: str = "padded",
+    x64: bool = False,
+) -> tuple[list[Finding], MemoryEstimate | None]:
+    """:func:`meshplan.pure.validate_specs` and :func:`estimate_memory` in one walk of the tree.
+
+    Returns:
+      ``(findings, estimate)``; ``estimate`` is ``None`` when a finding other
+      than an uneven split or ``UNCONSTRAINED`` makes the specs uncountable.
+
+    Raises:
+      MeshplanTypeError: as :func:`estimate_memory`.
+
+    Example:
+      >>> import numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> findings, est = validate_and_estimate({"w": np.zeros((6, 4), np.int8)}, {"w": P("x")}, {"x": 4})
+      >>> [f.kind for f in findings], est.per_device
+      (['indivisible'], (8, 8, 8, 8))
+    """
+    facts, _, findings, groups = _resolve(tree, specs, axis_sizes, for_storage=for_storage, x64=x64)
+    if any(f.severity == "error" and f.kind not in _STORAGE_ONLY for f in findings):
+        return findings, None
+    return findings, _named_estimate(facts, groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+
+
+def _named_estimate(
+    facts: TreeFacts, groups: Any, axis_sizes: AxisSizes, *, packed_subbyte: bool, padding: str
+) -> MemoryEstimate:
+    """_estimate_groups, naming the leaf when its dtype has no size."""
+    try:
+        return _estimate_groups(*groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+    except MeshplanTypeError as err:
+        bad = _first_bad_dtype_leaf(facts)
+        if bad is None:
+            raise
+        raise MeshplanTypeError(f"leaf {facts.path(bad)!r}: {err}") from err
+
+
+def _first_bad_dtype_leaf(facts: TreeFacts) -> int | None:
+    """Index of the first leaf whose dtype has no size (to name it in the error)."""
+    for i, info in enumerate(facts.infos):
+        if info is not None:
+            try:
+                dtype_bits(info.dtype)
+            except MeshplanTypeError:
+                return i
+    return None

@@ -1,0 +1,211 @@
+"""Training memory: parameters, gradients and optimizer state per device.
+
+The optimizer state is best given as itself: ``jax.eval_shape(opt.init,
+params)`` is free and exact for any optax chain. Its specs come from
+:func:`optimizer_state_specs` unless you pass your own. Without a state,
+``optimizer_copies`` models ``k`` parameter-shaped copies (Adam: 2, in
+``optimizer_dtype``), sharded like the parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec
+
+from meshplan.pure.specs._dtypes import canonical_dtype
+from meshplan.pure.specs._memory import MemoryEstimate, estimate_leaves_memory, estimate_memory
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts, tree_facts
+from meshplan.pure._types import AxisSizes, PyTree
+from meshplan.pure.specs._validate import leaf_specs, raise_errors, resolve_specs
+from meshplan.pure.errors import MeshplanTypeError
+
+__all__ = ["TrainingMemoryEstimate", "optimizer_state_specs", "estimate_training_memory"]
+
+
+def _is_inexact(dtype: Any) -> bool:
+    """Float or complex (bf16, fp8 ... included); PRNG keys and float0 are not."""
+    return isinstance(dtype, np.dtype) and bool(jax.dtypes.issubdtype(dtype, np.inexact))
+
+
+def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree) -> PyTree:
+    """Specs for an optimizer state, derived from the parameters' specs.
+
+    The rule: every subtree of ``opt_state`` with exactly the parameters'
+    tree structure (optax's ``mu``, ``nu``, ``trace`` ...) takes the
+    parameters' specs leaf by leaf, where the state leaf has the same shape
+    as its parameter; any other state leaf (step counts, factored statistics
+    of another shape, hyperparameters) is replicated, ``P()``.
+
+    Args:
+      params: the parameter pytree (arrays or ShapeDtypeStructs).
+      param_specs: its PartitionSpecs (same structure, or a prefix of it).
+      opt_state: the state pytree, e.g. ``jax.eval_shape(opt.init, params)``.
+
+    Returns:
+      A pytree of PartitionSpecs with ``opt_state``'s structure.
+
+    Raises:
+      SpecError: ``param_specs`` does not match ``params``.
+
+    Example:
+      >>> import jax, numpy as np
+      >>> from typing import Any, NamedTuple
+      >>> from jax.sharding import PartitionSpec as P
+      >>> class AdamState(NamedTuple):  # what optax.adam(...).init returns, in short
+      ...     count: Any
+      ...     mu: Any
+      ...     nu: Any
+      >>> params = {"w": jax.ShapeDtypeStruct((8, 4), np.float32)}
+      >>> state = AdamState(jax.ShapeDtypeStruct((), np.int32), params, params)
+      >>> optimizer_state_specs(params, {"w": P("dp")}, state)
+      AdamState(count=P(), mu={'w': P('dp',)}, nu={'w': P('dp',)})
+    """
+    facts = tree_facts(params)
+    per_leaf, findings = leaf_specs(facts, param_specs)
+    raise_errors(findings)
+    target = facts.treedef
+    matched: set[int] = set()
+
+    def is_param_shaped(node: Any) -> bool:
+        if jax.tree_util.tree_structure(node) == target:
+            matched.add(id(node))
+            return True
+        return False
+
+    nodes, state_def = jax.tree_util.tree_flatten(opt_state, is_leaf=is_param_shaped)
+    out: list[Any] = []
+    for node in nodes:
+        if id(node) not in matched:
+            out.append(PartitionSpec())
+            continue
+        state_infos = tree_facts(node).infos
+        out.append(target.unflatten([
+            spec if spec is not None and si is not None and pi is not None and si.shape == pi.shape
+            else PartitionSpec()
+            for spec, si, pi in zip(per_leaf, state_infos, facts.infos, strict=True)
+        ]))
+    return state_def.unflatten(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrainingMemoryEstimate:
+    """Per-device bytes of parameters, gradients and optimizer state.
+
+    ``per_device`` (row-major mesh order) is their sum, what a training step
+    holds at least (activations come on top).
+    """
+
+    params: MemoryEstimate
+    grads: MemoryEstimate
+    opt_state: MemoryEstimate
+
+    @property
+    def total(self) -> MemoryEstimate:
+        """The three together."""
+        return self.params + self.grads + self.opt_state
+
+    @property
+    def per_device(self) -> tuple[int, ...]:
+        """Total bytes per device position."""
+        return self.total.per_device
+
+    @property
+    def max_per_device(self) -> int:
+        """Total bytes on the fullest device."""
+        return self.total.max_per_device
+
+    def to_dict(self) -> dict[str, Any]:
+        """Max bytes per device of each part and in total, plus the per-device totals."""
+        return {
+            "params": self.params.max_per_device,
+            "grads": self.grads.max_per_device,
+            "opt_state": self.opt_state.max_per_device,
+            "total": self.max_per_device,
+            "per_device": list(self.per_device),
+        }
+
+
+def _with_dtype(facts: TreeFacts, dtype_of: Any) -> TreeFacts:
+    """The same leaves with new dtypes (``dtype_of(info) -> dtype``), same structure."""
+    # One new LeafInfo per old one, so equal leaves still share an info (grouping relies on it).
+    new: dict[int, LeafInfo | None] = {}
+    for info in facts.infos:
+        if id(info) not in new:
+            new[id(info)] = None if info is None else LeafInfo(info.shape, dtype_of(info))
+    return TreeFacts(tuple(new[id(i)] for i in facts.infos), facts.treedef, facts.source)
+
+
+def estimate_training_memory(
+    params: PyTree,
+    param_specs: PyTree,
+    axis_sizes: AxisSizes,
+    *,
+    opt_state: PyTree = None,
+    opt_state_specs: PyTree = None,
+    grad_dtype: Any = None,
+    optimizer_copies: int = 0,
+    optimizer_dtype: Any = None,
+    packed_subbyte: bool = False,
+    padding: str = "padded",
+    x64: bool = False,
+) -> TrainingMemoryEstimate:
+    """Bytes per device for parameters, their gradients and the optimizer state.
+
+    Gradients have the parameters' shapes and specs; floating parameters get
+    ``grad_dtype`` (default: their own dtype), integer/bool parameters get
+    ``float0`` gradients (0 bytes), as ``jax.grad(..., allow_int=True)`` does.
+
+    Args:
+      params: parameter pytree.
+      param_specs: its PartitionSpecs.
+      axis_sizes: ordered mapping mesh axis name -> size.
+      opt_state: optimizer state pytree (``jax.eval_shape(opt.init, params)``).
+      opt_state_specs: its specs; default :func:`optimizer_state_specs`.
+      grad_dtype: gradient dtype for floating parameters.
+      optimizer_copies: without ``opt_state``, this many parameter-shaped
+        copies of each floating parameter (Adam: 2).
+      optimizer_dtype: dtype of those copies (default: the parameter's).
+      packed_subbyte, padding, x64: as in :func:`meshplan.pure.estimate_memory`.
+
+    Returns:
+      A :class:`TrainingMemoryEstimate`.
+
+    Raises:
+      SpecError: specs that do not fit (see :func:`meshplan.pure.estimate_memory`).
+      MeshplanTypeError: both ``opt_state`` and ``optimizer_copies`` given, or a bad option.
+
+    Example:
+      >>> import numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> params = {"w": np.zeros((1024, 256), np.float32)}
+      >>> est = estimate_training_memory(params, {"w": P("fsdp")}, {"fsdp": 8}, optimizer_copies=2)
+      >>> est.to_dict()["params"], est.to_dict()["total"]
+      (131072, 524288)
+    """
+    if isinstance(optimizer_copies, bool) or not isinstance(optimizer_copies, int) or optimizer_copies < 0:
+        raise MeshplanTypeError(f"optimizer_copies={optimizer_copies!r} must be an int >= 0.")
+    if opt_state is not None and optimizer_copies:
+        raise MeshplanTypeError(
+            f"pass opt_state or optimizer_copies={optimizer_copies}, not both; opt_state is exact."
+        )
+    facts, per_leaf, findings = resolve_specs(params, param_specs, axis_sizes, for_storage=False, x64=x64)
+    raise_errors(findings)
+    opts = {"packed_subbyte": packed_subbyte, "padding": padding}
+    p_est = estimate_leaves_memory(facts, per_leaf, axis_sizes, **opts)
+    g_dtype = None if grad_dtype is None else canonical_dtype(grad_dtype)
+    float0 = np.dtype(jax.dtypes.float0)
+    grads = _with_dtype(facts, lambda i: (g_dtype or i.dtype) if _is_inexact(i.dtype) else float0)
+    g_est = estimate_leaves_memory(grads, per_leaf, axis_sizes, **opts)
+    if opt_state is not None:
+        if opt_state_specs is None:
+            opt_state_specs = optimizer_state_specs(params, param_specs, opt_state)
+        o_est = estimate_memory(opt_state, opt_state_specs, axis_sizes, x64=x64, **opts)
+    else:
+        o_dtype = None if optimizer_dtype is None else canonical_dtype(optimizer_dtype)
+        copies = _with_dtype(facts, lambda i: (o_dtype or i.dtype) if _is_inexact(i.dtype) else float0)
+        o_est = estimate_leaves_memory(copies, per_leaf, axis_sizes, **opts).scaled(optimizer_copies)
+    return TrainingMemoryEstimate(p_est, g_est, o_est)

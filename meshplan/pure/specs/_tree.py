@@ -1,0 +1,174 @@
+"""Pytrees as plain facts: each leaf's path, shape and dtype.
+
+Planners never look at array *values*, only at ``(shape, dtype)``; this module
+is the one place that decides what counts as an array-like leaf:
+
+* anything with ``.shape`` and ``.dtype`` (``jax.Array``, ``numpy.ndarray``,
+  ``jax.ShapeDtypeStruct``);
+* a *box*: an object without ``.shape`` whose ``.value`` has both (flax's
+  ``Partitioned``, ``nnx.Variable`` when not registered as a pytree node);
+* Python scalars (``bool``, ``int``, ``float``, ``complex``) as 0-d arrays of
+  jax's default dtypes (32-bit unless ``x64=True``);
+* ``None`` is an empty subtree in jax and stays ``None`` in every output tree.
+
+Anything else (strings, custom objects) is a *non-array leaf*: it has no
+facts, and rules give it no spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from meshplan.pure.specs._dtypes import canonical_dtype
+from meshplan.pure._types import PyTree, Shape
+
+__all__ = ["LeafInfo", "TreeFacts", "leaf_info", "tree_facts", "path_str"]
+
+_SCALAR_DTYPES_32 = {bool: np.dtype(bool), int: np.dtype(np.int32), float: np.dtype(np.float32),
+                     complex: np.dtype(np.complex64)}
+_SCALAR_DTYPES_64 = {bool: np.dtype(bool), int: np.dtype(np.int64), float: np.dtype(np.float64),
+                     complex: np.dtype(np.complex128)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeafInfo:
+    """The facts a planner may use about one array-like leaf.
+
+    ``dtype`` is a ``numpy.dtype``, or jax's extended dtype for PRNG-key
+    arrays (``key<fry>``); size it with :func:`meshplan.pure.dtype_bits`.
+    """
+
+    shape: Shape
+    dtype: Any
+
+
+def _has_array_facts(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def leaf_info(x: Any, *, x64: bool = False) -> LeafInfo | None:
+    """Facts about one leaf, or ``None`` for a non-array leaf.
+
+    Args:
+      x: a pytree leaf.
+      x64: whether Python scalars become 64-bit (jax's ``jax_enable_x64``);
+        the facade passes the live setting.
+
+    Example:
+      >>> import numpy as np
+      >>> leaf_info(np.zeros((2, 3), np.float16))
+      LeafInfo(shape=(2, 3), dtype=dtype('float16'))
+      >>> leaf_info(3)
+      LeafInfo(shape=(), dtype=dtype('int32'))
+      >>> leaf_info("not an array") is None
+      True
+    """
+    if not _has_array_facts(x):
+        value = getattr(x, "value", None)
+        if value is not None and _has_array_facts(value):
+            x = value
+        else:
+            table = _SCALAR_DTYPES_64 if x64 else _SCALAR_DTYPES_32
+            dtype = table.get(type(x))
+            return None if dtype is None else LeafInfo((), dtype)
+    return LeafInfo(tuple(int(d) for d in x.shape), canonical_dtype(x.dtype))
+
+
+def path_str(keypath: Sequence[Any]) -> str:
+    """A jax key path as ``"a/b/0"`` (the form used in every message).
+
+    Example:
+      >>> import jax
+      >>> [path_str(k) for k, _ in jax.tree_util.tree_flatten_with_path({"w": [1, 2]})[0]]
+      ['w/0', 'w/1']
+    """
+    return jax.tree_util.keystr(tuple(keypath), simple=True, separator="/")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class TreeFacts:
+    """A flattened pytree: per-leaf facts, the tree structure and (lazily) key paths.
+
+    ``infos[i]`` is ``None`` for non-array leaves; leaves with equal shape and
+    dtype share one :class:`LeafInfo` object. Key paths are computed only
+    when asked for (``keypaths``, ``path(i)``), because flattening with paths
+    costs about six times a plain flatten and planners only need them for
+    messages.
+
+    Attributes:
+      infos: one entry per leaf, in ``jax.tree_util`` leaf order.
+      treedef: the tree structure.
+      source: the flattened tree itself (kept to recover key paths on demand).
+    """
+
+    infos: tuple[LeafInfo | None, ...]
+    treedef: Any
+    source: Any = dataclasses.field(default=None, repr=False)
+    _memo: list[Any] = dataclasses.field(default_factory=list, repr=False)
+
+    @property
+    def keypaths(self) -> tuple[Any, ...]:
+        """The jax key path of every leaf (computed once, on first use)."""
+        if not self._memo:
+            # Built by hand without a source: rebuild a stand-in tree from the structure.
+            source = self.source if self.source is not None else self.treedef.unflatten(range(len(self.infos)))
+            with_path, _ = jax.tree_util.tree_flatten_with_path(source)
+            self._memo.append(tuple(k for k, _ in with_path))
+        return self._memo[0]
+
+    def path(self, i: int) -> str:
+        """The ``"a/b/0"`` path of leaf ``i``."""
+        return path_str(self.keypaths[i])
+
+    def unflatten(self, leaves: Sequence[Any]) -> PyTree:
+        """A tree of the same structure holding ``leaves``."""
+        return self.treedef.unflatten(leaves)
+
+
+_FAST_TYPES = (np.ndarray, jax.Array, jax.ShapeDtypeStruct)
+
+
+def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
+    """Flatten ``tree`` once into :class:`TreeFacts`.
+
+    Args:
+      tree: any pytree (see the module docstring for what counts as an array).
+      x64: whether Python scalars become 64-bit.
+
+    Returns:
+      The tree's :class:`TreeFacts`.
+
+    Raises:
+      MeshplanTypeError: a leaf has ``.shape``/``.dtype`` but the dtype is not one.
+
+    Example:
+      >>> import jax, numpy as np
+      >>> facts = tree_facts({"w": jax.ShapeDtypeStruct((4, 8), np.float32), "n": None, "s": "x"})
+      >>> [facts.path(i) for i in range(len(facts.infos))], facts.infos[0] is None
+      (['s', 'w'], True)
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    # Trees hold many leaves of few (shape, dtype) kinds: build one LeafInfo
+    # per kind and skip leaf_info's probing for the common array types.
+    cache: dict[Any, LeafInfo] = {}
+    fast: dict[type, bool] = {}  # isinstance(v, jax.Array) is slow; ask once per type
+    infos: list[LeafInfo | None] = []
+    for v in leaves:
+        t = type(v)
+        is_fast = fast.get(t)
+        if is_fast is None:
+            is_fast = fast[t] = isinstance(v, _FAST_TYPES)
+        if is_fast:
+            key = (v.shape, v.dtype)
+            info = cache.get(key)
+            if info is None:
+                info = cache[key] = LeafInfo(tuple(int(d) for d in v.shape), canonical_dtype(v.dtype))
+            infos.append(info)
+        else:
+            infos.append(leaf_info(v, x64=x64))
+    return TreeFacts(tuple(infos), treedef, tree)

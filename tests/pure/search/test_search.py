@@ -1,0 +1,321 @@
+"""Tests for the mesh search (meshplan.pure.search._search): against a brute-force oracle, presets, errors."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.sharding import PartitionSpec as P
+
+from meshplan.pure import (
+    AxisKindRule,
+    Cluster,
+    DeviceSpec,
+    ModelSpec,
+    PathRule,
+    SearchResult,
+    build_params,
+    estimate_training_memory,
+    get_preset,
+    parse_cluster,
+    plan_tree,
+    preset_names,
+    search_meshes,
+)
+from meshplan.pure.search._step_cost import BATCH_AXES, activation_bytes
+from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
+
+F32 = np.float32
+
+
+def _device(hbm: int, per_node: int, scope: str = "node") -> DeviceSpec:
+    return DeviceSpec("T", hbm_bytes=hbm, intra_bandwidth=100e9, inter_bandwidth=10e9, intra_latency_s=1e-6,
+                      inter_latency_s=1e-5, devices_per_node=per_node, ici_scope=scope)
+
+
+@st.composite
+def small_models(draw) -> ModelSpec:
+    """Tiny dense or MoE Llama-style specs (a few leaves, so the oracle stays cheap)."""
+    heads = draw(st.sampled_from([1, 2, 4, 6, 8]))
+    kv = draw(st.sampled_from([d for d in (1, 2, 3, 4, 8) if heads % d == 0]))
+    head_dim = draw(st.sampled_from([8, 16]))
+    experts = draw(st.sampled_from([0, 0, 2, 4, 6]))
+    return ModelSpec(
+        "tiny", "mixtral" if experts else "llama", vocab_size=draw(st.sampled_from([96, 128, 250])),
+        hidden_size=heads * head_dim, num_layers=draw(st.integers(1, 2)), num_heads=heads, num_kv_heads=kv,
+        head_dim=head_dim, intermediate_size=draw(st.sampled_from([48, 64, 96])), num_experts=experts,
+        num_experts_per_tok=min(2, experts), moe_intermediate_size=64 if experts else 0)
+
+
+@st.composite
+def setups(draw) -> dict:
+    """A model, a small cluster whose memory makes some meshes fit, batch/seq and constraints."""
+    model = draw(small_models())
+    params = build_params(model)
+    per_node = draw(st.sampled_from([1, 2, 4, 8]))
+    nodes = draw(st.sampled_from([1, 2, 3, 4]))
+    scope = draw(st.sampled_from(["node", "slice"]))
+    slices = nodes if scope == "slice" and draw(st.booleans()) else 1
+    n = nodes * per_node
+    batch = draw(st.sampled_from([n, 2 * n, 4 * n, 6]))
+    seq = draw(st.sampled_from([16, 32, 48]))
+    # Budget around the fully sharded need (state / n plus activations / n), so that some
+    # meshes fit and some do not.
+    state = sum(math.prod(x.shape) for x in jax.tree.leaves(params)) * 12
+    act = batch * seq * (model.vocab_size * 4 + model.hidden_size * 2 * (model.num_layers + 17))
+    hbm = max(1, int((state + act) / n * draw(st.floats(0.5, 6.0))))
+    cluster = Cluster(_device(hbm, per_node, scope), num_nodes=nodes, devices_per_node=per_node,
+                      num_slices=slices)
+    return dict(model=model, params=params, cluster=cluster, batch=batch, seq=seq,
+                tp_within_domain=draw(st.booleans()), ep_within_domain=draw(st.booleans()),
+                headroom=draw(st.sampled_from([0.0, 0.1])))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _oracle(s: dict) -> dict[tuple[int, ...], int]:
+    """Every mesh meeting the constraints, planned with plan_tree and the memory estimator: sizes -> total."""
+    model, cluster = s["model"], s["cluster"]
+    names = ("dp", "fsdp", "ep", "sp", "tp") if model.is_moe else ("dp", "fsdp", "sp", "tp")
+    n, d = cluster.num_devices, cluster.ici_domain_size
+    budget = int(cluster.hbm_bytes * (1 - s["headroom"]))
+    out = {}
+    for sizes in itertools.product(*[_divisors(n)] * len(names)):
+        if math.prod(sizes) != n:
+            continue
+        m = dict(zip(names, sizes))
+        tp, ep, sp = m["tp"], m.get("ep", 1), m["sp"]
+        if model.num_heads % tp or (model.is_moe and model.num_experts % ep) or s["seq"] % sp:
+            continue
+        if s["batch"] % math.prod(m.get(a, 1) for a in BATCH_AXES):
+            continue
+        kept_inside = [a for a, inside in (("tp", s["tp_within_domain"]), ("ep", s["ep_within_domain"]))
+                       if inside and a in m]
+        if any(d % m[a] for a in kept_inside):
+            continue
+        movable = math.prod(v for a, v in m.items() if a not in kept_inside)
+        if movable % cluster.num_ici_domains:
+            continue  # the domains cannot all sit on the axes allowed across them
+        specs = plan_tree(s["params"], AxisKindRule.for_model(model), m).specs
+        est = estimate_training_memory(s["params"], specs, m, optimizer_copies=2, optimizer_dtype=F32)
+        total = est.max_per_device + activation_bytes(model, m, batch=s["batch"], seq=s["seq"], itemsize=2,
+                                                      param_bytes=est.params.max_per_device)
+        if total <= budget:
+            out[sizes] = total
+    return out
+
+
+def _search(s: dict, **extra) -> SearchResult:
+    return search_meshes(s["model"], s["cluster"], params=s["params"], batch=s["batch"], seq=s["seq"],
+                         tp_within_domain=s["tp_within_domain"], ep_within_domain=s["ep_within_domain"],
+                         headroom=s["headroom"], **extra)
+
+
+@settings(max_examples=30)
+@given(setups())
+def test_search_finds_exactly_the_meshes_a_brute_force_enumeration_finds(s: dict) -> None:
+    expected = _oracle(s)
+    try:
+        result = _search(s, top_k=10_000)
+    except PlanError as err:
+        assert not expected, f"search found nothing, the oracle found {sorted(expected)}: {err}"
+        return
+    found = {c.axis_sizes: c.memory.total for c in result.candidates}
+    assert found == expected
+    assert result.num_fitting == len(expected)
+
+
+@settings(max_examples=30)
+@given(setups())
+def test_every_returned_mesh_multiplies_to_the_device_count_and_respects_the_constraints(s: dict) -> None:
+    try:
+        result = _search(s, top_k=50)
+    except PlanError:
+        return
+    c = s["cluster"]
+    for cand in result.candidates + result.rejected:
+        m = cand.mesh_shape
+        assert math.prod(cand.axis_sizes) == c.num_devices
+        assert math.prod(cand.ici_shape) == c.ici_domain_size
+        assert math.prod(cand.dcn_shape) == c.num_ici_domains
+        assert s["model"].num_heads % m["tp"] == 0 and s["seq"] % m["sp"] == 0
+        assert s["batch"] % math.prod(m.get(a, 1) for a in BATCH_AXES) == 0
+        if s["tp_within_domain"]:
+            assert cand.dcn_shape[cand.axis_names.index("tp")] == 1
+        if "ep" in m:
+            assert s["model"].num_experts % m["ep"] == 0
+    assert all(c.fits for c in result.candidates) and not any(c.fits for c in result.rejected)
+    seconds = [c.step_comm_s for c in result.candidates]
+    assert seconds == sorted(seconds)
+    assert [c.rank for c in result.candidates] == list(range(1, len(result.candidates) + 1))
+
+
+def _leaves(tree):
+    return jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, P))
+
+
+@pytest.mark.parametrize("name,cluster,unstack", [
+    ("llama3-70b", "8x8xH100", False), ("mixtral-8x7b", "2xH200", False), ("mixtral-8x7b", "4x8xH100", True),
+    ("gpt2", "v5e-16", False), ("deepseek-v3", "64x8xH100", False),
+])
+def test_memory_figures_equal_the_pure_estimator_of_the_planned_specs(name: str, cluster: str,
+                                                                      unstack: bool) -> None:
+    preset = get_preset(name, unstack_experts=unstack)
+    result = search_meshes(preset.spec, cluster, params=preset.params)
+    rule = AxisKindRule.for_model(preset.spec)
+    for cand in result.candidates + result.rejected:
+        specs = cand.specs_for(preset.params)
+        est = estimate_training_memory(preset.params, specs, cand.mesh_shape, optimizer_copies=2,
+                                       optimizer_dtype=F32).to_dict()
+        assert (cand.memory.params, cand.memory.grads, cand.memory.optimizer) == (
+            est["params"], est["grads"], est["opt_state"])
+        # The groups replay exactly what the rule gives leaf by leaf.
+        assert _leaves(specs) == _leaves(plan_tree(preset.params, rule, cand.mesh_shape).specs)
+
+
+def test_master_weights_and_grad_dtype_are_counted_like_the_estimator() -> None:
+    preset = get_preset("llama3-8b")
+    result = search_meshes("llama3-8b", "2x8xH100", master_weights=True, grad_dtype=F32, top_k=2)
+    for cand in result.candidates:
+        est = estimate_training_memory(preset.params, cand.specs_for(preset.params), cand.mesh_shape,
+                                       optimizer_copies=3, optimizer_dtype=F32, grad_dtype=F32)
+        assert (cand.memory.grads, cand.memory.optimizer) == (est.grads.max_per_device,
+                                                              est.opt_state.max_per_device)
+    assert result.request.optimizer_copies == 3 and result.request.grad_dtype == "float32"
+
+
+def test_search_result_survives_a_json_round_trip() -> None:
+    result = search_meshes("mixtral-8x7b", "4x8xH100", top_k=3)
+    again = SearchResult.from_json(result.to_json())
+    assert again == result
+    assert again.best.step_comm_s == result.best.step_comm_s
+    preset = get_preset("mixtral-8x7b")
+    assert _leaves(again.best.specs_for(preset.params)) == _leaves(result.best.specs_for(preset.params))
+
+
+def test_search_is_deterministic_for_the_same_input() -> None:
+    first = search_meshes("llama3-8b", "v5p-64", top_k=8).to_json()
+    assert search_meshes("llama3-8b", "v5p-64", top_k=8).to_json() == first
+
+
+@pytest.mark.parametrize("cluster", ["8x8xH100", "v5p-256", "2xH200", "64x8xH100", "16xA100-80GB"])
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_gets_an_answer_on_realistic_clusters(name: str, cluster: str) -> None:
+    try:
+        result = search_meshes(name, cluster, top_k=2)
+    except PlanError as err:
+        # Only "it does not fit, but this would" is an acceptable non-answer.
+        assert "does not fit" in str(err) and "It fits on" in str(err), str(err)
+        return
+    assert result.best.fits and result.best.groups
+
+
+def test_a_model_that_cannot_fit_says_by_how_much_and_which_cluster_would() -> None:
+    with pytest.raises(PlanError) as info:
+        search_meshes("deepseek-v3", "2xH100")
+    text = str(info.value)
+    assert "does not fit" in text and "over the budget" in text and "67.1 GiB" in text
+    bigger = text.split("It fits on '")[1].split("'")[0]
+    assert search_meshes("deepseek-v3", bigger, top_k=1).best.fits
+    half = parse_cluster(bigger)
+    smaller = Cluster(half.device, num_nodes=half.num_nodes // 2, devices_per_node=half.devices_per_node)
+    with pytest.raises(PlanError):
+        search_meshes("deepseek-v3", smaller, top_k=1)
+
+
+def test_tp_across_nodes_is_rejected_with_a_reason_unless_allowed() -> None:
+    result = search_meshes("llama3-70b", "8x8xH100")
+    reasons = [r.example for r in result.rejections if r.kind == "tp"]
+    assert any(r.startswith("tp=16 spans 2 nodes") for r in reasons)
+    assert all(c.mesh_shape["tp"] <= 8 for c in result.candidates + result.rejected)
+    allowed = search_meshes("llama3-70b", "8x8xH100", fixed={"tp": 16}, tp_within_domain=False)
+    assert allowed.best.mesh_shape["tp"] == 16
+    with pytest.raises(PlanError, match="tp=16 spans 2 nodes"):
+        search_meshes("llama3-70b", "8x8xH100", fixed={"tp": 16})
+
+
+def test_fixed_axes_are_kept_and_bad_ones_are_refused() -> None:
+    result = search_meshes("llama3-70b", "8x8xH100", fixed={"tp": 8, "dp": 2}, top_k=20)
+    assert {(c.mesh_shape["tp"], c.mesh_shape["dp"]) for c in result.candidates} == {(8, 2)}
+    with pytest.raises(PlanError, match="tp=3 must be >= 1 and divide the 64 devices"):
+        search_meshes("llama3-70b", "8x8xH100", fixed={"tp": 3})
+    with pytest.raises(PlanError, match="'ep' is not one of the searched axes"):
+        search_meshes("llama3-70b", "8x8xH100", fixed={"ep": 2})
+    with pytest.raises(PlanError, match="pipeline parallelism is not modelled"):
+        search_meshes("llama3-70b", "8x8xH100", axes=["dp", "pp"])
+
+
+def test_expert_parallelism_is_searched_only_for_moe_models() -> None:
+    assert "ep" not in search_meshes("llama3-8b", "2xH100").request.axes
+    moe = search_meshes("mixtral-8x7b", "4x8xH100", top_k=50)
+    assert "ep" in moe.request.axes and any(c.mesh_shape["ep"] > 1 for c in moe.candidates)
+    dense = search_meshes("llama3-8b", "2xH100", axes=["fsdp", "ep", "tp"])
+    assert all(c.mesh_shape["ep"] == 1 for c in dense.candidates)
+    assert any(r.example.endswith("has no experts") for r in dense.rejections)
+
+
+def test_unstacked_experts_say_ep_cannot_split_them() -> None:
+    params = get_preset("mixtral-8x7b", unstack_experts=True).params
+    result = search_meshes("mixtral-8x7b", "4x8xH100", params=params, fixed={"ep": 2}, top_k=1)
+    reasons = [g.reason for g in result.best.groups if "/experts/*/" in g.pattern]
+    assert reasons and all("ep cannot split it" in r for r in reasons)
+
+
+def test_a_user_path_rule_overrides_the_default_and_bad_specs_reject_meshes() -> None:
+    preset = get_preset("llama3-8b")
+    rule = PathRule([("embed_tokens", P("fsdp", None)), ("norm", P())],
+                    fallback=AxisKindRule.for_model(preset.spec))
+    best = search_meshes("llama3-8b", "2xH100", rule=rule, fixed={"fsdp": 4}).best
+    by_pattern = {g.pattern: g for g in best.groups}
+    assert by_pattern["model/embed_tokens/weight"].spec == P("fsdp", None)
+    assert by_pattern["model/norm/weight"].spec == P()
+    assert by_pattern["model/layers/*/mlp/down_proj/weight"].rule == "axis-kind"
+    # 4096-wide norms do not divide by 3: meshes with fsdp a multiple of 3 are rejected, not mis-planned.
+    thirds = PathRule([("norm", P("fsdp"))], fallback=AxisKindRule.for_model(preset.spec))
+    result = search_meshes("llama3-8b", "3xH100", rule=thirds, axes=["dp", "fsdp", "tp"], top_k=50)
+    assert all(c.mesh_shape["fsdp"] % 3 for c in result.candidates + result.rejected)
+    assert any(r.kind == "rule" and "not divisible" in r.example for r in result.rejections)
+    missing = PathRule([("lm_head", P("zz"))], fallback=AxisKindRule.for_model(preset.spec))
+    with pytest.raises(PlanError, match="not axes of the mesh"):
+        search_meshes("llama3-8b", "2xH100", rule=missing)
+
+
+def test_a_shape_only_rule_works_as_a_search_rule() -> None:
+    from meshplan.pure import AutoRule
+
+    result = search_meshes("gpt2", "2x4xH100", rule=AutoRule(axis_names=("fsdp",)), top_k=3)
+    assert result.request.rule == "auto" and result.best.fits
+    preset = get_preset("gpt2")
+    for cand in result.candidates:
+        assert _leaves(cand.specs_for(preset.params)) == _leaves(
+            plan_tree(preset.params, AutoRule(axis_names=("fsdp",)), cand.mesh_shape).specs)
+
+
+def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
+    with pytest.raises(PlanError, match="unknown model preset 'llama9'"):
+        search_meshes("llama9", "2xH100")
+    with pytest.raises(ClusterError, match="unknown device"):
+        search_meshes("gpt2", "2xH1000")
+    with pytest.raises(MeshplanTypeError):
+        search_meshes(42, "2xH100")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="headroom"):
+        search_meshes("gpt2", "2xH100", headroom=1.5)
+    with pytest.raises(PlanError, match="batch=0"):
+        search_meshes("gpt2", "2xH100", batch=0)
+    with pytest.raises(PlanError, match="not a meshplan search result"):
+        SearchResult.from_json("{not json")
+    with pytest.raises(PlanError, match="unknown keys"):
+        SearchResult.from_dict({"request": {}, "bogus": 1})
+    good = search_meshes("gpt2", "H100", top_k=1).to_dict()
+    for key, value in (("candidates", 5), ("rejections", [1]), ("request", [])):
+        with pytest.raises(PlanError, match="not a meshplan search result"):
+            SearchResult.from_dict({**good, key: value})
+    with pytest.raises(MeshplanTypeError, match="not a rule"):
+        search_meshes("gpt2", "H100", rule="auto")

@@ -1,0 +1,133 @@
+"""Tests for the step cost model of the mesh search (meshplan.pure.search._step_cost)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshplan.pure import (
+    Cluster,
+    DeviceInfo,
+    HybridMeshShape,
+    all_gather_time,
+    all_reduce_time,
+    axis_domain_counts,
+    get_preset,
+    layout_device_ids,
+    parse_cluster,
+    split_mesh_shape,
+)
+from meshplan.pure.search._groups import LeafGroups, evaluate_plan
+from meshplan.pure.search._step_cost import (
+    AxisPlacement,
+    activation_bytes,
+    activation_terms,
+    group_time,
+    param_terms,
+    price,
+)
+from meshplan.pure.rules._axis_kind import AxisKindRule
+from meshplan.pure.specs._tree import tree_facts
+
+H100x2 = parse_cluster("2x8xH100")
+
+
+@st.composite
+def hybrid_layouts(draw) -> tuple[HybridMeshShape, int, int]:
+    """(hybrid shape, devices per granule, granules) drawn from small factorizations."""
+    rank = draw(st.integers(1, 4))
+    sizes = [draw(st.sampled_from([1, 2, 3, 4])) for _ in range(rank)]
+    n = math.prod(sizes)
+    granules = draw(st.sampled_from([g for g in range(1, n + 1) if n % g == 0]))
+    return split_mesh_shape(sizes, granules), n // granules, granules
+
+
+@given(hybrid_layouts())
+def test_domain_counts_of_a_laid_out_mesh_are_its_dcn_shape(layout) -> None:
+    hybrid, per_granule, granules = layout
+    devices = [DeviceInfo(i, process_index=i // per_granule) for i in range(per_granule * granules)]
+    ids = layout_device_ids(devices, hybrid)
+    assert axis_domain_counts(ids, per_granule) == hybrid.dcn_mesh_shape
+
+
+def test_domain_counts_of_row_major_meshes_follow_the_strides() -> None:
+    ids = np.arange(64).reshape(4, 2, 8)  # tp=8 fills a node, fsdp=2 and dp=4 cross nodes
+    assert axis_domain_counts(ids, 8) == (4, 2, 1)
+    assert axis_domain_counts(np.arange(16).reshape(4, 4), 8) == (2, 1)
+
+
+def test_a_group_inside_a_node_uses_nvlink_and_one_across_nodes_the_network() -> None:
+    p = AxisPlacement(("dp", "fsdp", "tp"), (1, 2, 4), (2, 1, 1), H100x2)
+    t, link = group_time("all-gather", 1e9, ("tp",), p)
+    assert link == "intra" and t == all_gather_time(1e9, 4, H100x2.intra_link)
+    t, link = group_time("all-reduce", 1e9, ("dp",), p)
+    assert link == "inter" and t == all_reduce_time(1e9, 2, H100x2.inter_link)
+    assert group_time("all-reduce", 1e9, (), p) == (0.0, "none")
+
+
+@given(st.integers(1, 8), st.integers(1, 8), st.floats(0, 1e10),
+       st.sampled_from(["all-gather", "reduce-scatter", "all-reduce", "all-to-all"]))
+def test_two_level_time_is_an_ici_ring_plus_a_dcn_ring(i: int, d: int, nbytes: float, kind: str) -> None:
+    cluster = Cluster(H100x2.device, num_nodes=d, devices_per_node=max(i, 1))
+    p = AxisPlacement(("x",), (i,), (d,), cluster)
+    seconds, _ = group_time(kind, nbytes, ("x",), p)
+    from meshplan.pure import collective_time
+
+    outer = nbytes if kind == "all-to-all" else nbytes / i
+    expected = collective_time(kind, nbytes, i, cluster.intra_link) + collective_time(kind, outer, d, cluster.inter_link)
+    assert seconds == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    flat = collective_time(kind, nbytes, i * d, cluster.inter_link)
+    assert seconds <= flat * (1 + 1e-9) + 1e-12  # never slower than a flat ring on the network
+
+
+@given(st.lists(st.tuples(st.sampled_from(["all-gather", "all-reduce", "all-to-all"]), st.floats(0, 1e9),
+                          st.integers(1, 100), st.integers(1, 8), st.integers(1, 4)), max_size=8))
+def test_vectorized_pricing_equals_pricing_one_by_one(items) -> None:
+    pending = [("x", kind, ("x",), b, calls, i, d) for kind, b, calls, i, d in items]
+    got = price(pending, H100x2)
+    for k, (kind, b, calls, i, d) in enumerate(items):
+        cluster = Cluster(H100x2.device, num_nodes=d, devices_per_node=i)
+        single = group_time(kind, b, ("x",), AxisPlacement(("x",), (i,), (d,), cluster))[0]
+        assert got[k] == pytest.approx(calls * single, rel=1e-12, abs=1e-15)
+
+
+def test_fsdp_traffic_moves_exactly_the_sharded_parameter_bytes() -> None:
+    preset = get_preset("llama3-8b")
+    rule = AxisKindRule.for_model(preset.spec)
+    groups = LeafGroups.build(tree_facts(preset.params), rule)
+    plan = evaluate_plan(groups, rule, {"dp": 2, "fsdp": 8}, grad_dtype=None, optimizer_dtype=np.float32,
+                         optimizer_copies=2)
+    total = sum(math.prod(i.shape) * c for i, c in zip(groups.infos, groups.counts)) * 2
+    gathered = dict(plan.traffic.gather)[("fsdp",)]
+    reduced = dict(plan.traffic.reduce)[("dp",)]
+    assert gathered == total  # every leaf is big enough to shard over fsdp=8
+    assert reduced == plan.grad_bytes == total // 8  # the grad shard is all-reduced over dp
+    terms = param_terms(plan.traffic, AxisPlacement(("dp", "fsdp"), (1, 8), (2, 1), H100x2), {"dp": 2, "fsdp": 8},
+                        layers=32)
+    assert [(t[1], t[2], t[4]) for t in terms] == [("all-gather", ("fsdp",), 64), ("reduce-scatter", ("fsdp",), 32),
+                                                   ("all-reduce", ("dp",), 32)]
+
+
+def test_activation_collectives_follow_the_documented_formulas() -> None:
+    model = get_preset("mixtral-8x7b").spec
+    sizes = {"dp": 2, "fsdp": 1, "ep": 2, "sp": 2, "tp": 2}
+    p = AxisPlacement(tuple(sizes), tuple(sizes.values()), (1,) * 5, parse_cluster("4x8xH100"))
+    terms = {t[0].split()[0]: t for t in activation_terms(model, sizes, p, batch=8, seq=1024, itemsize=2)}
+    b, s, h = 8 // 4, 1024 // 2, model.hidden_size
+    assert terms["tp"][3:5] == (b * s * h * 2, 4 * model.num_layers)
+    assert terms["ep"][3:5] == (b * s * model.num_experts_per_tok * h * 2, 4 * model.num_moe_layers)
+    kv = model.num_kv_heads * model.head_dim // 2
+    assert terms["sp"][3] == b * 1024 * 2 * kv * 2
+    assert activation_terms(model, {"dp": 8}, p, batch=8, seq=1024, itemsize=2) == []
+
+
+def test_activation_memory_is_the_documented_sum() -> None:
+    model = get_preset("llama3-8b").spec
+    b, s, h, L, v = 2, 2048, model.hidden_size, model.num_layers, model.vocab_size
+    got = activation_bytes(model, {"dp": 4, "fsdp": 2, "tp": 2}, batch=16, seq=2048, itemsize=2, param_bytes=10**9)
+    hidden = b * s * h * 2
+    assert got == L * hidden // 2 + 17 * hidden // 2 + b * s * v * 4 // 2 + 2 * 10**9 * 2 // L
