@@ -66,14 +66,9 @@ from meshplan.pure.specs._training import TrainingMemoryEstimate, estimate_train
 __all__ += ["TrainingMemoryEstimate", "estimate_training_memory", "optimizer_state_specs"]
 
 # --- spec assignment rules and plans --------------------------------------------------------------
-from meshplan.pure.rules._base import (
-    Decision,
-    FrozenAxisSizes,
-    LeafContext,
-    PureRule,
-    canonical_axis_sizes,
-    shards_something,
-)
+from meshplan.pure.rules._base import Decision, LeafContext, PureRule, shards_something
+from meshplan.pure._check import canonical_axis_sizes
+from meshplan.pure._types import FrozenAxisSizes
 
 __all__ += ["Decision", "FrozenAxisSizes", "LeafContext", "PureRule", "canonical_axis_sizes", "shards_something"]
 from meshplan.pure.rules._engine import Plan, PlanRule, plan_from_specs, plan_tree

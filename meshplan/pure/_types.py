@@ -7,7 +7,9 @@ no meshes, no arrays.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
+
+from meshplan.pure.errors import MeshplanTypeError
 
 Shape: TypeAlias = tuple[int, ...]
 """An array shape or a mesh shape, e.g. ``(8, 4096)``."""
@@ -24,3 +26,25 @@ SpecEntry: TypeAlias = tuple[str, ...]
 
 PyTree: TypeAlias = Any
 """Any jax pytree."""
+
+
+class FrozenAxisSizes(dict[str, int]):
+    """A checked, read-only ``{axis name: size}`` in mesh order.
+
+    A ``dict`` subclass so lookups stay as fast as a dict's (rules read sizes
+    in their inner loops) and so it compares equal to plain dicts; every
+    mutating method raises. Only :func:`meshplan.pure._check.canonical_axis_sizes` makes them,
+    which lets the planner pass one to each leaf context without checking
+    it again.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise MeshplanTypeError("axis sizes are read-only; build a new mapping instead.")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self.items()))

@@ -1,83 +1,20 @@
 """Mesh axes: names, sizes, and ``-1`` inference against a device count.
 
-Everything here is plain arithmetic on tuples. The small ``_as_int`` /
-``_as_int_tuple`` helpers are shared by the other mesh-planning modules so
-every entry point rejects ``True``, ``2.0`` and ``"2"`` the same way.
+Everything here is plain arithmetic on tuples; values are checked by the
+validators in :mod:`meshplan.pure._check`, so every entry point rejects
+``True``, ``2.0`` and ``"2"`` the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 from collections.abc import Sequence
-from typing import Any
 
+from meshplan.pure._check import as_int, as_int_tuple, as_sequence
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
 
 __all__ = ["MeshShape", "infer_axis_dims", "resolve_mesh_shape", "validate_axis_names"]
-
-
-# --- private helpers shared by the mesh-planning modules ------------------------------------------
-
-
-def _as_int(value: Any, what: str) -> int:
-    """``value`` as a Python int; bools, floats and strings are type errors.
-
-    ``operator.index`` accepts ints and numpy integers but not floats, so a
-    ``2.0`` that happens to be integral is still refused: a float in a mesh
-    shape is almost always a bug upstream (a division that should be ``//``).
-    """
-    if isinstance(value, bool):
-        raise MeshplanTypeError(f"{what}={value!r} is a bool; expected an int.")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise MeshplanTypeError(
-            f"{what}={value!r} has type {type(value).__name__}; expected an int."
-        ) from None
-
-
-def _as_sequence(value: Any, what: str) -> tuple[Any, ...]:
-    """``value`` as a tuple, refusing strings, sets and other unordered or scalar values."""
-    if isinstance(value, (str, bytes)):
-        raise MeshplanTypeError(
-            f"{what}={value!r} is a string; expected a sequence such as a tuple or list."
-        )
-    if not isinstance(value, Sequence):
-        # Sets and dicts are refused on purpose: their order is not the
-        # caller's order, and axis order decides device placement.
-        raise MeshplanTypeError(
-            f"{what}={value!r} has type {type(value).__name__}; expected an ordered sequence "
-            "such as a tuple or list."
-        )
-    return tuple(value)
-
-
-def _as_int_tuple(value: Any, what: str) -> tuple[int, ...]:
-    """``value`` as a tuple of Python ints (type checks only, no range checks)."""
-    items = _as_sequence(value, what)
-    return tuple(_as_int(v, f"{what}[{i}]") for i, v in enumerate(items))
-
-
-def _as_positive_int(value: Any, what: str) -> int:
-    """``value`` as an int >= 1 (a count of devices, processes or granules)."""
-    out = _as_int(value, what)
-    if out < 1:
-        raise MeshShapeError(f"{what}={out} must be >= 1.")
-    return out
-
-
-def _as_positive_shape(value: Any, what: str) -> tuple[int, ...]:
-    """``value`` as a tuple of ints that are all >= 1 (a resolved shape, no -1)."""
-    shape = _as_int_tuple(value, what)
-    bad = [f"{what}[{i}]={d}" for i, d in enumerate(shape) if d < 1]
-    if bad:
-        raise MeshShapeError(
-            f"{what}={shape} has entries < 1 ({', '.join(bad)}); every size must be >= 1 "
-            "(-1 is not resolved here: infer it first)."
-        )
-    return shape
 
 
 # --- public API -----------------------------------------------------------------------------------
@@ -101,7 +38,7 @@ def validate_axis_names(names: Sequence[str]) -> tuple[str, ...]:
       >>> validate_axis_names(["dp", "tp"])
       ('dp', 'tp')
     """
-    items = _as_sequence(names, "axis_names")
+    items = as_sequence(names, "axis_names")
     not_str = [f"axis_names[{i}]={n!r}" for i, n in enumerate(items) if not isinstance(n, str)]
     if not_str:
         raise MeshplanTypeError(
@@ -151,8 +88,8 @@ def infer_axis_dims(
       >>> infer_axis_dims((1, -1, 1, 4), 8)
       (1, 2, 1, 4)
     """
-    shape = _as_int_tuple(dims, dims_name)
-    total = _as_int(total, total_name)
+    shape = as_int_tuple(dims, dims_name)
+    total = as_int(total, total_name)
     del dims
     where = f"{dims_name}={shape} with {total_name}={total}"
     if total < 1:
@@ -213,7 +150,7 @@ class MeshShape:
 
     def __post_init__(self) -> None:
         names = validate_axis_names(self.names)
-        sizes = _as_int_tuple(self.sizes, "sizes")
+        sizes = as_int_tuple(self.sizes, "sizes")
         if len(names) != len(sizes):
             raise MeshShapeError(
                 f"MeshShape has {len(names)} names {names} but {len(sizes)} sizes {sizes}; "
@@ -272,7 +209,7 @@ def resolve_mesh_shape(
       MeshShape(dp=1, fsdp=8, ep=1, tp=1, sp=1)
     """
     names = validate_axis_names(axis_names)
-    dims = _as_int_tuple(axis_dims, "axis_dims")
+    dims = as_int_tuple(axis_dims, "axis_dims")
     if len(names) != len(dims):
         raise MeshShapeError(
             f"axis_dims={dims} has {len(dims)} entries but axis_names={names} has "

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from jax.sharding import AxisType
 
-from meshplan.pure.mesh._axes import _as_int
+from meshplan.pure._check import as_int
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
 
 __all__ = ["canonicalize_axis_types"]
@@ -66,7 +66,7 @@ def canonicalize_axis_types(
       >>> canonicalize_axis_types(["Auto", AxisType.Manual], 2)
       (Auto, Manual)
     """
-    n = _as_int(num_axes, "num_axes")
+    n = as_int(num_axes, "num_axes")
     if n < 0:
         raise MeshShapeError(f"num_axes={n} must be >= 0.")
     if axis_types is None:

@@ -20,13 +20,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from meshplan.pure.mesh._axes import (
-    MeshShape,
-    _as_int_tuple,
-    _as_positive_int,
-    _as_positive_shape,
-    infer_axis_dims,
-)
+from meshplan.pure.mesh._axes import MeshShape, infer_axis_dims
+from meshplan.pure._check import as_count, as_int_tuple, as_positive_shape
 from meshplan.pure.mesh._split import split_over_granules
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
 
@@ -37,7 +32,7 @@ def _dims(value: Any, what: str) -> tuple[int, ...]:
     """A shape given as a sequence of ints or as a named :class:`MeshShape`."""
     if isinstance(value, MeshShape):
         return value.sizes
-    return _as_int_tuple(value, what)
+    return as_int_tuple(value, what)
 
 
 def _entry_problems(shape: tuple[int, ...], what: str) -> list[str]:
@@ -161,7 +156,7 @@ def split_mesh_shape(
             "num_devices=<total device count> to infer it, or give every size."
         )
     else:
-        dims = _as_positive_shape(dims, "mesh_shape")
+        dims = as_positive_shape(dims, "mesh_shape")
     ici, dcn = split_over_granules(dims, num_granules)
     return HybridMeshShape(ici, dcn)
 
@@ -192,8 +187,8 @@ def resolve_hybrid(
         raise MeshplanTypeError(
             f"shape={shape!r} has type {type(shape).__name__}; expected a HybridMeshShape."
         )
-    per_granule = _as_positive_int(devices_per_granule, "devices_per_granule")
-    granules = _as_positive_int(num_granules, "num_granules")
+    per_granule = as_count(devices_per_granule, "devices_per_granule")
+    granules = as_count(num_granules, "num_granules")
     parts: list[tuple[int, ...]] = []
     problems: list[str] = []
     for dims, total, dims_name, total_name in (
@@ -243,10 +238,10 @@ def reconcile_dcn(
       >>> reconcile_dcn((1, -1, 1, 1, 1), (1, 2, 1, 1, 1), num_devices=16, num_granules=2)
       HybridMeshShape(ici_mesh_shape=(1, 8, 1, 1, 1), dcn_mesh_shape=(1, 2, 1, 1, 1))
     """
-    dims = _as_int_tuple(axis_dims, "axis_dims")
-    dcn_dims = _as_int_tuple(dcn_mesh_dims, "dcn_mesh_dims")
-    devices = _as_positive_int(num_devices, "num_devices")
-    granules = _as_positive_int(num_granules, "num_granules")
+    dims = as_int_tuple(axis_dims, "axis_dims")
+    dcn_dims = as_int_tuple(dcn_mesh_dims, "dcn_mesh_dims")
+    devices = as_count(num_devices, "num_devices")
+    granules = as_count(num_granules, "num_granules")
     del axis_dims, dcn_mesh_dims, num_devices, num_granules
     if len(dims) != len(dcn_dims):
         raise MeshShapeError(

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.pure.mesh._axes import _as_int, _as_int_tuple
+from meshplan.pure._check import as_count, as_int_tuple
 from meshplan.pure.mesh._hybrid import HybridMeshShape, resolve_hybrid
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, MeshShapeError
 
@@ -36,10 +36,7 @@ _GRANULE_KEYS = {"slice": "slice_index", "process": "process_index"}
 
 
 def _non_negative(value: Any, what: str) -> int:
-    out = _as_int(value, what)
-    if out < 0:
-        raise DeviceLayoutError(f"{what}={out} must be >= 0.")
-    return out
+    return as_count(value, what, minimum=0, error=DeviceLayoutError)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,7 +80,7 @@ class DeviceInfo:
                 f"platform={self.platform!r} must be a non-empty string such as 'cpu' or 'tpu'."
             )
         if self.coords is not None:
-            object.__setattr__(self, "coords", _as_int_tuple(self.coords, "coords"))
+            object.__setattr__(self, "coords", as_int_tuple(self.coords, "coords"))
         object.__setattr__(self, "core_on_chip", _non_negative(self.core_on_chip, "core_on_chip"))
 
     @classmethod

@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from meshplan.pure.mesh._axes import _as_int_tuple, validate_axis_names
+from meshplan.pure.mesh._axes import validate_axis_names
+from meshplan.pure._check import as_int_tuple
 from meshplan.pure.errors import MeshplanTypeError, MeshStringError
 
 __all__ = ["format_mesh_string", "parse_mesh_string"]
@@ -175,7 +176,7 @@ def format_mesh_string(
       '2,4'
     """
     axis_names = validate_axis_names(names)
-    sizes = _as_int_tuple(dims, "dims")
+    sizes = as_int_tuple(dims, "dims")
     problems = []
     if len(axis_names) != len(sizes):
         problems.append(f"{len(sizes)} sizes {sizes} for {len(axis_names)} names {axis_names}")

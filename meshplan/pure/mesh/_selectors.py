@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from meshplan.pure.mesh._axes import MeshShape, _as_int_tuple, _as_sequence
+from meshplan.pure.mesh._axes import MeshShape
+from meshplan.pure._check import as_int_tuple, as_sequence
 from meshplan.pure.mesh._hybrid import HybridMeshShape
 from meshplan.pure.errors import MeshplanTypeError, MeshRuleError
 
@@ -36,7 +37,7 @@ def _check_value(value: Any, where: str, problems: list[str]) -> Any:
     if value is None or isinstance(value, (HybridMeshShape, MeshShape)):
         return value
     try:
-        shape = _as_int_tuple(value, f"{where} mesh shape")
+        shape = as_int_tuple(value, f"{where} mesh shape")
     except MeshplanTypeError as err:
         problems.append(f"{err} Use a tuple of ints, a HybridMeshShape, or None")
         return None
@@ -72,7 +73,7 @@ def validate_mesh_rules(rules: Sequence[tuple[str, Any]] | None) -> tuple[tuple[
     """
     if rules is None:
         return ()
-    items = _as_sequence(rules, "mesh_rules")
+    items = as_sequence(rules, "mesh_rules")
     problems: list[str] = []
     out: list[tuple[str, Any]] = []
     for i, rule in enumerate(items):

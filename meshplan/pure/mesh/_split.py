@@ -49,12 +49,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from meshplan.pure.mesh._axes import (
-    _as_int_tuple,
-    _as_positive_int,
-    _as_positive_shape,
-    infer_axis_dims,
-)
+from meshplan.pure.mesh._axes import infer_axis_dims
+from meshplan.pure._check import as_count, as_int_tuple, as_positive_shape
 from meshplan.pure.errors import DeviceLayoutError
 
 __all__ = ["calculate_host_mesh_shape", "split_over_granules"]
@@ -136,8 +132,8 @@ def split_over_granules(
       >>> split_over_granules((2, 3, 4), 12)
       ((1, 1, 2), (2, 3, 2))
     """
-    shape = _as_positive_shape(global_shape, "global_shape")
-    n = _as_positive_int(num_granules, "num_granules")
+    shape = as_positive_shape(global_shape, "global_shape")
+    n = as_count(num_granules, "num_granules")
     del global_shape, num_granules
 
     dcn = [1] * len(shape)
@@ -189,9 +185,9 @@ def calculate_host_mesh_shape(
       >>> calculate_host_mesh_shape((2, 4), total_devices=4, num_processes=2)
       (1, 4)
     """
-    dims = _as_int_tuple(global_mesh_shape, "global_mesh_shape")
-    per_host = _as_positive_int(total_devices, "total_devices")
-    hosts = _as_positive_int(num_processes, "num_processes")
+    dims = as_int_tuple(global_mesh_shape, "global_mesh_shape")
+    per_host = as_count(total_devices, "total_devices")
+    hosts = as_count(num_processes, "num_processes")
     del global_mesh_shape, total_devices, num_processes
     shape = infer_axis_dims(
         dims,

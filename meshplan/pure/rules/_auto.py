@@ -23,15 +23,9 @@ from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.mesh._axes import _as_int
-from meshplan.pure.rules._base import (
-    Decision,
-    LeafContext,
-    canonical_axis_names,
-    canonical_axis_sizes,
-    canonical_shape,
-    select_axes,
-)
+from meshplan.pure._check import as_int
+from meshplan.pure.rules._base import Decision, LeafContext, canonical_axis_names, canonical_shape, select_axes
+from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._geometry import spec_from_entries
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
@@ -45,7 +39,7 @@ them saves little memory and costs a collective each time they are used."""
 def _min_shard_size(value: Any) -> int:
     if value is None:
         return DEFAULT_MIN_SHARD_SIZE
-    out = _as_int(value, "min_shard_size")
+    out = as_int(value, "min_shard_size")
     if out < 0:
         raise ShardingRuleError(f"min_shard_size={out} must be >= 0 (0 shards every leaf it can).")
     return out

@@ -50,7 +50,7 @@ from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.mesh._axes import _as_int
+from meshplan.pure._check import as_count, as_int
 from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure.rules._base import Decision, LeafContext
 from meshplan.pure.specs._geometry import spec_from_entries
@@ -84,10 +84,7 @@ def path_template(path: str) -> str:
 def _count(value: Any, what: str) -> int | None:
     if value is None:
         return None
-    out = _as_int(value, what)
-    if out < 1:
-        raise ShardingRuleError(f"{what}={out} must be >= 1 (or None when unknown).")
-    return out
+    return as_count(value, what, error=ShardingRuleError, hint="or None when unknown")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -149,7 +146,7 @@ class AxisKindRule:
     def __post_init__(self) -> None:
         for field in ("num_heads", "num_kv_heads", "num_experts"):
             object.__setattr__(self, field, _count(getattr(self, field), field))
-        size = _as_int(self.min_shard_size, "min_shard_size")
+        size = as_int(self.min_shard_size, "min_shard_size")
         if size < 0:
             raise ShardingRuleError(f"min_shard_size={size} must be >= 0.")
         object.__setattr__(self, "min_shard_size", size)

@@ -28,9 +28,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.mesh._axes import _as_int, _as_int_tuple, _as_sequence
-from meshplan.pure._types import Shape
-from meshplan.pure.errors import MeshplanTypeError, MeshShapeError, ShardingRuleError
+from meshplan.pure._check import as_int_tuple, as_sequence
+from meshplan.pure._check import canonical_axis_sizes
+from meshplan.pure._types import FrozenAxisSizes, Shape
+from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = [
     "Decision",
@@ -42,69 +43,9 @@ __all__ = [
 ]
 
 
-class FrozenAxisSizes(dict):
-    """A checked, read-only ``{axis name: size}`` in mesh order.
-
-    A ``dict`` subclass so lookups stay as fast as a dict's (rules read sizes
-    in their inner loops) and so it compares equal to plain dicts; every
-    mutating method raises. Only :func:`canonical_axis_sizes` makes them,
-    which lets the planner pass one to each leaf context without checking
-    it again.
-    """
-
-    __slots__ = ()
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise MeshplanTypeError("axis sizes are read-only; build a new mapping instead.")
-
-    __setitem__ = __delitem__ = __ior__ = _refuse  # type: ignore[assignment]
-    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(self.items()))
-
-
-def canonical_axis_sizes(axis_sizes: Mapping[str, int]) -> FrozenAxisSizes:
-    """Check an ordered mapping of mesh axis name -> size and freeze it.
-
-    Args:
-      axis_sizes: mesh axis sizes in mesh order (``dict(mesh.shape)``).
-
-    Returns:
-      A read-only mapping (a :class:`FrozenAxisSizes`) with the same order
-      and Python-int sizes; one made by this function is returned as is.
-
-    Raises:
-      MeshplanTypeError: not a mapping, a non-string name or a non-int size.
-      MeshShapeError: a size below 1.
-
-    Example:
-      >>> dict(canonical_axis_sizes({"dp": 2, "tp": 4}))
-      {'dp': 2, 'tp': 4}
-    """
-    if type(axis_sizes) is FrozenAxisSizes:
-        return axis_sizes
-    if not isinstance(axis_sizes, Mapping):
-        raise MeshplanTypeError(
-            f"axis_sizes={axis_sizes!r} must be a mapping of mesh axis name -> size in mesh "
-            "order, e.g. dict(mesh.shape)."
-        )
-    out: dict[str, int] = {}
-    bad: list[str] = []
-    for name, size in axis_sizes.items():
-        if not isinstance(name, str):
-            raise MeshplanTypeError(f"axis_sizes has a non-string axis name {name!r}.")
-        out[name] = _as_int(size, f"axis_sizes[{name!r}]")
-        if out[name] < 1:
-            bad.append(f"{name!r}={out[name]}")
-    if bad:
-        raise MeshShapeError(f"axis sizes must be >= 1; got {', '.join(bad)} in axis_sizes={dict(axis_sizes)}.")
-    return FrozenAxisSizes(out)
-
-
 def canonical_shape(shape: Any) -> Shape:
     """A leaf shape as a tuple of non-negative Python ints."""
-    out = _as_int_tuple(shape, "shape")
+    out = as_int_tuple(shape, "shape")
     if any(d < 0 for d in out):
         raise MeshplanTypeError(f"shape={out} has negative dims; array dims are >= 0.")
     return out
@@ -114,7 +55,7 @@ def canonical_axis_names(axis_names: Any, what: str) -> tuple[str, ...] | None:
     """A rule's ``axis_names`` option: ``None`` (every mesh axis) or a tuple of unique names."""
     if axis_names is None:
         return None
-    names = _as_sequence(axis_names, what)
+    names = as_sequence(axis_names, what)
     not_str = [n for n in names if not isinstance(n, str)]
     if not_str:
         raise MeshplanTypeError(f"{what}={names!r} holds non-string names {not_str}.")

@@ -26,13 +26,8 @@ from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.rules._base import (
-    Decision,
-    LeafContext,
-    canonical_axis_sizes,
-    is_shape_only,
-    rule_name,
-)
+from meshplan.pure.rules._base import Decision, LeafContext, is_shape_only, rule_name
+from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts, tree_facts
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import (

@@ -32,15 +32,8 @@ from typing import Any, ClassVar
 from jax.sharding import PartitionSpec
 
 from meshplan.pure.specs._dtypes import array_bytes
-from meshplan.pure.rules._base import (
-    Decision,
-    LeafContext,
-    canonical_axis_names,
-    canonical_axis_sizes,
-    canonical_shape,
-    format_axes,
-    select_axes,
-)
+from meshplan.pure.rules._base import Decision, LeafContext, canonical_axis_names, canonical_shape, format_axes, select_axes
+from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._geometry import spec_from_entries
 from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError
 

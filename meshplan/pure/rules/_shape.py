@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.mesh._axes import _as_int
-from meshplan.pure.rules._base import Decision, LeafContext, canonical_axis_sizes, canonical_shape
+from meshplan.pure._check import as_int
+from meshplan.pure.rules._base import Decision, LeafContext, canonical_shape
+from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries, shard_geometry, spec_axes
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError, SpecError
 
@@ -38,7 +39,7 @@ def _pattern(raw: Any, k: int) -> Pattern:
         raise MeshplanTypeError(
             f"shape pattern #{k} {raw!r} must be a tuple of dim sizes and None wildcards, e.g. (None, 1024)."
         )
-    dims = tuple(None if d is None else _as_int(d, f"shape pattern #{k} {tuple(raw)!r} entry") for d in raw)
+    dims = tuple(None if d is None else as_int(d, f"shape pattern #{k} {tuple(raw)!r} entry") for d in raw)
     if any(d is not None and d < 0 for d in dims):
         raise ShardingRuleError(f"shape pattern #{k} {dims} has a negative dim; use sizes >= 0 or None.")
     return dims

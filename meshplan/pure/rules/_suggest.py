@@ -38,13 +38,8 @@ from typing import Any, ClassVar
 from jax.sharding import PartitionSpec
 
 from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE, _min_shard_size
-from meshplan.pure.rules._base import (
-    Decision,
-    LeafContext,
-    canonical_axis_sizes,
-    canonical_shape,
-    format_axes,
-)
+from meshplan.pure.rules._base import Decision, LeafContext, canonical_shape, format_axes
+from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._geometry import spec_from_entries
 from meshplan.pure.specs._tree import tree_facts
 from meshplan.pure._types import PyTree, Shape

@@ -35,7 +35,8 @@ from jax.sharding import PartitionSpec
 from meshplan.pure.rules._axis_kind import path_template
 from meshplan.pure.specs._dtypes import dtype_storage_bytes
 from meshplan.pure.search._candidate import ParamGroup
-from meshplan.pure.rules._base import Decision, LeafContext, canonical_axis_sizes, is_shape_only, rule_name
+from meshplan.pure.rules._base import Decision, LeafContext, is_shape_only, rule_name
+from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.rules._composite import CompositeRule
 from meshplan.pure.specs._geometry import UNCONSTRAINED, shard_geometry
 from meshplan.pure.search._step_cost import DATA_AXES, STORAGE_AXES, ParamTraffic

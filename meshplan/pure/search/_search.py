@@ -42,7 +42,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from meshplan.pure.mesh._axes import _as_int
+from meshplan.pure._check import as_count, as_int
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
@@ -260,7 +260,7 @@ def _canonical_fixed(fixed: Mapping[str, int] | None, axes: tuple[str, ...], n: 
     problems = []
     out = {}
     for axis, size in fixed.items():
-        v = _as_int(size, f"fixed[{axis!r}]")
+        v = as_int(size, f"fixed[{axis!r}]")
         if axis not in axes:
             problems.append(f"{axis}={v}: {axis!r} is not one of the searched axes {list(axes)}")
         elif v < 1 or n % v:
@@ -272,10 +272,7 @@ def _canonical_fixed(fixed: Mapping[str, int] | None, axes: tuple[str, ...], n: 
 
 
 def _positive(value: Any, name: str) -> int:
-    out = _as_int(value, name)
-    if out < 1:
-        raise PlanError(f"{name}={out} must be >= 1.")
-    return out
+    return as_count(value, name, error=PlanError)
 
 
 def search_meshes(
@@ -352,7 +349,7 @@ def search_meshes(
     names = _canonical_axes(axes, spec)
     if isinstance(headroom, bool) or not isinstance(headroom, int | float) or not 0 <= headroom < 1:
         raise PlanError(f"headroom={headroom!r} must be a fraction in [0, 1).")
-    copies = _as_int(optimizer_copies, "optimizer_copies")
+    copies = as_int(optimizer_copies, "optimizer_copies")
     if copies < 0 or not isinstance(master_weights, bool):
         raise PlanError(f"optimizer_copies={copies} must be >= 0 and master_weights a bool.")
     dtypes = sorted({str(i.dtype) for i in tree_facts(params).infos if i is not None})

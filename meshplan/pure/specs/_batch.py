@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.mesh._axes import _as_int, _as_int_tuple, validate_axis_names
+from meshplan.pure.mesh._axes import validate_axis_names
+from meshplan.pure._check import as_int, as_int_tuple
 from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries, shard_geometry
 from meshplan.pure._types import Shape
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, SpecError
@@ -62,9 +63,9 @@ class HostBatchSlice:
     stop: Shape
 
     def __post_init__(self) -> None:
-        start = _as_int_tuple(self.start, "start")
-        stop = _as_int_tuple(self.stop, "stop")
-        index = _as_int(self.process_index, "process_index")
+        start = as_int_tuple(self.start, "start")
+        stop = as_int_tuple(self.stop, "stop")
+        index = as_int(self.process_index, "process_index")
         if len(start) != len(stop):
             raise SpecError(f"start={start} and stop={stop} must have the same length.")
         bad = [
@@ -213,7 +214,7 @@ def host_batch_slices(
       >>> [(s.process_index, s.slices) for s in slices]
       [(0, (slice(0, 4, None), slice(0, 16, None))), (1, (slice(4, 8, None), slice(0, 16, None)))]
     """
-    shape = _as_int_tuple(global_batch_shape, "global_batch_shape")
+    shape = as_int_tuple(global_batch_shape, "global_batch_shape")
     negative = [f"global_batch_shape[{i}]={d}" for i, d in enumerate(shape) if d < 0]
     if negative:
         raise SpecError(f"global_batch_shape={shape} has negative sizes: {', '.join(negative)}.")

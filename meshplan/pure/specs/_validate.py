@@ -30,7 +30,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -38,11 +37,12 @@ from jax.sharding import PartitionSpec
 
 from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts, path_str, tree_facts
+from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure._types import AxisSizes, PyTree
 from meshplan.pure.errors import MeshplanTypeError, SpecError
 
 __all__ = [
-    "FINDING_KINDS", "Finding", "check_axis_sizes", "leaf_specs", "validate_specs", "check_specs", "raise_errors",
+    "FINDING_KINDS", "Finding", "leaf_specs", "validate_specs", "check_specs", "raise_errors",
     "resolve_specs", "group_leaves",
 ]
 
@@ -82,29 +82,6 @@ class Finding:
 
     def __str__(self) -> str:
         return self.message
-
-
-def check_axis_sizes(axis_sizes: Any) -> dict[str, int]:
-    """``axis_sizes`` as a plain ordered dict, or a typed error saying what is wrong.
-
-    Example:
-      >>> check_axis_sizes({"dp": 2, "tp": 4})
-      {'dp': 2, 'tp': 4}
-    """
-    if not isinstance(axis_sizes, Mapping):
-        raise MeshplanTypeError(
-            f"axis_sizes={axis_sizes!r} must be a mapping mesh axis name -> size, e.g. "
-            "{'dp': 2, 'tp': 4} (mesh.shape gives one)."
-        )
-    bad = [
-        (k, v) for k, v in axis_sizes.items()
-        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1
-    ]
-    if bad:
-        raise MeshplanTypeError(
-            f"axis_sizes={dict(axis_sizes)!r} has invalid entries {bad}; names are str and sizes ints >= 1."
-        )
-    return dict(axis_sizes)
 
 
 def _is_spec_leaf(x: Any) -> bool:
@@ -266,7 +243,7 @@ def _resolve(
     tree: PyTree | TreeFacts, specs: PyTree, axis_sizes: Any, *, for_storage: bool, x64: bool
 ) -> tuple[TreeFacts, tuple[Any, ...], list[Finding], Any]:
     """resolve_specs plus the leaf groups (for memory estimation to reuse)."""
-    sizes = check_axis_sizes(axis_sizes)
+    sizes = canonical_axis_sizes(axis_sizes)
     facts = tree if isinstance(tree, TreeFacts) else tree_facts(tree, x64=x64)
     per_leaf, findings = leaf_specs(facts, specs)
     infos = facts.infos
