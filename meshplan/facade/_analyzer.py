@@ -25,26 +25,19 @@ from typing import Any
 import jax
 from jax.sharding import AbstractMesh, Mesh
 
-from meshplan.facade._context import current_mesh, x64_enabled
+from meshplan.facade._context import require_mesh, x64_enabled
 from meshplan.pure.specs._memory import MemoryEstimate, estimate_memory, validate_and_estimate
 from meshplan.pure.specs._validate import Finding, check_specs, validate_specs
-from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError
+from meshplan.pure.errors import MeshplanError, MeshplanTypeError
 
 __all__ = ["ShardingAnalyzer", "create_monitored_function"]
 
 
 def _resolve_mesh(mesh: Mesh | AbstractMesh | None) -> Mesh | AbstractMesh:
     """The given mesh, else the current one (``jax.set_mesh``, or an abstract mesh in use)."""
-    if mesh is None:
-        mesh = current_mesh()
-        if mesh is None:
-            raise MeshShapeError(
-                "ShardingAnalyzer: mesh=None and no mesh is current; pass mesh=... or create the "
-                "analyzer inside `with jax.set_mesh(mesh):`."
-            )
-    if not isinstance(mesh, Mesh | AbstractMesh):
-        raise MeshplanTypeError(f"mesh={mesh!r} must be a jax.sharding.Mesh or AbstractMesh.")
-    return mesh
+    found = require_mesh(mesh, "ShardingAnalyzer")
+    assert found is not None  # optional=False raises instead
+    return found
 
 
 class ShardingAnalyzer:

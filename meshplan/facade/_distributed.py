@@ -25,14 +25,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from meshplan.facade._context import current_mesh
+from meshplan.facade._context import require_mesh
 from meshplan.facade._mesh import calculate_host_mesh_shape
 from meshplan.pure.specs._batch import HostBatchSlice, host_batch_slices
 from meshplan.pure.errors import (
     BarrierTimeoutError,
     DistributedError,
     MeshplanTypeError,
-    MeshShapeError,
 )
 
 __all__ = ["barrier_sync", "host_batch_slice", "host_mesh_shape"]
@@ -172,19 +171,9 @@ def barrier_sync(timeout: float = 200) -> None:
 
 
 def _live_mesh(mesh: Mesh | None) -> Mesh:
-    if mesh is None:
-        mesh = current_mesh()
-        if mesh is None:
-            raise MeshShapeError(
-                "host_batch_slice: mesh=None and no mesh is set; pass mesh=... or make one "
-                "current with jax.set_mesh(mesh)."
-            )
-    if not isinstance(mesh, Mesh):
-        raise MeshplanTypeError(
-            f"mesh={mesh!r} must be a jax.sharding.Mesh with devices (an AbstractMesh does not "
-            "say which process owns which position)."
-        )
-    return mesh
+    found = require_mesh(mesh, "host_batch_slice", concrete=True)
+    assert isinstance(found, Mesh)  # concrete=True guarantees it
+    return found
 
 
 def host_batch_slice(

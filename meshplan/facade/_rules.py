@@ -26,7 +26,7 @@ from typing import Any
 
 from jax.sharding import AbstractMesh, Mesh
 
-from meshplan.facade._context import current_mesh, x64_enabled
+from meshplan.facade._context import current_mesh, require_mesh, x64_enabled
 from meshplan.pure.rules._engine import Plan, PlanRule, plan_from_specs, plan_tree
 from meshplan.pure.rules._auto import AutoRule
 from meshplan.pure.rules._base import select_axes
@@ -47,20 +47,11 @@ AxisSizes = dict[str, int]
 
 
 def _check_mesh(mesh: Any, owner: str) -> Mesh | AbstractMesh | None:
-    if mesh is not None and not isinstance(mesh, Mesh | AbstractMesh):
-        raise MeshplanTypeError(f"{owner}: mesh={mesh!r} must be a jax.sharding.Mesh or AbstractMesh.")
-    return mesh if mesh is not None else current_mesh()
+    return require_mesh(mesh, owner, optional=True)
 
 
 def _sizes_of(mesh: Mesh | AbstractMesh) -> AxisSizes:
     return dict(mesh.shape)
-
-
-def _no_mesh(owner: str) -> ShardingRuleError:
-    return ShardingRuleError(
-        f"{owner} has no mesh: pass mesh=... when building it, or build/apply it inside "
-        "`with jax.set_mesh(mesh):`."
-    )
 
 
 class ShardingRule(abc.ABC):
@@ -126,7 +117,7 @@ class _MeshRule(ShardingRule):
     def _builtin_plan(self, pytree: Any) -> Plan:
         sizes = self._axis_sizes()
         if sizes is None:
-            raise _no_mesh(type(self).__name__)
+            require_mesh(None, type(self).__name__)  # raises NoMeshError
         return plan_tree(pytree, self.pure_rule, sizes, x64=x64_enabled())
 
     def apply(self, pytree: Any) -> Any:
@@ -338,7 +329,7 @@ class CompositeShardingRule(ShardingRule):
         if sizes is None:
             mesh = current_mesh()
             if mesh is None and any(isinstance(r, _MeshRule) and not r._customised() for r in self.rules):
-                raise _no_mesh("CompositeShardingRule")
+                require_mesh(None, "CompositeShardingRule")  # raises NoMeshError
             sizes = {} if mesh is None else _sizes_of(mesh)
         return plan_tree(pytree, rule, sizes, x64=x64_enabled())
 

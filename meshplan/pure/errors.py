@@ -21,6 +21,7 @@ __all__ = [
     "MemoryBudgetError",
     "ClusterError",
     "PlanError",
+    "NoMeshError",
     "DistributedError",
     "BarrierTimeoutError",
 ]
@@ -68,6 +69,15 @@ class ClusterError(MeshplanError, ValueError):
 
 class PlanError(MeshplanError, ValueError):
     """The planner cannot answer the request (nothing fits, bad constraints)."""
+
+
+class NoMeshError(MeshShapeError, ShardingRuleError):
+    """A call needs a mesh, none was given and none is current (``jax.set_mesh``).
+
+    Both a :class:`MeshShapeError` and a :class:`ShardingRuleError`, because
+    the analyzer and host helpers (mesh callers) and the sharding rules
+    raised those for this mistake before it had a class of its own.
+    """
 
 
 class DistributedError(MeshplanError, RuntimeError):
