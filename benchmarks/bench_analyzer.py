@@ -24,7 +24,8 @@ from _table import best_of, print_table  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from meshplan import ShardingAnalyzer  # noqa: E402
-from meshplan.pure import estimate_memory, tree_facts, validate_and_estimate, validate_specs  # noqa: E402
+from meshplan.pure import estimate_memory, tree_facts, validate_specs
+from meshplan.pure.specs import validate_and_estimate
 
 _LAYER = {  # (shape, spec) of one Llama-like block: 9 leaves
     "q": ((4096, 4096), P("fsdp", "tp")), "k": ((4096, 1024), P("fsdp", "tp")),

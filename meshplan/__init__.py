@@ -3,53 +3,99 @@
 Drop-in names for eformer's ``escale`` and loadax's mesh API, with a pure,
 shape-only core (:mod:`meshplan.pure`) and a thin live-jax facade
 (:mod:`meshplan.facade`).
+
+The facade's names (``create_mesh``, ``AutoShardingRule``, ...) load on first
+use, so ``import meshplan.pure`` (a tool that only plans) never imports the
+facade, and ``import meshplan`` stays cheap.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from meshplan import errors
 from meshplan.errors import *  # noqa: F401,F403
+from meshplan.pure import (
+    Cluster,
+    DeviceSpec,
+    HostBatchSlice,
+    HybridMeshShape,
+    MemoryEstimate,
+    MeshCandidate,
+    MeshShape,
+    ModelSpec,
+    Plan,
+    SearchResult,
+    TrainingMemoryEstimate,
+    estimate_memory,
+    estimate_training_memory,
+    get_preset,
+    optimizer_state_specs,
+    parse_cluster,
+    plan_from_specs,
+    plan_tree,
+    search_meshes,
+    validate_specs,
+)
 
 __version__ = "0.1.0"
 
+# Facade name -> the module that defines it; read by __getattr__ on first use.
+_FACADE = {
+    "MeshConfig": "_config",
+    "cpu_context": "_cpu", "create_cpu_mesh": "_cpu", "force_cpu": "_cpu", "parse_mesh_from_string": "_cpu",
+    "calculate_host_mesh_shape": "_mesh", "clear_mesh_cache": "_mesh", "create_mesh": "_mesh",
+    "mesh_cache_info": "_mesh",
+    "ShardingAnalyzer": "_analyzer", "create_monitored_function": "_analyzer",
+    "MeshPartitionHelper": "_partition_helper",
+    "AutoShardingRule": "_rules", "CompositeShardingRule": "_rules", "MemoryConstrainedShardingRule": "_rules",
+    "ShapeBasedShardingRule": "_rules", "ShardingRule": "_rules",
+    "barrier_sync": "_distributed", "host_batch_slice": "_distributed", "host_mesh_shape": "_distributed",
+}
+
 __all__ = ["errors", *errors.__all__]
-
-# --- meshes ----------------------------------------------------------------------------------------
-from meshplan.facade._config import MeshConfig
-from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
-from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
-from meshplan.pure.mesh._hybrid import HybridMeshShape
-from meshplan.pure.mesh._axes import MeshShape
-
+# meshes
 __all__ += ["HybridMeshShape", "MeshConfig", "MeshShape", "calculate_host_mesh_shape", "clear_mesh_cache",
             "cpu_context", "create_cpu_mesh", "create_mesh", "force_cpu", "mesh_cache_info",
             "parse_mesh_from_string"]
-
-# --- sharding --------------------------------------------------------------------------------------
-from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
-
-__all__ += ["ShardingAnalyzer", "create_monitored_function"]
-from meshplan.facade._partition_helper import MeshPartitionHelper
-from meshplan.facade._rules import (
-    AutoShardingRule,
-    CompositeShardingRule,
-    MemoryConstrainedShardingRule,
-    ShapeBasedShardingRule,
-    ShardingRule,
-)
-
+# sharding
 __all__ += ["AutoShardingRule", "CompositeShardingRule", "MemoryConstrainedShardingRule", "MeshPartitionHelper",
-            "ShapeBasedShardingRule", "ShardingRule"]
+            "ShapeBasedShardingRule", "ShardingAnalyzer", "ShardingRule", "create_monitored_function"]
+# plans and memory, for training code that asks why a spec was chosen and what it costs
+__all__ += ["MemoryEstimate", "Plan", "TrainingMemoryEstimate", "estimate_memory", "estimate_training_memory",
+            "optimizer_state_specs", "plan_from_specs", "plan_tree", "validate_specs"]
+# multi-host
+__all__ += ["HostBatchSlice", "barrier_sync", "host_batch_slice", "host_mesh_shape"]
+# planning
+__all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "parse_cluster",
+            "search_meshes"]
 
-# --- multi-host --------------------------------------------------------------------------------------
-from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
-from meshplan.pure.specs._batch import HostBatchSlice
 
-__all__ += ["barrier_sync", "host_batch_slice", "host_mesh_shape", "HostBatchSlice"]
+def __getattr__(name: str) -> Any:
+    module = _FACADE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'meshplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"meshplan.facade.{module}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
 
-# --- planning --------------------------------------------------------------------------------------
-from meshplan.pure.search._cluster import Cluster, parse_cluster
-from meshplan.pure.search._candidate import MeshCandidate
-from meshplan.pure.search._result import SearchResult
-from meshplan.pure.search._search import search_meshes
-from meshplan.pure.presets import get_preset
 
-__all__ += ["Cluster", "MeshCandidate", "SearchResult", "get_preset", "parse_cluster", "search_meshes"]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FACADE))
+
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
+    from meshplan.facade._config import MeshConfig
+    from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
+    from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
+    from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
+    from meshplan.facade._partition_helper import MeshPartitionHelper
+    from meshplan.facade._rules import (
+        AutoShardingRule,
+        CompositeShardingRule,
+        MemoryConstrainedShardingRule,
+        ShapeBasedShardingRule,
+        ShardingRule,
+    )

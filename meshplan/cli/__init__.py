@@ -66,7 +66,8 @@ def _fraction(text: str) -> float:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from meshplan.pure import AxisKindRule, get_preset, path_rule_from_json, search_meshes
+    from meshplan.pure import AxisKindRule, get_preset, search_meshes
+    from meshplan.pure.rules import path_rule_from_json
 
     preset = get_preset(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
     rule = None
@@ -102,7 +103,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _show_mesh(args: argparse.Namespace) -> int:
     from meshplan.cli import _render
-    from meshplan.pure import HybridMeshShape, SearchResult, parse_cluster, split_mesh_shape
+    from meshplan.pure import HybridMeshShape, SearchResult, parse_cluster
+    from meshplan.pure.mesh import split_mesh_shape
 
     if args.png is not None and importlib.util.find_spec("matplotlib") is None:
         raise _UserError("--png needs matplotlib, which is not installed; install it with "

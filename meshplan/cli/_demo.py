@@ -38,7 +38,7 @@ def tiny_llama() -> Any:
     """The demo's model: a 4-layer Llama-style :class:`~meshplan.pure.ModelSpec` (GQA, untied head).
 
     Example:
-      >>> from meshplan.pure import build_params, count_params
+      >>> from meshplan.pure.presets import build_params, count_params
       >>> count_params(build_params(tiny_llama()))
       7096576
     """
@@ -125,7 +125,8 @@ def run(*, num_devices: int = 8) -> int:
     from rich.table import Table
 
     from meshplan import create_mesh, search_meshes
-    from meshplan.pure import build_params, count_params, estimate_training_memory
+    from meshplan.pure import estimate_training_memory
+    from meshplan.pure.presets import build_params, count_params
 
     console = Console(width=shutil.get_terminal_size((120, 40)).columns)
     n = jax.device_count()

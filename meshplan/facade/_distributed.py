@@ -225,7 +225,7 @@ def host_batch_slice(
 def host_mesh_shape(global_mesh_shape: Sequence[int]) -> tuple[int, ...]:
     """This host's share of a global mesh shape, from the live process layout.
 
-    :func:`meshplan.pure.calculate_host_mesh_shape` with
+    :func:`meshplan.pure.per_host_mesh_shape` with
     ``total_devices=jax.local_device_count()`` and
     ``num_processes=jax.process_count()``.
 

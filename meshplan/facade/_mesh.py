@@ -34,7 +34,7 @@ from meshplan.pure.mesh._hybrid import HybridMeshShape
 from meshplan.pure.mesh._layout import DeviceInfo, group_granules, layout_device_ids
 from meshplan.pure.mesh._axes import validate_axis_names
 from meshplan.pure.mesh._request import MeshRequest, canonical_dims, resolve_mesh_request
-from meshplan.pure.mesh._split import calculate_host_mesh_shape as pure_calculate_host_mesh_shape
+from meshplan.pure.mesh._split import per_host_mesh_shape
 
 __all__ = [
     "create_mesh", "build_mesh", "calculate_host_mesh_shape", "clear_mesh_cache", "mesh_cache_info",
@@ -271,7 +271,7 @@ def calculate_host_mesh_shape(
       num_processes: processes in the job; ``None`` reads ``jax.process_count()``.
 
     Returns:
-      The host mesh shape; see :func:`meshplan.pure.calculate_host_mesh_shape`.
+      The host mesh shape; see :func:`meshplan.pure.per_host_mesh_shape`.
 
     Example:
       >>> calculate_host_mesh_shape((2, 4), total_devices=4, num_processes=2)
@@ -279,7 +279,7 @@ def calculate_host_mesh_shape(
       >>> calculate_host_mesh_shape((2, 4))  # one process with 8 devices
       (2, 4)
     """
-    return pure_calculate_host_mesh_shape(
+    return per_host_mesh_shape(
         global_mesh_shape,
         jax.local_device_count() if total_devices is None else total_devices,
         jax.process_count() if num_processes is None else num_processes,

@@ -25,7 +25,7 @@ def test_demo_estimate_equals_the_live_bytes_on_every_device() -> None:
 
 def test_demo_model_is_a_tiny_llama() -> None:
     from meshplan.cli._demo import tiny_llama
-    from meshplan.pure import build_params, count_params
+    from meshplan.pure.presets import build_params, count_params
 
     spec = tiny_llama()
     assert spec.num_kv_heads < spec.num_heads and not spec.tied_embeddings

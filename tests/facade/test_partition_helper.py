@@ -11,7 +11,8 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 from meshplan import MeshPartitionHelper, create_mesh
-from meshplan.pure import analyze_pytree, create_partition_spec, shard_shape, suggest_methods, validate_specs
+from meshplan.pure import shard_shape, validate_specs
+from meshplan.pure.rules import analyze_pytree, create_partition_spec, suggest_methods
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError, SpecError
 
 AUTO = AxisType.Auto

@@ -1,7 +1,7 @@
 """create_mesh and MeshConfig across real processes: the plan, as every process sees it.
 
 Each host (process) must hold one contiguous block of the global mesh, of the
-shape the pure planner gives (calculate_host_mesh_shape, or axis_dims /
+shape the pure planner gives (per_host_mesh_shape, or axis_dims /
 dcn_mesh_dims when the user fixes the DCN split), with the blocks in process
 order; and every process must compute the identical device order.
 
@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from meshplan.pure import calculate_host_mesh_shape
+from meshplan.pure import per_host_mesh_shape
 from tests.multihost.harness import run_workers
 
 pytestmark = pytest.mark.multihost
@@ -120,7 +120,7 @@ def test_every_process_builds_the_same_mesh_with_one_block_per_host(layouts, n, 
 def test_host_block_is_the_pure_plan(n, label):
     # With the test above: the live per-host block is what the planner says.
     _, shape, block = RUNS[n][label]
-    assert calculate_host_mesh_shape(shape, DEVICES[n], n) == block
+    assert per_host_mesh_shape(shape, DEVICES[n], n) == block
 
 
 def test_dcn_mesh_dims_moves_the_process_split_to_the_axis_it_names(layouts):

@@ -4,7 +4,7 @@ A *granule* is a unit of the slow outer network: a process (host) or a TPU
 slice. Splitting a global mesh shape over ``n`` granules means choosing a DCN
 shape ``dcn`` with ``prod(dcn) == n`` and ``dcn[i]`` dividing ``global[i]``;
 the inner (ICI / per-host) shape is then ``global[i] // dcn[i]``. Both the
-per-host shape (:func:`calculate_host_mesh_shape`) and the default ICI/DCN
+per-host shape (:func:`per_host_mesh_shape`) and the default ICI/DCN
 split (:func:`meshplan.pure.split_mesh_shape`) use :func:`split_over_granules`,
 so the two can never disagree.
 
@@ -53,7 +53,7 @@ from meshplan.pure.mesh._axes import infer_axis_dims
 from meshplan.pure._check import as_count, as_int_tuple, as_positive_shape
 from meshplan.pure.errors import DeviceLayoutError
 
-__all__ = ["calculate_host_mesh_shape", "split_over_granules"]
+__all__ = ["per_host_mesh_shape", "split_over_granules"]
 
 
 def _prime_factors(n: int) -> dict[int, int]:
@@ -156,7 +156,7 @@ def split_over_granules(
     return ici, tuple(dcn)
 
 
-def calculate_host_mesh_shape(
+def per_host_mesh_shape(
     global_mesh_shape: Sequence[int], total_devices: int, num_processes: int
 ) -> tuple[int, ...]:
     """The per-host mesh shape for a global mesh over ``num_processes`` hosts.
@@ -182,7 +182,7 @@ def calculate_host_mesh_shape(
         split always exists; see the module docstring.)
 
     Example:
-      >>> calculate_host_mesh_shape((2, 4), total_devices=4, num_processes=2)
+      >>> per_host_mesh_shape((2, 4), total_devices=4, num_processes=2)
       (1, 4)
     """
     dims = as_int_tuple(global_mesh_shape, "global_mesh_shape")

@@ -1,1 +1,39 @@
-"""rules"""
+"""Sharding rules: the rule protocol, the plan engine that asks a rule about every leaf, and the built-in
+rules (auto, shape pattern, memory, composite, path, axis kind, suggest). Builds on :mod:`meshplan.pure.specs`.
+"""
+
+from meshplan.pure.rules._base import Decision, LeafContext, Rule, shards_something
+from meshplan.pure.rules._engine import Plan, plan_from_specs, plan_tree
+from meshplan.pure.rules._replay import PlanRule
+from meshplan.pure.rules._auto import AutoRule, DEFAULT_MIN_SHARD_SIZE
+from meshplan.pure.rules._axis_kind import AxisKindRule, path_template
+from meshplan.pure.rules._composite import CompositeRule
+from meshplan.pure.rules._memory import MemoryRule, min_shard_bytes
+from meshplan.pure.rules._path import path_rule_from_json, PathRule
+from meshplan.pure.rules._shape import ShapePatternRule
+from meshplan.pure.rules._suggest import analyze_pytree, create_partition_spec, suggest_methods, SuggestRule
+
+__all__ = [
+    "analyze_pytree",
+    "AutoRule",
+    "AxisKindRule",
+    "CompositeRule",
+    "create_partition_spec",
+    "Decision",
+    "DEFAULT_MIN_SHARD_SIZE",
+    "LeafContext",
+    "MemoryRule",
+    "min_shard_bytes",
+    "path_rule_from_json",
+    "path_template",
+    "PathRule",
+    "Plan",
+    "plan_from_specs",
+    "plan_tree",
+    "PlanRule",
+    "Rule",
+    "ShapePatternRule",
+    "shards_something",
+    "suggest_methods",
+    "SuggestRule",
+]

@@ -1,1 +1,46 @@
-"""search"""
+"""The mesh search: the hardware catalogue, clusters, the collective cost and step models, the search
+space, and the ranked result. Builds on :mod:`meshplan.pure.rules` and the presets.
+"""
+
+from meshplan.pure.search._candidate import CommTerm, MemoryBreakdown, MeshCandidate, ParamGroup
+from meshplan.pure.search._cluster import Cluster, parse_cluster
+from meshplan.pure.search._cost import (
+    all_gather_time,
+    all_reduce_time,
+    all_to_all_time,
+    COLLECTIVE_KINDS,
+    collective_time,
+    CollectiveKind,
+    Link,
+    reduce_scatter_time,
+    select_link,
+)
+from meshplan.pure.search._hardware import DEVICE_SPECS, DeviceSpec
+from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
+from meshplan.pure.search._search import search_meshes
+from meshplan.pure.search._step_cost import axis_domain_counts
+
+__all__ = [
+    "all_gather_time",
+    "all_reduce_time",
+    "all_to_all_time",
+    "axis_domain_counts",
+    "Cluster",
+    "COLLECTIVE_KINDS",
+    "collective_time",
+    "CollectiveKind",
+    "CommTerm",
+    "DEVICE_SPECS",
+    "DeviceSpec",
+    "Link",
+    "MemoryBreakdown",
+    "MeshCandidate",
+    "ParamGroup",
+    "parse_cluster",
+    "reduce_scatter_time",
+    "Rejection",
+    "search_meshes",
+    "SearchRequest",
+    "SearchResult",
+    "select_link",
+]

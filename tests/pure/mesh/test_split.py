@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplan.pure.mesh._split import calculate_host_mesh_shape, split_over_granules
+from meshplan.pure.mesh._split import per_host_mesh_shape, split_over_granules
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, MeshShapeError
 
 
@@ -93,7 +93,7 @@ def test_one_granule_leaves_the_whole_shape_on_ici(shape):
 def test_host_shape_times_dcn_is_global_with_host_product_local_devices(shape, data):
     hosts = math.prod(data.draw(st.sampled_from(_divisors(s))) for s in shape)
     local = math.prod(shape) // hosts
-    host = calculate_host_mesh_shape(shape, local, hosts)
+    host = per_host_mesh_shape(shape, local, hosts)
     assert math.prod(host) == local
     assert all(s % h == 0 for s, h in zip(shape, host))
     assert host == split_over_granules(shape, hosts)[0]
@@ -108,7 +108,7 @@ def test_host_shape_infers_minus_one_against_all_devices(shape, data):
     local = math.prod(shape) // hosts
     i = data.draw(st.integers(0, len(shape) - 1))
     dims = shape[:i] + (-1,) + shape[i + 1 :]
-    assert calculate_host_mesh_shape(dims, local, hosts) == calculate_host_mesh_shape(
+    assert per_host_mesh_shape(dims, local, hosts) == per_host_mesh_shape(
         shape, local, hosts
     )
 
@@ -117,7 +117,7 @@ def test_host_shape_infers_minus_one_against_all_devices(shape, data):
 
 
 def test_reference_host_example_puts_the_process_split_on_the_outer_axis():
-    assert calculate_host_mesh_shape((2, 4), total_devices=4, num_processes=2) == (1, 4)
+    assert per_host_mesh_shape((2, 4), total_devices=4, num_processes=2) == (1, 4)
 
 
 def test_loadax_two_nodes_break_the_data_axis_over_dcn():
@@ -140,7 +140,7 @@ def test_one_axis_taking_all_granules_wins_over_spreading():
 def test_host_share_spread_over_two_axes_is_found():
     # No single axis is divisible by 12, so the granules spread outermost first.
     assert split_over_granules((2, 3, 4), 12) == ((1, 1, 2), (2, 3, 2))
-    assert calculate_host_mesh_shape((4, 6, 1), total_devices=2, num_processes=12) == (1, 2, 1)
+    assert per_host_mesh_shape((4, 6, 1), total_devices=2, num_processes=12) == (1, 2, 1)
 
 
 def test_large_counts_split_without_search():
@@ -164,11 +164,11 @@ BAD_CALLS = [
     (lambda: split_over_granules((2, 4), 2.0), MeshplanTypeError, "num_granules=2.0"),
     (lambda: split_over_granules((2, 4.0), 2), MeshplanTypeError, "global_shape[1]=4.0"),
     (lambda: split_over_granules("24", 2), MeshplanTypeError, "'24'"),
-    (lambda: calculate_host_mesh_shape((2, 4), 4, 3), MeshShapeError, "(2, 4)"),
-    (lambda: calculate_host_mesh_shape((2, 4), 4, 3), MeshShapeError, "4*3"),
-    (lambda: calculate_host_mesh_shape((2, 4), 0, 2), MeshShapeError, "total_devices=0"),
-    (lambda: calculate_host_mesh_shape((2, 4), 4, None), MeshplanTypeError, "num_processes=None"),
-    (lambda: calculate_host_mesh_shape((2, -1, -1), 4, 2), MeshShapeError, "(2, -1, -1)"),
+    (lambda: per_host_mesh_shape((2, 4), 4, 3), MeshShapeError, "(2, 4)"),
+    (lambda: per_host_mesh_shape((2, 4), 4, 3), MeshShapeError, "4*3"),
+    (lambda: per_host_mesh_shape((2, 4), 0, 2), MeshShapeError, "total_devices=0"),
+    (lambda: per_host_mesh_shape((2, 4), 4, None), MeshplanTypeError, "num_processes=None"),
+    (lambda: per_host_mesh_shape((2, -1, -1), 4, 2), MeshShapeError, "(2, -1, -1)"),
 ]
 
 

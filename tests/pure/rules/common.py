@@ -10,7 +10,8 @@ import numpy as np
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import array_bytes, check_specs, spec_from_entries
+from meshplan.pure import check_specs
+from meshplan.pure.specs import array_bytes, spec_from_entries
 
 # Dims built from small primes so that mesh axes divide them often, plus a
 # few primes that nothing divides.

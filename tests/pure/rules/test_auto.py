@@ -14,14 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import (
-    DEFAULT_MIN_SHARD_SIZE,
-    AutoRule,
-    LeafContext,
-    auto_decision,
-    canonical_entries,
-    plan_tree,
-)
+from meshplan.pure import AutoRule, LeafContext, plan_tree
+from meshplan.pure.rules import DEFAULT_MIN_SHARD_SIZE
+from meshplan.pure.rules._auto import auto_decision
+from meshplan.pure.specs import canonical_entries
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import assert_storable, axis_sizes, sds, shapes
 

@@ -8,17 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import (
-    AxisKindRule,
-    LeafContext,
-    PathRule,
-    get_preset,
-    path_rule_from_json,
-    path_template,
-    plan_tree,
-    spec_axes,
-    tree_facts,
-)
+from meshplan.pure import AxisKindRule, LeafContext, PathRule, get_preset, plan_tree, tree_facts
+from meshplan.pure.rules import path_rule_from_json, path_template
+from meshplan.pure.specs import spec_axes
 from meshplan.pure.rules._path import spec_from_json, spec_to_json
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 

@@ -17,8 +17,8 @@ from meshplan.pure import (
     ShapePatternRule,
     SuggestRule,
     plan_tree,
-    shards_something,
 )
+from meshplan.pure.rules import shards_something
 from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import assert_storable, axis_sizes, sds, shapes
 

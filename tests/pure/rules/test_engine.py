@@ -20,14 +20,14 @@ from meshplan.pure import (
     LeafContext,
     MemoryRule,
     Plan,
-    PlanRule,
     ShapePatternRule,
     SuggestRule,
-    canonical_axis_sizes,
     plan_from_specs,
     plan_tree,
     validate_specs,
 )
+from meshplan.pure._check import canonical_axis_sizes
+from meshplan.pure.rules import PlanRule
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError, PlanError, ShardingRuleError
 from tests.pure.rules.common import axis_sizes, sds, shapes
 

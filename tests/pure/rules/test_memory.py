@@ -11,15 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import (
-    MemoryRule,
-    array_bytes,
-    canonical_entries,
-    memory_decision,
-    min_shard_bytes,
-    plan_tree,
-    shard_shape,
-)
+from meshplan.pure import MemoryRule, plan_tree, shard_shape
+from meshplan.pure.rules import min_shard_bytes
+from meshplan.pure.rules._memory import memory_decision
+from meshplan.pure.specs import array_bytes, canonical_entries
 from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import all_assignments, assert_storable, axis_sizes, brute_min_bytes, sds, shapes
 

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import ShapePatternRule, plan_tree, shape_pattern_decision
+from meshplan.pure import ShapePatternRule, plan_tree
+from meshplan.pure.rules._shape import shape_pattern_decision
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import DIMS, assert_storable, axis_sizes, sds, shapes
 

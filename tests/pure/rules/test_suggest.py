@@ -10,15 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import (
-    SuggestRule,
-    analyze_pytree,
-    canonical_entries,
-    create_partition_spec,
-    plan_tree,
-    suggest_decision,
-    suggest_methods,
-)
+from meshplan.pure import SuggestRule, plan_tree
+from meshplan.pure.rules import analyze_pytree, create_partition_spec, suggest_methods
+from meshplan.pure.rules._suggest import suggest_decision
+from meshplan.pure.specs import canonical_entries
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import assert_storable, axis_sizes, sds, shapes
 

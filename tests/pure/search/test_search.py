@@ -19,14 +19,13 @@ from meshplan.pure import (
     ModelSpec,
     PathRule,
     SearchResult,
-    build_params,
     estimate_training_memory,
     get_preset,
     parse_cluster,
     plan_tree,
-    preset_names,
     search_meshes,
 )
+from meshplan.pure.presets import build_params, preset_names
 from meshplan.pure.search._step_cost import BATCH_AXES, activation_bytes
 from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
 

@@ -9,19 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplan.pure import (
-    Cluster,
-    DeviceInfo,
-    HybridMeshShape,
-    all_gather_time,
-    all_reduce_time,
-    axis_domain_counts,
-    get_preset,
-    layout_device_ids,
-    parse_cluster,
-    split_mesh_shape,
-)
+from meshplan.pure import Cluster, DeviceInfo, HybridMeshShape, get_preset, layout_device_ids, parse_cluster
+from meshplan.pure.mesh import split_mesh_shape
+from meshplan.pure.search import all_gather_time, all_reduce_time, axis_domain_counts
 from meshplan.pure.search._groups import LeafGroups, evaluate_plan
+from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.search._step_cost import (
     AxisPlacement,
     activation_bytes,
@@ -75,7 +67,7 @@ def test_two_level_time_is_an_ici_ring_plus_a_dcn_ring(i: int, d: int, nbytes: f
     cluster = Cluster(H100x2.device, num_nodes=d, devices_per_node=max(i, 1))
     p = AxisPlacement(("x",), (i,), (d,), cluster)
     seconds, _ = group_time(kind, nbytes, ("x",), p)
-    from meshplan.pure import collective_time
+    from meshplan.pure.search import collective_time
 
     outer = nbytes if kind == "all-to-all" else nbytes / i
     expected = collective_time(kind, nbytes, i, cluster.intra_link) + collective_time(kind, outer, d, cluster.inter_link)
@@ -99,8 +91,8 @@ def test_fsdp_traffic_moves_exactly_the_sharded_parameter_bytes() -> None:
     preset = get_preset("llama3-8b")
     rule = AxisKindRule.for_model(preset.spec)
     groups = LeafGroups.build(tree_facts(preset.params), rule)
-    plan = evaluate_plan(groups, rule, {"dp": 2, "fsdp": 8}, grad_dtype=None, optimizer_dtype=np.float32,
-                         optimizer_copies=2)
+    state = TrainingState(grad_dtype=None, optimizer_dtype=np.dtype(np.float32), optimizer_copies=2)
+    plan = evaluate_plan(groups, rule, {"dp": 2, "fsdp": 8}, state=state)
     total = sum(math.prod(i.shape) * c for i, c in zip(groups.infos, groups.counts)) * 2
     gathered = dict(plan.traffic.gather)[("fsdp",)]
     reduced = dict(plan.traffic.reduce)[("dp",)]

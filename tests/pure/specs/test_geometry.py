@@ -10,16 +10,8 @@ from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import (
-    UNCONSTRAINED,
-    MeshplanTypeError,
-    SpecError,
-    canonical_entries,
-    shard_geometry,
-    shard_shape,
-    spec_axes,
-    spec_from_entries,
-)
+from meshplan.pure import MeshplanTypeError, SpecError, shard_geometry, shard_shape
+from meshplan.pure.specs import UNCONSTRAINED, canonical_entries, spec_axes, spec_from_entries
 
 MESH_SHAPES = {"2x4": (2, 4), "8": (8,), "2x2x2": (2, 2, 2), "1x8": (1, 8)}
 AXIS_NAMES = ("a", "b", "c")

@@ -19,18 +19,15 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import (
-    UNCONSTRAINED,
     MemoryEstimate,
     MeshplanTypeError,
     SpecError,
-    dtype_bits,
     estimate_memory,
     estimate_training_memory,
     optimizer_state_specs,
-    spec_from_entries,
-    validate_and_estimate,
     validate_specs,
 )
+from meshplan.pure.specs import UNCONSTRAINED, dtype_bits, spec_from_entries, validate_and_estimate
 
 MESH_SHAPES = {"2x4": (2, 4), "8": (8,), "2x2x2": (2, 2, 2), "1x8": (1, 8)}
 AXIS_NAMES = ("a", "b", "c")

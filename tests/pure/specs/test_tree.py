@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplan.pure import LeafInfo, MeshplanTypeError, TreeFacts, leaf_info, path_str, tree_facts
+from meshplan.pure import MeshplanTypeError, tree_facts
+from meshplan.pure.specs import LeafInfo, TreeFacts, leaf_info, path_str
 
 
 class Box:

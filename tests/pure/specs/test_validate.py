@@ -11,15 +11,8 @@ from jax._src.named_sharding import DuplicateSpecError  # only to name jax's ref
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import (
-    UNCONSTRAINED,
-    Finding,
-    MeshplanTypeError,
-    SpecError,
-    check_specs,
-    tree_facts,
-    validate_specs,
-)
+from meshplan.pure import Finding, MeshplanTypeError, SpecError, check_specs, tree_facts, validate_specs
+from meshplan.pure.specs import UNCONSTRAINED
 
 MESH_SHAPES = {"2x4": (2, 4), "8": (8,), "2x2x2": (2, 2, 2), "1x8": (1, 8)}
 AXIS_NAMES = ("a", "b", "c")
