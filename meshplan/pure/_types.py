@@ -6,8 +6,11 @@ no meshes, no arrays.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeAlias
+
+import jax
+from jax.sharding import PartitionSpec
 
 from meshplan.pure.errors import MeshplanTypeError
 
@@ -27,6 +30,15 @@ SpecEntry: TypeAlias = tuple[str, ...]
 PyTree: TypeAlias = Any
 """Any jax pytree."""
 
+# jax's ``PartitionSpec`` and ``ShapeDtypeStruct`` constructors carry no
+# annotations, so ``mypy --strict`` refuses every call to them. These handles
+# are the very same classes, seen through a typed signature.
+make_spec: Callable[..., PartitionSpec] = PartitionSpec
+"""``PartitionSpec(*entries)``, typed: ``make_spec("dp", None) == P("dp", None)``."""
+
+make_struct: Callable[..., jax.ShapeDtypeStruct] = jax.ShapeDtypeStruct
+"""``jax.ShapeDtypeStruct(shape, dtype)``, typed."""
+
 
 class FrozenAxisSizes(dict[str, int]):
     """A checked, read-only ``{axis name: size}`` in mesh order.
@@ -43,8 +55,8 @@ class FrozenAxisSizes(dict[str, int]):
     def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise MeshplanTypeError("axis sizes are read-only; build a new mapping instead.")
 
-    __setitem__ = __delitem__ = __ior__ = _refuse  # type: ignore[assignment]
-    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(self.items()))

@@ -164,7 +164,7 @@ def _granule_attr(items: tuple[DeviceInfo, ...], by: str | None) -> str:
     return attr
 
 
-def _in_granule_key(device: DeviceInfo) -> tuple:
+def _in_granule_key(device: DeviceInfo) -> tuple[int, tuple[int, ...], int, int]:
     # Physical order on TPU keeps neighbours adjacent along the last ICI axis;
     # id order elsewhere is what jax uses for GPUs and is stable across hosts.
     if device.platform == "tpu" and device.coords is not None:

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import PlanError
-from meshplan.pure.presets._spec import ModelSpec, _Leaves, decoder_tree
+from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves, decoder_tree
 
 __all__ = ["deepseek_v3_params"]
 
@@ -58,13 +58,13 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
     d, h = spec.hidden_size, spec.num_heads
     leaf = _Leaves(dtype)
 
-    def linear(n_out: int, n_in: int) -> dict:
+    def linear(n_out: int, n_in: int) -> ShapeTree:
         return {"weight": leaf(n_out, n_in)}
 
-    def mlp(f: int) -> dict:
+    def mlp(f: int) -> ShapeTree:
         return {"gate_proj": linear(f, d), "up_proj": linear(f, d), "down_proj": linear(d, f)}
 
-    def attention() -> dict:
+    def attention() -> ShapeTree:
         return {
             "q_a_proj": linear(mla.q_lora_rank, d),
             "q_a_layernorm": {"weight": leaf(mla.q_lora_rank)},
@@ -75,8 +75,9 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
             "o_proj": linear(d, h * mla.v_head_dim),
         }
 
-    def moe() -> dict:
+    def moe() -> ShapeTree:
         e, f = spec.num_experts, spec.moe_intermediate_size
+        experts: ShapeTree
         if unstack_experts:
             # 14,848 expert dicts in DeepSeek-V3: build them inline (no helper calls) to stay fast.
             up, down = leaf(f, d), leaf(d, f)
@@ -85,12 +86,12 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
         else:
             experts = {"gate_proj": {"weight": leaf(e, f, d)}, "up_proj": {"weight": leaf(e, f, d)},
                        "down_proj": {"weight": leaf(e, d, f)}}
-        out = {"gate": {"weight": leaf(e, d), "e_score_correction_bias": leaf(e)}, "experts": experts}
+        out: ShapeTree = {"gate": {"weight": leaf(e, d), "e_score_correction_bias": leaf(e)}, "experts": experts}
         if spec.num_shared_experts:
             out["shared_experts"] = mlp(f * spec.num_shared_experts)
         return out
 
-    def layer(i: int) -> dict:
+    def layer(i: int) -> ShapeTree:
         return {
             "input_layernorm": {"weight": leaf(d)},
             "self_attn": attention(),

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import PlanError
-from meshplan.pure.presets._spec import ModelSpec, _Leaves
+from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves
 
 __all__ = ["gpt2_params"]
 
@@ -51,13 +51,13 @@ def gpt2_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16) -> PyTree:
                             f"vs {d}).")
     leaf = _Leaves(dtype)
 
-    def linear(n_in: int, n_out: int) -> dict:
+    def linear(n_in: int, n_out: int) -> ShapeTree:
         return {"weight": leaf(n_in, n_out), "bias": leaf(n_out)}
 
-    def norm() -> dict:
+    def norm() -> ShapeTree:
         return {"weight": leaf(d), "bias": leaf(d)}
 
-    def block() -> dict:
+    def block() -> ShapeTree:
         return {
             "ln_1": norm(),
             "attn": {"c_attn": linear(d, 3 * d), "c_proj": linear(d, d)},
@@ -65,7 +65,7 @@ def gpt2_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16) -> PyTree:
             "mlp": {"c_fc": linear(d, f), "c_proj": linear(f, d)},
         }
 
-    tree = {
+    tree: ShapeTree = {
         "transformer": {
             "wte": {"weight": leaf(v, d)},
             "wpe": {"weight": leaf(spec.max_position_embeddings, d)},

@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
-from meshplan.pure.presets._spec import ModelSpec, _Leaves, decoder_tree
+from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves, decoder_tree
 
 __all__ = ["llama_params"]
 
@@ -48,15 +48,16 @@ def llama_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
     q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
     leaf = _Leaves(dtype)
 
-    def linear(n_out: int, n_in: int) -> dict:
+    def linear(n_out: int, n_in: int) -> ShapeTree:
         return {"weight": leaf(n_out, n_in)}
 
-    def mlp() -> dict:
+    def mlp() -> ShapeTree:
         f = spec.intermediate_size
         return {"gate_proj": linear(f, d), "up_proj": linear(f, d), "down_proj": linear(d, f)}
 
-    def moe() -> dict:
+    def moe() -> ShapeTree:
         e, f = spec.num_experts, spec.moe_intermediate_size
+        experts: ShapeTree
         if unstack_experts:
             up, down = leaf(f, d), leaf(d, f)
             experts = {str(i): {"w1": {"weight": up}, "w2": {"weight": down}, "w3": {"weight": up}}
@@ -66,8 +67,8 @@ def llama_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
                        "w3": {"weight": leaf(e, f, d)}}
         return {"gate": linear(e, d), "experts": experts}
 
-    def layer(i: int) -> dict:
-        out = {
+    def layer(i: int) -> ShapeTree:
+        out: ShapeTree = {
             "input_layernorm": {"weight": leaf(d)},
             "self_attn": {"q_proj": linear(q, d), "k_proj": linear(kv, d), "v_proj": linear(kv, d),
                           "o_proj": linear(d, q)},

@@ -25,16 +25,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import jax
 import numpy as np
 
-from meshplan.pure.specs._dtypes import canonical_dtype
-from meshplan.pure._types import PyTree, Shape
+from meshplan.pure._types import PyTree, Shape, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.specs._dtypes import canonical_dtype
 
-__all__ = ["MLADims", "ModelSpec", "count_params"]
+__all__ = ["MLADims", "ModelSpec", "ShapeTree", "count_params"]
+
+ShapeTree: TypeAlias = dict[str, "ShapeTree | jax.ShapeDtypeStruct"]
+"""A preset's parameter tree: nested ``str``-keyed dicts of ``ShapeDtypeStruct`` leaves."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -190,7 +194,7 @@ class _Leaves:
     sharing the (immutable) structs keeps building it in milliseconds.
     """
 
-    __slots__ = ("dtype", "_cache")
+    __slots__ = ("_cache", "dtype")
 
     def __init__(self, dtype: Any) -> None:
         self.dtype = preset_dtype(dtype)
@@ -199,18 +203,18 @@ class _Leaves:
     def __call__(self, *shape: int) -> jax.ShapeDtypeStruct:
         leaf = self._cache.get(shape)
         if leaf is None:
-            leaf = self._cache[shape] = jax.ShapeDtypeStruct(shape, self.dtype)
+            leaf = self._cache[shape] = make_struct(shape, self.dtype)
         return leaf
 
 
-def decoder_tree(spec: ModelSpec, leaf: _Leaves, layer: Any) -> PyTree:
+def decoder_tree(spec: ModelSpec, leaf: _Leaves, layer: Callable[[int], ShapeTree]) -> ShapeTree:
     """The Hugging Face decoder skeleton shared by the Llama-family presets.
 
     ``model.embed_tokens``, ``model.layers.<i>`` (built by ``layer(i)``),
     ``model.norm`` and, unless the embeddings are tied, ``lm_head``.
     """
     d, v = spec.hidden_size, spec.vocab_size
-    tree = {
+    tree: ShapeTree = {
         "model": {
             "embed_tokens": {"weight": leaf(v, d)},
             "layers": {str(i): layer(i) for i in range(spec.num_layers)},

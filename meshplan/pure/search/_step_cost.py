@@ -57,14 +57,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
-from meshplan.pure.search._cluster import Cluster
-from meshplan.pure.search._cost import collective_time
-from meshplan.pure.search._candidate import CommTerm
 from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.search._candidate import CommTerm
+from meshplan.pure.search._cluster import Cluster
+from meshplan.pure.search._cost import CollectiveKind, collective_time
 
 __all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "STORAGE_AXES", "AxisPlacement", "ParamTraffic",
            "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "param_terms", "price",
@@ -136,7 +136,7 @@ class AxisPlacement:
         return i, d
 
 
-Pending = tuple
+Pending: TypeAlias = tuple[str, CollectiveKind, tuple[str, ...], float, int, int, int]
 """A collective not yet priced: ``(what, kind, axes, nbytes per call, calls, i, d)``, where the
 group has ``i`` devices per ICI domain over ``d`` domains."""
 
@@ -147,14 +147,14 @@ def _link_name(i: int, d: int) -> str:
     return "intra" if d == 1 else "inter" if i == 1 else "intra+inter"
 
 
-def _two_level(kind: str, nbytes: Any, i: Any, d: Any, cluster: Cluster) -> Any:
+def _two_level(kind: CollectiveKind, nbytes: Any, i: Any, d: Any, cluster: Cluster) -> Any:
     """Seconds of one call: ring of ``i`` on ICI + ring of ``d`` on DCN (either may be 1, costing 0)."""
     outer = nbytes if kind == "all-to-all" else nbytes / i
     return (collective_time(kind, nbytes, i, cluster.intra_link)
             + collective_time(kind, outer, d, cluster.inter_link))
 
 
-def group_time(kind: str, nbytes: float, axes: Sequence[str], placement: AxisPlacement) -> tuple[float, str]:
+def group_time(kind: CollectiveKind, nbytes: float, axes: Sequence[str], placement: AxisPlacement) -> tuple[float, str]:
     """Seconds of one collective over the device group ``axes``, and the link it uses.
 
     Args:
@@ -187,7 +187,7 @@ def price(pending: Sequence[Pending], cluster: Cluster) -> np.ndarray:
       [0.007862]
     """
     out = np.zeros(len(pending))
-    by_kind: dict[str, list[int]] = {}
+    by_kind: dict[CollectiveKind, list[int]] = {}
     for k, item in enumerate(pending):
         by_kind.setdefault(item[1], []).append(k)
     for kind, rows in by_kind.items():
@@ -197,7 +197,7 @@ def price(pending: Sequence[Pending], cluster: Cluster) -> np.ndarray:
     return out
 
 
-def to_terms(pending: Sequence[Pending], seconds: Sequence[float]) -> tuple[CommTerm, ...]:
+def to_terms(pending: Sequence[Pending], seconds: Sequence[float] | np.ndarray) -> tuple[CommTerm, ...]:
     """Priced collectives as :class:`CommTerm` records."""
     return tuple(CommTerm(what, kind, axes, int(nbytes), calls, _link_name(i, d), float(t))
                  for (what, kind, axes, nbytes, calls, i, d), t in zip(pending, seconds, strict=True))
@@ -232,7 +232,8 @@ def param_terms(
       One pending collective per (kind, axis group) that spans more than one device.
     """
     out: list[Pending] = []
-    kinds = (("all-gather", "all-gather of params (fwd + bwd)", traffic.gather, 2),
+    kinds: tuple[tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int], ...] = (
+             ("all-gather", "all-gather of params (fwd + bwd)", traffic.gather, 2),
              ("reduce-scatter", "reduce-scatter of grads", traffic.scatter, 1),
              ("all-reduce", "all-reduce of grads", traffic.reduce, 1))
     for kind, what, table, per_layer in kinds:
@@ -273,7 +274,7 @@ def activation_terms(
     h, layers = model.hidden_size, model.num_layers
     out: list[Pending] = []
 
-    def add(what: str, kind: str, axis: str, nbytes: int, calls: int) -> None:
+    def add(what: str, kind: CollectiveKind, axis: str, nbytes: int, calls: int) -> None:
         i, d = placement.split((axis,))
         out.append((what, kind, (axis,), nbytes, calls, i, d))
 

@@ -35,7 +35,7 @@ from jax.sharding import PartitionSpec
 from meshplan.pure.mesh._axes import validate_axis_names
 from meshplan.pure._check import as_int, as_int_tuple
 from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries, shard_geometry
-from meshplan.pure._types import Shape
+from meshplan.pure._types import Shape, make_spec
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, SpecError
 
 __all__ = ["HostBatchSlice", "batch_partition_spec", "host_batch_slices"]
@@ -116,10 +116,10 @@ def batch_partition_spec(batch_axis_names: Any) -> PartitionSpec:
     if isinstance(batch_axis_names, PartitionSpec):
         return batch_axis_names
     if isinstance(batch_axis_names, str):
-        return PartitionSpec(batch_axis_names)
+        return make_spec(batch_axis_names)
     if isinstance(batch_axis_names, Sequence) and all(isinstance(a, str) for a in batch_axis_names):
         names = tuple(batch_axis_names)
-        return PartitionSpec(names) if names else PartitionSpec()
+        return make_spec(names) if names else make_spec()
     raise MeshplanTypeError(
         f"batch_axis_names={batch_axis_names!r} must be an axis name, a tuple of axis names, "
         "or a PartitionSpec."

@@ -18,22 +18,28 @@ Strings and objects are not array dtypes jax can hold and raise.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
 from meshplan.pure.errors import MeshplanTypeError
 
-__all__ = ["canonical_dtype", "dtype_bits", "dtype_storage_bytes", "array_bytes"]
+__all__ = ["array_bytes", "canonical_dtype", "dtype_bits", "dtype_storage_bytes"]
+
+# ml_dtypes' iinfo/finfo classes carry no annotations, so mypy --strict refuses
+# calls to them; these are the same classes behind a typed signature.
+_iinfo: Callable[[Any], Any] = ml_dtypes.iinfo
+_finfo: Callable[[Any], Any] = ml_dtypes.finfo
 
 
 def _is_extended(dtype: Any) -> bool:
     """jax's extended dtypes (PRNG keys) are not numpy dtypes but have an itemsize."""
     try:
-        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.extended))
+        return bool(jnp.issubdtype(dtype, jax.dtypes.extended))
     except TypeError:
         return False
 
@@ -100,11 +106,11 @@ def dtype_bits(dtype: Any) -> int:
     # ml_dtypes' iinfo/finfo cover numpy's own types and the sub-byte ones
     # (whose numpy itemsize, 1, hides their real width).
     try:
-        return int(ml_dtypes.iinfo(dt).bits)
+        return int(_iinfo(dt).bits)
     except ValueError:
         pass
     try:
-        return int(ml_dtypes.finfo(dt).bits)
+        return int(_finfo(dt).bits)
     except ValueError:
         pass
     raise MeshplanTypeError(
@@ -124,12 +130,14 @@ def dtype_storage_bytes(dtype: Any) -> int:
 
 
 def _num_elements(shape: Sequence[int]) -> int:
+    dims: tuple[Any, ...]
     if isinstance(shape, int | np.integer):
-        shape = (shape,)
-    try:
-        dims = tuple(shape)
-    except TypeError as err:
-        raise MeshplanTypeError(f"shape={shape!r} is not a sequence of ints.") from err
+        dims = (shape,)
+    else:
+        try:
+            dims = tuple(shape)
+        except TypeError as err:
+            raise MeshplanTypeError(f"shape={shape!r} is not a sequence of ints.") from err
     bad = [d for d in dims if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0]
     if bad:
         raise MeshplanTypeError(f"shape={shape!r} has invalid dims {bad}; dims are non-negative ints.")

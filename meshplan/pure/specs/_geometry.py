@@ -21,7 +21,7 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._types import AxisSizes, Shape, SpecEntry
+from meshplan.pure._types import AxisSizes, Shape, SpecEntry, make_spec
 from meshplan.pure.errors import MeshplanTypeError, SpecError
 
 __all__ = [
@@ -97,7 +97,7 @@ def canonical_entries(spec: Any, rank: int | None = None, *, where: str = "spec"
       (('fsdp', 'tp'), (), ())
     """
     if spec is None:
-        spec = PartitionSpec()
+        spec = make_spec()
     if not isinstance(spec, PartitionSpec):
         raise MeshplanTypeError(f"{where}: expected a PartitionSpec, got {spec!r} ({type(spec).__name__}).")
     entries = tuple(_entry(raw, where) for raw in spec)
@@ -133,7 +133,7 @@ def spec_from_entries(entries: Sequence[Any]) -> PartitionSpec:
             raw.append(tuple(entry))
     while raw and raw[-1] is None:
         raw.pop()
-    return PartitionSpec(*raw)
+    return make_spec(*raw)
 
 
 def spec_axes(spec: Any) -> tuple[str, ...]:

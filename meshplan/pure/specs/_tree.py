@@ -109,7 +109,7 @@ class TreeFacts:
     infos: tuple[LeafInfo | None, ...]
     treedef: Any
     source: Any = dataclasses.field(default=None, repr=False)
-    _memo: list[Any] = dataclasses.field(default_factory=list, repr=False)
+    _memo: list[tuple[Any, ...]] = dataclasses.field(default_factory=list, repr=False)
 
     @property
     def keypaths(self) -> tuple[Any, ...]:

@@ -149,7 +149,7 @@ def _check_pair(
     """Problems of one (shape, spec) pair as (kind, severity, text), ``_P`` standing for the path."""
     entries, bad = _raw_entries(spec, _P)
     if entries is None:
-        return (("bad_entry", "error", "leaf " + bad),)
+        return (("bad_entry", "error", f"leaf {bad}"),)
     out: list[tuple[str, str, str]] = []
     rank = len(shape)
     if len(entries) > rank:
@@ -217,7 +217,7 @@ def _leaf_problems(
 
 def group_leaves(
     infos: tuple[LeafInfo | None, ...], per_leaf: tuple[Any, ...]
-) -> tuple[collections.Counter, dict[int, LeafInfo | None]] | None:
+) -> tuple[collections.Counter[tuple[int, Any]], dict[int, LeafInfo | None]] | None:
     """Count leaves per distinct (leaf kind, spec): ``(Counter[(id(info), spec)], {id: info})``.
 
     Keyed by ``id(info)``: tree_facts shares one LeafInfo per (shape, dtype),
