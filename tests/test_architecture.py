@@ -1,6 +1,8 @@
 """The design card's rules, checked on the source: pure stays device-free, imports flow facade -> pure."""
 
 import ast
+import subprocess
+import sys
 import pathlib
 
 import pytest
@@ -46,3 +48,92 @@ def test_pure_module_never_touches_devices_or_the_facade(path: pathlib.Path) -> 
     assert not live, f"{path.name} uses jax.{sorted(live)}; pure code takes plain data only"
     bad = {m for m in _imported_modules(tree) if m.startswith("meshplan.facade") or m == "meshplan"}
     assert not bad, f"{path.name} imports {sorted(bad)}; imports flow facade -> pure, never back"
+
+
+# --- layers inside pure: search -> presets -> rules -> specs -> mesh; shared helpers below them all ------------
+
+# A module may import its own layer and any layer after it in this list, never one before it.
+_LAYERS = ("search", "presets", "rules", "specs", "mesh")
+_SHARED = {"meshplan.pure._types", "meshplan.pure._check", "meshplan.pure._format", "meshplan.pure.errors"}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["meshplan", "pure"] and parts[2] in _LAYERS else None
+
+
+def _module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+LAYERED = [p for p in PURE if _layer(_module_name(p))]
+
+
+def test_every_pure_module_sits_in_a_layer_or_is_shared() -> None:
+    loose = [
+        _module_name(p) for p in PURE
+        if not _layer(_module_name(p)) and _module_name(p) not in _SHARED | {"meshplan.pure"}
+    ]
+    assert not loose, f"{loose} sit in no layer; put them in one of meshplan/pure/{{{','.join(_LAYERS)}}}/"
+
+
+@pytest.mark.parametrize("path", LAYERED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_pure_imports_only_go_down_the_layers(path: pathlib.Path) -> None:
+    own = _LAYERS.index(_layer(_module_name(path)) or "")
+    upward = sorted(
+        m for m in _imported_modules(ast.parse(path.read_text()))
+        if _layer(m) and _LAYERS.index(_layer(m) or "") < own
+    )
+    assert not upward, f"{path.name} ({_LAYERS[own]}) imports {upward} from a layer above it"
+
+
+SHARED = [p for p in PURE if _module_name(p) in _SHARED]
+
+
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_shared_pure_modules_import_no_layer(path: pathlib.Path) -> None:
+    layered = sorted(m for m in _imported_modules(ast.parse(path.read_text())) if _layer(m) or m == "meshplan.pure")
+    assert not layered, f"{path.name} is shared by every layer and must not import {layered}"
+
+
+def test_the_layer_test_catches_an_upward_import(tmp_path: pathlib.Path) -> None:
+    # The check above must be able to fail: an import from rules inside mesh is upward.
+    tree = ast.parse("from meshplan.pure.rules._auto import AutoRule\n")
+    found = {m for m in _imported_modules(tree) if _layer(m)}
+    assert found and all(_LAYERS.index(_layer(m) or "") < _LAYERS.index("mesh") for m in found)
+
+
+def test_importing_pure_loads_no_facade_module() -> None:
+    # In a fresh interpreter: this test process has imported the facade already.
+    code = (
+        "import sys, meshplan.pure; "
+        "bad = sorted(m for m in sys.modules if m.startswith(('meshplan.facade', 'meshplan.cli'))); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, f"import meshplan.pure loaded {run.stdout.strip()} {run.stderr[-500:]}"
+
+
+def test_the_top_level_names_the_facade_lazily_and_all_of_them_resolve() -> None:
+    code = (
+        "import sys, meshplan; "
+        "loaded = [m for m in sys.modules if m.startswith('meshplan.facade')]; "
+        "missing = [n for n in meshplan.__all__ if not hasattr(meshplan, n)]; "
+        "print(loaded, missing); sys.exit(1 if loaded or missing else 0)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr[-500:]
+
+
+@pytest.mark.parametrize("package", ["meshplan", "meshplan.pure", "meshplan.pure.mesh", "meshplan.pure.specs",
+                                     "meshplan.pure.rules", "meshplan.pure.search", "meshplan.facade"])
+def test_init_modules_only_re_export(package: str) -> None:
+    # An __init__ holds imports, __all__ and (top level only) the lazy loader: no logic of its own.
+    path = ROOT.parent / package.replace(".", "/") / "__init__.py"
+    allowed = (ast.Import, ast.ImportFrom, ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.If)
+    extra = [type(n).__name__ for n in ast.parse(path.read_text()).body if not isinstance(n, allowed)]
+    if package == "meshplan":
+        extra = [e for e in extra if e != "FunctionDef"]  # __getattr__ / __dir__
+    assert not extra, f"{package}/__init__.py defines {extra}; put code in a module and re-export it"
