@@ -27,7 +27,8 @@ from typing import Any
 from jax.sharding import AbstractMesh, Mesh
 
 from meshplan.facade._context import current_mesh, require_mesh, x64_enabled
-from meshplan.pure.rules._engine import Plan, PlanRule, plan_from_specs, plan_tree
+from meshplan.pure.rules._engine import Plan, plan_from_specs, plan_tree
+from meshplan.pure.rules._replay import PlanRule
 from meshplan.pure.rules._auto import AutoRule
 from meshplan.pure.rules._base import select_axes
 from meshplan.pure.rules._composite import CompositeRule

@@ -31,7 +31,7 @@ mesh axes:
 
 Every spec it emits can be stored (every split divides its dim).
 
-The rule promises more than :class:`~meshplan.pure.PureRule` asks, and the
+The rule promises more than :class:`~meshplan.pure.rules.Rule` asks, and the
 mesh search uses it to stay fast: :meth:`AxisKindRule.group_key` says which
 leaves always get the same answer, and :attr:`AxisKindRule.reads_axes`
 which axes' sizes matter.

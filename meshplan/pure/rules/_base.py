@@ -1,6 +1,6 @@
 """The pure rule protocol: one leaf's facts in, a decision (or no opinion) out.
 
-A *pure rule* is an immutable callable ``rule(ctx) -> Decision | None``:
+A *pure rule* (:class:`Rule`) is an immutable callable ``rule(ctx) -> Decision | None``:
 
 * ``ctx`` is a :class:`LeafContext`: the leaf's shape, dtype, the mesh axis
   sizes, and (lazily) its path in the tree;
@@ -15,30 +15,36 @@ read ``ctx.path`` (path/regex or logical-axis rules) leave it ``False`` and
 are asked once per leaf. Plain functions are rules too (``shape_only`` is
 then ``False``).
 
-The built-in rules live beside this module: ``_rule_auto``, ``_rule_shape``,
-``_rule_memory``, ``_rule_composite`` and ``_suggest``.
+The optional hints (``name``, ``shape_only``, ``group_key``, ``reads_axes``)
+have one reader each here, with the defaults :class:`Rule` lists; :func:`ask`
+is the one checked call. The built-in rules live beside this module
+(``_auto``, ``_shape``, ``_memory``, ``_composite``, ``_path``, ``_axis_kind``,
+``_suggest``, ``_replay``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._check import as_int_tuple, as_sequence
-from meshplan.pure._check import canonical_axis_sizes
-from meshplan.pure._types import FrozenAxisSizes, Shape
-from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
+from meshplan.pure._check import as_int_tuple, as_sequence, canonical_axis_sizes
+from meshplan.pure._types import Shape
+from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError, SpecError
 
 __all__ = [
     "Decision",
     "LeafContext",
-    "PureRule",
-    "FrozenAxisSizes",
-    "canonical_axis_sizes",
+    "LEAF_ERRORS",
+    "Rule",
+    "ask",
+    "group_key_fn",
+    "is_shape_only",
+    "reads_axes",
+    "rule_name",
     "shards_something",
 ]
 
@@ -181,30 +187,93 @@ class LeafContext:
 
 
 @runtime_checkable
-class PureRule(Protocol):
+class Rule(Protocol):
     """What the planner calls: ``rule(ctx) -> Decision | None``.
 
-    ``name`` labels its decisions; ``shape_only`` promises the answer depends
-    on ``ctx.shape``, ``ctx.dtype`` and ``ctx.axis_sizes`` only.
-    """
+    Plain functions are rules. A rule may also declare these hints, which the
+    planner and the search read with :func:`rule_name`, :func:`is_shape_only`,
+    :func:`declared_group_key` and :func:`reads_axes` (the defaults apply when
+    a hint is missing):
 
-    name: str
-    shape_only: bool
+    * ``name: str``: labels its decisions (default: its function or class name);
+    * ``shape_only: bool``: the answer depends on ``ctx.shape``, ``ctx.dtype``
+      and ``ctx.axis_sizes`` only (default ``False``);
+    * ``group_key(ctx) -> Hashable``: leaves with equal keys get equal
+      decisions on every mesh (default ``None``: no promise);
+    * ``reads_axes: tuple[str, ...]``: the only axes whose sizes change its
+      answers (default ``None``: possibly all).
+    """
 
     def __call__(self, ctx: LeafContext) -> Decision | None: ...
 
 
-def rule_name(rule: Any) -> str:
+GroupKey: TypeAlias = Callable[[LeafContext], Hashable]
+"""``ctx -> key``: leaves with equal keys get equal decisions from one rule."""
+
+LEAF_ERRORS: tuple[type[Exception], ...] = (ShardingRuleError, MemoryBudgetError, SpecError)
+"""Errors a rule raises about one leaf (its spec cannot be made). Planners collect
+or report them per leaf; any other error (a misconfigured rule) propagates at once."""
+
+
+def rule_name(rule: Rule) -> str:
     """A rule's display name: its ``name``, else its function or class name."""
     name = getattr(rule, "name", None)
     if isinstance(name, str):
         return name
-    return getattr(rule, "__name__", type(rule).__name__)
+    found = getattr(rule, "__name__", None)
+    return found if isinstance(found, str) else type(rule).__name__
 
 
-def is_shape_only(rule: Any) -> bool:
-    """Whether the planner may ask ``rule`` once per distinct (shape, dtype)."""
+def is_shape_only(rule: Rule) -> bool:
+    """Whether the planner may ask ``rule`` once per distinct (shape, dtype) (default False)."""
     return getattr(rule, "shape_only", False) is True
+
+
+def declared_group_key(rule: Rule) -> GroupKey | None:
+    """The rule's own ``group_key`` (``None`` when it makes no promise)."""
+    key = getattr(rule, "group_key", None)
+    return key if callable(key) else None
+
+
+def _shape_key(ctx: LeafContext) -> Hashable:
+    return (ctx.shape, ctx.dtype)
+
+
+def _leaf_key(ctx: LeafContext) -> Hashable:
+    return ("leaf", ctx.index)
+
+
+def group_key_fn(rule: Rule) -> GroupKey:
+    """``ctx -> key`` such that leaves with equal keys get equal decisions from ``rule``.
+
+    The rule's ``group_key`` when it declares one, ``(shape, dtype)`` for
+    shape-only rules, else the leaf index (one group per leaf: right for any
+    rule, just slower).
+    """
+    key = declared_group_key(rule)
+    if key is not None:
+        return key
+    return _shape_key if is_shape_only(rule) else _leaf_key
+
+
+def reads_axes(rule: Rule) -> tuple[str, ...] | None:
+    """The axes whose sizes ``rule``'s answers depend on (``None``: possibly all; the default)."""
+    found = getattr(rule, "reads_axes", None)
+    return tuple(found) if isinstance(found, tuple | list) else None
+
+
+def ask(rule: Rule, ctx: LeafContext) -> Decision | None:
+    """``rule(ctx)``, checked: a rule returns a :class:`Decision` or ``None``.
+
+    Raises:
+      MeshplanTypeError: the rule returned anything else.
+    """
+    decision = rule(ctx)
+    if decision is not None and not isinstance(decision, Decision):
+        raise MeshplanTypeError(
+            f"{ctx.path}: rule {rule_name(rule)!r} returned {decision!r}; a rule returns a Decision or None."
+        )
+    return decision
 
 
 def format_axes(axes: Sequence[str], axis_sizes: Mapping[str, int]) -> str:

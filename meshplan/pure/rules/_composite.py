@@ -7,19 +7,31 @@ leaf, the composite replicates it, with a reason listing what each rule said
 (or returns no opinion when no rule had one). Errors raised by a rule
 propagate: a misfitting shape pattern is not skipped over silently.
 
-The composite is shape-only exactly when all its rules are, so a composite
-of built-in rules is still planned once per distinct (shape, dtype).
+The composite forwards its rules' hints (see :class:`~meshplan.pure.rules.Rule`):
+it is shape-only exactly when all its rules are, so a composite of built-in
+rules is still planned once per distinct (shape, dtype); its group key is the
+tuple of its rules' keys; it reads the union of the axes its rules read.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Sequence
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.rules._base import Decision, LeafContext, is_shape_only, rule_name, shards_something
+from meshplan.pure.rules._base import (
+    Decision,
+    GroupKey,
+    LeafContext,
+    Rule,
+    ask,
+    group_key_fn,
+    is_shape_only,
+    reads_axes,
+    rule_name,
+    shards_something,
+)
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = ["CompositeRule"]
@@ -35,15 +47,16 @@ class CompositeRule:
 
     Example:
       >>> import numpy as np
-      >>> from meshplan.pure.rules._auto import AutoRule
-      >>> from meshplan.pure.rules._shape import ShapePatternRule
+      >>> from meshplan.pure.rules import AutoRule, LeafContext, ShapePatternRule
       >>> rule = CompositeRule((ShapePatternRule({(None, 1024): PartitionSpec("tp")}), AutoRule()))
       >>> rule(LeafContext((4096, 512), np.dtype("float32"), {"tp": 4})).reason
       "auto won (rule 2 of 2; shape: no opinion): largest dims first: dim 0 (4096) <- 'tp'(4)"
     """
 
-    rules: tuple[Any, ...]
+    rules: tuple[Rule, ...]
     name: str = "composite"
+    # Each rule's group-key function, found once (the search keys every leaf of a tree).
+    _keys: tuple[GroupKey, ...] = dataclasses.field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.rules, str) or not isinstance(self.rules, Sequence):
@@ -56,25 +69,33 @@ class CompositeRule:
                 raise MeshplanTypeError(f"rules[{k}]={rule!r} is not a rule (not callable).")
         if not isinstance(self.name, str):
             raise MeshplanTypeError(f"name={self.name!r} must be a string.")
+        object.__setattr__(self, "_keys", tuple(group_key_fn(rule) for rule in self.rules))
 
     @property
     def shape_only(self) -> bool:
         """True when every rule is shape-only."""
         return all(is_shape_only(rule) for rule in self.rules)
 
+    @property
+    def reads_axes(self) -> tuple[str, ...] | None:
+        """The axes any of its rules reads (``None`` when one of them may read any axis)."""
+        parts = [reads_axes(rule) for rule in self.rules]
+        if any(p is None for p in parts):
+            return None
+        return tuple(dict.fromkeys(a for p in parts if p is not None for a in p))
+
+    def group_key(self, ctx: LeafContext) -> Hashable:
+        """Equal keys, equal decisions: the tuple of its rules' keys."""
+        return tuple(key(ctx) for key in self._keys)
+
     def __call__(self, ctx: LeafContext) -> Decision | None:
         said: list[str] = []
         any_opinion = False
         for k, rule in enumerate(self.rules):
-            decision = rule(ctx)
+            decision = ask(rule, ctx)
             if decision is None:
                 said.append(f"{rule_name(rule)}: no opinion")
                 continue
-            if not isinstance(decision, Decision):
-                raise MeshplanTypeError(
-                    f"{ctx.path}: rule {rule_name(rule)!r} returned {decision!r}; a rule returns a "
-                    "Decision or None."
-                )
             any_opinion = True
             if shards_something(decision.spec):
                 before = f"; {', '.join(said)}" if said else ""

@@ -21,30 +21,24 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.rules._base import Decision, LeafContext, is_shape_only, rule_name
+from meshplan.pure.rules._base import LEAF_ERRORS, Decision, LeafContext, Rule, ask, is_shape_only, rule_name
 from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts, tree_facts
 from meshplan.pure._types import PyTree
-from meshplan.pure.errors import (
-    MemoryBudgetError,
-    MeshplanTypeError,
-    PlanError,
-    ShardingRuleError,
-    SpecError,
-)
+from meshplan.pure.errors import MeshplanTypeError, PlanError, ShardingRuleError
 
-__all__ = ["Plan", "PlanRule", "plan_tree", "plan_from_specs"]
+__all__ = ["Plan", "plan_tree", "plan_from_specs"]
 
 _REPLICATED = PartitionSpec()
-# Errors a rule raises about one leaf; the planner collects them and raises
-# once. Type errors (a misconfigured rule) propagate at once.
-_LEAF_ERRORS = (ShardingRuleError, MemoryBudgetError, SpecError)
 _MAX_LISTED = 10
+# A rule's errors about leaves (LEAF_ERRORS) are collected and raised once;
+# type errors (a misconfigured rule) propagate at once.
+_Failure = list[Any]  # [first leaf index, error, leaves sharing it]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -141,16 +135,7 @@ class Plan:
         return head + f"{decision.spec!r} [{decision.rule}] {decision.reason}"
 
 
-def _ask(rule: Any, ctx: LeafContext, name: str) -> Decision | None:
-    decision = rule(ctx)
-    if decision is not None and not isinstance(decision, Decision):
-        raise MeshplanTypeError(
-            f"{ctx.path}: rule {name!r} returned {decision!r}; a rule returns a Decision or None."
-        )
-    return decision
-
-
-def _raise_failures(failures: dict[Any, list[Any]], name: str) -> None:
+def _raise_failures(failures: dict[Hashable, _Failure], name: str) -> None:
     """Raise one error for every leaf a rule refused (grouped by shape for shape-only rules)."""
     items = list(failures.values())
     total = sum(count for _, _, count in items)
@@ -168,7 +153,7 @@ def _raise_failures(failures: dict[Any, list[Any]], name: str) -> None:
     raise cls(f"rule {name!r} could not plan {total} leaves:\n  - " + "\n  - ".join(lines)) from first
 
 
-def plan_tree(tree: PyTree, rule: Any, axis_sizes: Mapping[str, int], *, x64: bool = False) -> Plan:
+def plan_tree(tree: PyTree, rule: Rule, axis_sizes: Mapping[str, int], *, x64: bool = False) -> Plan:
     """Apply a pure rule to every leaf of ``tree``.
 
     Args:
@@ -212,7 +197,7 @@ def plan_tree(tree: PyTree, rule: Any, axis_sizes: Mapping[str, int], *, x64: bo
     ids = list(map(id, infos))
     decision_of: dict[int, Decision | None] = {}
     spec_of: dict[int, Any] = {}
-    failures: dict[Any, list[Any]] = {}
+    failures: dict[Hashable, _Failure] = {}
     has_non_arrays = False
     if shape_only:
         by_key: dict[Any, tuple[Decision | None, PartitionSpec]] = {}
@@ -226,8 +211,7 @@ def plan_tree(tree: PyTree, rule: Any, axis_sizes: Mapping[str, int], *, x64: bo
             # Equal infos built separately (boxes, scalars) share one answer.
             key = (info.shape, info.dtype)
             if key not in by_key:
-                by_key[key] = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), name, key,
-                                      failures)
+                by_key[key] = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), key, failures)
             decision_of[uid], spec_of[uid] = by_key[key]
         decisions = _lookup(decision_of, ids)
         specs = _lookup(spec_of, ids)
@@ -241,8 +225,7 @@ def plan_tree(tree: PyTree, rule: Any, axis_sizes: Mapping[str, int], *, x64: bo
                 has_non_arrays = True
                 decision, spec = None, None
             else:
-                decision, spec = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), name, i,
-                                         failures)
+                decision, spec = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), i, failures)
             decisions.append(decision)
             specs.append(spec)
     if failures:
@@ -264,11 +247,11 @@ def _lookup(table: dict[int, Any], ids: list[int]) -> tuple[Any, ...]:
     return operator.itemgetter(*ids)(table)
 
 
-def _decide(rule: Any, ctx: LeafContext, name: str, key: Any,
-            failures: dict[Any, list[Any]]) -> tuple[Decision | None, PartitionSpec]:
+def _decide(rule: Rule, ctx: LeafContext, key: Hashable,
+            failures: dict[Hashable, _Failure]) -> tuple[Decision | None, PartitionSpec]:
     try:
-        decision = _ask(rule, ctx, name)
-    except _LEAF_ERRORS as err:
+        decision = ask(rule, ctx)
+    except LEAF_ERRORS as err:
         failures[key] = [ctx.index, err, 1]
         return None, _REPLICATED
     return decision, _REPLICATED if decision is None else decision.spec
@@ -331,36 +314,3 @@ def plan_from_specs(
         out.append(spec)
     sizes = canonical_axis_sizes({} if axis_sizes is None else axis_sizes)
     return Plan(facts.unflatten(out), facts, tuple(decisions), tuple(out), sizes, rule)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
-class PlanRule:
-    """A pure rule replaying a plan made for the same tree (by leaf index).
-
-    This lets rules that only exist as ``apply(pytree)`` (user subclasses of
-    the facade's ``ShardingRule``) take part in a composite rule.
-
-    Example:
-      >>> import numpy as np
-      >>> from jax.sharding import PartitionSpec as P
-      >>> tree = {"w": np.zeros((4, 4))}
-      >>> replay = PlanRule(plan_from_specs(tree, {"w": P("dp")}, rule="mine"))
-      >>> plan_tree(tree, replay, {"dp": 2}).specs
-      {'w': P('dp',)}
-    """
-
-    plan: Plan
-    shape_only: ClassVar[bool] = False
-
-    @property
-    def name(self) -> str:
-        """The replayed plan's rule name."""
-        return self.plan.rule
-
-    def __call__(self, ctx: LeafContext) -> Decision | None:
-        if not 0 <= ctx.index < len(self.plan.leaf_decisions):
-            raise ShardingRuleError(
-                f"{ctx.path}: the replayed plan of rule {self.plan.rule!r} has "
-                f"{len(self.plan.leaf_decisions)} leaves; it was made for a different tree."
-            )
-        return self.plan.leaf_decisions[ctx.index]

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Hashable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.rules._axis_kind import path_template
 from meshplan.pure.mesh._hybrid import HybridMeshShape
 from meshplan.pure.rules._path import spec_from_json, spec_to_json
 from meshplan.pure.rules._engine import Plan, plan_tree
-from meshplan.pure.rules._base import Decision, LeafContext
+from meshplan.pure.rules._base import Decision
+from meshplan.pure.rules._replay import PlanRule
 from meshplan.pure._types import PyTree
-from meshplan.pure.errors import MeshplanTypeError, PlanError, ShardingRuleError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 
 __all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup", "fmt_bytes"]
 
@@ -184,30 +184,6 @@ class CommTerm:
         return cls(**_fields(cls, data))
 
 
-class _GroupRule:
-    """A pure rule replaying a candidate's parameter groups on a tree (by path, shape, dtype)."""
-
-    shape_only: ClassVar[bool] = False
-
-    def __init__(self, groups: tuple[ParamGroup, ...], name: str) -> None:
-        self.name = name
-        self._by_key: dict[Hashable, ParamGroup] = {}
-        for g in groups:
-            self._by_key.setdefault((g.pattern, g.shape, g.dtype), g)
-
-    def __call__(self, ctx: LeafContext) -> Decision:
-        dtype = str(ctx.dtype)
-        path = ctx.path
-        group = self._by_key.get((path, ctx.shape, dtype)) or self._by_key.get(
-            (path_template(path), ctx.shape, dtype))
-        if group is None:
-            raise ShardingRuleError(
-                f"{path}: no parameter group of this plan matches {path_template(path)!r} {ctx.shape} "
-                f"{dtype}; the plan was made for a different parameter tree (model or dtype)."
-            )
-        return Decision(group.spec, group.reason, group.rule)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class MeshCandidate:
     """One mesh the search priced: its layout, memory, communication and verdict.
@@ -283,7 +259,8 @@ class MeshCandidate:
         Raises:
           ShardingRuleError: a leaf matches no parameter group (another model).
         """
-        return plan_tree(tree, _GroupRule(self.groups, "plan"), self.mesh_shape)
+        records = (((g.pattern, g.shape, g.dtype), Decision(g.spec, g.reason, g.rule)) for g in self.groups)
+        return plan_tree(tree, PlanRule.from_patterns(records, name="plan"), self.mesh_shape)
 
     def specs_for(self, tree: PyTree) -> PyTree:
         """The PartitionSpec tree for ``tree``; see :meth:`plan`."""
