@@ -4,21 +4,23 @@ Asking a rule once per leaf per candidate mesh would cost leaves x meshes
 rule calls (723 x 290 for Llama-3-70B on 4096 devices). Instead:
 
 1. :class:`LeafGroups` splits the tree once into groups of leaves the rule
-   promises to treat alike: its ``group_key(ctx)`` when it has one (the
-   default :class:`~meshplan.pure.rules._axis_kind.AxisKindRule`: path template,
-   shape, dtype), ``(shape, dtype)`` for shape-only rules, else one group
-   per leaf (correct for any rule, just slower);
+   promises to treat alike (:func:`~meshplan.pure.rules._base.group_key_fn`:
+   its ``group_key(ctx)`` when it has one, e.g. the default
+   :class:`~meshplan.pure.rules.AxisKindRule`'s path template, shape and
+   dtype; ``(shape, dtype)`` for shape-only rules; else one group per leaf,
+   correct for any rule, just slower);
 2. :func:`evaluate_plan` asks the rule once per group for one set of axis
    sizes, and the search caches the answer per *distinct* sizes of the axes
-   the rule reads (``rule.reads_axes``; every axis when it does not say), so
-   meshes that differ only in dp/sp or in their DCN split share one plan.
+   the rule reads (:func:`~meshplan.pure.rules._base.reads_axes`; every axis
+   when it does not say), so meshes that differ only in dp/sp or in their DCN
+   split share one plan.
 
 Bytes per device are the pure memory estimator's arithmetic
-(:func:`~meshplan.pure.shard_geometry` + :func:`~meshplan.pure.array_bytes`,
-with gradients and optimizer copies typed as
-:func:`~meshplan.pure.estimate_training_memory` types them); the tests check
-that they equal ``estimate_training_memory`` of the expanded spec tree, byte
-for byte.
+(:func:`~meshplan.pure.shard_geometry`'s shard times
+:meth:`~meshplan.pure.specs._training.TrainingState.element_bytes`, the
+dtypes :func:`~meshplan.pure.estimate_training_memory` counts); the tests
+check that they equal ``estimate_training_memory`` of the expanded spec tree,
+byte for byte.
 """
 
 from __future__ import annotations
@@ -28,51 +30,37 @@ import math
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-import jax
-import numpy as np
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.rules._axis_kind import path_template
-from meshplan.pure.specs._dtypes import dtype_storage_bytes
-from meshplan.pure.search._candidate import ParamGroup
-from meshplan.pure.rules._base import Decision, LeafContext, is_shape_only, rule_name
 from meshplan.pure._check import canonical_axis_sizes
-from meshplan.pure.rules._composite import CompositeRule
-from meshplan.pure.specs._geometry import UNCONSTRAINED, shard_geometry
+from meshplan.pure._types import Shape
+from meshplan.pure.errors import SpecError
+from meshplan.pure.rules._axis_kind import path_template
+from meshplan.pure.rules._base import LEAF_ERRORS, Decision, LeafContext, Rule, ask, group_key_fn, rule_name
+from meshplan.pure.search._candidate import ParamGroup
 from meshplan.pure.search._step_cost import DATA_AXES, STORAGE_AXES, ParamTraffic
-from meshplan.pure.specs._training import _is_inexact
+from meshplan.pure.specs._geometry import UNCONSTRAINED, ShardGeometry, canonical_entries, shard_geometry
+from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts
-from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError, SpecError
 
-__all__ = ["LeafGroups", "PlanEval", "evaluate_plan", "group_key_fn", "param_groups", "reads_axes", "state_bytes"]
+__all__ = ["GeometryCache", "LeafGroups", "PlanEval", "evaluate_plan", "param_groups", "state_bytes"]
 
 _REPLICATED = PartitionSpec()
-_RULE_ERRORS = (ShardingRuleError, MemoryBudgetError, SpecError)
-_FLOAT0 = np.dtype(jax.dtypes.float0)
+_DisplayKey = tuple[str, Shape, str]  # (path template, shape, dtype name)
 
 
-def group_key_fn(rule: Any) -> Any:
-    """``ctx -> key`` such that leaves with equal keys get equal decisions from ``rule``."""
-    key = getattr(rule, "group_key", None)
-    if callable(key):
-        return key
-    if isinstance(rule, CompositeRule):
-        parts = [group_key_fn(r) for r in rule.rules]
-        return lambda ctx: tuple(part(ctx) for part in parts)
-    if is_shape_only(rule):
-        return lambda ctx: (ctx.shape, ctx.dtype)
-    return lambda ctx: ("leaf", ctx.index)
+@dataclasses.dataclass(frozen=True, slots=True)
+class GeometryCache:
+    """Shared by a search's plans, so meshes that split a leaf alike skip :func:`shard_geometry`.
 
+    Attributes:
+      axes: spec -> the mesh axes it uses.
+      geometry: (shape, spec, sizes of the spec's axes) -> its :class:`ShardGeometry`.
+    """
 
-def reads_axes(rule: Any) -> tuple[str, ...] | None:
-    """The axes whose sizes ``rule``'s answers depend on (``None``: possibly all)."""
-    if isinstance(rule, CompositeRule):
-        parts = [reads_axes(r) for r in rule.rules]
-        if any(p is None for p in parts):
-            return None
-        return tuple(dict.fromkeys(a for p in parts for a in p))
-    found = getattr(rule, "reads_axes", None)
-    return tuple(found) if isinstance(found, tuple | list) else None
+    axes: dict[PartitionSpec, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    geometry: dict[tuple[Shape, PartitionSpec, tuple[int, ...]], ShardGeometry] = dataclasses.field(
+        default_factory=dict)
 
 
 class _Paths:
@@ -113,10 +101,10 @@ class LeafGroups:
     infos: tuple[LeafInfo, ...]
     counts: tuple[int, ...]
     leaf_group: tuple[int, ...]
-    display: tuple[tuple[tuple[str, tuple[int, ...], str], tuple[tuple[int, int], ...]], ...]
+    display: tuple[tuple[_DisplayKey, tuple[tuple[int, int], ...]], ...]
 
     @classmethod
-    def build(cls, facts: TreeFacts, rule: Any) -> LeafGroups:
+    def build(cls, facts: TreeFacts, rule: Rule) -> LeafGroups:
         """Group the leaves of ``facts`` for ``rule`` (one rule-key call and one path per leaf)."""
         key_of = group_key_fn(rule)
         paths = _Paths(facts)
@@ -126,7 +114,7 @@ class LeafGroups:
         infos: list[LeafInfo] = []
         counts: list[int] = []
         leaf_group: list[int] = []
-        display: dict[tuple, dict[int, int]] = {}
+        display: dict[_DisplayKey, dict[int, int]] = {}
         for i, info in enumerate(facts.infos):
             if info is None:
                 leaf_group.append(-1)
@@ -169,23 +157,23 @@ def _failed(message: str) -> PlanEval:
 
 def evaluate_plan(
     groups: LeafGroups,
-    rule: Any,
+    rule: Rule,
     sizes: Mapping[str, int],
     *,
-    grad_dtype: Any,
-    optimizer_dtype: Any,
-    optimizer_copies: int,
-    geometry_cache: dict[Any, tuple[int, bool]] | None = None,
+    state: TrainingState,
+    geometry_cache: GeometryCache | None = None,
 ) -> PlanEval:
     """Ask ``rule`` once per group and total the bytes and parameter traffic per device.
+
+    The arithmetic is :func:`~meshplan.pure.estimate_training_memory`'s: each
+    group's shard is :func:`~meshplan.pure.shard_geometry`'s (padded) shard
+    shape, and its bytes per element are ``state.element_bytes(dtype)``.
 
     Args:
       groups: the tree's leaf groups for ``rule``.
       rule: a pure rule.
       sizes: mesh axis sizes (mesh order).
-      grad_dtype: gradient dtype of floating leaves (``None``: the leaf's own).
-      optimizer_dtype: dtype of the optimizer copies of floating leaves.
-      optimizer_copies: parameter-shaped optimizer copies per floating leaf.
+      state: the gradient and optimizer dtypes and copies (canonical dtypes).
       geometry_cache: a dict shared across calls; shard sizes are looked up there by
         (shape, spec, sizes of the spec's axes), so meshes that split a leaf the same
         way skip :func:`~meshplan.pure.shard_geometry`.
@@ -202,33 +190,26 @@ def evaluate_plan(
     gather: dict[tuple[str, ...], int] = {}
     scatter: dict[tuple[str, ...], int] = {}
     reduce: dict[tuple[str, ...], int] = {}
-    itemsizes: dict[Any, int] = {}
-    for g, (index, info, count) in enumerate(zip(groups.first, groups.infos, groups.counts, strict=True)):
+    cache = GeometryCache() if geometry_cache is None else geometry_cache
+    for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True):
         ctx = LeafContext(info.shape, info.dtype, sizes, index, groups.paths)
         try:
-            decision = rule(ctx)
-            if decision is not None and not isinstance(decision, Decision):
-                raise MeshplanTypeError(f"{ctx.path}: rule {rule_name(rule)!r} returned {decision!r}, "
-                                        "not a Decision or None.")
+            decision = ask(rule, ctx)
             spec = _REPLICATED if decision is None else decision.spec
-            axes = _spec_axes(spec)
-            elements, padded = _shard_elements(info.shape, spec, axes, sizes, ctx, geometry_cache)
-        except _RULE_ERRORS as err:
+            axes, geometry = _geometry(info.shape, spec, sizes, ctx.path, cache)
+        except LEAF_ERRORS as err:
             return _failed(str(err))
-        if padded:
+        if geometry.padded:
             return _failed(f"{ctx.path}: rule {rule_name(rule)!r} gave {spec} for shape {info.shape}, "
                            f"which does not divide evenly on {dict(sizes)}; jax cannot store it.")
         decisions.append(decision)
         specs.append(spec)
-        # array_bytes(shard, dtype) == elements * dtype_storage_bytes(dtype); the itemsizes are
-        # looked up once per dtype because dtype_bits is slow next to a multiplication.
-        inexact = _is_inexact(info.dtype)
-        p = elements * _itemsize(info.dtype, itemsizes)
-        gr = elements * _itemsize((grad_dtype or info.dtype) if inexact else _FLOAT0, itemsizes)
-        o = optimizer_copies * elements * _itemsize(optimizer_dtype if inexact else _FLOAT0, itemsizes)
+        elements = geometry.num_elements
+        p_unit, g_unit, o_unit = state.element_bytes(info.dtype)
+        p, gr = elements * p_unit, elements * g_unit
         p_total += count * p
         g_total += count * gr
-        o_total += count * o
+        o_total += count * elements * o_unit
         used = set(axes)
         storage = tuple(a for a in mesh_axes if a in used and a in STORAGE_AXES)
         replicas = tuple(a for a in mesh_axes if a in DATA_AXES and a not in used)
@@ -242,51 +223,44 @@ def evaluate_plan(
     return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic)
 
 
-def _spec_axes(spec: PartitionSpec) -> tuple[Any, ...]:
-    """The names a spec uses (as spec_axes, without its entry checks: shard_geometry does those)."""
-    return tuple(a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,)))
+def _geometry(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], where: str,
+              cache: GeometryCache) -> tuple[tuple[str, ...], ShardGeometry]:
+    """(the axes ``spec`` uses, :func:`shard_geometry`), memoized by the sizes of those axes.
 
-
-def _shard_elements(shape: tuple[int, ...], spec: PartitionSpec, axes: tuple[Any, ...], sizes: Mapping[str, int],
-                    ctx: LeafContext, cache: dict[Any, tuple[int, bool]] | None) -> tuple[int, bool]:
-    """(elements per shard, padded) via shard_geometry, memoized by the sizes the spec uses."""
+    Raises:
+      SpecError: ``P.UNCONSTRAINED`` (a stored parameter cannot honour it), or
+        what :func:`shard_geometry` refuses.
+    """
     if any(e is UNCONSTRAINED for e in spec):
-        raise SpecError(f"{ctx.path}: spec {spec} has P.UNCONSTRAINED, which a stored parameter cannot "
+        raise SpecError(f"{where}: spec {spec} has P.UNCONSTRAINED, which a stored parameter cannot "
                         "honour; name the axes or use None.")
     try:
-        key = (shape, spec, tuple(sizes.get(a, 0) for a in axes))
-        found = None if cache is None else cache.get(key)
-    except TypeError:  # an unhashable or malformed entry: let shard_geometry explain it
-        key, found = None, None
+        axes = cache.axes.get(spec)
+    except TypeError:  # an unhashable entry (a list): nothing to memoize by
+        return _axes(spec, where), shard_geometry(shape, spec, sizes, where=where)
+    if axes is None:
+        axes = cache.axes[spec] = _axes(spec, where)
+    key = (shape, spec, tuple(sizes.get(a, 0) for a in axes))
+    found = cache.geometry.get(key)
     if found is None:
-        geometry = shard_geometry(shape, spec, sizes, where=ctx.path)
-        found = (math.prod(geometry.shard_shape), geometry.padded)
-        if cache is not None and key is not None:
-            cache[key] = found
-    return found
+        found = cache.geometry[key] = shard_geometry(shape, spec, sizes, where=where)
+    return axes, found
 
 
-def state_bytes(groups: LeafGroups, *, grad_dtype: Any, optimizer_dtype: Any, optimizer_copies: int) -> int:
+def _axes(spec: PartitionSpec, where: str) -> tuple[str, ...]:
+    """spec_axes(spec), naming the leaf if an entry is malformed (as shard_geometry would)."""
+    return tuple(a for e in canonical_entries(spec, where=where) for a in e)
+
+
+def state_bytes(groups: LeafGroups, state: TrainingState) -> int:
     """Unsharded bytes of params + grads + optimizer copies: what all devices hold together at least."""
-    cache: dict[Any, int] = {}
     total = 0
     for info, count in zip(groups.infos, groups.counts, strict=True):
-        inexact = _is_inexact(info.dtype)
-        per_element = (_itemsize(info.dtype, cache)
-                       + _itemsize((grad_dtype or info.dtype) if inexact else _FLOAT0, cache)
-                       + optimizer_copies * _itemsize(optimizer_dtype if inexact else _FLOAT0, cache))
-        total += count * math.prod(info.shape) * per_element
+        total += count * math.prod(info.shape) * sum(state.element_bytes(info.dtype))
     return total
 
 
-def _itemsize(dtype: Any, cache: dict[Any, int]) -> int:
-    found = cache.get(dtype)
-    if found is None:
-        found = cache[dtype] = dtype_storage_bytes(dtype)
-    return found
-
-
-def param_groups(groups: LeafGroups, plan: PlanEval, rule: Any) -> tuple[ParamGroup, ...]:
+def param_groups(groups: LeafGroups, plan: PlanEval, rule: Rule) -> tuple[ParamGroup, ...]:
     """The plan as :class:`ParamGroup` records: one per (template, shape, dtype).
 
     Where leaves sharing a template got different specs (a rule that looks

@@ -47,15 +47,9 @@ from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, fmt_bytes
-from meshplan.pure.rules._base import rule_name
-from meshplan.pure.search._groups import (
-    LeafGroups,
-    PlanEval,
-    evaluate_plan,
-    param_groups,
-    reads_axes,
-    state_bytes,
-)
+from meshplan.pure.rules._base import Rule, reads_axes, rule_name
+from meshplan.pure.search._groups import GeometryCache, LeafGroups, PlanEval, evaluate_plan, param_groups, state_bytes
+from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._space import (
     mesh_count,
@@ -100,26 +94,24 @@ class _Scored:
 class _Search:
     """One search: the canonical request, the leaf groups and the plan cache."""
 
-    def __init__(self, req: SearchRequest, model: ModelSpec, params: PyTree, rule: Any) -> None:
+    def __init__(self, req: SearchRequest, model: ModelSpec, params: PyTree, rule: Rule) -> None:
         self.req, self.model, self.rule = req, model, rule
         self.groups = LeafGroups.build(tree_facts(params), rule)
         self.reads = reads_axes(rule)
-        self.plans: dict[tuple, PlanEval] = {}
-        self.geometry: dict[Any, tuple[int, bool]] = {}
+        self.plans: dict[tuple[Any, ...], PlanEval] = {}
+        self.geometry = GeometryCache()
         self.act_itemsize = dtype_storage_bytes(canonical_dtype(req.param_dtype)) if req.param_dtype != "mixed" else 2
-        self.grad_dtype = None if req.grad_dtype == "param" else canonical_dtype(req.grad_dtype)
-        self.opt_dtype = canonical_dtype(req.optimizer_dtype)
-        self.state_total = state_bytes(self.groups, grad_dtype=self.grad_dtype, optimizer_dtype=self.opt_dtype,
-                                       optimizer_copies=req.optimizer_copies)
+        self.state = TrainingState(None if req.grad_dtype == "param" else canonical_dtype(req.grad_dtype),
+                                   canonical_dtype(req.optimizer_dtype), req.optimizer_copies)
+        self.state_total = state_bytes(self.groups, self.state)
         self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
 
     def plan(self, sizes: dict[str, int]) -> tuple[tuple, PlanEval]:
         key = tuple(sizes.items()) if self.reads is None else tuple(sizes.get(a, 1) for a in self.reads)
         found = self.plans.get(key)
         if found is None:
-            found = self.plans[key] = evaluate_plan(
-                self.groups, self.rule, sizes, grad_dtype=self.grad_dtype, optimizer_dtype=self.opt_dtype,
-                optimizer_copies=self.req.optimizer_copies, geometry_cache=self.geometry)
+            found = self.plans[key] = evaluate_plan(self.groups, self.rule, sizes, state=self.state,
+                                                    geometry_cache=self.geometry)
         return key, found
 
     def run(self) -> tuple[list[_Scored], list[_Scored], list[Rejection], int]:
@@ -283,7 +275,7 @@ def search_meshes(
     dtype: Any = jnp.bfloat16,
     axes: Sequence[str] | None = None,
     fixed: Mapping[str, int] | None = None,
-    rule: Any = None,
+    rule: Rule | None = None,
     batch: int | None = None,
     seq: int | None = None,
     headroom: float = 0.1,
@@ -368,7 +360,7 @@ def search_meshes(
     return _run(req, spec, params, rule, batch_given=batch is not None, suggest=True)
 
 
-def _run(req: SearchRequest, model: ModelSpec, params: PyTree, rule: Any, *, batch_given: bool,
+def _run(req: SearchRequest, model: ModelSpec, params: PyTree, rule: Rule, *, batch_given: bool,
          suggest: bool) -> SearchResult:
     search = _Search(req, model, params, rule)
     fits, over, rejections, total = search.run()

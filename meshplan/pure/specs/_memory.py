@@ -25,18 +25,29 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from meshplan.pure.specs._dtypes import array_bytes, dtype_bits, dtype_storage_bytes
-from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries
+from meshplan.pure.specs._geometry import UNCONSTRAINED, ShardGeometry, canonical_entries, shard_geometry
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts
 from meshplan.pure._types import AxisSizes, PyTree
 from meshplan.pure.specs._validate import Finding, _resolve, group_leaves, raise_errors
 from meshplan.pure.errors import MeshplanTypeError
 
-__all__ = ["MemoryEstimate", "estimate_memory", "estimate_leaves_memory", "validate_and_estimate"]
+__all__ = [
+    "MemoryEstimate",
+    "PlacedGroup",
+    "estimate_groups",
+    "estimate_leaves_memory",
+    "estimate_memory",
+    "leaf_groups",
+    "place_groups",
+    "validate_and_estimate",
+]
 
 _PADDING = ("padded", "actual")
 
@@ -157,9 +168,49 @@ class MemoryEstimate:
         )
 
 
+DtypeMap = Callable[[Any], Any]
+"""``leaf dtype -> counted dtype``: the same leaves, counted as gradients or optimizer copies."""
+
+
+def _same_dtype(dtype: Any) -> Any:
+    return dtype
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlacedGroup:
+    """Equal leaves (same shape, dtype and spec) and how they split: the unit of memory arithmetic.
+
+    Attributes:
+      info: the leaves' shape and dtype.
+      count: how many leaves share them.
+      spec: their PartitionSpec.
+      geometry: :func:`~meshplan.pure.specs.shard_geometry` of the shape under the spec.
+    """
+
+    info: LeafInfo
+    count: int
+    spec: Any
+    geometry: ShardGeometry
+
+
+def place_groups(
+    counts: collections.Counter[tuple[int, Any]], by_id: dict[int, LeafInfo | None], axis_sizes: AxisSizes
+) -> tuple[PlacedGroup, ...]:
+    """One :class:`PlacedGroup` per distinct (leaf kind, spec) (see :func:`~meshplan.pure.specs._validate.group_leaves`).
+
+    Non-array leaves are skipped; :func:`shard_geometry` runs once per group.
+    """
+    out: list[PlacedGroup] = []
+    for (info_id, spec), count in counts.items():
+        info = by_id[info_id]
+        if info is not None:
+            out.append(PlacedGroup(info, count, spec, shard_geometry(info.shape, spec, axis_sizes)))
+    return tuple(out)
+
+
 def _shard_lengths(
-    d: int, entry: tuple[str, ...], chunk: int, coords: dict[str, np.ndarray], sizes: AxisSizes
-) -> np.ndarray:
+    d: int, entry: tuple[str, ...], chunk: int, coords: dict[str, NDArray[np.int64]], sizes: AxisSizes
+) -> NDArray[np.int64]:
     """Real (unpadded) elements along one dim at every device position."""
     index = np.zeros_like(coords[entry[0]])
     for axis in entry:  # first axis major, as jax lays out tuple entries
@@ -168,21 +219,21 @@ def _shard_lengths(
 
 
 def _uneven_bytes(
-    info: LeafInfo, entries: tuple[Any, ...], sizes: AxisSizes, coords: dict[str, np.ndarray],
-    packed_subbyte: bool,
-) -> np.ndarray:
+    group: PlacedGroup, dtype: Any, sizes: AxisSizes, coords: dict[str, NDArray[np.int64]], packed_subbyte: bool,
+) -> NDArray[np.int64]:
     """Actual bytes of one unevenly split array at every device position."""
+    shape, geometry = group.info.shape, group.geometry
+    entries = canonical_entries(group.spec, len(shape))
     elems = np.ones(math.prod(sizes.values()), dtype=np.int64)
-    for d, entry in zip(info.shape, entries, strict=True):
-        if entry is UNCONSTRAINED or not entry:
+    for d, entry, n, chunk in zip(shape, entries, geometry.splits, geometry.shard_shape, strict=True):
+        if n == 1:
             elems = elems * d
         else:
-            n = math.prod(sizes[a] for a in entry)
-            elems = elems * _shard_lengths(d, entry, -(-d // n), coords, sizes)
-    bits = dtype_bits(info.dtype)
+            elems = elems * _shard_lengths(d, entry, chunk, coords, sizes)
+    bits = dtype_bits(dtype)
     if packed_subbyte and bits < 8:
         return -(-elems * bits // 8)
-    return elems * dtype_storage_bytes(info.dtype)
+    return elems * dtype_storage_bytes(dtype)
 
 
 def estimate_leaves_memory(
@@ -206,19 +257,36 @@ def estimate_leaves_memory(
       >>> estimate_leaves_memory(facts, (P("x"),), {"x": 2}, padding="actual").per_device
       (6, 4)
     """
+    _check_padding(padding)
+    return estimate_groups(leaf_groups(facts, per_leaf_specs, axis_sizes), axis_sizes,
+                           packed_subbyte=packed_subbyte, padding=padding)
+
+
+def leaf_groups(facts: TreeFacts, per_leaf_specs: tuple[Any, ...], axis_sizes: AxisSizes) -> tuple[PlacedGroup, ...]:
+    """The placed groups of leaves whose specs are already resolved and valid."""
     groups = group_leaves(facts.infos, per_leaf_specs)
     if groups is None:
         raise MeshplanTypeError("per_leaf_specs holds an unhashable leaf; resolve specs with resolve_specs first.")
-    return _estimate_groups(*groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+    return place_groups(*groups, axis_sizes)
 
 
-def _estimate_groups(
-    counts: collections.Counter, by_id: dict[int, LeafInfo | None], axis_sizes: AxisSizes, *,
-    packed_subbyte: bool, padding: str,
-) -> MemoryEstimate:
-    """The estimate from leaf groups (see :func:`meshplan.pure.specs._validate.group_leaves`)."""
+def _check_padding(padding: str) -> None:
     if padding not in _PADDING:
         raise MeshplanTypeError(f"padding={padding!r} must be one of {_PADDING}.")
+
+
+def estimate_groups(
+    groups: tuple[PlacedGroup, ...], axis_sizes: AxisSizes, *, dtype_of: DtypeMap = _same_dtype,
+    packed_subbyte: bool = False, padding: str = "padded",
+) -> MemoryEstimate:
+    """Bytes per device of placed leaf groups, each leaf counted in ``dtype_of(its dtype)``.
+
+    Every byte figure of meshplan comes from here or from the same
+    arithmetic: a shard holds ``geometry.shard_shape`` elements (padded) of
+    ``array_bytes`` each. Training memory calls it once per kind of state
+    (params, grads, optimizer copies) on the same groups.
+    """
+    _check_padding(padding)
     sizes = dict(axis_sizes)
     names = tuple(sizes)
     num_devices = math.prod(sizes.values())
@@ -226,31 +294,26 @@ def _estimate_groups(
     varying = np.zeros(num_devices, dtype=np.int64)
     total = replicated = num_arrays = 0
     padded_any, exact = False, True
-    coords: dict[str, np.ndarray] | None = None
-    for (info_id, spec), count in counts.items():
-        info = by_id[info_id]
-        if info is None:
-            continue
+    coords: dict[str, NDArray[np.int64]] | None = None
+    for group in groups:
+        info, count, geometry = group.info, group.count, group.geometry
+        dtype = dtype_of(info.dtype)
         num_arrays += count
-        entries = canonical_entries(spec, len(info.shape))
-        splits = [1 if e is UNCONSTRAINED else math.prod(sizes[a] for a in e) for e in entries]
-        exact = exact and all(e is not UNCONSTRAINED for e in entries)
-        full = array_bytes(info.shape, info.dtype, packed_subbyte=packed_subbyte)
+        exact = exact and all(e is not UNCONSTRAINED for e in group.spec or ())
+        full = array_bytes(info.shape, dtype, packed_subbyte=packed_subbyte)
         total += count * full
-        if all(n == 1 for n in splits):
+        if all(n == 1 for n in geometry.splits):
             replicated += count * full
             uniform += count * full
             continue
-        shard = tuple(-(-d // n) for d, n in zip(info.shape, splits, strict=True))
-        uneven = any(d % n for d, n in zip(info.shape, splits, strict=True))
-        padded_any = padded_any or uneven
-        if uneven and padding == "actual":
+        padded_any = padded_any or geometry.padded
+        if geometry.padded and padding == "actual":
             if coords is None:
                 grid = np.indices(tuple(sizes.values()), dtype=np.int64).reshape(len(names), num_devices)
                 coords = dict(zip(names, grid, strict=True))
-            varying += count * _uneven_bytes(info, entries, sizes, coords, packed_subbyte)
+            varying += count * _uneven_bytes(group, dtype, sizes, coords, packed_subbyte)
         else:
-            uniform += count * array_bytes(shard, info.dtype, packed_subbyte=packed_subbyte)
+            uniform += count * array_bytes(geometry.shard_shape, dtype, packed_subbyte=packed_subbyte)
     per_device = tuple(int(uniform + v) for v in varying)
     return MemoryEstimate(
         axis_names=names,
@@ -348,9 +411,11 @@ def validate_and_estimate(
 def _named_estimate(
     facts: TreeFacts, groups: Any, axis_sizes: AxisSizes, *, packed_subbyte: bool, padding: str
 ) -> MemoryEstimate:
-    """_estimate_groups, naming the leaf when its dtype has no size."""
+    """estimate_groups of group_leaves' groups, naming the leaf when its dtype has no size."""
+    _check_padding(padding)
     try:
-        return _estimate_groups(*groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+        return estimate_groups(place_groups(*groups, axis_sizes), axis_sizes, packed_subbyte=packed_subbyte,
+                               padding=padding)
     except MeshplanTypeError as err:
         bad = _first_bad_dtype_leaf(facts)
         if bad is None:

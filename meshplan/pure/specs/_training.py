@@ -16,19 +16,71 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.specs._dtypes import canonical_dtype
-from meshplan.pure.specs._memory import MemoryEstimate, estimate_leaves_memory, estimate_memory
-from meshplan.pure.specs._tree import LeafInfo, TreeFacts, tree_facts
+from meshplan.pure.specs._dtypes import array_bytes, canonical_dtype
+from meshplan.pure.specs._memory import MemoryEstimate, estimate_groups, estimate_memory, leaf_groups
+from meshplan.pure.specs._tree import tree_facts
 from meshplan.pure._types import AxisSizes, PyTree
 from meshplan.pure.specs._validate import leaf_specs, raise_errors, resolve_specs
 from meshplan.pure.errors import MeshplanTypeError
 
-__all__ = ["TrainingMemoryEstimate", "optimizer_state_specs", "estimate_training_memory"]
+__all__ = ["TrainingMemoryEstimate", "TrainingState", "estimate_training_memory", "optimizer_state_specs"]
+
+
+_FLOAT0 = np.dtype(jax.dtypes.float0)
 
 
 def _is_inexact(dtype: Any) -> bool:
     """Float or complex (bf16, fp8 ... included); PRNG keys and float0 are not."""
     return isinstance(dtype, np.dtype) and bool(jax.dtypes.issubdtype(dtype, np.inexact))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrainingState:
+    """What a training step keeps per parameter: itself, a gradient and optimizer copies.
+
+    Floating parameters get gradients in ``grad_dtype`` and ``optimizer_copies``
+    copies in ``optimizer_dtype`` (``None``: the parameter's own dtype);
+    integer/bool parameters get ``float0`` gradients and copies (0 bytes), as
+    ``jax.grad(..., allow_int=True)`` does. Dtypes must be canonical.
+
+    Example:
+      >>> import numpy as np
+      >>> state = TrainingState(optimizer_dtype=np.dtype("float32"), optimizer_copies=2)
+      >>> state.element_bytes(np.dtype("float16")), state.element_bytes(np.dtype("int32"))
+      ((2, 2, 8), (4, 0, 0))
+    """
+
+    grad_dtype: Any = None
+    optimizer_dtype: Any = None
+    optimizer_copies: int = 0
+    # dtype -> element_bytes: the search asks once per leaf group per mesh, and
+    # dtype_bits is slow next to a multiplication. A memo, not state.
+    _units: dict[Any, tuple[int, int, int]] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def grad_of(self, dtype: Any) -> Any:
+        """The gradient dtype of a parameter of ``dtype``."""
+        if not _is_inexact(dtype):
+            return _FLOAT0
+        return dtype if self.grad_dtype is None else self.grad_dtype
+
+    def optimizer_of(self, dtype: Any) -> Any:
+        """The dtype of each optimizer copy of a parameter of ``dtype``."""
+        if not _is_inexact(dtype):
+            return _FLOAT0
+        return dtype if self.optimizer_dtype is None else self.optimizer_dtype
+
+    def element_bytes(self, dtype: Any) -> tuple[int, int, int]:
+        """Bytes per parameter element of (the parameter, its gradient, all its optimizer copies).
+
+        Unpacked storage (``jax.Array.nbytes``), where bytes are linear in the
+        element count: ``array_bytes(shard, d) == prod(shard) * array_bytes((1,), d)``.
+        """
+        found = self._units.get(dtype)
+        if found is None:
+            found = self._units[dtype] = (
+                array_bytes((1,), dtype), array_bytes((1,), self.grad_of(dtype)),
+                self.optimizer_copies * array_bytes((1,), self.optimizer_of(dtype)))
+        return found
 
 
 def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree) -> PyTree:
@@ -129,16 +181,6 @@ class TrainingMemoryEstimate:
         }
 
 
-def _with_dtype(facts: TreeFacts, dtype_of: Any) -> TreeFacts:
-    """The same leaves with new dtypes (``dtype_of(info) -> dtype``), same structure."""
-    # One new LeafInfo per old one, so equal leaves still share an info (grouping relies on it).
-    new: dict[int, LeafInfo | None] = {}
-    for info in facts.infos:
-        if id(info) not in new:
-            new[id(info)] = None if info is None else LeafInfo(info.shape, dtype_of(info))
-    return TreeFacts(tuple(new[id(i)] for i in facts.infos), facts.treedef, facts.source)
-
-
 def estimate_training_memory(
     params: PyTree,
     param_specs: PyTree,
@@ -194,18 +236,20 @@ def estimate_training_memory(
         )
     facts, per_leaf, findings = resolve_specs(params, param_specs, axis_sizes, for_storage=False, x64=x64)
     raise_errors(findings)
-    opts = {"packed_subbyte": packed_subbyte, "padding": padding}
-    p_est = estimate_leaves_memory(facts, per_leaf, axis_sizes, **opts)
-    g_dtype = None if grad_dtype is None else canonical_dtype(grad_dtype)
-    float0 = np.dtype(jax.dtypes.float0)
-    grads = _with_dtype(facts, lambda i: (g_dtype or i.dtype) if _is_inexact(i.dtype) else float0)
-    g_est = estimate_leaves_memory(grads, per_leaf, axis_sizes, **opts)
+    state = TrainingState(None if grad_dtype is None else canonical_dtype(grad_dtype),
+                          None if optimizer_dtype is None else canonical_dtype(optimizer_dtype), optimizer_copies)
+    # One grouping and one shard_geometry per group; each kind of state is the same groups
+    # counted in its own dtype.
+    groups = leaf_groups(facts, per_leaf, axis_sizes)
+    p_est = estimate_groups(groups, axis_sizes, packed_subbyte=packed_subbyte, padding=padding)
+    g_est = estimate_groups(groups, axis_sizes, dtype_of=state.grad_of, packed_subbyte=packed_subbyte,
+                            padding=padding)
     if opt_state is not None:
         if opt_state_specs is None:
             opt_state_specs = optimizer_state_specs(params, param_specs, opt_state)
-        o_est = estimate_memory(opt_state, opt_state_specs, axis_sizes, x64=x64, **opts)
+        o_est = estimate_memory(opt_state, opt_state_specs, axis_sizes, packed_subbyte=packed_subbyte,
+                                padding=padding, x64=x64)
     else:
-        o_dtype = None if optimizer_dtype is None else canonical_dtype(optimizer_dtype)
-        copies = _with_dtype(facts, lambda i: (o_dtype or i.dtype) if _is_inexact(i.dtype) else float0)
-        o_est = estimate_leaves_memory(copies, per_leaf, axis_sizes, **opts).scaled(optimizer_copies)
+        o_est = estimate_groups(groups, axis_sizes, dtype_of=state.optimizer_of, packed_subbyte=packed_subbyte,
+                                padding=padding).scaled(optimizer_copies)
     return TrainingMemoryEstimate(p_est, g_est, o_est)
