@@ -25,12 +25,16 @@ import json
 import shutil
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from meshplan.errors import MeshplanError
 
-
-def _console():  # noqa: ANN202 - rich is imported lazily
+if TYPE_CHECKING:
     from rich.console import Console
+
+
+def _console() -> Console:
+    from rich.console import Console  # lazily: `meshplan plan --json` never needs rich
 
     # Pipes get a wide console so tables are not folded to 80 columns.
     return Console(width=shutil.get_terminal_size((160, 40)).columns)
@@ -103,7 +107,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _show_mesh(args: argparse.Namespace) -> int:
     from meshplan.cli import _render
-    from meshplan.pure import HybridMeshShape, SearchResult, parse_cluster
+    from meshplan.pure import SearchResult, parse_cluster, reconcile_dcn
     from meshplan.pure.mesh import split_mesh_shape
 
     if args.png is not None and importlib.util.find_spec("matplotlib") is None:
@@ -130,11 +134,13 @@ def _show_mesh(args: argparse.Namespace) -> int:
             unknown = sorted(set(args.dcn) - set(names))
             if unknown:
                 raise _UserError(f"--dcn names axes {unknown} that --mesh lacks ({list(names)}).")
-            dcn = tuple(args.dcn.get(n, 1) for n in names)
-            bad = [n for n, s, d in zip(names, sizes, dcn, strict=True) if s % d]
-            if bad:
-                raise _UserError(f"--dcn sizes must divide the mesh sizes; they do not for {bad}.")
-            hybrid = HybridMeshShape(tuple(s // d for s, d in zip(sizes, dcn, strict=True)), dcn)
+            # The same reconciliation create_mesh applies to a user's dcn_mesh_dims.
+            try:
+                hybrid = reconcile_dcn(sizes, tuple(args.dcn.get(n, 1) for n in names),
+                                       num_devices=cluster.num_devices, num_granules=cluster.num_ici_domains)
+            except MeshplanError as err:
+                given = ",".join(f"{n}={s}" for n, s in args.dcn.items())
+                raise _UserError(f"--dcn {given} (axes {list(names)}): {err}") from None
         else:
             # The split create_mesh makes by default for this global shape.
             hybrid = split_mesh_shape(sizes, cluster.num_ici_domains, num_devices=cluster.num_devices)
@@ -207,10 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        code: int = args.func(args)
     except (MeshplanError, _UserError) as err:
         print(f"meshplan {args.command}: error: {err}", file=sys.stderr)
         return 1
+    return code
 
 
 if __name__ == "__main__":

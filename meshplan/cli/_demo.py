@@ -31,7 +31,7 @@ def use_cpu_devices(n: int) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
 
-    jax.config.update("jax_num_cpu_devices", n)
+    jax.config.update("jax_num_cpu_devices", n)  # type: ignore[no-untyped-call]  # jax leaves Config.update unannotated
 
 
 def tiny_llama() -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.pure import Cluster, DeviceInfo, HybridMeshShape, MeshCandidate, SearchResult, layout_device_ids
+from meshplan.pure import Cluster, HybridMeshShape, MeshCandidate, SearchResult, layout_device_ids
 from meshplan.pure.search import axis_domain_counts
 from meshplan.pure.search._candidate import fmt_bytes
 
@@ -22,10 +22,6 @@ __all__ = ["device_grid", "render_mesh", "render_plan", "write_png"]
 
 _COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 _MAX_CELLS = 512
-
-
-def _unit(cluster: Cluster) -> str:
-    return "node" if cluster.device.ici_scope == "node" else "slice"
 
 
 def _seconds(s: float) -> str:
@@ -43,14 +39,7 @@ def device_grid(cluster: Cluster, hybrid: HybridMeshShape) -> np.ndarray:
       >>> device_grid(parse_cluster("2x4xH100"), HybridMeshShape((1, 4), (2, 1))).tolist()
       [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
-    tpu = cluster.device.ici_scope == "slice"
-    devices = [
-        DeviceInfo(i, process_index=i // cluster.devices_per_node,
-                   slice_index=i // cluster.devices_per_slice if tpu else None,
-                   platform="tpu" if tpu else "gpu")
-        for i in range(cluster.num_devices)
-    ]
-    return layout_device_ids(devices, hybrid)
+    return layout_device_ids(cluster.device_infos(), hybrid)
 
 
 def render_plan(result: SearchResult, console: Any) -> None:
@@ -71,7 +60,7 @@ def render_plan(result: SearchResult, console: Any) -> None:
                   f"rule {req.rule}")
     table = Table(title=f"Ranked meshes ({result.num_fitting} of {result.num_candidates} fit; top "
                         f"{len(result.candidates)})")
-    for col in ("#", "mesh", f"ICI (per {_unit(c)})", f"DCN (across {_unit(c)}s)", "memory/device",
+    for col in ("#", "mesh", f"ICI (per {c.ici_domain_name})", f"DCN (across {c.ici_domain_name}s)", "memory/device",
                 "step comm", "verdict"):
         table.add_column(col, justify="right" if col in ("#", "memory/device", "step comm") else "left")
     for cand in result.candidates:
@@ -101,7 +90,7 @@ def _shape(cand: MeshCandidate, parts: Sequence[int]) -> str:
 def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any) -> None:
     from rich.table import Table
 
-    unit = _unit(cluster)
+    unit = cluster.ici_domain_name
     console.print(f"\n[bold]Chosen mesh[/bold]: {best.text}")
     for name, size, i, d in zip(best.axis_names, best.axis_sizes, best.ici_shape, best.dcn_shape, strict=True):
         where = (f"inside one {unit}" if d == 1 else f"across {d} {unit}s" if i == 1
@@ -138,7 +127,7 @@ def render_mesh(cluster: Cluster, names: Sequence[str], hybrid: HybridMeshShape,
 
     ids = device_grid(cluster, hybrid)
     sizes = ids.shape
-    unit = _unit(cluster)
+    unit = cluster.ici_domain_name
     tpu = cluster.device.ici_scope == "slice"
     console.print(f"[bold]{cluster.text}[/bold]: {cluster.num_devices} devices, {cluster.num_nodes} hosts x "
                   f"{cluster.devices_per_node}" + (f", {cluster.num_slices} slices" if tpu else "")

@@ -49,6 +49,10 @@ def test_plan_json_is_the_in_process_result_and_the_same_under_any_hash_seed() -
     (("plan", "--model", "gpt2", "--cluster", "8x8xH1000"), 1, "unknown device 'h1000'"),
     (("plan", "--model", "deepseek-v3", "--cluster", "2xH100"), 1, "does not fit"),
     (("plan", "--model", "gpt2", "--cluster", "H100", "--fix", "tp"), 2, "is not name=size"),
+    # --dcn goes through reconcile_dcn, as create_mesh's dcn_mesh_dims does: each failure names the axis.
+    (("show-mesh", "--cluster", "2x4xH100", "--mesh", "fsdp=4,tp=2", "--dcn", "fsdp=3"), 1, "fsdp"),
+    (("show-mesh", "--cluster", "2x4xH100", "--mesh", "fsdp=4,tp=2", "--dcn", "tp=4"), 1, "dcn"),
+    (("show-mesh", "--cluster", "2x4xH100", "--mesh", "fsdp=4,tp=2", "--dcn", "ep=2"), 1, "--mesh lacks"),
 ])
 def test_bad_requests_exit_with_a_message_and_no_traceback(args, code: int, message: str) -> None:
     out = _run(*args)

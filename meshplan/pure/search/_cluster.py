@@ -25,6 +25,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+from meshplan.pure.mesh import DeviceInfo
 from meshplan.pure.search._cost import Link, select_link
 from meshplan.pure.search._hardware import (
     _ALIASES,
@@ -158,6 +159,30 @@ class Cluster:
         return self.num_devices // self.ici_domain_size
 
     @property
+    def ici_domain_name(self) -> str:
+        """What one fast domain is called: ``"node"`` for GPUs, ``"slice"`` for TPUs."""
+        return "slice" if self.device.ici_scope == "slice" else "node"
+
+    def device_infos(self) -> tuple[DeviceInfo, ...]:
+        """Plain descriptions of the cluster's devices, numbered as jax numbers real ones.
+
+        Device ``i`` sits on host ``i // devices_per_node`` and, on TPUs, in
+        slice ``i // devices_per_slice``; :func:`~meshplan.pure.layout_device_ids`
+        lays them out exactly as ``create_mesh`` lays out live devices.
+
+        Example:
+          >>> [(d.id, d.process_index, d.slice_index) for d in parse_cluster("2xv5p-8").device_infos()][::4]
+          [(0, 0, 0), (4, 1, 1)]
+        """
+        tpu = self.device.ici_scope == "slice"
+        return tuple(
+            DeviceInfo(i, process_index=i // self.devices_per_node,
+                       slice_index=i // self.devices_per_slice if tpu else None,
+                       platform="tpu" if tpu else "gpu")
+            for i in range(self.num_devices)
+        )
+
+    @property
     def intra_link(self) -> Link:
         """The fast (NVLink / ICI) link."""
         return self.device.intra_link
@@ -196,7 +221,7 @@ class Cluster:
         chips = self.devices_per_slice
         # Only the shipped TPU specs have slice names; a custom spec called "v5p" keeps the node form.
         shipped = naming is not None and self.device == DEVICE_SPECS[self.device.name]
-        if (shipped and _chips_ok(naming, chips)
+        if (naming is not None and shipped and _chips_ok(naming, chips)
                 and _tpu_host_split(self.device, chips) == (self.nodes_per_slice, self.devices_per_node)):
             base = f"{self.device.name}-{chips * naming.cores_per_name_unit}"
             return base if self.num_slices == 1 else f"{self.num_slices}x{base}"
