@@ -32,7 +32,7 @@ def current_mesh() -> Mesh | AbstractMesh | None:
       ...     current_mesh() == mesh
       True
     """
-    mesh = jax.sharding.get_mesh()
+    mesh: Mesh | AbstractMesh = jax.sharding.get_mesh()
     if mesh.empty:
         mesh = jax.sharding.get_abstract_mesh()
     return None if mesh.empty else mesh
@@ -85,4 +85,4 @@ def require_mesh(
 
 def x64_enabled() -> bool:
     """Whether jax makes Python scalars 64-bit (``jax_enable_x64``)."""
-    return bool(jax.config.jax_enable_x64)
+    return bool(jax.config.read("jax_enable_x64"))
