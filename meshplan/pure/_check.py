@@ -25,14 +25,29 @@ Example:
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 from meshplan.pure._types import FrozenAxisSizes
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError
 
-__all__ = ["as_count", "as_int", "as_int_tuple", "as_positive_shape", "as_sequence", "canonical_axis_sizes"]
+P = ParamSpec("P")
+T = TypeVar("T")
+
+__all__ = [
+    "as_count",
+    "as_int",
+    "as_int_tuple",
+    "as_positive_shape",
+    "as_real",
+    "as_sequence",
+    "canonical_axis_sizes",
+    "collect",
+    "unresolved_shape_problems",
+]
 
 
 def as_int(value: Any, what: str) -> int:
@@ -131,6 +146,85 @@ def as_positive_shape(value: Any, what: str) -> tuple[int, ...]:
             "(-1 is not resolved here: infer it first)."
         )
     return shape
+
+
+def unresolved_shape_problems(shape: tuple[int, ...], what: str) -> list[str]:
+    """What keeps ``shape`` from being a mesh shape that may still hold one ``-1``.
+
+    Every size must be >= 1, or ``-1`` ("the devices the other axes leave
+    over") at most once. Returns the problems instead of raising, so callers
+    can report them together with their own (a rank mismatch, a bad regex).
+
+    Example:
+      >>> unresolved_shape_problems((2, -1), "mesh_shape")
+      []
+      >>> unresolved_shape_problems((0, -1, -1), "mesh_shape")
+      ['mesh_shape[0]=0', 'mesh_shape has 2 entries of -1 (at most one)']
+    """
+    problems = [f"{what}[{i}]={d}" for i, d in enumerate(shape) if d == 0 or d < -1]
+    if shape.count(-1) > 1:
+        problems.append(f"{what} has {shape.count(-1)} entries of -1 (at most one)")
+    return problems
+
+
+def as_real(value: Any, what: str, *, allow_zero: bool = False, error: type[MeshplanError]) -> float:
+    """``value`` as a finite Python float > 0 (>= 0 with ``allow_zero``).
+
+    Ints, floats and numpy scalars are accepted; bools and strings are type
+    errors. Used for bandwidths, latencies and FLOP rates.
+
+    Args:
+      value: the caller's value.
+      what: the argument's name as the caller wrote it.
+      allow_zero: whether 0 is valid (a latency may be 0, a bandwidth not).
+      error: the ValueError subclass raised for a value out of range.
+
+    Example:
+      >>> import numpy as np
+      >>> as_real(np.float32(0.5), "latency", allow_zero=True, error=MeshShapeError)
+      0.5
+      >>> as_real(float("inf"), "bandwidth", error=MeshShapeError)
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshShapeError: bandwidth=inf must be a finite number > 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise MeshplanTypeError(f"{what}={value!r} must be a real number, not {type(value).__name__}.")
+    out = float(value)
+    if not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
+        raise error(f"{what}={value!r} must be a finite number {'>= 0' if allow_zero else '> 0'}.")
+    return out
+
+
+def collect(
+    type_errors: list[str],
+    value_errors: list[str],
+    check: Callable[P, T],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T | None:
+    """Run ``check(*args, **kwargs)`` and file its error instead of raising it (for collect-then-raise-once).
+
+    A :class:`~meshplan.errors.MeshplanTypeError` goes to ``type_errors``,
+    any other :class:`~meshplan.errors.MeshplanError` to ``value_errors``;
+    the message loses its final full stop so the lists join with ``"; "``.
+
+    Returns:
+      The validator's result, or None when it failed.
+
+    Example:
+      >>> types, values = [], []
+      >>> collect(types, values, as_count, 0, "num_nodes"), values
+      (None, ['num_nodes=0 must be >= 1'])
+    """
+    try:
+        return check(*args, **kwargs)
+    except MeshplanTypeError as err:
+        type_errors.append(str(err).removesuffix("."))
+    except MeshplanError as err:
+        value_errors.append(str(err).removesuffix("."))
+    return None
 
 
 def canonical_axis_sizes(axis_sizes: Mapping[str, int], what: str = "axis_sizes") -> FrozenAxisSizes:

@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 import jax
 import numpy as np
 
+from meshplan.pure._check import as_count, collect
 from meshplan.pure._types import PyTree, Shape, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.specs._dtypes import canonical_dtype
@@ -175,13 +176,19 @@ class ModelSpec:
 
 
 def _check_counts(obj: Any, names: list[str], *, minimum: int, raise_now: bool = True) -> list[str]:
-    problems = []
+    """Check (with :func:`~meshplan.pure._check.as_count`) and canonicalize count fields of ``obj``.
+
+    A value that is not an int raises at once; counts below ``minimum`` are
+    returned (or, with ``raise_now``, raised together as one PlanError).
+    """
+    problems: list[str] = []
+    type_errors: list[str] = []
     for name in names:
-        value = getattr(obj, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise MeshplanTypeError(f"{type(obj).__name__}.{name}={value!r} must be an int.")
-        if value < minimum:
-            problems.append(f"{name}={value} must be >= {minimum}")
+        value = collect(type_errors, problems, as_count, getattr(obj, name), name, minimum=minimum, error=PlanError)
+        if type_errors:
+            raise MeshplanTypeError(f"{type(obj).__name__}.{type_errors[0]}.")
+        if value is not None:
+            object.__setattr__(obj, name, value)  # numpy ints become Python ints
     if problems and raise_now:
         raise PlanError(f"{type(obj).__name__}: " + "; ".join(problems) + ".")
     return problems

@@ -34,12 +34,12 @@ scalar inputs and a float64 array otherwise. Times are in seconds.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Literal, TypeAlias
 
 import numpy as np
 
+from meshplan.pure._check import as_real
 from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
 
 __all__ = [
@@ -62,17 +62,6 @@ COLLECTIVE_KINDS: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce
 
 _Real: TypeAlias = int | float | np.integer | np.floating
 _ArrayLike: TypeAlias = _Real | np.ndarray | Sequence[_Real]
-
-
-def _real_field(name: str, value: object, *, allow_zero: bool) -> float:
-    """A finite float > 0 (or >= 0); ClusterError/MeshplanTypeError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise MeshplanTypeError(f"{name}={value!r} must be a real number, not {type(value).__name__}.")
-    out = float(value)
-    if not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ClusterError(f"{name}={value!r} must be a finite number {bound}.")
-    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,8 +89,8 @@ class Link:
     latency: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "bandwidth", _real_field("bandwidth", self.bandwidth, allow_zero=False))
-        object.__setattr__(self, "latency", _real_field("latency", self.latency, allow_zero=True))
+        object.__setattr__(self, "bandwidth", as_real(self.bandwidth, "bandwidth", error=ClusterError))
+        object.__setattr__(self, "latency", as_real(self.latency, "latency", allow_zero=True, error=ClusterError))
 
     def __repr__(self) -> str:
         return f"Link(bandwidth={self.bandwidth / 1e9:g} GB/s, latency={self.latency * 1e6:g} us)"

@@ -13,15 +13,14 @@ quote bidirectional totals; each entry shows the conversion.
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import numpy as np
-
-from meshplan.pure.search._cost import Link
+from meshplan.pure._check import as_count, as_real, collect
+from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import ClusterError, MeshplanTypeError
+from meshplan.pure.search._cost import Link
 
 __all__ = [
     "DEVICE_SPECS",
@@ -77,22 +76,21 @@ class DeviceSpec:
             type_errors.append(f"name={self.name!r} must be a str")
         elif not self.name.strip():
             value_errors.append("name must not be empty")
-        _check_int("hbm_bytes", self.hbm_bytes, type_errors, value_errors)
-        _check_int("devices_per_node", self.devices_per_node, type_errors, value_errors)
+        canonical: dict[str, int | float | None] = {}
+        for field in ("hbm_bytes", "devices_per_node"):
+            canonical[field] = _check_int(field, getattr(self, field), type_errors, value_errors)
         for field, allow_zero in (("intra_bandwidth", False), ("inter_bandwidth", False),
                                   ("intra_latency_s", True), ("inter_latency_s", True)):
-            _check_real(field, getattr(self, field), allow_zero, type_errors, value_errors)
+            canonical[field] = collect(type_errors, value_errors, as_real, getattr(self, field), field,
+                                       allow_zero=allow_zero, error=ClusterError)
         if self.peak_bf16_flops is not None:
-            _check_real("peak_bf16_flops", self.peak_bf16_flops, False, type_errors, value_errors)
+            canonical["peak_bf16_flops"] = collect(type_errors, value_errors, as_real, self.peak_bf16_flops,
+                                                   "peak_bf16_flops", error=ClusterError)
         if self.ici_scope not in ("node", "slice"):
             value_errors.append(f"ici_scope={self.ici_scope!r} must be 'node' or 'slice'")
         _raise_collected(f"DeviceSpec {self.name!r}", type_errors, value_errors)
-        for field in ("intra_bandwidth", "inter_bandwidth", "intra_latency_s", "inter_latency_s"):
-            object.__setattr__(self, field, float(getattr(self, field)))
-        object.__setattr__(self, "hbm_bytes", int(self.hbm_bytes))
-        object.__setattr__(self, "devices_per_node", int(self.devices_per_node))
-        if self.peak_bf16_flops is not None:
-            object.__setattr__(self, "peak_bf16_flops", float(self.peak_bf16_flops))
+        for field, checked in canonical.items():
+            object.__setattr__(self, field, checked)
 
     @property
     def intra_link(self) -> Link:
@@ -114,30 +112,19 @@ class DeviceSpec:
         return cls(**_known_fields(cls, data))
 
     def __repr__(self) -> str:
-        return (f"DeviceSpec({self.name!r}, {_fmt_bytes(self.hbm_bytes)} HBM, "
+        return (f"DeviceSpec({self.name!r}, {fmt_bytes(self.hbm_bytes, style='exact')} HBM, "
                 f"intra {self.intra_bandwidth / _GB:g} GB/s, inter {self.inter_bandwidth / _GB:g} GB/s, "
                 f"{self.devices_per_node}/node)")
 
 
 def _fmt_bytes(n: int) -> str:
-    """'95 GiB' when a whole number of GiB, else decimal GB ('80 GB')."""
-    return f"{n // _GIB} GiB" if n % _GIB == 0 else f"{n / _GB:g} GB"
+    """Kept for :mod:`._cluster`: :func:`meshplan.pure._format.fmt_bytes` in its exact style."""
+    return fmt_bytes(n, style="exact")
 
 
-def _check_int(name: str, value: object, type_errors: list[str], value_errors: list[str]) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        type_errors.append(f"{name}={value!r} must be an int")
-    elif value < 1:
-        value_errors.append(f"{name}={value} must be >= 1")
-
-
-def _check_real(name: str, value: object, allow_zero: bool,
-                type_errors: list[str], value_errors: list[str]) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        type_errors.append(f"{name}={value!r} must be a real number")
-        return
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        value_errors.append(f"{name}={value!r} must be finite and {'>= 0' if allow_zero else '> 0'}")
+def _check_int(name: str, value: object, type_errors: list[str], value_errors: list[str]) -> int | None:
+    """``value`` as an int >= 1 (:func:`~meshplan.pure._check.as_count`), or None after filing the problem."""
+    return collect(type_errors, value_errors, as_count, value, name, error=ClusterError)
 
 
 def _raise_collected(what: str, type_errors: list[str], value_errors: list[str]) -> None:
