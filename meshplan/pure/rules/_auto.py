@@ -29,7 +29,7 @@ from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._geometry import spec_from_entries
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
-__all__ = ["DEFAULT_MIN_SHARD_SIZE", "AutoRule", "auto_decision"]
+__all__ = ["DEFAULT_MIN_SHARD_SIZE", "AutoRule"]
 
 DEFAULT_MIN_SHARD_SIZE = 1024
 """Leaves with fewer elements than this stay replicated by default: splitting
@@ -94,6 +94,13 @@ class AutoRule:
       >>> rule = AutoRule(axis_names=("tp", "dp"))
       >>> rule(LeafContext((1024, 4096), np.dtype("float32"), {"dp": 2, "tp": 4})).spec
       P('dp', 'tp')
+      >>> AutoRule()(LeafContext((4096, 1024), np.dtype("float32"), {"dp": 2, "tp": 4}))
+      Decision(spec=P('dp', 'tp'), reason="largest dims first: dim 0 (4096) <- 'dp'(2), dim 1 (1024) <- 'tp'(4)", rule='auto')
+      >>> AutoRule()(LeafContext((16,), np.dtype("float32"), {"dp": 2})).reason
+      '16 elements < min_shard_size=1024; replicated'
+
+    Raises (when called):
+      ShardingRuleError: ``axis_names`` names an axis the mesh lacks.
     """
 
     axis_names: tuple[str, ...] | None = None
@@ -113,39 +120,3 @@ class AutoRule:
     def __call__(self, ctx: LeafContext) -> Decision:
         axes = select_axes(self.axis_names, ctx.axis_sizes, self.name)
         return _auto(ctx.shape, ctx.axis_sizes, axes, self.min_shard_size, self.reverse, self.name)
-
-
-def auto_decision(
-    shape: Sequence[int],
-    dtype: Any,
-    axis_sizes: Mapping[str, int],
-    *,
-    axis_names: Sequence[str] | None = None,
-    min_shard_size: int | None = DEFAULT_MIN_SHARD_SIZE,
-    reverse: bool = False,
-) -> Decision:
-    """The auto rule's spec for one leaf, with its reason.
-
-    Args:
-      shape: the leaf's shape.
-      dtype: its dtype (unused: the rule looks at shapes only).
-      axis_sizes: ordered mapping mesh axis name -> size.
-      axis_names: axes to use, in preference order (default: mesh order).
-      min_shard_size: leaves with fewer elements stay replicated.
-      reverse: visit the smallest dims first.
-
-    Returns:
-      A :class:`Decision` whose spec is valid for storing the leaf.
-
-    Raises:
-      ShardingRuleError: ``axis_names`` names an axis the mesh lacks, or a
-        negative ``min_shard_size``.
-
-    Example:
-      >>> auto_decision((4096, 1024), "float32", {"dp": 2, "tp": 4})
-      Decision(spec=P('dp', 'tp'), reason="largest dims first: dim 0 (4096) <- 'dp'(2), dim 1 (1024) <- 'tp'(4)", rule='auto')
-      >>> auto_decision((16,), "float32", {"dp": 2}).reason
-      '16 elements < min_shard_size=1024; replicated'
-    """
-    rule = AutoRule(axis_names=axis_names, min_shard_size=min_shard_size, reverse=reverse)
-    return rule(LeafContext(canonical_shape(shape), dtype, canonical_axis_sizes(axis_sizes)))

@@ -14,7 +14,7 @@ what a live ``jax.Array`` holds):
    used;
 4. if nothing fits, :class:`MemoryBudgetError` names the leaf, the best
    bytes per device any split reaches, and the budget. An over-budget spec is
-   never returned. (The error from :func:`memory_decision` also carries
+   never returned. (The error from :class:`MemoryRule` also carries
    ``best_spec`` and ``best_bytes`` for a caller who would rather take the
    best split anyway.)
 
@@ -37,7 +37,7 @@ from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._geometry import spec_from_entries
 from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError
 
-__all__ = ["MemoryRule", "memory_decision", "min_shard_bytes"]
+__all__ = ["MemoryRule", "min_shard_bytes"]
 
 Assignment = tuple[tuple[str, ...], ...]
 
@@ -160,6 +160,13 @@ class MemoryRule:
       >>> ctx = LeafContext((4096, 1024), np.dtype("float32"), {"dp": 2, "tp": 4})
       >>> rule(ctx).spec, rule(ctx).reason
       (P(('tp', 'dp'),), "16777216 B > budget 2097152 B; dim 0 (4096) over 'tp'(4)*'dp'(2) -> 2097152 B per device")
+      >>> MemoryRule(2**20)(LeafContext((1024, 1024), np.dtype("bfloat16"), {"fsdp": 4})).spec
+      P('fsdp',)
+
+    Raises (when called):
+      MemoryBudgetError: no divisible split fits (``best_spec``/``best_bytes``
+        on the error say how close it gets).
+      ShardingRuleError: an unknown axis in ``axis_names``.
     """
 
     max_memory_per_device: int | float
@@ -215,38 +222,3 @@ class MemoryRule:
             spec, f"{full} B > budget {budget} B; {_describe(shape, entries, sizes)} -> {got} B per device{how}",
             self.name,
         )
-
-
-def memory_decision(
-    shape: Sequence[int],
-    dtype: Any,
-    axis_sizes: Mapping[str, int],
-    *,
-    max_memory_per_device: int | float,
-    axis_names: Sequence[str] | None = None,
-    packed_subbyte: bool = False,
-) -> Decision:
-    """The memory rule's spec for one leaf, with its reason.
-
-    Args:
-      shape: the leaf's shape.
-      dtype: its dtype (decides the bytes).
-      axis_sizes: ordered mapping mesh axis name -> size.
-      max_memory_per_device: the budget in bytes.
-      axis_names: the axes it may use (default: all).
-      packed_subbyte: count sub-byte dtypes packed.
-
-    Returns:
-      A :class:`Decision` whose spec stores the leaf within the budget.
-
-    Raises:
-      MemoryBudgetError: no divisible split fits (``best_spec``/``best_bytes``
-        on the error say how close it gets).
-      ShardingRuleError: a bad budget or an unknown axis in ``axis_names``.
-
-    Example:
-      >>> memory_decision((1024, 1024), "bfloat16", {"fsdp": 4}, max_memory_per_device=2**20).spec
-      P('fsdp',)
-    """
-    rule = MemoryRule(max_memory_per_device, axis_names=axis_names, packed_subbyte=packed_subbyte)
-    return rule(LeafContext(canonical_shape(shape), dtype, canonical_axis_sizes(axis_sizes)))

@@ -27,7 +27,7 @@ from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries, shard_geometry, spec_axes
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError, SpecError
 
-__all__ = ["ShapePatternRule", "shape_pattern_decision"]
+__all__ = ["ShapePatternRule"]
 
 Pattern = tuple[int | None, ...]
 
@@ -122,6 +122,9 @@ class ShapePatternRule:
       Decision(spec=P('tp', None), reason='matched shape pattern #0 (None, 1024)', rule='shape')
       >>> rule(LeafContext((7,), np.dtype("float32"), {"tp": 4})) is None
       True
+
+    Raises (when called):
+      ShardingRuleError: the matching pattern's spec does not fit the mesh or the shape.
     """
 
     patterns: tuple[tuple[Pattern, PartitionSpec], ...]
@@ -145,34 +148,3 @@ class ShapePatternRule:
                     )
                 return Decision(spec, f"matched shape pattern #{k} {pattern}", self.name)
         return None
-
-
-def shape_pattern_decision(
-    shape: Sequence[int],
-    dtype: Any,
-    axis_sizes: Mapping[str, int],
-    *,
-    shape_patterns: Any,
-) -> Decision | None:
-    """The first matching shape pattern's spec for one leaf, or ``None``.
-
-    Args:
-      shape: the leaf's shape.
-      dtype: its dtype (unused).
-      axis_sizes: ordered mapping mesh axis name -> size.
-      shape_patterns: ``{pattern: spec}`` (insertion order) or ``(pattern, spec)`` pairs.
-
-    Returns:
-      A :class:`Decision`, or ``None`` when no pattern matches.
-
-    Raises:
-      ShardingRuleError: the matching pattern's spec does not fit the mesh or
-        the shape, or a pattern is malformed.
-
-    Example:
-      >>> shape_pattern_decision((1024, 1024), "float32", {"tp": 4},
-      ...                        shape_patterns={(1024, None): PartitionSpec(None, "tp")}).spec
-      P(None, 'tp')
-    """
-    rule = ShapePatternRule(shape_patterns)
-    return rule(LeafContext(canonical_shape(shape), dtype, canonical_axis_sizes(axis_sizes)))

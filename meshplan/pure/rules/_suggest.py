@@ -9,7 +9,7 @@ preferences:
   ``("sp",)`` for rank >= 2 (unless already paired with fsdp); then
   ``("tp",)``; then ``("fsdp",)`` if nothing uses fsdp yet. Only axes the
   mesh has are suggested.
-* :func:`create_partition_spec`: a first pass places single-axis methods on
+* :func:`create_partition_spec` (:class:`SuggestRule` with ``methods``): a first pass places single-axis methods on
   the first dim of at least ``max(min_shard_size, elements // (2 * devices))``
   and pairs on dims 0 and 1 (or both on dim 0), stopping after a pair; if
   nothing was placed, a second pass retries with the plain
@@ -45,7 +45,7 @@ from meshplan.pure.specs._tree import tree_facts
 from meshplan.pure._types import PyTree, Shape
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
-__all__ = ["SuggestRule", "analyze_pytree", "create_partition_spec", "suggest_decision", "suggest_methods"]
+__all__ = ["SuggestRule", "analyze_pytree", "create_partition_spec", "suggest_methods"]
 
 Method = tuple[str, ...]
 
@@ -85,25 +85,28 @@ def _methods(shape: Shape, sizes: Mapping[str, int]) -> list[Method]:
     return methods
 
 
-def _canonical_methods(methods: Any, sizes: Mapping[str, int]) -> tuple[Method, ...]:
+def _canonical_methods(methods: Any) -> tuple[Method, ...]:
+    """User-given methods as a tuple of 1- or 2-axis tuples (axis names are checked per mesh)."""
     if isinstance(methods, str) or not isinstance(methods, Sequence):
         raise MeshplanTypeError(f"methods={methods!r} must be a list of axis-name tuples, e.g. [('fsdp', 'sp')].")
     out: list[Method] = []
-    unknown: list[str] = []
-    for m in methods:
-        m = (m,) if isinstance(m, str) else m
+    for raw in methods:
+        m = (raw,) if isinstance(raw, str) else raw
         if not isinstance(m, Sequence) or not all(isinstance(a, str) for a in m):
             raise MeshplanTypeError(f"method {m!r} must be a tuple of mesh axis names.")
         m = tuple(m)
         if not 1 <= len(m) <= 2 or len(set(m)) != len(m):
             raise ShardingRuleError(f"method {m!r} must name one axis or two different axes.")
-        unknown += [a for a in m if a not in sizes and a not in unknown]
         out.append(m)
+    return tuple(out)
+
+
+def _check_methods(methods: tuple[Method, ...], sizes: Mapping[str, int]) -> None:
+    unknown = list(dict.fromkeys(a for m in methods for a in m if a not in sizes))
     if unknown:
         raise ShardingRuleError(
-            f"methods {list(out)} use {unknown}, not axes of the mesh (mesh axes: {list(sizes)})."
+            f"methods {list(methods)} use {unknown}, not axes of the mesh (mesh axes: {list(sizes)})."
         )
-    return tuple(out)
 
 
 class _Spec:
@@ -150,24 +153,6 @@ def _place(spec: _Spec, methods: tuple[Method, ...], threshold: int, first_pass:
         if len(shape) >= 1 and spec.fits(0, m):
             spec.put(0, m)
             return
-
-
-def suggest_decision(
-    shape: Sequence[int],
-    methods: Sequence[Method],
-    axis_sizes: Mapping[str, int],
-    *,
-    min_shard_size: int = DEFAULT_MIN_SHARD_SIZE,
-    name: str = "suggest",
-) -> Decision:
-    """The spec :func:`create_partition_spec` gives, with its reason.
-
-    Raises:
-      ShardingRuleError: a method names an unknown axis, or is not 1-2 distinct axes.
-    """
-    sizes = canonical_axis_sizes(axis_sizes)
-    return _decide(canonical_shape(shape), _canonical_methods(methods, sizes), sizes,
-                   _min_shard_size(min_shard_size), name)
 
 
 def _decide(shape: Shape, methods: tuple[Method, ...], sizes: Mapping[str, int], min_shard_size: int,
@@ -222,7 +207,8 @@ def create_partition_spec(
       >>> create_partition_spec((6, 4096), [("fsdp", "sp")], sizes)  # fsdp (4) does not divide 6
       P()
     """
-    return suggest_decision(array_shape, methods, axis_sizes, min_shard_size=min_shard_size).spec
+    rule = SuggestRule(min_shard_size=min_shard_size, methods=methods)
+    return rule(LeafContext(canonical_shape(array_shape), None, canonical_axis_sizes(axis_sizes))).spec
 
 
 def analyze_pytree(tree: PyTree, axis_sizes: Mapping[str, int], *, x64: bool = False) -> dict[Shape, list[Method]]:
@@ -243,7 +229,17 @@ def analyze_pytree(tree: PyTree, axis_sizes: Mapping[str, int], *, x64: bool = F
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SuggestRule:
-    """``create_partition_spec(shape, suggest_methods(shape))`` as a pure shape-only rule.
+    """``create_partition_spec(shape, methods or suggest_methods(shape))`` as a pure shape-only rule.
+
+    Attributes:
+      min_shard_size: leaves with fewer elements stay replicated; also the
+        smallest dim a single axis is placed on in the second pass.
+      name: the label on its decisions.
+      methods: axis-name tuples to place, preferred first; ``None`` (the
+        default) asks :func:`suggest_methods` for each leaf's shape.
+
+    Raises (when called):
+      ShardingRuleError: a given method names an axis the mesh lacks.
 
     Example:
       >>> import numpy as np
@@ -252,17 +248,25 @@ class SuggestRule:
       P('fsdp', 'sp')
       >>> rule(LeafContext((4096,), np.dtype("float32"), {"dp": 1, "fsdp": 4})).spec  # size-1 dp skipped
       P('fsdp',)
+      >>> SuggestRule(methods=[("dp",), ("tp",)])(LeafContext((1024, 1024), None, {"dp": 2, "tp": 4})).reason
+      "dim 0 (1024) <- 'dp'(2), dim 1 (1024) <- 'tp'(4) (second pass)"
     """
 
     min_shard_size: int = DEFAULT_MIN_SHARD_SIZE
     name: str = "suggest"
+    methods: tuple[Method, ...] | None = None
     shape_only: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
+        if self.methods is not None:
+            object.__setattr__(self, "methods", _canonical_methods(self.methods))
         object.__setattr__(self, "min_shard_size", _min_shard_size(self.min_shard_size))
 
     def __call__(self, ctx: LeafContext) -> Decision:
-        # Suggested methods name only mesh axes, so they skip the checks
-        # user-given methods get.
-        methods = tuple(_methods(ctx.shape, ctx.axis_sizes))
+        if self.methods is None:
+            # Suggested methods name only mesh axes, so they skip the check given ones get.
+            methods = tuple(_methods(ctx.shape, ctx.axis_sizes))
+        else:
+            _check_methods(self.methods, ctx.axis_sizes)
+            methods = self.methods
         return _decide(ctx.shape, methods, ctx.axis_sizes, self.min_shard_size, self.name)

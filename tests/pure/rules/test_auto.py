@@ -16,10 +16,14 @@ from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import AutoRule, LeafContext, plan_tree
 from meshplan.pure.rules import DEFAULT_MIN_SHARD_SIZE
-from meshplan.pure.rules._auto import auto_decision
 from meshplan.pure.specs import canonical_entries
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import assert_storable, axis_sizes, sds, shapes
+
+
+def _auto_decision(shape, dtype, sizes, **options):
+    """The auto rule's decision for one leaf outside a tree (through AutoRule)."""
+    return AutoRule(**options)(LeafContext(shape, dtype, sizes))
 
 
 def _visit_order(shape, reverse):
@@ -41,7 +45,7 @@ def auto_cases(draw):
 @given(case=auto_cases())
 def test_auto_spec_is_storable_and_spends_only_allowed_axes_of_size_above_one(case):
     shape, sizes, names, min_size, reverse = case
-    decision = auto_decision(shape, np.float32, sizes, axis_names=names, min_shard_size=min_size, reverse=reverse)
+    decision = _auto_decision(shape, np.float32, sizes, axis_names=names, min_shard_size=min_size, reverse=reverse)
     assert_storable(shape, decision.spec, sizes)
     entries = canonical_entries(decision.spec, len(shape))
     used = [a for e in entries for a in e]
@@ -61,7 +65,7 @@ def test_auto_is_the_greedy_largest_dim_first_assignment(case):
     not divide it; a dim left unsplit has no free axis dividing it.
     """
     shape, sizes, names, min_size, reverse = case
-    spec = auto_decision(shape, "float32", sizes, axis_names=names, min_shard_size=min_size, reverse=reverse).spec
+    spec = _auto_decision(shape, "float32", sizes, axis_names=names, min_shard_size=min_size, reverse=reverse).spec
     if math.prod(shape) < min_size:
         assert spec == P()
         return
@@ -82,8 +86,8 @@ def test_auto_with_axis_names_ignores_mesh_order(case):
     shape, sizes, names, min_size, reverse = case
     names = names or tuple(sizes)
     shuffled = dict(reversed(list(sizes.items())))
-    a = auto_decision(shape, "float32", sizes, axis_names=names, min_shard_size=min_size, reverse=reverse)
-    b = auto_decision(shape, "float32", shuffled, axis_names=names, min_shard_size=min_size, reverse=reverse)
+    a = _auto_decision(shape, "float32", sizes, axis_names=names, min_shard_size=min_size, reverse=reverse)
+    b = _auto_decision(shape, "float32", shuffled, axis_names=names, min_shard_size=min_size, reverse=reverse)
     assert a == b
 
 
@@ -130,39 +134,39 @@ def test_plans_are_identical_under_different_python_hash_seeds():
 
 
 def test_auto_gives_the_largest_dim_the_first_axis_in_mesh_order():
-    d = auto_decision((1024, 4096), "float32", {"dp": 2, "tp": 4})
+    d = _auto_decision((1024, 4096), "float32", {"dp": 2, "tp": 4})
     assert d.spec == P("tp", "dp")
     assert d.reason == "largest dims first: dim 1 (4096) <- 'dp'(2), dim 0 (1024) <- 'tp'(4)"
 
 
 def test_auto_reverse_visits_the_smallest_dim_first():
-    assert auto_decision((1024, 4096), "float32", {"dp": 2, "tp": 4}, reverse=True).spec == P("dp", "tp")
+    assert _auto_decision((1024, 4096), "float32", {"dp": 2, "tp": 4}, reverse=True).spec == P("dp", "tp")
 
 
 def test_auto_breaks_ties_by_dim_index():
-    assert auto_decision((512, 512), "float32", {"x": 2, "y": 4}).spec == P("x", "y")
-    assert auto_decision((512, 512), "float32", {"x": 2, "y": 4}, reverse=True).spec == P("x", "y")
+    assert _auto_decision((512, 512), "float32", {"x": 2, "y": 4}).spec == P("x", "y")
+    assert _auto_decision((512, 512), "float32", {"x": 2, "y": 4}, reverse=True).spec == P("x", "y")
 
 
 def test_auto_skips_an_axis_that_does_not_divide_and_tries_the_next():
-    assert auto_decision((6, 4096), "float32", {"dp": 4, "tp": 3}).spec == P("tp", "dp")
+    assert _auto_decision((6, 4096), "float32", {"dp": 4, "tp": 3}).spec == P("tp", "dp")
 
 
 def test_auto_never_spends_size_one_axes():
-    d = auto_decision((4096,), "float32", {"one": 1, "tp": 4})
+    d = _auto_decision((4096,), "float32", {"one": 1, "tp": 4})
     assert d.spec == P("tp")
-    d = auto_decision((4096,), "float32", {"one": 1})
+    d = _auto_decision((4096,), "float32", {"one": 1})
     assert d.spec == P() and "no mesh axis of size > 1" in d.reason
 
 
 def test_auto_default_min_shard_size_works_out_of_the_box():
     assert AutoRule().min_shard_size == DEFAULT_MIN_SHARD_SIZE == AutoRule(min_shard_size=None).min_shard_size
-    d = auto_decision((16, 16), "float32", {"dp": 2})
+    d = _auto_decision((16, 16), "float32", {"dp": 2})
     assert d.spec == P() and d.reason == "256 elements < min_shard_size=1024; replicated"
 
 
 def test_auto_replicates_scalars_with_a_reason():
-    d = auto_decision((), "float32", {"dp": 2}, min_shard_size=0)
+    d = _auto_decision((), "float32", {"dp": 2}, min_shard_size=0)
     assert d.spec == P() and "scalar" in d.reason
 
 
@@ -200,10 +204,10 @@ def test_auto_rule_rejects_bad_options(kwargs, error, fragment):
 
 def test_auto_names_axes_the_mesh_lacks():
     with pytest.raises(ShardingRuleError, match=r"\['mp'\].*mesh axes: \['dp', 'tp'\]"):
-        auto_decision((64,), "float32", {"dp": 2, "tp": 4}, axis_names=["dp", "mp"])
+        _auto_decision((64,), "float32", {"dp": 2, "tp": 4}, axis_names=["dp", "mp"])
 
 
 @pytest.mark.parametrize("sizes", [{"dp": 0}, {"dp": 2.0}, [("dp", 2)]])
 def test_auto_rejects_bad_axis_sizes(sizes):
     with pytest.raises((MeshplanTypeError, ValueError)):
-        auto_decision((64,), "float32", sizes)
+        _auto_decision((64,), "float32", sizes)

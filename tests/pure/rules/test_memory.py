@@ -11,12 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import MemoryRule, plan_tree, shard_shape
+from meshplan.pure import LeafContext, MemoryRule, plan_tree, shard_shape
 from meshplan.pure.rules import min_shard_bytes
-from meshplan.pure.rules._memory import memory_decision
 from meshplan.pure.specs import array_bytes, canonical_entries
 from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import all_assignments, assert_storable, axis_sizes, brute_min_bytes, sds, shapes
+
+
+def _memory_decision(shape, dtype, sizes, **options):
+    """The memory rule's decision for one leaf outside a tree (through MemoryRule)."""
+    return MemoryRule(**options)(LeafContext(shape, dtype, sizes))
 
 DTYPES = [np.float32, np.int8, ml_dtypes.bfloat16, ml_dtypes.int4, np.complex64]
 
@@ -40,7 +44,7 @@ def test_memory_rule_meets_the_budget_exactly_when_brute_force_says_it_can(case)
     shape, sizes, dtype, budget = case
     best = brute_min_bytes(shape, dtype, sizes)
     try:
-        decision = memory_decision(shape, dtype, sizes, max_memory_per_device=budget)
+        decision = _memory_decision(shape, dtype, sizes, max_memory_per_device=budget)
     except MemoryBudgetError as err:
         assert best > budget, f"brute force fits {best} B <= {budget} B, the rule gave up"
         assert f"at best {best} B per device" in str(err)
@@ -56,7 +60,7 @@ def test_memory_rule_meets_the_budget_exactly_when_brute_force_says_it_can(case)
 def test_memory_rule_replicates_exactly_the_leaves_that_already_fit(case):
     shape, sizes, dtype, budget = case
     try:
-        decision = memory_decision(shape, dtype, sizes, max_memory_per_device=budget)
+        decision = _memory_decision(shape, dtype, sizes, max_memory_per_device=budget)
     except MemoryBudgetError:
         return
     assert (decision.spec == P()) == (array_bytes(shape, dtype) <= budget)
@@ -67,7 +71,7 @@ def test_memory_rule_stops_adding_axes_once_the_leaf_fits_on_its_greedy_path(cas
     """Dropping the last axis placed by the greedy pass would break the budget."""
     shape, sizes, dtype, budget = case
     try:
-        decision = memory_decision(shape, dtype, sizes, max_memory_per_device=budget)
+        decision = _memory_decision(shape, dtype, sizes, max_memory_per_device=budget)
     except MemoryBudgetError:
         return
     if "exhaustive" in decision.reason or decision.spec == P():
@@ -91,13 +95,13 @@ def test_min_shard_bytes_matches_brute_force_and_its_spec_is_storable(shape, siz
 
 
 def test_largest_axis_goes_on_the_largest_dim_first():
-    d = memory_decision((1024, 4096), np.float32, {"dp": 2, "tp": 4}, max_memory_per_device=4 * 2**20)
+    d = _memory_decision((1024, 4096), np.float32, {"dp": 2, "tp": 4}, max_memory_per_device=4 * 2**20)
     assert d.spec == P(None, "tp")
     assert d.reason == "16777216 B > budget 4194304 B; dim 1 (4096) over 'tp'(4) -> 4194304 B per device"
 
 
 def test_several_axes_share_a_dim_as_a_tuple_when_one_is_not_enough():
-    d = memory_decision((4096, 1024), np.float32, {"dp": 2, "tp": 4}, max_memory_per_device=2 * 2**20)
+    d = _memory_decision((4096, 1024), np.float32, {"dp": 2, "tp": 4}, max_memory_per_device=2 * 2**20)
     assert d.spec == P(("tp", "dp"))
 
 
@@ -106,21 +110,21 @@ def test_the_exhaustive_search_rescues_what_the_greedy_pass_misses():
     # nothing and 'a'(2) only reaches 3 x 2 = 6 B. 'c' on dim 0 and 'b' on
     # dim 1 reach 1 x 3 = 3 B.
     sizes = {"a": 2, "b": 4, "c": 6}
-    d = memory_decision((6, 12), np.int8, sizes, max_memory_per_device=3)
+    d = _memory_decision((6, 12), np.int8, sizes, max_memory_per_device=3)
     assert d.spec == P("c", "b")
     assert d.reason.endswith("-> 3 B per device (exhaustive search)")
 
 
 def test_sub_byte_dtypes_count_like_jax_unless_packed():
     # int4 arrays hold one byte per element in jax.Array.nbytes; TPU packs two.
-    d = memory_decision((4096,), ml_dtypes.int4, {"tp": 2}, max_memory_per_device=2048)
+    d = _memory_decision((4096,), ml_dtypes.int4, {"tp": 2}, max_memory_per_device=2048)
     assert d.spec == P("tp")
-    d = memory_decision((4096,), ml_dtypes.int4, {"tp": 2}, max_memory_per_device=2048, packed_subbyte=True)
+    d = _memory_decision((4096,), ml_dtypes.int4, {"tp": 2}, max_memory_per_device=2048, packed_subbyte=True)
     assert d.spec == P()
 
 
 def test_axis_names_limit_the_axes_used():
-    d = memory_decision((4096,), np.float32, {"dp": 8, "tp": 2}, max_memory_per_device=8192,
+    d = _memory_decision((4096,), np.float32, {"dp": 8, "tp": 2}, max_memory_per_device=8192,
                         axis_names=["tp"])
     assert d.spec == P("tp")
 
@@ -135,7 +139,7 @@ def test_a_leaf_that_cannot_fit_names_itself_its_best_bytes_and_the_budget():
 
 
 def test_zero_size_leaves_always_fit():
-    assert memory_decision((0, 8), np.float32, {"dp": 2}, max_memory_per_device=1).spec == P()
+    assert _memory_decision((0, 8), np.float32, {"dp": 2}, max_memory_per_device=1).spec == P()
 
 
 @pytest.mark.parametrize(

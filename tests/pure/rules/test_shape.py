@@ -8,10 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import ShapePatternRule, plan_tree
-from meshplan.pure.rules._shape import shape_pattern_decision
+from meshplan.pure import LeafContext, ShapePatternRule, plan_tree
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import DIMS, assert_storable, axis_sizes, sds, shapes
+
+
+def _shape_pattern_decision(shape, dtype, sizes, *, shape_patterns):
+    """The shape-pattern rule's decision for one leaf outside a tree (through ShapePatternRule)."""
+    return ShapePatternRule(shape_patterns)(LeafContext(shape, dtype, sizes))
 
 
 def _matches(pattern, shape):
@@ -40,7 +44,7 @@ def test_first_matching_pattern_in_insertion_order_wins_or_the_error_names_it(ca
     shape, sizes, patterns = case
     matching = [k for k, pattern in enumerate(patterns) if _matches(pattern, shape)]
     try:
-        decision = shape_pattern_decision(shape, np.float32, sizes, shape_patterns=patterns)
+        decision = _shape_pattern_decision(shape, np.float32, sizes, shape_patterns=patterns)
     except ShardingRuleError as err:
         assert matching, "only a matched pattern may raise"
         first = list(patterns)[matching[0]]
@@ -62,7 +66,7 @@ def test_reversing_the_pattern_order_changes_only_which_match_wins(case):
     backwards = dict(reversed(list(patterns.items())))
     matching = [p for p in backwards if _matches(p, shape)]
     try:
-        decision = shape_pattern_decision(shape, np.float32, sizes, shape_patterns=backwards)
+        decision = _shape_pattern_decision(shape, np.float32, sizes, shape_patterns=backwards)
     except ShardingRuleError:
         return
     assert (decision is None) == (not matching)
@@ -75,14 +79,14 @@ def test_reversing_the_pattern_order_changes_only_which_match_wins(case):
 
 def test_wildcards_match_any_size_but_rank_must_be_equal():
     rule = {(None, 1024): P("tp", None)}
-    assert shape_pattern_decision((32000, 1024), "f4", {"tp": 4}, shape_patterns=rule).spec == P("tp", None)
-    assert shape_pattern_decision((2, 32000, 1024), "f4", {"tp": 4}, shape_patterns=rule) is None
-    assert shape_pattern_decision((1024,), "f4", {"tp": 4}, shape_patterns=rule) is None
+    assert _shape_pattern_decision((32000, 1024), "f4", {"tp": 4}, shape_patterns=rule).spec == P("tp", None)
+    assert _shape_pattern_decision((2, 32000, 1024), "f4", {"tp": 4}, shape_patterns=rule) is None
+    assert _shape_pattern_decision((1024,), "f4", {"tp": 4}, shape_patterns=rule) is None
 
 
 def test_a_sequence_of_pairs_works_like_a_dict():
     pairs = [((None, 8), P(None, "tp")), ((None, None), P("tp"))]
-    assert shape_pattern_decision((12, 8), "f4", {"tp": 4}, shape_patterns=pairs).spec == P(None, "tp")
+    assert _shape_pattern_decision((12, 8), "f4", {"tp": 4}, shape_patterns=pairs).spec == P(None, "tp")
 
 
 def test_unmatched_leaves_get_no_opinion_and_replicate_in_a_plan():
@@ -103,7 +107,7 @@ def test_misfit_in_a_plan_names_the_pattern_and_the_leaf_path():
 
 def test_unknown_axis_in_a_matched_pattern_is_an_error_not_a_pass_through():
     with pytest.raises(ShardingRuleError, match=r"\['mp'\], not axes of the mesh"):
-        shape_pattern_decision((8, 8), "f4", {"tp": 4}, shape_patterns={(8, 8): P("mp")})
+        _shape_pattern_decision((8, 8), "f4", {"tp": 4}, shape_patterns={(8, 8): P("mp")})
 
 
 def test_several_misfits_are_reported_once_together():

@@ -10,12 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import SuggestRule, plan_tree
+from meshplan.pure import LeafContext, SuggestRule, plan_tree
 from meshplan.pure.rules import analyze_pytree, create_partition_spec, suggest_methods
-from meshplan.pure.rules._suggest import suggest_decision
 from meshplan.pure.specs import canonical_entries
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from tests.pure.rules.common import assert_storable, axis_sizes, sds, shapes
+
+
+def _suggest_decision(shape, methods, sizes, **options):
+    """The suggest rule's decision for one leaf with given methods (through SuggestRule)."""
+    return SuggestRule(methods=methods, **options)(LeafContext(shape, None, sizes))
 
 REFERENCE_MESH = {"dp": 2, "fsdp": 4, "ep": 1, "tp": 2, "sp": 1}
 
@@ -36,7 +40,7 @@ def methods_for(draw, sizes):
 def test_every_spec_from_any_methods_is_storable(shape, sizes, data):
     methods = data.draw(methods_for(sizes))
     min_size = data.draw(st.sampled_from([0, 16, 1024]))
-    decision = suggest_decision(shape, methods, sizes, min_shard_size=min_size)
+    decision = _suggest_decision(shape, methods, sizes, min_shard_size=min_size)
     assert_storable(shape, decision.spec, sizes)
     used = {a for e in canonical_entries(decision.spec, len(shape)) for a in e}
     assert used <= {a for m in methods for a in m}
@@ -70,7 +74,7 @@ def test_reference_mesh_prefers_fsdp_with_sp_for_matrices():
 def test_size_one_axes_are_never_placed():
     # sp=1 reduces the pair to fsdp; the reference would place ('fsdp', 'sp')
     # and stop, leaving dp unused.
-    d = suggest_decision((1024, 4096), suggest_methods((1024, 4096), REFERENCE_MESH), REFERENCE_MESH)
+    d = _suggest_decision((1024, 4096), suggest_methods((1024, 4096), REFERENCE_MESH), REFERENCE_MESH)
     assert d.spec == P("fsdp", "dp")
     # On the reference's default mesh (dp=ep=tp=sp=1) a vector reaches fsdp
     # rather than being "sharded" over dp=1.
@@ -80,7 +84,7 @@ def test_size_one_axes_are_never_placed():
 
 @given(shape=shapes(), sizes=axis_sizes(max_axes=5), data=st.data())
 def test_placed_axes_all_have_size_above_one(shape, sizes, data):
-    spec = suggest_decision(shape, data.draw(methods_for(sizes)), sizes, min_shard_size=0).spec
+    spec = _suggest_decision(shape, data.draw(methods_for(sizes)), sizes, min_shard_size=0).spec
     assert all(sizes[a] > 1 for e in canonical_entries(spec, len(shape)) for a in e)
 
 
@@ -93,7 +97,7 @@ def test_vectors_get_dp_then_tp_then_fsdp():
 def test_single_axis_methods_fill_dims_in_order():
     # First pass: dims of >= max(1024, 2**20 // 16) = 65536 elements; none
     # qualify, so the second pass uses the 1024 threshold.
-    d = suggest_decision((1024, 1024), [("dp",), ("tp",)], {"dp": 2, "tp": 4})
+    d = _suggest_decision((1024, 1024), [("dp",), ("tp",)], {"dp": 2, "tp": 4})
     assert d.spec == P("dp", "tp") and d.reason.endswith("(second pass)")
 
 
@@ -125,12 +129,12 @@ def test_an_axis_is_never_used_twice_even_if_methods_repeat_it():
 
 
 def test_small_arrays_stay_replicated_as_documented():
-    d = suggest_decision((8, 8), [("fsdp", "sp")], {"fsdp": 4, "sp": 2})
+    d = _suggest_decision((8, 8), [("fsdp", "sp")], {"fsdp": 4, "sp": 2})
     assert d.spec == P() and d.reason == "64 elements < min_shard_size=1024; replicated"
 
 
 def test_scalars_replicate():
-    assert suggest_decision((), [("tp",)], {"tp": 2}, min_shard_size=0).reason == "scalar; replicated"
+    assert _suggest_decision((), [("tp",)], {"tp": 2}, min_shard_size=0).reason == "scalar; replicated"
 
 
 # --- analyze_pytree and errors --------------------------------------------------------------------
