@@ -1,0 +1,1 @@
+"""Private home of :mod:`meshplan.testing`; import from there, not from here."""

@@ -1,0 +1,242 @@
+"""Strategies for parameter trees, sharded trees, model specs and clusters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from hypothesis import strategies as st
+from jax.sharding import PartitionSpec
+
+from meshplan._testing._check import (
+    InvalidArgument,
+    check_axis_sizes,
+    check_int,
+    check_order,
+    check_strategy,
+)
+from meshplan._testing._meshes import mesh_shapes
+from meshplan._testing._specs import array_shapes_for, partition_specs
+from meshplan._testing._pure import DEVICE_SPECS, Cluster, MLADims, ModelSpec
+
+__all__ = ["DTYPES", "FAMILIES", "PARAM_NAMES", "ShardedTree", "clusters", "model_specs",
+           "shape_dtype_trees", "sharded_trees"]
+
+# Leaf dtypes seen in checkpoints; float32 first, so trees shrink to it.
+DTYPES: tuple[Any, ...] = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float8_e4m3fn, jnp.float8_e5m2,
+                           jnp.int8, jnp.int4, jnp.int32)
+# Names from Flax / Hugging Face parameter paths; "kernel" first, so trees shrink to it.
+PARAM_NAMES: tuple[str, ...] = (
+    "kernel", "bias", "scale", "embedding", "weight", "q_proj", "k_proj", "v_proj", "o_proj",
+    "gate_proj", "up_proj", "down_proj", "input_layernorm", "post_attention_layernorm", "mlp",
+    "self_attn", "experts", "layers", "embed_tokens", "lm_head", "norm",
+)
+FAMILIES: tuple[str, ...] = ("llama", "gpt2", "mixtral", "deepseek_v3")
+_SMALL_DIMS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
+
+
+class ShardedTree(NamedTuple):
+    """A ShapeDtypeStruct tree, a spec tree of the same structure that stores it, and the mesh sizes."""
+
+    tree: Any
+    specs: Any
+    axis_sizes: dict[str, int]
+
+
+def shape_dtype_trees(*, shapes: st.SearchStrategy[tuple[int, ...]] | None = None,
+                      dtypes: Sequence[Any] = DTYPES, names: Sequence[str] = PARAM_NAMES,
+                      max_leaves: int = 8) -> st.SearchStrategy[dict[str, Any]]:
+    """Nested dict / list / tuple pytrees of ``jax.ShapeDtypeStruct`` with parameter-like names.
+
+    Args:
+      shapes: strategy for leaf shapes; default ranks 0-3 of small dims.
+      dtypes: leaf dtypes (default :data:`DTYPES`: f32, bf16, f16, fp8, int8, int4, int32).
+      names: dict keys to draw from.
+      max_leaves: about the most leaves a tree has (as ``st.recursive``).
+
+    Returns:
+      Trees whose root is a dict; shrinks to ``{"kernel": ShapeDtypeStruct((), float32)}``.
+
+    Example:
+      >>> from hypothesis import find
+      >>> find(shape_dtype_trees(), lambda t: True)
+      {'kernel': ShapeDtypeStruct(shape=(), dtype=float32)}
+    """
+    if shapes is None:
+        shapes = st.lists(st.sampled_from(_SMALL_DIMS), max_size=3).map(tuple)
+    check_strategy(shapes, "shapes")
+    check_int(max_leaves, "max_leaves", minimum=1)
+    if isinstance(dtypes, (str, bytes)) or not isinstance(dtypes, Sequence) or not dtypes:
+        raise InvalidArgument(f"dtypes={dtypes!r} must be a non-empty sequence of dtypes.")
+    for i, d in enumerate(dtypes):
+        try:
+            jnp.dtype(d)
+        except TypeError as err:
+            raise InvalidArgument(f"dtypes[{i}]={d!r} is not a dtype jax knows: {err}") from err
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence) or not names:
+        raise InvalidArgument(f"names={names!r} must be a non-empty sequence of strings.")
+    keys = st.sampled_from(tuple(names))
+    leaf = st.builds(jax.ShapeDtypeStruct, shapes, st.sampled_from(tuple(dtypes)))
+
+    def extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return (st.dictionaries(keys, children, min_size=1, max_size=3)
+                | st.lists(children, min_size=1, max_size=3)
+                | st.lists(children, min_size=1, max_size=2).map(tuple))
+
+    inner = st.recursive(leaf, extend, max_leaves=max_leaves)
+    return st.dictionaries(keys, inner, min_size=1, max_size=3)
+
+
+def _leaf_specs(tree: Any, sizes: dict[str, int]) -> st.SearchStrategy[ShardedTree]:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    specs = st.tuples(*[partition_specs(leaf.shape, sizes) for leaf in leaves])
+    return specs.map(lambda s: ShardedTree(tree, jax.tree_util.tree_unflatten(treedef, list(s)), sizes))
+
+
+def sharded_trees(*, mesh_shape: Any = None, divisible: bool = False,
+                  dtypes: Sequence[Any] = DTYPES, max_leaves: int = 8) -> st.SearchStrategy[ShardedTree]:
+    """A parameter tree and a spec tree (same structure) that stores it on the mesh.
+
+    Args:
+      mesh_shape: a MeshShape, mesh, or mapping axis name -> size; None draws
+        one from :func:`mesh_shapes`.
+      divisible: leaf dims are multiples of the mesh size (see :func:`array_shapes_for`).
+      dtypes, max_leaves: as in :func:`shape_dtype_trees`.
+
+    Returns:
+      :class:`ShardedTree` values; ``check_specs(tree, specs, axis_sizes)``
+      passes for each. Shrinks to one f32 scalar ``kernel`` with spec ``P()``.
+
+    Example:
+      >>> from hypothesis import find
+      >>> find(sharded_trees(mesh_shape={"dp": 2}), lambda s: True).specs
+      {'kernel': P()}
+    """
+    from meshplan._testing._check import check_bool
+
+    check_bool(divisible, "divisible")
+    if mesh_shape is None:
+        sizes_st = mesh_shapes().map(lambda m: m.as_dict())
+    else:
+        sizes_st = st.just(check_axis_sizes(mesh_shape, "mesh_shape"))
+
+    def for_sizes(sizes: dict[str, int]) -> st.SearchStrategy[ShardedTree]:
+        shapes = array_shapes_for(sizes, divisible=divisible, max_dims=3)
+        trees = shape_dtype_trees(shapes=shapes, dtypes=dtypes, max_leaves=max_leaves)
+        return trees.flatmap(lambda t: _leaf_specs(t, sizes))
+
+    return sizes_st.flatmap(for_sizes)
+
+
+def _model(family: str, kv: int, group: int, head_dim: int, layers: int, vocab: int, ff: int,
+           experts: int, per_tok: int, dense: int) -> ModelSpec:
+    heads = kv * group
+    common = dict(vocab_size=vocab, hidden_size=heads * head_dim, num_layers=layers, num_heads=heads,
+                  head_dim=head_dim, intermediate_size=ff)
+    name = f"tiny-{family}"
+    if family == "gpt2":
+        return ModelSpec(name, family, num_kv_heads=heads, tied_embeddings=True,
+                         max_position_embeddings=64, **common)
+    if family == "llama":
+        return ModelSpec(name, family, num_kv_heads=kv, **common)
+    if family == "mixtral":
+        return ModelSpec(name, family, num_kv_heads=kv, num_experts=experts,
+                         num_experts_per_tok=min(per_tok, experts), moe_intermediate_size=ff, **common)
+    mla = MLADims(q_lora_rank=2 * head_dim, kv_lora_rank=head_dim, qk_nope_head_dim=head_dim,
+                  qk_rope_head_dim=max(1, head_dim // 2), v_head_dim=head_dim)
+    return ModelSpec(name, family, num_kv_heads=heads, num_experts=experts,
+                     num_experts_per_tok=min(per_tok, experts), moe_intermediate_size=ff,
+                     num_shared_experts=1, num_dense_layers=min(dense, layers), mla=mla, **common)
+
+
+def model_specs(*, family: str | Sequence[str] | None = None, max_layers: int = 3,
+                max_experts: int = 8) -> st.SearchStrategy[ModelSpec]:
+    """Small, valid :class:`ModelSpec` values that ``build_params`` turns into trees.
+
+    Heads are ``num_kv_heads * group`` and ``hidden_size = num_heads * head_dim``;
+    MoE families get 2..``max_experts`` experts, DeepSeek-V3 gets MLA sizes
+    and leading dense layers.
+
+    Args:
+      family: one of :data:`FAMILIES`, several, or None for all.
+      max_layers: the most decoder layers.
+      max_experts: the most routed experts (MoE families).
+
+    Returns:
+      Specs; shrinks to a one-layer ``tiny-llama`` with one head of size 8.
+
+    Example:
+      >>> from hypothesis import find
+      >>> s = find(model_specs(), lambda s: True)
+      >>> s.family, s.num_layers, s.num_heads, s.hidden_size
+      ('llama', 1, 1, 8)
+    """
+    if family is None:
+        families = FAMILIES
+    elif isinstance(family, str):
+        families = (family,)
+    elif isinstance(family, Sequence):
+        families = tuple(family)
+    else:
+        raise InvalidArgument(f"family={family!r} must be None, a family name or a sequence of them.")
+    bad = [f for f in families if f not in FAMILIES]
+    if bad or not families:
+        raise InvalidArgument(f"family={family!r}: {bad or 'empty'}; each family must be one of {FAMILIES}.")
+    check_int(max_layers, "max_layers", minimum=1)
+    check_int(max_experts, "max_experts", minimum=2)
+    args = st.tuples(
+        st.sampled_from(families),
+        st.sampled_from((1, 2, 4)),          # num_kv_heads
+        st.sampled_from((1, 2, 4)),          # heads per kv head
+        st.sampled_from((8, 16, 32)),        # head_dim
+        st.integers(1, max_layers),
+        st.sampled_from((64, 128, 256, 1000)),  # vocab
+        st.sampled_from((32, 64, 128)),      # intermediate size
+        st.integers(2, max_experts),
+        st.integers(1, 2),                   # experts per token
+        st.integers(0, 1),                   # DeepSeek dense layers
+    )
+    return args.map(lambda a: _model(*a))
+
+
+def clusters(*, devices: Sequence[str] | None = None, min_nodes: int = 1, max_nodes: int = 8,
+             max_slices: int = 2) -> st.SearchStrategy[Cluster]:
+    """:class:`Cluster` values of known devices (see :data:`meshplan.pure.DEVICE_SPECS`).
+
+    GPU clusters are nodes of the device's default size; TPU clusters are 1..``max_slices``
+    slices of equal host counts.
+
+    Args:
+      devices: device names to draw from (default: all, sorted).
+      min_nodes, max_nodes: hosts per slice (GPU: in total).
+      max_slices: the most TPU slices.
+
+    Returns:
+      Clusters; shrinks to one node of the first device name in sorted order.
+
+    Example:
+      >>> from hypothesis import find
+      >>> find(clusters(devices=["H100"]), lambda c: True)
+      Cluster('1x8xH100': 8 devices, 1 node x 8, 80 GB HBM each)
+    """
+    names = sorted(DEVICE_SPECS) if devices is None else list(devices)
+    unknown = [n for n in names if n not in DEVICE_SPECS]
+    if unknown or not names:
+        raise InvalidArgument(f"devices={devices!r}: {unknown or 'empty'}; known devices: {sorted(DEVICE_SPECS)}.")
+    check_int(min_nodes, "min_nodes", minimum=1)
+    check_int(max_nodes, "max_nodes", minimum=1)
+    check_order(min_nodes, max_nodes, "min_nodes", "max_nodes")
+    check_int(max_slices, "max_slices", minimum=1)
+
+    def build(t: tuple[str, int, int]) -> Cluster:
+        name, nodes, slices = t
+        spec = DEVICE_SPECS[name]
+        if spec.ici_scope != "slice":
+            slices = 1
+        return Cluster(spec, num_nodes=nodes * slices, devices_per_node=spec.devices_per_node,
+                       num_slices=slices)
+
+    return st.tuples(st.sampled_from(names), st.integers(min_nodes, max_nodes),
+                     st.integers(1, max_slices)).map(build)
