@@ -17,18 +17,22 @@ from jax.sharding import Mesh
 
 from meshplan.facade._devices import flatten_devices, resolve_devices
 from meshplan.facade._mesh import build_mesh
-from meshplan.pure.mesh._axes import validate_axis_names
+from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
+from meshplan.pure.mesh._axes import MeshShape, validate_axis_names
 from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.mesh._request import MeshShapeLike
 from meshplan.pure.mesh._selectors import select_mesh_shape, validate_mesh_rules
-from meshplan.pure.errors import MeshShapeError, MeshplanTypeError
 
 __all__ = ["MeshConfig"]
 
-MeshShapeLike = Sequence[int] | HybridMeshShape
-
 
 def _check_rank(shape: MeshShapeLike, names: tuple[str, ...], label: str) -> None:
-    rank = shape.ndim if isinstance(shape, HybridMeshShape) else len(shape)
+    rank = len(shape)  # a plain shape, a MeshShape and a HybridMeshShape all have one
+    if isinstance(shape, MeshShape) and shape.names != names:
+        raise MeshShapeError(
+            f"{label}={shape!r} names axes {shape.names} but mesh_axis_names={names}; "
+            "give the same names in the same order."
+        )
     if rank != len(names):
         raise MeshShapeError(
             f"{label}={shape!r} has {rank} axes but mesh_axis_names={names} has {len(names)}; "
@@ -41,9 +45,10 @@ class MeshConfig:
     """How to build the training mesh (loadax's ``MeshConfig``).
 
     Attributes:
-      mesh_shape: global axis sizes (one -1 allowed) or a
-        :class:`HybridMeshShape`. A plain shape puts the granules (slices or
-        processes) on the outermost axes that can take them.
+      mesh_shape: global axis sizes (one -1 allowed), a :class:`MeshShape`
+        (named as ``mesh_axis_names``) or a :class:`HybridMeshShape`. A plain
+        shape puts the granules (slices or processes) on the outermost axes
+        that can take them.
       mesh_axis_names: one unique name per axis.
       batch_axis_names: the axis or axes input batches are sharded over.
         A value you pass must name mesh axes (checked here); the default
@@ -69,10 +74,10 @@ class MeshConfig:
         names = validate_axis_names(self.mesh_axis_names)
         object.__setattr__(self, "mesh_axis_names", names)
         shape = self.mesh_shape
-        if not isinstance(shape, HybridMeshShape):
+        if not isinstance(shape, HybridMeshShape | MeshShape):
             if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
                 raise MeshplanTypeError(
-                    f"mesh_shape must be a sequence of ints or a HybridMeshShape, got {shape!r}."
+                    f"mesh_shape must be a sequence of ints, a MeshShape or a HybridMeshShape, got {shape!r}."
                 )
             shape = tuple(shape)
             object.__setattr__(self, "mesh_shape", shape)
@@ -98,7 +103,7 @@ class MeshConfig:
     @property
     def hosts(self) -> int:
         """Number of processes (hosts) in the job: ``jax.process_count()``."""
-        return jax.process_count()
+        return int(jax.process_count())
 
     @property
     def host_id(self) -> int:

@@ -27,12 +27,12 @@ from jax.sharding import Mesh
 
 from meshplan.facade._context import require_mesh
 from meshplan.facade._mesh import calculate_host_mesh_shape
-from meshplan.pure.specs._batch import HostBatchSlice, host_batch_slices
 from meshplan.pure.errors import (
     BarrierTimeoutError,
     DistributedError,
     MeshplanTypeError,
 )
+from meshplan.pure.specs._batch import HostBatchSlice, host_batch_slices
 
 __all__ = ["barrier_sync", "host_batch_slice", "host_mesh_shape"]
 
@@ -66,6 +66,8 @@ def _wait_at_barrier(barrier_id: str, timeout_ms: int) -> None:
         from jax._src import distributed as _jax_distributed  # private, see docstring
 
         client = _jax_distributed.global_state.client
+        if client is None:  # jax.distributed.initialize() has not run (or shut down)
+            raise AttributeError("jax._src.distributed.global_state.client is None")
         wait = client.wait_at_barrier
     except (ImportError, AttributeError) as err:
         raise DistributedError(

@@ -29,15 +29,24 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 from meshplan.facade._devices import describe_devices, resolve_devices
+from meshplan.pure.mesh._axes import MeshShape, validate_axis_names
 from meshplan.pure.mesh._axis_types import canonicalize_axis_types
 from meshplan.pure.mesh._hybrid import HybridMeshShape
 from meshplan.pure.mesh._layout import DeviceInfo, group_granules, layout_device_ids
-from meshplan.pure.mesh._axes import validate_axis_names
-from meshplan.pure.mesh._request import MeshRequest, canonical_dims, resolve_mesh_request
+from meshplan.pure.mesh._request import (
+    MeshRequest,
+    MeshShapeLike,
+    canonical_dims,
+    resolve_mesh_request,
+)
 from meshplan.pure.mesh._split import per_host_mesh_shape
 
 __all__ = [
-    "create_mesh", "build_mesh", "calculate_host_mesh_shape", "clear_mesh_cache", "mesh_cache_info",
+    "build_mesh",
+    "calculate_host_mesh_shape",
+    "clear_mesh_cache",
+    "create_mesh",
+    "mesh_cache_info",
 ]
 
 AxisTypeLike = AxisType | str | Literal["auto", "explicit", "manual"]
@@ -131,14 +140,14 @@ def _device_grid(
     return np.array([by_id[int(i)] for i in ids.flat], dtype=object).reshape(ids.shape)
 
 
-def _canonical_shape(mesh_shape: object) -> tuple[int, ...] | HybridMeshShape:
-    if isinstance(mesh_shape, HybridMeshShape):
+def _canonical_shape(mesh_shape: object) -> tuple[int, ...] | HybridMeshShape | MeshShape:
+    if isinstance(mesh_shape, HybridMeshShape | MeshShape):  # checked, frozen and hashable
         return mesh_shape
     return canonical_dims(mesh_shape)
 
 
 def build_mesh(
-    mesh_shape: Sequence[int] | HybridMeshShape,
+    mesh_shape: MeshShapeLike,
     axis_names: Sequence[str],
     *,
     devices: Sequence[jax.Device],
@@ -153,8 +162,7 @@ def build_mesh(
     # Canonicalize before the cache lookup: (2.0, 4) == (2, 4) as a dict key.
     mesh_shape = _canonical_shape(mesh_shape)
     axis_names = validate_axis_names(axis_names)
-    ndim = mesh_shape.ndim if isinstance(mesh_shape, HybridMeshShape) else len(mesh_shape)
-    types = canonicalize_axis_types(axis_types, ndim)
+    types = canonicalize_axis_types(axis_types, len(mesh_shape))
     flags = (bool(should_sort_granules_by_key), bool(allow_split_physical_axes), bool(use_jax),
              granule_by, devices[0].platform, tuple(d.id for d in devices))
     # Two keys: the raw arguments (a cheap hit for repeated calls) and the

@@ -3,18 +3,32 @@
 Everything here is plain arithmetic on tuples; values are checked by the
 validators in :mod:`meshplan.pure._check`, so every entry point rejects
 ``True``, ``2.0`` and ``"2"`` the same way.
+
+:class:`MeshShape` is the one value for "named axes with sizes" (jax's
+``AbstractMesh`` without the axis types). The other shape values build on
+it or convert to it instead of re-checking names and sizes themselves:
+
+* a read-only ``{name: size}`` mapping (:class:`~meshplan.pure.FrozenAxisSizes`,
+  what the planners take) is :attr:`MeshShape.axis_sizes`, and
+  :meth:`MeshShape.from_axis_sizes` goes back;
+* a :class:`~meshplan.pure.HybridMeshShape` holds sizes only (per part);
+  wherever it takes a plain shape it also takes a MeshShape (:func:`mesh_dims`);
+* a :class:`~meshplan.pure.MeshRequest` is names plus a hybrid shape; its
+  ``mesh_shape`` is the global MeshShape.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from meshplan.pure._check import as_int, as_int_tuple, as_sequence
+from meshplan.pure._check import as_int, as_int_tuple, as_sequence, canonical_axis_sizes
+from meshplan.pure._types import FrozenAxisSizes
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
 
-__all__ = ["MeshShape", "infer_axis_dims", "resolve_mesh_shape", "validate_axis_names"]
+__all__ = ["MeshShape", "infer_axis_dims", "mesh_dims", "resolve_mesh_shape", "validate_axis_names"]
 
 
 # --- public API -----------------------------------------------------------------------------------
@@ -141,8 +155,10 @@ class MeshShape:
 
     Example:
       >>> shape = MeshShape(("dp", "tp"), (2, 4))
-      >>> shape, shape.size, shape.as_dict()
-      (MeshShape(dp=2, tp=4), 8, {'dp': 2, 'tp': 4})
+      >>> shape, shape.size, shape.as_dict(), len(shape)
+      (MeshShape(dp=2, tp=4), 8, {'dp': 2, 'tp': 4}, 2)
+      >>> MeshShape.from_axis_sizes(shape.axis_sizes) == shape
+      True
     """
 
     names: tuple[str, ...]
@@ -175,9 +191,37 @@ class MeshShape:
         """The number of axes."""
         return len(self.sizes)
 
+    def __len__(self) -> int:
+        """The number of axes, as ``len`` of a plain shape tuple gives it."""
+        return len(self.sizes)
+
     def as_dict(self) -> dict[str, int]:
         """A new dict axis name -> size, in mesh order."""
         return dict(zip(self.names, self.sizes))
+
+    @property
+    def axis_sizes(self) -> FrozenAxisSizes:
+        """The read-only ``{name: size}`` mapping the planners take, in mesh order."""
+        return canonical_axis_sizes(self.as_dict())
+
+    @classmethod
+    def from_axis_sizes(cls, axis_sizes: Mapping[str, int]) -> MeshShape:
+        """The MeshShape of an ordered ``{name: size}`` mapping (``dict(mesh.shape)``).
+
+        Raises:
+          MeshplanTypeError: not a mapping, or a name/size of the wrong type.
+          MeshShapeError: a name is empty or a size is below 1.
+
+        Example:
+          >>> MeshShape.from_axis_sizes({"dp": 2, "tp": 4})
+          MeshShape(dp=2, tp=4)
+        """
+        if not isinstance(axis_sizes, Mapping):
+            raise MeshplanTypeError(
+                f"axis_sizes={axis_sizes!r} must be a mapping of mesh axis name -> size in mesh "
+                "order, e.g. {'dp': 2, 'tp': 4}."
+            )
+        return cls(tuple(axis_sizes), tuple(axis_sizes.values()))
 
     def __repr__(self) -> str:
         # Non-identifier names (``"a b"``) are quoted so the repr stays unambiguous.
@@ -185,6 +229,22 @@ class MeshShape:
             f"{n if n.isidentifier() else repr(n)}={s}" for n, s in zip(self.names, self.sizes)
         )
         return f"MeshShape({parts})"
+
+
+def mesh_dims(value: Any, what: str) -> tuple[int, ...]:
+    """The sizes of a shape given as a sequence of ints or as a :class:`MeshShape`.
+
+    The one place a named shape turns into plain sizes, so every function
+    that takes a plain shape takes a MeshShape too. Sizes are type-checked
+    only (a ``-1`` passes; range checks belong to the caller).
+
+    Example:
+      >>> mesh_dims(MeshShape(("dp", "tp"), (2, 4)), "mesh_shape"), mesh_dims([2, -1], "mesh_shape")
+      ((2, 4), (2, -1))
+    """
+    if isinstance(value, MeshShape):
+        return value.sizes
+    return as_int_tuple(value, what)
 
 
 def resolve_mesh_shape(

@@ -18,29 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
-from meshplan.pure.mesh._axes import MeshShape, infer_axis_dims
-from meshplan.pure._check import as_count, as_int_tuple, as_positive_shape
-from meshplan.pure.mesh._split import split_over_granules
+from meshplan.pure._check import as_count, as_positive_shape, unresolved_shape_problems
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
+from meshplan.pure.mesh._axes import MeshShape, infer_axis_dims, mesh_dims
+from meshplan.pure.mesh._split import split_over_granules
 
 __all__ = ["HybridMeshShape", "reconcile_dcn", "resolve_hybrid", "split_mesh_shape"]
-
-
-def _dims(value: Any, what: str) -> tuple[int, ...]:
-    """A shape given as a sequence of ints or as a named :class:`MeshShape`."""
-    if isinstance(value, MeshShape):
-        return value.sizes
-    return as_int_tuple(value, what)
-
-
-def _entry_problems(shape: tuple[int, ...], what: str) -> list[str]:
-    """Sizes that are neither >= 1 nor -1, and repeated -1s."""
-    problems = [f"{what}[{i}]={d}" for i, d in enumerate(shape) if d == 0 or d < -1]
-    if shape.count(-1) > 1:
-        problems.append(f"{what} has {shape.count(-1)} entries of -1 (at most one)")
-    return problems
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,17 +48,19 @@ class HybridMeshShape:
 
     Example:
       >>> shape = HybridMeshShape(ici_mesh_shape=[1, 8], dcn_mesh_shape=(2, 1))
-      >>> shape.ici_mesh_shape, shape.global_shape, shape.ndim
-      ((1, 8), (2, 8), 2)
+      >>> shape.ici_mesh_shape, shape.global_shape, shape.ndim, len(shape)
+      ((1, 8), (2, 8), 2, 2)
+      >>> shape.named(("data", "model"))
+      MeshShape(data=2, model=8)
     """
 
     ici_mesh_shape: tuple[int, ...]
     dcn_mesh_shape: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        ici = _dims(self.ici_mesh_shape, "ici_mesh_shape")
-        dcn = _dims(self.dcn_mesh_shape, "dcn_mesh_shape")
-        problems = _entry_problems(ici, "ici_mesh_shape") + _entry_problems(dcn, "dcn_mesh_shape")
+        ici = mesh_dims(self.ici_mesh_shape, "ici_mesh_shape")
+        dcn = mesh_dims(self.dcn_mesh_shape, "dcn_mesh_shape")
+        problems = unresolved_shape_problems(ici, "ici_mesh_shape") + unresolved_shape_problems(dcn, "dcn_mesh_shape")
         if len(ici) != len(dcn):
             problems.insert(
                 0,
@@ -93,6 +79,18 @@ class HybridMeshShape:
     def ndim(self) -> int:
         """The number of mesh axes."""
         return len(self.ici_mesh_shape)
+
+    def __len__(self) -> int:
+        """The number of mesh axes, as ``len`` of a plain shape tuple gives it."""
+        return len(self.ici_mesh_shape)
+
+    def named(self, names: Sequence[str]) -> MeshShape:
+        """The global shape with axis names: a :class:`MeshShape` (resolved shapes only).
+
+        Raises:
+          MeshShapeError: a ``-1`` is unresolved, or ``names`` do not fit (see MeshShape).
+        """
+        return MeshShape(tuple(names), self.global_shape)
 
     @property
     def is_resolved(self) -> bool:
@@ -146,7 +144,7 @@ def split_mesh_shape(
       >>> split_mesh_shape((2, -1, 8), 2, num_devices=16)
       HybridMeshShape(ici_mesh_shape=(1, 1, 8), dcn_mesh_shape=(2, 1, 1))
     """
-    dims = _dims(mesh_shape, "mesh_shape")
+    dims = mesh_dims(mesh_shape, "mesh_shape")
     del mesh_shape
     if num_devices is not None:
         dims = infer_axis_dims(dims, num_devices, dims_name="mesh_shape")
@@ -238,8 +236,8 @@ def reconcile_dcn(
       >>> reconcile_dcn((1, -1, 1, 1, 1), (1, 2, 1, 1, 1), num_devices=16, num_granules=2)
       HybridMeshShape(ici_mesh_shape=(1, 8, 1, 1, 1), dcn_mesh_shape=(1, 2, 1, 1, 1))
     """
-    dims = as_int_tuple(axis_dims, "axis_dims")
-    dcn_dims = as_int_tuple(dcn_mesh_dims, "dcn_mesh_dims")
+    dims = mesh_dims(axis_dims, "axis_dims")
+    dcn_dims = mesh_dims(dcn_mesh_dims, "dcn_mesh_dims")
     devices = as_count(num_devices, "num_devices")
     granules = as_count(num_granules, "num_granules")
     del axis_dims, dcn_mesh_dims, num_devices, num_granules

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from meshplan.pure._check import as_count, as_int_tuple
-from meshplan.pure.mesh._hybrid import HybridMeshShape, resolve_hybrid
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, MeshShapeError
+from meshplan.pure.mesh._hybrid import HybridMeshShape, resolve_hybrid
 
 __all__ = ["DeviceInfo", "group_granules", "layout_device_ids"]
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from meshplan.pure.mesh._axes import validate_axis_names
 from meshplan.pure._check import as_int_tuple
 from meshplan.pure.errors import MeshplanTypeError, MeshStringError
+from meshplan.pure.mesh._axes import validate_axis_names
 
 __all__ = ["format_mesh_string", "parse_mesh_string"]
 

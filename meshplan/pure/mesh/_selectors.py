@@ -20,19 +20,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
-from meshplan.pure.mesh._axes import MeshShape
-from meshplan.pure._check import as_int_tuple, as_sequence
-from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure._check import as_int_tuple, as_sequence, unresolved_shape_problems
 from meshplan.pure.errors import MeshplanTypeError, MeshRuleError
+from meshplan.pure.mesh._axes import MeshShape
+from meshplan.pure.mesh._hybrid import HybridMeshShape
 
-__all__ = ["select_mesh_shape", "validate_mesh_rules"]
+__all__ = ["RuleValue", "select_mesh_shape", "validate_mesh_rules"]
 
 X = TypeVar("X")
 
+RuleValue: TypeAlias = tuple[int, ...] | HybridMeshShape | MeshShape
+"""A canonical rule value (None, "no mesh on this platform", aside)."""
 
-def _check_value(value: Any, where: str, problems: list[str]) -> Any:
+
+def _check_value(value: Any, where: str, problems: list[str]) -> RuleValue | None:
     """The canonical rule value (tuple of ints, HybridMeshShape, MeshShape or None)."""
     if value is None or isinstance(value, (HybridMeshShape, MeshShape)):
         return value
@@ -41,15 +44,15 @@ def _check_value(value: Any, where: str, problems: list[str]) -> Any:
     except MeshplanTypeError as err:
         problems.append(f"{err} Use a tuple of ints, a HybridMeshShape, or None")
         return None
-    bad = [d for d in shape if d == 0 or d < -1]
-    if bad or shape.count(-1) > 1:
+    bad = unresolved_shape_problems(shape, "size")
+    if bad:
         problems.append(
-            f"{where} mesh shape {shape} is invalid (sizes >= 1, or -1 at most once)"
+            f"{where} mesh shape {shape} is invalid ({', '.join(bad)}; sizes >= 1, or -1 at most once)"
         )
     return shape
 
 
-def validate_mesh_rules(rules: Sequence[tuple[str, Any]] | None) -> tuple[tuple[str, Any], ...]:
+def validate_mesh_rules(rules: Sequence[tuple[str, Any]] | None) -> tuple[tuple[str, RuleValue | None], ...]:
     """Checks every mesh rule and returns them canonicalized.
 
     Args:
@@ -75,7 +78,7 @@ def validate_mesh_rules(rules: Sequence[tuple[str, Any]] | None) -> tuple[tuple[
         return ()
     items = as_sequence(rules, "mesh_rules")
     problems: list[str] = []
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, RuleValue | None]] = []
     for i, rule in enumerate(items):
         where = f"mesh_rules[{i}]"
         if isinstance(rule, (str, bytes)) or not isinstance(rule, Sequence) or len(rule) != 2:
@@ -98,8 +101,8 @@ def validate_mesh_rules(rules: Sequence[tuple[str, Any]] | None) -> tuple[tuple[
 
 
 def select_mesh_shape(
-    mesh_rules: Sequence[tuple[str, X | None]] | None, selector: str | None, default: X
-) -> X:
+    mesh_rules: Sequence[tuple[str, Any]] | None, selector: str | None, default: X
+) -> X | RuleValue:
     """The mesh shape the first fully matching rule selects, else ``default``.
 
     Args:
