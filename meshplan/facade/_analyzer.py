@@ -26,9 +26,13 @@ import jax
 from jax.sharding import AbstractMesh, Mesh
 
 from meshplan.facade._context import require_mesh, x64_enabled
-from meshplan.pure.specs._memory import MemoryEstimate, estimate_memory, validate_and_estimate
-from meshplan.pure.specs._validate import Finding, check_specs, validate_specs
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError
+from meshplan.pure.specs._memory import (
+    MemoryEstimate,
+    estimate_memory,
+    validate_and_estimate,
+)
+from meshplan.pure.specs._validate import Finding, check_specs, validate_specs
 
 __all__ = ["ShardingAnalyzer", "create_monitored_function"]
 
@@ -153,7 +157,8 @@ class ShardingAnalyzer:
         return dict(zip(self.mesh.devices.flat, per_position, strict=True))
 
 
-def _target_argument(sig: inspect.Signature | None, arg: int | str, args: tuple, kwargs: dict) -> Any:
+def _target_argument(sig: inspect.Signature | None, arg: int | str, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
     """The value of argument ``arg`` (a position or a name) in one call."""
     if isinstance(arg, int) and arg < len(args):
         return args[arg]

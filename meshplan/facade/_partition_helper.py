@@ -23,11 +23,16 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from meshplan.facade._context import x64_enabled
-from meshplan.pure.rules._engine import Plan, plan_tree
-from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
-from meshplan.pure.rules._suggest import SuggestRule, analyze_pytree, create_partition_spec, suggest_methods
-from meshplan.pure.specs._validate import check_specs
 from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
+from meshplan.pure.rules._engine import Plan, plan_tree
+from meshplan.pure.rules._suggest import (
+    SuggestRule,
+    analyze_pytree,
+    create_partition_spec,
+    suggest_methods,
+)
+from meshplan.pure.specs._validate import check_specs
 
 __all__ = ["MeshPartitionHelper"]
 
@@ -120,7 +125,8 @@ class MeshPartitionHelper:
             before jax is asked, so the message says what to change).
         """
         check_specs(array, partition_spec, self.axis_sizes, x64=x64_enabled())
-        return jax.device_put(array, self._sharding(partition_spec))
+        placed: jax.Array = jax.device_put(array, self._sharding(partition_spec))
+        return placed
 
     def plan(self, pytree: Any, min_shard_size: int = DEFAULT_MIN_SHARD_SIZE) -> Plan:
         """The specs ``auto_shard_pytree`` would use, with the reason for each leaf.

@@ -22,26 +22,27 @@ memory rule never returns an over-budget spec (:class:`MemoryBudgetError`).
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import Any
 
 from jax.sharding import AbstractMesh, Mesh
 
 from meshplan.facade._context import current_mesh, require_mesh, x64_enabled
-from meshplan.pure.rules._engine import Plan, plan_from_specs, plan_tree
-from meshplan.pure.rules._replay import PlanRule
+from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._auto import AutoRule
 from meshplan.pure.rules._base import select_axes
 from meshplan.pure.rules._composite import CompositeRule
+from meshplan.pure.rules._engine import Plan, plan_from_specs, plan_tree
 from meshplan.pure.rules._memory import MemoryRule
+from meshplan.pure.rules._replay import PlanRule
 from meshplan.pure.rules._shape import ShapePatternRule
-from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = [
-    "ShardingRule",
     "AutoShardingRule",
-    "ShapeBasedShardingRule",
-    "MemoryConstrainedShardingRule",
     "CompositeShardingRule",
+    "MemoryConstrainedShardingRule",
+    "ShapeBasedShardingRule",
+    "ShardingRule",
 ]
 
 AxisSizes = dict[str, int]
@@ -100,7 +101,7 @@ class _MeshRule(ShardingRule):
     def pure_rule(self) -> Any:
         """The pure rule this class binds to a mesh."""
 
-    def _check_axis_names(self, axis_names: tuple[str, ...] | None) -> None:
+    def _check_axis_names(self, axis_names: Sequence[str] | None) -> None:
         """Unknown axis names fail when the rule is built, if its mesh is known by then."""
         if self.mesh is not None:
             select_axes(axis_names, _sizes_of(self.mesh), type(self).__name__)
@@ -118,7 +119,8 @@ class _MeshRule(ShardingRule):
     def _builtin_plan(self, pytree: Any) -> Plan:
         sizes = self._axis_sizes()
         if sizes is None:
-            require_mesh(None, type(self).__name__)  # raises NoMeshError
+            mesh = require_mesh(None, type(self).__name__)  # raises NoMeshError: there is none
+            sizes = {} if mesh is None else _sizes_of(mesh)
         return plan_tree(pytree, self.pure_rule, sizes, x64=x64_enabled())
 
     def apply(self, pytree: Any) -> Any:

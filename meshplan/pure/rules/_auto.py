@@ -21,13 +21,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from jax.sharding import PartitionSpec
-
 from meshplan.pure._check import as_int
-from meshplan.pure.rules._base import Decision, LeafContext, canonical_axis_names, canonical_shape, select_axes
-from meshplan.pure._check import canonical_axis_sizes
-from meshplan.pure.specs._geometry import spec_from_entries
+from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
+from meshplan.pure.rules._base import (
+    Decision,
+    LeafContext,
+    canonical_axis_names,
+    select_axes,
+)
+from meshplan.pure.specs._geometry import spec_from_entries
 
 __all__ = ["DEFAULT_MIN_SHARD_SIZE", "AutoRule"]
 
@@ -49,7 +52,7 @@ def _auto(shape: tuple[int, ...], sizes: Mapping[str, int], axes: tuple[str, ...
           reverse: bool, name: str) -> Decision:
     n = math.prod(shape)
     if n < min_shard_size:
-        return Decision(PartitionSpec(), f"{n} elements < min_shard_size={min_shard_size}; replicated", name)
+        return Decision(make_spec(), f"{n} elements < min_shard_size={min_shard_size}; replicated", name)
     usable = [a for a in axes if sizes[a] > 1]
     # Ties go to the lower dim index either way, so equal dims are not
     # ordered by the sort's stability alone.
@@ -72,7 +75,7 @@ def _auto(shape: tuple[int, ...], sizes: Mapping[str, int], axes: tuple[str, ...
         else:
             listed = ", ".join(f"{a!r}({sizes[a]})" for a in usable)
             why = f"no axis among {listed} divides a dim of {shape}"
-        return Decision(PartitionSpec(), f"{why}; replicated", name)
+        return Decision(make_spec(), f"{why}; replicated", name)
     first = "smallest" if reverse else "largest"
     return Decision(spec_from_entries(entries), f"{first} dims first: " + ", ".join(steps), name)
 
@@ -103,7 +106,7 @@ class AutoRule:
       ShardingRuleError: ``axis_names`` names an axis the mesh lacks.
     """
 
-    axis_names: tuple[str, ...] | None = None
+    axis_names: Sequence[str] | None = None
     min_shard_size: int | None = DEFAULT_MIN_SHARD_SIZE
     reverse: bool = False
     name: str = "auto"
@@ -119,4 +122,5 @@ class AutoRule:
 
     def __call__(self, ctx: LeafContext) -> Decision:
         axes = select_axes(self.axis_names, ctx.axis_sizes, self.name)
-        return _auto(ctx.shape, ctx.axis_sizes, axes, self.min_shard_size, self.reverse, self.name)
+        min_size = DEFAULT_MIN_SHARD_SIZE if self.min_shard_size is None else self.min_shard_size
+        return _auto(ctx.shape, ctx.axis_sizes, axes, min_size, self.reverse, self.name)

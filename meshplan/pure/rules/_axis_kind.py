@@ -48,13 +48,12 @@ import re
 from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar
 
-from jax.sharding import PartitionSpec
-
 from meshplan.pure._check import as_count, as_int
+from meshplan.pure._types import make_spec
+from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure.rules._base import Decision, LeafContext
 from meshplan.pure.specs._geometry import spec_from_entries
-from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = ["AxisKindRule", "path_template"]
 
@@ -197,7 +196,7 @@ class AxisKindRule:
     def _decide(self, role: _Role, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
         n = math.prod(shape)
         if n < self.min_shard_size:
-            return Decision(PartitionSpec(), f"{n} elements < min_shard_size={self.min_shard_size}; "
+            return Decision(make_spec(), f"{n} elements < min_shard_size={self.min_shard_size}; "
                             "replicated", self.name)
         entries: list[tuple[str, ...]] = [()] * len(shape)
         steps: list[str] = []
@@ -214,7 +213,7 @@ class AxisKindRule:
         text = "; ".join(s for s in steps if s) or "no axis of size > 1 to place; replicated"
         return Decision(spec, text, self.name)
 
-    def _place_tp(self, role: _Role, shape: tuple[int, ...], tp: int, entries: list) -> str:
+    def _place_tp(self, role: _Role, shape: tuple[int, ...], tp: int, entries: list[tuple[str, ...]]) -> str:
         axis, module = self.tp_axis, role.module
         if module in _HEADS and self.num_heads is not None and self.num_heads % tp:
             return f"{module}: tp={tp} does not divide {self.num_heads} heads; not split over tp"
@@ -239,7 +238,7 @@ class AxisKindRule:
         entries[dim] = (axis,)
         return f"{module} {kind}: dim {dim} ({shape[dim]}) <- {axis!r}({tp})"
 
-    def _place_ep(self, role: _Role, shape: tuple[int, ...], ep: int, entries: list) -> str:
+    def _place_ep(self, role: _Role, shape: tuple[int, ...], ep: int, entries: list[tuple[str, ...]]) -> str:
         if role.per_expert:
             return "per-expert leaf: ep cannot split it (stack the experts for expert parallelism)"
         if len(shape) < 2 or (self.num_experts is not None and shape[0] != self.num_experts):
@@ -250,7 +249,7 @@ class AxisKindRule:
         return f"experts: dim 0 ({shape[0]}) <- {self.ep_axis!r}({ep})"
 
     def _place_fsdp(self, shape: tuple[int, ...], fsdp: int, sizes: Mapping[str, int],
-                    entries: list) -> str:
+                    entries: list[tuple[str, ...]]) -> str:
         axis = self.fsdp_axis
         order = sorted(range(len(shape)), key=lambda d: (-shape[d], d))
         for d in order:

@@ -33,12 +33,17 @@ from jax.sharding import PartitionSpec
 
 from meshplan.pure._check import as_int_tuple, as_sequence, canonical_axis_sizes
 from meshplan.pure._types import Shape
-from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError, SpecError
+from meshplan.pure.errors import (
+    MemoryBudgetError,
+    MeshplanTypeError,
+    ShardingRuleError,
+    SpecError,
+)
 
 __all__ = [
+    "LEAF_ERRORS",
     "Decision",
     "LeafContext",
-    "LEAF_ERRORS",
     "Rule",
     "ask",
     "group_key_fn",
@@ -71,7 +76,7 @@ def canonical_axis_names(axis_names: Any, what: str) -> tuple[str, ...] | None:
     return names
 
 
-def select_axes(axis_names: tuple[str, ...] | None, axis_sizes: Mapping[str, int], rule: str) -> tuple[str, ...]:
+def select_axes(axis_names: Sequence[str] | None, axis_sizes: Mapping[str, int], rule: str) -> tuple[str, ...]:
     """The axes a rule may spend, in its order: ``axis_names`` or mesh order.
 
     Raises:
@@ -85,7 +90,7 @@ def select_axes(axis_names: tuple[str, ...] | None, axis_sizes: Mapping[str, int
             f"{rule} rule: axis_names={list(axis_names)} includes {unknown}, not axes of the mesh "
             f"(mesh axes: {list(axis_sizes)}); drop them or use a mesh that has them."
         )
-    return axis_names
+    return tuple(axis_names)
 
 
 def shards_something(spec: PartitionSpec) -> bool:

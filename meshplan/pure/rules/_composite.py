@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable, Sequence
 
-from jax.sharding import PartitionSpec
-
+from meshplan.pure._types import make_spec
+from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._base import (
     Decision,
     GroupKey,
@@ -32,7 +32,6 @@ from meshplan.pure.rules._base import (
     rule_name,
     shards_something,
 )
-from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = ["CompositeRule"]
 
@@ -47,8 +46,9 @@ class CompositeRule:
 
     Example:
       >>> import numpy as np
+      >>> from jax.sharding import PartitionSpec as P
       >>> from meshplan.pure.rules import AutoRule, LeafContext, ShapePatternRule
-      >>> rule = CompositeRule((ShapePatternRule({(None, 1024): PartitionSpec("tp")}), AutoRule()))
+      >>> rule = CompositeRule((ShapePatternRule({(None, 1024): P("tp")}), AutoRule()))
       >>> rule(LeafContext((4096, 512), np.dtype("float32"), {"tp": 4})).reason
       "auto won (rule 2 of 2; shape: no opinion): largest dims first: dim 0 (4096) <- 'tp'(4)"
     """
@@ -104,4 +104,4 @@ class CompositeRule:
             said.append(f"{decision.rule}: {decision.reason}")
         if not any_opinion:
             return None
-        return Decision(PartitionSpec(), "no rule sharded it (" + "; ".join(said) + ")", self.name)
+        return Decision(make_spec(), "no rule sharded it (" + "; ".join(said) + ")", self.name)

@@ -21,20 +21,28 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.rules._base import LEAF_ERRORS, Decision, LeafContext, Rule, ask, is_shape_only, rule_name
 from meshplan.pure._check import canonical_axis_sizes
-from meshplan.pure.specs._tree import LeafInfo, TreeFacts, tree_facts
-from meshplan.pure._types import PyTree
+from meshplan.pure._types import PyTree, make_spec
 from meshplan.pure.errors import MeshplanTypeError, PlanError, ShardingRuleError
+from meshplan.pure.rules._base import (
+    LEAF_ERRORS,
+    Decision,
+    LeafContext,
+    Rule,
+    ask,
+    is_shape_only,
+    rule_name,
+)
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts, tree_facts
 
-__all__ = ["Plan", "plan_tree", "plan_from_specs"]
+__all__ = ["Plan", "plan_from_specs", "plan_tree"]
 
-_REPLICATED = PartitionSpec()
+_REPLICATED = make_spec()
 _MAX_LISTED = 10
 # A rule's errors about leaves (LEAF_ERRORS) are collected and raised once;
 # type errors (a misconfigured rule) propagate at once.
@@ -199,6 +207,8 @@ def plan_tree(tree: PyTree, rule: Rule, axis_sizes: Mapping[str, int], *, x64: b
     spec_of: dict[int, Any] = {}
     failures: dict[Hashable, _Failure] = {}
     has_non_arrays = False
+    decisions: Sequence[Decision | None]
+    specs: Sequence[Any]
     if shape_only:
         by_key: dict[Any, tuple[Decision | None, PartitionSpec]] = {}
         for uid in dict.fromkeys(ids):
@@ -215,28 +225,30 @@ def plan_tree(tree: PyTree, rule: Rule, axis_sizes: Mapping[str, int], *, x64: b
             decision_of[uid], spec_of[uid] = by_key[key]
         decisions = _lookup(decision_of, ids)
         specs = _lookup(spec_of, ids)
-        if failures:
-            for key, entry in failures.items():
-                entry[2] = sum(1 for x in infos if x is not None and (x.shape, x.dtype) == key)
+        for failed, entry in failures.items():
+            entry[2] = sum(1 for x in infos if x is not None and (x.shape, x.dtype) == failed)
     else:
-        decisions, specs = [], []
+        leaf_decisions: list[Decision | None] = []
+        leaf_specs: list[Any] = []
         for i, info in enumerate(infos):
             if info is None:
                 has_non_arrays = True
                 decision, spec = None, None
             else:
                 decision, spec = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), i, failures)
-            decisions.append(decision)
-            specs.append(spec)
+            leaf_decisions.append(decision)
+            leaf_specs.append(spec)
+        decisions, specs = leaf_decisions, leaf_specs
     if failures:
         _raise_failures(failures, name)
     if has_non_arrays:
         # Non-array leaves are copied into the spec tree unchanged.
-        specs = list(specs)
+        filled = list(specs)
         leaves = facts.treedef.flatten_up_to(facts.source)
         for i, info in enumerate(infos):
             if info is None:
-                specs[i] = leaves[i]
+                filled[i] = leaves[i]
+        specs = filled
     return Plan(facts.unflatten(specs), facts, tuple(decisions), tuple(specs), sizes, name)
 
 
@@ -244,7 +256,8 @@ def _lookup(table: dict[int, Any], ids: list[int]) -> tuple[Any, ...]:
     """``tuple(table[i] for i in ids)``, in one C-level pass (itemgetter)."""
     if len(ids) < 2:
         return tuple(table[i] for i in ids)
-    return operator.itemgetter(*ids)(table)
+    found: tuple[Any, ...] = operator.itemgetter(*ids)(table)
+    return found
 
 
 def _decide(rule: Rule, ctx: LeafContext, key: Hashable,

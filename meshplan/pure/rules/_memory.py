@@ -31,11 +31,19 @@ from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.specs._dtypes import array_bytes
-from meshplan.pure.rules._base import Decision, LeafContext, canonical_axis_names, canonical_shape, format_axes, select_axes
 from meshplan.pure._check import canonical_axis_sizes
-from meshplan.pure.specs._geometry import spec_from_entries
+from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError
+from meshplan.pure.rules._base import (
+    Decision,
+    LeafContext,
+    canonical_axis_names,
+    canonical_shape,
+    format_axes,
+    select_axes,
+)
+from meshplan.pure.specs._dtypes import array_bytes
+from meshplan.pure.specs._geometry import spec_from_entries
 
 __all__ = ["MemoryRule", "min_shard_bytes"]
 
@@ -43,13 +51,16 @@ Assignment = tuple[tuple[str, ...], ...]
 
 
 def _budget(value: Any) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    # Kept as given (an int budget stays an int in reasons), only checked.
+    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not is_number:
         raise MeshplanTypeError(
             f"max_memory_per_device={value!r} must be a number of bytes, e.g. 16 * 1024**3."
         )
     if not value > 0:
         raise ShardingRuleError(f"max_memory_per_device={value!r} must be > 0 bytes.")
-    return value
+    budget: int | float = value
+    return budget
 
 
 def _shard(shape: tuple[int, ...], entries: Assignment, sizes: Mapping[str, int]) -> tuple[int, ...]:
@@ -170,7 +181,7 @@ class MemoryRule:
     """
 
     max_memory_per_device: int | float
-    axis_names: tuple[str, ...] | None = None
+    axis_names: Sequence[str] | None = None
     packed_subbyte: bool = False
     name: str = "memory"
     shape_only: ClassVar[bool] = True
@@ -199,7 +210,7 @@ class MemoryRule:
 
         full = nbytes(shape)
         if full <= budget:
-            return Decision(PartitionSpec(), f"{full} B fits the budget of {budget} B; replicated", self.name)
+            return Decision(make_spec(), f"{full} B fits the budget of {budget} B; replicated", self.name)
         axes = _ordered_axes(select_axes(self.axis_names, sizes, self.name), sizes)
         entries = _greedy(shape, axes, sizes, lambda shard: nbytes(shard) <= budget)
         got = nbytes(_shard(shape, entries, sizes))

@@ -16,9 +16,17 @@ from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.rules._base import Decision, LeafContext, is_shape_only, rule_name
-from meshplan.pure.rules._shape import _misfit
+from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
+from meshplan.pure.rules._base import (
+    Decision,
+    LeafContext,
+    Rule,
+    group_key_fn,
+    reads_axes,
+    rule_name,
+)
+from meshplan.pure.rules._shape import _misfit
 
 __all__ = ["PathRule", "path_rule_from_json", "spec_from_json", "spec_to_json"]
 
@@ -44,7 +52,7 @@ def spec_from_json(data: Any, *, where: str = "spec") -> PartitionSpec:
       P(('fsdp', 'tp'), None)
     """
     if data is None:
-        return PartitionSpec()
+        return make_spec()
     if isinstance(data, str):
         data = [data]
     if not isinstance(data, list | tuple):
@@ -57,7 +65,7 @@ def spec_from_json(data: Any, *, where: str = "spec") -> PartitionSpec:
             out.append(tuple(entry))
         else:
             raise MeshplanTypeError(f"{where} entry {entry!r} must be null, an axis name or a list of names.")
-    return PartitionSpec(*out)
+    return make_spec(*out)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,7 +92,7 @@ class PathRule:
     """
 
     rules: tuple[tuple[str, PartitionSpec], ...]
-    fallback: Any = None
+    fallback: Rule | None = None
     name: str = "path"
     _compiled: tuple[re.Pattern[str], ...] = dataclasses.field(default=(), repr=False, compare=False)
     shape_only: ClassVar[bool] = False
@@ -114,7 +122,7 @@ class PathRule:
     @property
     def reads_axes(self) -> tuple[str, ...] | None:
         """Axes whose sizes matter: those the patterns name plus the fallback's (None: all)."""
-        fallback = () if self.fallback is None else getattr(self.fallback, "reads_axes", None)
+        fallback = () if self.fallback is None else reads_axes(self.fallback)
         if fallback is None:
             return None
         named = [a for _, spec in self.rules for e in spec if e is not None
@@ -134,12 +142,7 @@ class PathRule:
             return ("path", k, ctx.shape)
         if self.fallback is None:
             return ("none",)
-        key = getattr(self.fallback, "group_key", None)
-        if key is not None:
-            return ("fallback", key(ctx))
-        if is_shape_only(self.fallback):
-            return ("fallback", ctx.shape, ctx.dtype)
-        return ("leaf", ctx.index)
+        return ("fallback", group_key_fn(self.fallback)(ctx))
 
     def __call__(self, ctx: LeafContext) -> Decision | None:
         k = self._match(ctx.path)
@@ -159,7 +162,7 @@ class PathRule:
         return f"PathRule({len(self.rules)} rules{fallback})"
 
 
-def path_rule_from_json(data: Any, *, fallback: Any = None) -> PathRule:
+def path_rule_from_json(data: Any, *, fallback: Rule | None = None) -> PathRule:
     """A :class:`PathRule` from the ``--rules FILE`` JSON format.
 
     The format is a list of ``[regex, spec]`` pairs (or ``{"rules": [...]}``),

@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from meshplan.pure._types import Shape
+from meshplan.pure.errors import ShardingRuleError
 from meshplan.pure.rules._axis_kind import path_template
 from meshplan.pure.rules._base import Decision, LeafContext
 from meshplan.pure.rules._engine import Plan
-from meshplan.pure._types import Shape
-from meshplan.pure.errors import ShardingRuleError
 
-__all__ = ["PlanRule", "PatternKey"]
+__all__ = ["PatternKey", "PlanRule"]
 
 PatternKey = tuple[str, Shape, str]
 """``(path or path template, shape, dtype name)``: what a by-pattern replay matches a leaf on."""
@@ -52,7 +52,7 @@ class PlanRule:
       {'layers': [{'w': P('dp',)}, {'w': P('dp',)}]}
     """
 
-    __slots__ = ("name", "_by_index", "_by_pattern")
+    __slots__ = ("_by_index", "_by_pattern", "name")
     shape_only: ClassVar[bool] = False
 
     def __init__(self, plan: Plan) -> None:

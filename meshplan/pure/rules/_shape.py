@@ -22,10 +22,14 @@ from typing import Any, ClassVar
 from jax.sharding import PartitionSpec
 
 from meshplan.pure._check import as_int
-from meshplan.pure.rules._base import Decision, LeafContext, canonical_shape
-from meshplan.pure._check import canonical_axis_sizes
-from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries, shard_geometry, spec_axes
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError, SpecError
+from meshplan.pure.rules._base import Decision, LeafContext
+from meshplan.pure.specs._geometry import (
+    UNCONSTRAINED,
+    canonical_entries,
+    shard_geometry,
+    spec_axes,
+)
 
 __all__ = ["ShapePatternRule"]
 

@@ -37,13 +37,18 @@ from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE, _min_shard_size
-from meshplan.pure.rules._base import Decision, LeafContext, canonical_shape, format_axes
 from meshplan.pure._check import canonical_axis_sizes
+from meshplan.pure._types import PyTree, Shape, make_spec
+from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
+from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE, _min_shard_size
+from meshplan.pure.rules._base import (
+    Decision,
+    LeafContext,
+    canonical_shape,
+    format_axes,
+)
 from meshplan.pure.specs._geometry import spec_from_entries
 from meshplan.pure.specs._tree import tree_facts
-from meshplan.pure._types import PyTree, Shape
-from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = ["SuggestRule", "analyze_pytree", "create_partition_spec", "suggest_methods"]
 
@@ -101,7 +106,7 @@ def _canonical_methods(methods: Any) -> tuple[Method, ...]:
     return tuple(out)
 
 
-def _check_methods(methods: tuple[Method, ...], sizes: Mapping[str, int]) -> None:
+def _check_methods(methods: Sequence[Method], sizes: Mapping[str, int]) -> None:
     unknown = list(dict.fromkeys(a for m in methods for a in m if a not in sizes))
     if unknown:
         raise ShardingRuleError(
@@ -155,13 +160,13 @@ def _place(spec: _Spec, methods: tuple[Method, ...], threshold: int, first_pass:
             return
 
 
-def _decide(shape: Shape, methods: tuple[Method, ...], sizes: Mapping[str, int], min_shard_size: int,
+def _decide(shape: Shape, methods: Sequence[Method], sizes: Mapping[str, int], min_shard_size: int,
             name: str) -> Decision:
     n = math.prod(shape)
     if not shape:
-        return Decision(PartitionSpec(), "scalar; replicated", name)
+        return Decision(make_spec(), "scalar; replicated", name)
     if n < min_shard_size:
-        return Decision(PartitionSpec(), f"{n} elements < min_shard_size={min_shard_size}; replicated", name)
+        return Decision(make_spec(), f"{n} elements < min_shard_size={min_shard_size}; replicated", name)
     devices = math.prod(sizes.values())
     # Size-1 axes split nothing, yet placing one would use up its dim (the
     # reference gives a vector P('dp') on a dp=1 mesh and so never reaches
@@ -174,7 +179,7 @@ def _decide(shape: Shape, methods: tuple[Method, ...], sizes: Mapping[str, int],
         _place(spec, methods, min_shard_size, first_pass=False)
         how = " (second pass)"
     if not spec.steps:
-        return Decision(PartitionSpec(), f"no method in {list(methods)} fits {shape} evenly; replicated", name)
+        return Decision(make_spec(), f"no method in {list(methods)} fits {shape} evenly; replicated", name)
     return Decision(spec_from_entries(spec.entries), ", ".join(spec.steps) + how, name)
 
 
@@ -254,7 +259,7 @@ class SuggestRule:
 
     min_shard_size: int = DEFAULT_MIN_SHARD_SIZE
     name: str = "suggest"
-    methods: tuple[Method, ...] | None = None
+    methods: Sequence[Method] | None = None
     shape_only: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -263,6 +268,7 @@ class SuggestRule:
         object.__setattr__(self, "min_shard_size", _min_shard_size(self.min_shard_size))
 
     def __call__(self, ctx: LeafContext) -> Decision:
+        methods: Sequence[Method]
         if self.methods is None:
             # Suggested methods name only mesh axes, so they skip the check given ones get.
             methods = tuple(_methods(ctx.shape, ctx.axis_sizes))

@@ -21,13 +21,13 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure.mesh._hybrid import HybridMeshShape
-from meshplan.pure.rules._path import spec_from_json, spec_to_json
-from meshplan.pure.rules._engine import Plan, plan_tree
-from meshplan.pure.rules._base import Decision
-from meshplan.pure.rules._replay import PlanRule
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.rules._base import Decision
+from meshplan.pure.rules._engine import Plan, plan_tree
+from meshplan.pure.rules._path import spec_from_json, spec_to_json
+from meshplan.pure.rules._replay import PlanRule
 
 __all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup", "fmt_bytes"]
 

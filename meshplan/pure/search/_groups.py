@@ -33,19 +33,32 @@ from typing import Any
 from jax.sharding import PartitionSpec
 
 from meshplan.pure._check import canonical_axis_sizes
-from meshplan.pure._types import Shape
+from meshplan.pure._types import Shape, make_spec
 from meshplan.pure.errors import SpecError
 from meshplan.pure.rules._axis_kind import path_template
-from meshplan.pure.rules._base import LEAF_ERRORS, Decision, LeafContext, Rule, ask, group_key_fn, rule_name
+from meshplan.pure.rules._base import (
+    LEAF_ERRORS,
+    Decision,
+    LeafContext,
+    Rule,
+    ask,
+    group_key_fn,
+    rule_name,
+)
 from meshplan.pure.search._candidate import ParamGroup
 from meshplan.pure.search._step_cost import DATA_AXES, STORAGE_AXES, ParamTraffic
-from meshplan.pure.specs._geometry import UNCONSTRAINED, ShardGeometry, canonical_entries, shard_geometry
+from meshplan.pure.specs._geometry import (
+    UNCONSTRAINED,
+    ShardGeometry,
+    canonical_entries,
+    shard_geometry,
+)
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts
 
 __all__ = ["GeometryCache", "LeafGroups", "PlanEval", "evaluate_plan", "param_groups", "state_bytes"]
 
-_REPLICATED = PartitionSpec()
+_REPLICATED = make_spec()
 _DisplayKey = tuple[str, Shape, str]  # (path template, shape, dtype name)
 
 
@@ -280,7 +293,8 @@ def param_groups(groups: LeafGroups, plan: PlanEval, rule: Rule) -> tuple[ParamG
             if leaf_g in wanted:
                 path = groups.paths.path(i)
                 info = groups.facts.infos[i]
-                if path_template(path) == template and (info.shape, str(info.dtype)) == (shape, dtype):
+                if (info is not None and path_template(path) == template
+                        and (info.shape, str(info.dtype)) == (shape, dtype)):
                     out.append(_record(path, shape, dtype, 1, plan, leaf_g, name))
     return tuple(out)
 

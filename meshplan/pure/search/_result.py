@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.pure.search._cluster import Cluster
-from meshplan.pure.search._candidate import MeshCandidate, _fields
 from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.search._candidate import MeshCandidate, _fields
+from meshplan.pure.search._cluster import Cluster
 
 __all__ = ["Rejection", "SearchRequest", "SearchResult"]
 

@@ -43,19 +43,27 @@ from typing import Any
 import jax.numpy as jnp
 
 from meshplan.pure._check import as_count, as_int
+from meshplan.pure._types import PyTree
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.rules._axis_kind import AxisKindRule
-from meshplan.pure.search._cluster import Cluster, parse_cluster
-from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
-from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, fmt_bytes
 from meshplan.pure.rules._base import Rule, reads_axes, rule_name
-from meshplan.pure.search._groups import GeometryCache, LeafGroups, PlanEval, evaluate_plan, param_groups, state_bytes
-from meshplan.pure.specs._training import TrainingState
+from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, fmt_bytes
+from meshplan.pure.search._cluster import Cluster, parse_cluster
+from meshplan.pure.search._groups import (
+    GeometryCache,
+    LeafGroups,
+    PlanEval,
+    evaluate_plan,
+    param_groups,
+    state_bytes,
+)
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._space import (
-    mesh_count,
     axis_problem,
     combinations,
     divisors,
+    mesh_count,
     mesh_text,
     num_factorizations,
     place,
@@ -65,16 +73,16 @@ from meshplan.pure.search._step_cost import (
     AXIS_ORDER,
     BATCH_AXES,
     AxisPlacement,
+    Pending,
     activation_bytes,
     activation_terms,
     param_terms,
     price,
     to_terms,
 )
+from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
+from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import tree_facts
-from meshplan.pure._types import PyTree
-from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.presets import ModelSpec, build_params, get_preset
 
 __all__ = ["search_meshes"]
 
@@ -85,9 +93,9 @@ _SCALES = (2, 4, 8, 16, 32, 64)
 class _Scored:
     sizes: tuple[int, ...]
     placement: AxisPlacement
-    plan_key: tuple
+    plan_key: tuple[Any, ...]
     memory: MemoryBreakdown
-    pending: list
+    pending: list[Pending]
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
 
 
@@ -106,7 +114,7 @@ class _Search:
         self.state_total = state_bytes(self.groups, self.state)
         self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
 
-    def plan(self, sizes: dict[str, int]) -> tuple[tuple, PlanEval]:
+    def plan(self, sizes: dict[str, int]) -> tuple[tuple[Any, ...], PlanEval]:
         key = tuple(sizes.items()) if self.reads is None else tuple(sizes.get(a, 1) for a in self.reads)
         found = self.plans.get(key)
         if found is None:
@@ -130,8 +138,9 @@ class _Search:
                     rejections.append(Rejection(axis, num_factorizations(n // v, len(names) - 1), why))
             values.append(keep)
         combos = combinations(values, n)
-        fits, over = [], []
-        counts: dict[str, list] = {}
+        fits: list[_Scored] = []
+        over: list[_Scored] = []
+        counts: dict[str, list[Any]] = {}
         for sizes in combos:
             kind, detail = self._score(names, sizes, fits, over)
             if kind:
@@ -153,7 +162,8 @@ class _Search:
             s.seconds = float(sum(float(t) for t in s.seconds))
         return fits, over, rejections, len(combos)
 
-    def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list, over: list) -> tuple[str, str]:
+    def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list[_Scored],
+               over: list[_Scored]) -> tuple[str, str]:
         req = self.req
         mesh = dict(zip(names, sizes, strict=True))
         text = mesh_text(mesh)
@@ -181,8 +191,8 @@ class _Search:
                                    itemsize=self.act_itemsize, param_bytes=0)
         return self.state_total / math.prod(mesh.get(a, 1) for a in self.reads) + act
 
-    def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement, fits: list,
-               over: list) -> tuple[str, str]:
+    def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement,
+               fits: list[_Scored], over: list[_Scored]) -> tuple[str, str]:
         req = self.req
         text = mesh_text(mesh)
         key, plan = self.plan(mesh)

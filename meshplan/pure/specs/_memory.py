@@ -31,12 +31,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from meshplan.pure.specs._dtypes import array_bytes, dtype_bits, dtype_storage_bytes
-from meshplan.pure.specs._geometry import UNCONSTRAINED, ShardGeometry, canonical_entries, shard_geometry
-from meshplan.pure.specs._tree import LeafInfo, TreeFacts
 from meshplan.pure._types import AxisSizes, PyTree
-from meshplan.pure.specs._validate import Finding, _resolve, group_leaves, raise_errors
 from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.specs._dtypes import array_bytes, dtype_bits, dtype_storage_bytes
+from meshplan.pure.specs._geometry import (
+    UNCONSTRAINED,
+    ShardGeometry,
+    canonical_entries,
+    shard_geometry,
+)
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts
+from meshplan.pure.specs._validate import Finding, _resolve, group_leaves, raise_errors
 
 __all__ = [
     "MemoryEstimate",
@@ -414,7 +419,8 @@ def _named_estimate(
     """estimate_groups of group_leaves' groups, naming the leaf when its dtype has no size."""
     _check_padding(padding)
     try:
-        return estimate_groups(place_groups(*groups, axis_sizes), axis_sizes, packed_subbyte=packed_subbyte,
+        counts, by_id = groups
+        return estimate_groups(place_groups(counts, by_id, axis_sizes), axis_sizes, packed_subbyte=packed_subbyte,
                                padding=padding)
     except MeshplanTypeError as err:
         bad = _first_bad_dtype_leaf(facts)

@@ -13,15 +13,20 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec
 
-from meshplan.pure.specs._dtypes import array_bytes, canonical_dtype
-from meshplan.pure.specs._memory import MemoryEstimate, estimate_groups, estimate_memory, leaf_groups
-from meshplan.pure.specs._tree import tree_facts
-from meshplan.pure._types import AxisSizes, PyTree
-from meshplan.pure.specs._validate import leaf_specs, raise_errors, resolve_specs
+from meshplan.pure._types import AxisSizes, PyTree, make_spec
 from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.specs._dtypes import array_bytes, canonical_dtype
+from meshplan.pure.specs._memory import (
+    MemoryEstimate,
+    estimate_groups,
+    estimate_memory,
+    leaf_groups,
+)
+from meshplan.pure.specs._tree import tree_facts
+from meshplan.pure.specs._validate import leaf_specs, raise_errors, resolve_specs
 
 __all__ = ["TrainingMemoryEstimate", "TrainingState", "estimate_training_memory", "optimizer_state_specs"]
 
@@ -31,7 +36,7 @@ _FLOAT0 = np.dtype(jax.dtypes.float0)
 
 def _is_inexact(dtype: Any) -> bool:
     """Float or complex (bf16, fp8 ... included); PRNG keys and float0 are not."""
-    return isinstance(dtype, np.dtype) and bool(jax.dtypes.issubdtype(dtype, np.inexact))
+    return isinstance(dtype, np.dtype) and bool(jnp.issubdtype(dtype, np.inexact))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,15 +137,15 @@ def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree
     out: list[Any] = []
     for node in nodes:
         if id(node) not in matched:
-            out.append(PartitionSpec())
+            out.append(make_spec())
             continue
         state_infos = tree_facts(node).infos
-        out.append(target.unflatten([
+        out.append(jax.tree_util.tree_unflatten(target, [
             spec if spec is not None and si is not None and pi is not None and si.shape == pi.shape
-            else PartitionSpec()
+            else make_spec()
             for spec, si, pi in zip(per_leaf, state_infos, facts.infos, strict=True)
         ]))
-    return state_def.unflatten(out)
+    return jax.tree_util.tree_unflatten(state_def, out)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
