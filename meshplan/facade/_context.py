@@ -85,4 +85,5 @@ def require_mesh(
 
 def x64_enabled() -> bool:
     """Whether jax makes Python scalars 64-bit (``jax_enable_x64``)."""
-    return bool(jax.config.read("jax_enable_x64"))
+    # jax leaves Config.read unannotated (and the attribute form untyped), hence the ignore.
+    return bool(jax.config.read("jax_enable_x64"))  # type: ignore[no-untyped-call]

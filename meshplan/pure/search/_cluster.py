@@ -27,15 +27,9 @@ from typing import Any
 
 from meshplan.pure.mesh import DeviceInfo
 from meshplan.pure.search._cost import Link, select_link
-from meshplan.pure.search._hardware import (
-    _ALIASES,
-    DEVICE_SPECS,
-    DeviceSpec,
-    _check_int,
-    _fmt_bytes,
-    _known_fields,
-    _raise_collected,
-)
+from meshplan.pure._check import as_count, collect
+from meshplan.pure._format import fmt_bytes
+from meshplan.pure.search._hardware import _ALIASES, DEVICE_SPECS, DeviceSpec, _known_fields, _raise_collected
 from meshplan.pure.errors import ClusterError, MeshplanTypeError
 
 __all__ = [
@@ -115,7 +109,7 @@ class Cluster:
         if not isinstance(self.device, DeviceSpec):
             type_errors.append(f"device={self.device!r} must be a DeviceSpec")
         for name in ("num_nodes", "devices_per_node", "num_slices"):
-            _check_int(name, getattr(self, name), type_errors, value_errors)
+            collect(type_errors, value_errors, as_count, getattr(self, name), name, error=ClusterError)
         if not type_errors and not value_errors and self.num_nodes % self.num_slices:
             value_errors.append(f"num_nodes={self.num_nodes} must split evenly into "
                                 f"num_slices={self.num_slices}")
@@ -245,7 +239,7 @@ class Cluster:
         slices = f", {self.num_slices} slices" if self.num_slices > 1 else ""
         nodes = "node" if self.num_nodes == 1 else "nodes"
         return (f"Cluster({self.text!r}: {self.num_devices} devices, {self.num_nodes} {nodes} x "
-                f"{self.devices_per_node}{slices}, {_fmt_bytes(self.hbm_bytes)} HBM each)")
+                f"{self.devices_per_node}{slices}, {fmt_bytes(self.hbm_bytes, style='exact')} HBM each)")
 
 
 def _tpu_host_split(device: DeviceSpec, chips: int) -> tuple[int, int]:

@@ -117,11 +117,6 @@ class DeviceSpec:
                 f"{self.devices_per_node}/node)")
 
 
-def _fmt_bytes(n: int) -> str:
-    """Kept for :mod:`._cluster`: :func:`meshplan.pure._format.fmt_bytes` in its exact style."""
-    return fmt_bytes(n, style="exact")
-
-
 def _check_int(name: str, value: object, type_errors: list[str], value_errors: list[str]) -> int | None:
     """``value`` as an int >= 1 (:func:`~meshplan.pure._check.as_count`), or None after filing the problem."""
     return collect(type_errors, value_errors, as_count, value, name, error=ClusterError)
