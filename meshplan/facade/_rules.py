@@ -30,7 +30,7 @@ from jax.sharding import AbstractMesh, Mesh
 from meshplan.facade._context import current_mesh, require_mesh, x64_enabled
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._auto import AutoRule
-from meshplan.pure.rules._base import select_axes
+from meshplan.pure.rules._base import Rule, select_axes
 from meshplan.pure.rules._composite import CompositeRule
 from meshplan.pure.rules._engine import Plan, plan_from_specs, plan_tree
 from meshplan.pure.rules._memory import MemoryRule
@@ -85,7 +85,7 @@ class ShardingRule(abc.ABC):
         return plan_from_specs(pytree, self.apply(pytree), rule=name, reason=f"returned by {name}.apply",
                                x64=x64_enabled())
 
-    def _pure(self, pytree: Any) -> tuple[Any, AxisSizes | None]:
+    def _pure(self, pytree: Any) -> tuple[Rule, AxisSizes | None]:
         """This rule as a pure rule for ``pytree``, and the axis sizes it is bound to (if any)."""
         return PlanRule(self.plan(pytree)), None
 
@@ -98,7 +98,7 @@ class _MeshRule(ShardingRule):
 
     @property
     @abc.abstractmethod
-    def pure_rule(self) -> Any:
+    def pure_rule(self) -> Rule:
         """The pure rule this class binds to a mesh."""
 
     def _check_axis_names(self, axis_names: Sequence[str] | None) -> None:
@@ -135,7 +135,7 @@ class _MeshRule(ShardingRule):
             return ShardingRule.plan(self, pytree)
         return self._builtin_plan(pytree)
 
-    def _pure(self, pytree: Any) -> tuple[Any, AxisSizes | None]:
+    def _pure(self, pytree: Any) -> tuple[Rule, AxisSizes | None]:
         if self._customised():
             return ShardingRule._pure(self, pytree)
         return self.pure_rule, self._axis_sizes()
@@ -261,12 +261,17 @@ class MemoryConstrainedShardingRule(_MeshRule):
         return self._rule
 
 
-def _as_pure(rule: Any, pytree: Any) -> tuple[Any, AxisSizes | None]:
+AnyRule = ShardingRule | Rule
+"""What CompositeShardingRule takes: a facade rule, any object with ``apply(pytree)``, or a pure rule."""
+
+
+def _as_pure(rule: AnyRule, pytree: Any) -> tuple[Rule, AxisSizes | None]:
     if isinstance(rule, ShardingRule):
         return rule._pure(pytree)
-    if callable(getattr(rule, "apply", None)):
+    apply = getattr(rule, "apply", None)
+    if callable(apply):
         name = type(rule).__name__
-        plan = plan_from_specs(pytree, rule.apply(pytree), rule=name, reason=f"returned by {name}.apply",
+        plan = plan_from_specs(pytree, apply(pytree), rule=name, reason=f"returned by {name}.apply",
                                x64=x64_enabled())
         return PlanRule(plan), None
     return rule, None  # a pure rule (checked callable by CompositeRule)
@@ -298,7 +303,7 @@ class CompositeShardingRule(ShardingRule):
       "w: (64, 4096) int8 -> P('tp', 'dp') [auto] auto won (rule 2 of 2; shape: no opinion): largest dims first: dim 1 (4096) <- 'dp'(2), dim 0 (64) <- 'tp'(4)"
     """
 
-    def __init__(self, *rules: Any) -> None:
+    def __init__(self, *rules: AnyRule) -> None:
         if not rules:
             raise ShardingRuleError("CompositeShardingRule needs at least one rule, e.g. "
                                     "CompositeShardingRule(shape_rule, AutoShardingRule(mesh=mesh)).")
@@ -308,7 +313,7 @@ class CompositeShardingRule(ShardingRule):
             raise MeshplanTypeError(f"CompositeShardingRule: {bad} are not rules (no apply(), not callable).")
         self.rules = tuple(rules)
 
-    def _pure(self, pytree: Any) -> tuple[Any, AxisSizes | None]:
+    def _pure(self, pytree: Any) -> tuple[Rule, AxisSizes | None]:
         if type(self).apply is not CompositeShardingRule.apply:
             return ShardingRule._pure(self, pytree)
         parts = [_as_pure(rule, pytree) for rule in self.rules]
