@@ -241,7 +241,7 @@ def create_monitored_function(
             )
         start = time.perf_counter()
         result = fn(*args, **kwargs)
-        jax.block_until_ready(result)
+        jax.block_until_ready(result)  # type: ignore[no-untyped-call]  # jax leaves it unannotated
         elapsed = time.perf_counter() - start
         return result, {"execution_time": elapsed, "memory_usage": memory, "validation_issues": issues}
 

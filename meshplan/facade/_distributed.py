@@ -202,7 +202,7 @@ def host_batch_slice(
     Raises:
       MeshShapeError: ``mesh`` is None and no mesh is set.
       MeshplanTypeError: ``mesh`` is not a ``jax.sharding.Mesh``.
-      SpecError, DeviceLayoutError: as :func:`meshplan.pure.specs._batch.host_batch_slices`.
+      SpecError, DeviceLayoutError: as :func:`meshplan.pure.host_batch_slices`.
 
     Example:
       >>> import jax

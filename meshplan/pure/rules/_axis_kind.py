@@ -37,7 +37,7 @@ leaves always get the same answer, and :attr:`AxisKindRule.reads_axes`
 which axes' sizes matter.
 
 Users replace or refine it with any pure rule, e.g. a
-:class:`~meshplan.pure.rules._path.PathRule` (``meshplan plan --rules FILE``).
+:class:`~meshplan.pure.PathRule` (``meshplan plan --rules FILE``).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class AxisKindRule:
 
     Example:
       >>> import numpy as np
-      >>> from meshplan.pure.specs._tree import tree_facts
+      >>> from meshplan.pure import tree_facts
       >>> tree = {"model": {"layers": {"0": {"self_attn": {"q_proj": {"weight": np.zeros((64, 32))}}}}}}
       >>> facts = tree_facts(tree)
       >>> rule = AxisKindRule(num_heads=8)

@@ -64,7 +64,7 @@ class Plan:
 
     Example:
       >>> import jax, numpy as np
-      >>> from meshplan.pure.rules._auto import AutoRule
+      >>> from meshplan.pure import AutoRule
       >>> tree = {"w": jax.ShapeDtypeStruct((4096, 1024), np.float32), "b": np.zeros(3)}
       >>> plan = plan_tree(tree, AutoRule(), {"dp": 2, "tp": 4})
       >>> plan.specs
@@ -182,7 +182,7 @@ def plan_tree(tree: PyTree, rule: Rule, axis_sizes: Mapping[str, int], *, x64: b
 
     Example:
       >>> import jax, numpy as np
-      >>> from meshplan.pure.rules._auto import AutoRule
+      >>> from meshplan.pure import AutoRule
       >>> layer = {"w": jax.ShapeDtypeStruct((512, 512), np.float32)}
       >>> plan = plan_tree([layer] * 3, AutoRule(), {"tp": 4})
       >>> [spec["w"] for spec in plan.specs]

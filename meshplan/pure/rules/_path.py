@@ -84,7 +84,7 @@ class PathRule:
 
     Example:
       >>> import numpy as np
-      >>> from meshplan.pure.specs._tree import tree_facts
+      >>> from meshplan.pure import tree_facts
       >>> facts = tree_facts({"lm_head": {"weight": np.zeros((32, 8))}})
       >>> rule = PathRule([("lm_head", PartitionSpec("tp"))])
       >>> rule(LeafContext((32, 8), np.dtype("float32"), {"tp": 4}, 0, facts))

@@ -1,6 +1,6 @@
 """One priced mesh of the search, as plain, JSON-ready frozen dataclasses.
 
-A :class:`~meshplan.pure.search._result.SearchResult` made on a laptop can be checked in (``to_json``) and
+A :class:`~meshplan.pure.SearchResult` made on a laptop can be checked in (``to_json``) and
 re-applied on the cluster (``SearchResult.from_json(text).best``): a
 :class:`MeshCandidate` carries the mesh axis names and sizes, its ICI and DCN
 shapes (pass them to ``meshplan.create_mesh(axis_dims, axis_names,

@@ -1,6 +1,6 @@
 """Cluster descriptions as plain data: how many devices, on which hosts and slices.
 
-A :class:`Cluster` says how many :class:`~meshplan.pure.search._hardware.DeviceSpec`
+A :class:`Cluster` says how many :class:`~meshplan.pure.DeviceSpec`
 devices there are and how they are grouped; :func:`parse_cluster` reads the
 short forms people type: ``"8x8xH100"``, ``"2xH200"``, ``"v5p-256"``,
 ``"2xv5e-256"``.
@@ -187,7 +187,7 @@ class Cluster:
         return self.device.inter_link
 
     def link(self, *, spans_domains: bool) -> Link:
-        """The link a collective runs at; see :func:`~meshplan.pure.search._cost.select_link`.
+        """The link a collective runs at; see :func:`~meshplan.pure.search.select_link`.
 
         Args:
           spans_domains: whether the device group crosses ICI domains (nodes

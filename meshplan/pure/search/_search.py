@@ -20,7 +20,7 @@ parallelism is not modelled), prices each mesh and ranks those that fit.
    rejected. The result carries the DCN shape, so
    ``create_mesh(axis_dims, axis_names, dcn_mesh_dims=dcn_shape)`` rebuilds it.
 4. **Plan** the parameters with the rule (default
-   :class:`~meshplan.pure.rules._axis_kind.AxisKindRule`), once per distinct sizes
+   :class:`~meshplan.pure.AxisKindRule`), once per distinct sizes
    of the axes the rule reads (see :mod:`meshplan.pure.search._groups`), and
    count params, grads and optimizer copies per device exactly; add the
    approximate activation memory; reject meshes above the budget

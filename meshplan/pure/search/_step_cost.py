@@ -168,7 +168,7 @@ def group_time(kind: CollectiveKind, nbytes: float, axes: Sequence[str], placeme
       or ``"none"`` (a group of one device).
 
     Example:
-      >>> from meshplan.pure.search._cluster import parse_cluster
+      >>> from meshplan.pure import parse_cluster
       >>> c = parse_cluster("2x8xH100")
       >>> p = AxisPlacement(("dp", "tp"), (1, 8), (2, 1), c)
       >>> group_time("all-reduce", 1e9, ("tp",), p)[1], group_time("all-reduce", 1e9, ("dp", "tp"), p)[1]
@@ -182,7 +182,7 @@ def price(pending: Sequence[Pending], cluster: Cluster) -> np.ndarray:
     """Seconds of every pending collective (all its calls), priced in one numpy pass per kind.
 
     Example:
-      >>> from meshplan.pure.search._cluster import parse_cluster
+      >>> from meshplan.pure import parse_cluster
       >>> price([("x", "all-reduce", ("tp",), 1e9, 2, 8, 1)], parse_cluster("H100")).round(6).tolist()
       [0.007862]
     """

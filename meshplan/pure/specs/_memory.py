@@ -257,7 +257,7 @@ def estimate_leaves_memory(
     Example:
       >>> import numpy as np
       >>> from jax.sharding import PartitionSpec as P
-      >>> from meshplan.pure.specs._tree import tree_facts
+      >>> from meshplan.pure import tree_facts
       >>> facts = tree_facts([np.zeros((5, 2), np.int8)])
       >>> estimate_leaves_memory(facts, (P("x"),), {"x": 2}, padding="actual").per_device
       (6, 4)
