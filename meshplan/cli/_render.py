@@ -14,9 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.pure import Cluster, HybridMeshShape, MeshCandidate, SearchResult, layout_device_ids
+from meshplan.pure import (
+    Cluster,
+    HybridMeshShape,
+    MeshCandidate,
+    SearchResult,
+    layout_device_ids,
+)
+from meshplan.pure._format import fmt_bytes
 from meshplan.pure.search import axis_domain_counts
-from meshplan.pure.search._candidate import fmt_bytes
 
 __all__ = ["device_grid", "render_mesh", "render_plan", "write_png"]
 

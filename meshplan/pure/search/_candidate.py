@@ -21,6 +21,7 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
+from meshplan.pure._format import fmt_bytes
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.mesh._hybrid import HybridMeshShape
@@ -29,9 +30,8 @@ from meshplan.pure.rules._engine import Plan, plan_tree
 from meshplan.pure.rules._path import spec_from_json, spec_to_json
 from meshplan.pure.rules._replay import PlanRule
 
-__all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup", "fmt_bytes"]
+__all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup"]
 
-_GIB = 2**30
 
 
 def _fields(cls: type, data: Any) -> dict[str, Any]:
@@ -49,18 +49,6 @@ def _fields(cls: type, data: Any) -> dict[str, Any]:
 def _required(cls: type, name: str) -> bool:
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-
-
-def fmt_bytes(nbytes: float) -> str:
-    """``'12.3 GiB'`` (``'27.1 MiB'`` below 1 GiB): bytes with one decimal, for messages.
-
-    Example:
-      >>> fmt_bytes(3 * 2**30 + 2**29), fmt_bytes(5 * 2**20)
-      ('3.5 GiB', '5.0 MiB')
-    """
-    if abs(nbytes) < _GIB:
-        return f"{nbytes / 2**20:.1f} MiB"
-    return f"{nbytes / _GIB:.1f} GiB"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

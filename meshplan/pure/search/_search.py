@@ -43,12 +43,13 @@ from typing import Any
 import jax.numpy as jnp
 
 from meshplan.pure._check import as_count, as_int
+from meshplan.pure._format import fmt_bytes
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.rules._base import Rule, reads_axes, rule_name
-from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, fmt_bytes
+from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._groups import (
     GeometryCache,
