@@ -12,15 +12,17 @@ from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import MeshplanTypeError, SpecError, shard_geometry, shard_shape
 from meshplan.pure.specs import UNCONSTRAINED, canonical_entries, spec_axes, spec_from_entries
+from meshplan.testing import mesh_shapes
 
-MESH_SHAPES = {"2x4": (2, 4), "8": (8,), "2x2x2": (2, 2, 2), "1x8": (1, 8)}
 AXIS_NAMES = ("a", "b", "c")
+# Mesh keys: the sizes of every 1-3 axis mesh over the 8 test devices; shrink to (8,).
+MESH_KEYS = st.integers(1, 3).flatmap(lambda k: mesh_shapes(num_devices=8, axis_names=AXIS_NAMES[:k])).map(
+    lambda m: m.sizes)
 
 
 @functools.cache
-def mesh_for(key: str) -> jax.sharding.Mesh:
-    shape = MESH_SHAPES[key]
-    return jax.make_mesh(shape, AXIS_NAMES[: len(shape)])
+def mesh_for(key: tuple[int, ...]) -> jax.sharding.Mesh:
+    return jax.make_mesh(key, AXIS_NAMES[: len(key)])
 
 
 @st.composite
@@ -29,8 +31,8 @@ def valid_cases(draw):
 
     Shrinks towards the first mesh, rank 0 and an empty spec.
     """
-    key = draw(st.sampled_from(sorted(MESH_SHAPES)))
-    names = list(AXIS_NAMES[: len(MESH_SHAPES[key])])
+    key = draw(MESH_KEYS)
+    names = list(AXIS_NAMES[: len(key)])
     shape = tuple(draw(st.lists(st.integers(0, 17), max_size=3)))
     free = draw(st.permutations(names))
     entries = []

@@ -28,17 +28,19 @@ from meshplan.pure import (
     validate_specs,
 )
 from meshplan.pure.specs import UNCONSTRAINED, dtype_bits, spec_from_entries, validate_and_estimate
+from meshplan.testing import mesh_shapes
 
-MESH_SHAPES = {"2x4": (2, 4), "8": (8,), "2x2x2": (2, 2, 2), "1x8": (1, 8)}
 AXIS_NAMES = ("a", "b", "c")
+# Mesh keys: the sizes of every 1-3 axis mesh over the 8 test devices; shrink to (8,).
+MESH_KEYS = st.integers(1, 3).flatmap(lambda k: mesh_shapes(num_devices=8, axis_names=AXIS_NAMES[:k])).map(
+    lambda m: m.sizes)
 DTYPES = [np.float32, np.int8, np.bool_, np.complex64, jnp.bfloat16, jnp.int4, jnp.uint2,
           jnp.float8_e4m3fn, jnp.float4_e2m1fn]
 
 
 @functools.cache
-def mesh_for(key: str) -> jax.sharding.Mesh:
-    shape = MESH_SHAPES[key]
-    return jax.make_mesh(shape, AXIS_NAMES[: len(shape)])
+def mesh_for(key: tuple[int, ...]) -> jax.sharding.Mesh:
+    return jax.make_mesh(key, AXIS_NAMES[: len(key)])
 
 
 @st.composite
@@ -59,7 +61,7 @@ def spec_and_shape(draw, names, sizes, *, even: bool):
 @st.composite
 def placed_trees(draw, *, even: bool = True):
     """(mesh key, tree of ShapeDtypeStructs, spec tree); shrinks to one rank-0 leaf on the first mesh."""
-    key = draw(st.sampled_from(sorted(MESH_SHAPES)))
+    key = draw(MESH_KEYS)
     mesh = mesh_for(key)
     names, sizes = list(mesh.axis_names), dict(mesh.shape)
     leaves, specs = {}, {}
