@@ -12,24 +12,26 @@ from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import check_specs
 from meshplan.pure.specs import array_bytes, spec_from_entries
+from meshplan.testing import array_shapes_for, axis_names, mesh_shapes
 
 # Dims built from small primes so that mesh axes divide them often, plus a
 # few primes that nothing divides.
 DIMS = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64]
-AXIS_SIZES = [1, 2, 3, 4, 6, 8]
 NAMES = ["dp", "fsdp", "tp", "sp", "ep"]
 
 
 def shapes(max_rank: int = 4) -> st.SearchStrategy[tuple[int, ...]]:
-    """Array shapes; shrinks towards rank 0."""
-    return st.lists(st.sampled_from(DIMS), max_size=max_rank).map(tuple)
+    """Array shapes with dims from DIMS (meshplan.testing's default pool); shrinks towards rank 0."""
+    return array_shapes_for({}, divisible=False, max_dims=max_rank)
 
 
-@st.composite
-def axis_sizes(draw, min_axes: int = 1, max_axes: int = 4) -> dict[str, int]:
-    """An ordered axis-size mapping with names in a drawn order; shrinks towards one axis of size 1."""
-    names = draw(st.permutations(NAMES))[: draw(st.integers(min_axes, max_axes))]
-    return {n: draw(st.sampled_from(AXIS_SIZES)) for n in names}
+def axis_sizes(min_axes: int = 1, max_axes: int = 4) -> st.SearchStrategy[dict[str, int]]:
+    """An ordered axis-size mapping over at most 64 devices, names from NAMES in a drawn order.
+
+    Shrinks towards one axis ("dp") of size 1.
+    """
+    names = axis_names(names=NAMES, min_size=min_axes, max_size=max_axes)
+    return names.flatmap(lambda n: mesh_shapes(axis_names=n, max_devices=64)).map(lambda m: m.as_dict())
 
 
 def sds(shape: tuple[int, ...], dtype=np.float32) -> jax.ShapeDtypeStruct:
