@@ -43,7 +43,7 @@ def _pairs(tree: Any, specs: Any) -> tuple[list[tuple[str, Any, Any]], list[str]
     """(path, leaf, spec) for every leaf, the spec tree read as a prefix of the tree."""
     spec_leaves, spec_def = jax.tree_util.tree_flatten(specs, is_leaf=_is_spec)
     try:
-        subtrees = spec_def.flatten_up_to(tree)
+        subtrees = spec_def.flatten_up_to(tree)  # type: ignore[attr-defined]  # PyTreeDef's stub omits it
     except (ValueError, TypeError) as err:
         return [], [f"the spec tree does not match the tree's structure: {err}"]
     spec_paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(specs, is_leaf=_is_spec)[0]]

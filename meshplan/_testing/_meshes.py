@@ -319,7 +319,7 @@ def _tpu_layouts(num_slices: int | None, num_processes: int | None,
             low = h.bit_length() - 1
             exps = st.integers(low, max(low, max_exp))
             grids = exps.flatmap(lambda e: factorizations(2 ** e, 3))
-            return grids.map(lambda g: _tpu_devices(s, g, h))
+            return grids.map(lambda g: _tpu_devices(s, (g[0], g[1], g[2]), h))
         return hosts.flatmap(for_hosts)
 
     return st.sampled_from(slices).flatmap(for_slices)
@@ -371,6 +371,7 @@ def device_layouts(*, platform: str | None = None, num_slices: int | None = None
 
     def build(plat: str) -> st.SearchStrategy[list[DeviceInfo]]:
         if plat == "tpu":
+            assert tpu is not None  # only sampled when a TPU layout exists
             return tpu
         return st.tuples(counts, st.integers(1, max_devices_per_granule)).map(
             lambda t: _node_devices(plat, *t))
@@ -429,6 +430,7 @@ def meshes(*, axis_names: Sequence[str] | None = None, min_axes: int = 1, max_ax
         shape, kind = shape_type
         if abstract:
             return AbstractMesh(shape.sizes, shape.names, axis_types=(kind,) * shape.ndim)
+        assert devices is not None  # set above whenever abstract is False
         return jax.make_mesh(shape.sizes, shape.names, axis_types=(kind,) * shape.ndim,
                              devices=devices[:shape.size])
 
