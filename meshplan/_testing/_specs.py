@@ -11,6 +11,7 @@ one fault, one of :data:`SPEC_FAULTS` (named as meshplan's finding kinds).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -102,6 +103,15 @@ def _repair(shape: tuple[int, ...], sizes: dict[str, int], order: Sequence[str],
 
 def _valid_specs(shape: tuple[int, ...], sizes: dict[str, int],
                  axes: Sequence[str]) -> st.SearchStrategy[PartitionSpec]:
+    return _valid_specs_cached(shape, tuple(sizes.items()), tuple(axes))
+
+
+# Trees repeat shapes; building (and hypothesis validating) one strategy per
+# distinct (shape, mesh, axes) instead of one per leaf per draw keeps draws cheap.
+@functools.lru_cache(maxsize=4096)
+def _valid_specs_cached(shape: tuple[int, ...], size_items: tuple[tuple[str, int], ...],
+                        axes: tuple[str, ...]) -> st.SearchStrategy[PartitionSpec]:
+    sizes = dict(size_items)
     if not shape or not axes:
         return st.integers(0, len(shape)).map(lambda n: PartitionSpec(*([None] * n)))
     dim = st.none() | st.integers(0, len(shape) - 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -122,12 +123,14 @@ def sharded_trees(*, mesh_shape: Any = None, divisible: bool = False,
     else:
         sizes_st = st.just(check_axis_sizes(mesh_shape, "mesh_shape"))
 
-    def for_sizes(sizes: dict[str, int]) -> st.SearchStrategy[ShardedTree]:
+    @functools.lru_cache(maxsize=256)
+    def for_sizes(size_items: tuple[tuple[str, int], ...]) -> st.SearchStrategy[ShardedTree]:
+        sizes = dict(size_items)
         shapes = array_shapes_for(sizes, divisible=divisible, max_dims=3)
         trees = shape_dtype_trees(shapes=shapes, dtypes=dtypes, max_leaves=max_leaves)
         return trees.flatmap(lambda t: _leaf_specs(t, sizes))
 
-    return sizes_st.flatmap(for_sizes)
+    return sizes_st.flatmap(lambda sizes: for_sizes(tuple(sizes.items())))
 
 
 def _model(family: str, kv: int, group: int, head_dim: int, layers: int, vocab: int, ff: int,
