@@ -164,12 +164,17 @@ def mesh_shapes(*, num_devices: int | None = None, axis_names: Sequence[str] | N
     check_int(max_devices, "max_devices", minimum=1)
     if num_devices is not None:
         check_int(num_devices, "num_devices", minimum=1)
+    # An axis is needed to hold more than one device, and to hold a -1.
+    needs_axis = allow_infer or (num_devices is not None and num_devices > 1)
+    why = "allow_infer=True" if allow_infer else f"num_devices={num_devices}"
     if axis_names is not None:
         fixed = check_names(axis_names, "axis_names")
         for arg, value in (("min_axes", min_axes), ("max_axes", max_axes)):
             if value is not None and value != len(fixed):
                 raise InvalidArgument(f"{arg}={value} conflicts with the {len(fixed)} axis_names={fixed!r}; "
-                                      f"pass one or the other.")
+                                      "pass one or the other.")
+        if needs_axis and not fixed:
+            raise InvalidArgument(f"{why} needs at least one axis, but axis_names=().")
         names_st = st.just(fixed)
     else:
         lo = 1 if min_axes is None else check_int(min_axes, "min_axes", minimum=0)
@@ -178,20 +183,14 @@ def mesh_shapes(*, num_devices: int | None = None, axis_names: Sequence[str] | N
         if hi > len(AXIS_NAMES):
             raise InvalidArgument(f"max_axes={hi} is larger than the {len(AXIS_NAMES)} built-in names; "
                                   "pass axis_names=... for more axes.")
-        if num_devices is not None and num_devices > 1:
+        if needs_axis:
             if hi == 0:
-                raise InvalidArgument(f"num_devices={num_devices} cannot be spread over max_axes=0 axes.")
+                raise InvalidArgument(f"{why} needs at least one axis, but max_axes=0.")
             lo = max(lo, 1)
         names_st = st.lists(st.sampled_from(AXIS_NAMES), min_size=lo, max_size=hi, unique=True).map(tuple)
-        if allow_infer and lo == 0 and hi == 0:
-            raise InvalidArgument("allow_infer=True needs at least one axis; max_axes=0.")
-    if axis_names is not None and allow_infer and not fixed:
-        raise InvalidArgument("allow_infer=True needs at least one axis; axis_names=().")
     counts = st.just(num_devices) if num_devices is not None else st.integers(1, max_devices)
 
     def for_names(names: tuple[str, ...]) -> st.SearchStrategy[Any]:
-        ns = st.just(1) if not names else counts  # no axes: the one-device mesh
-
         def for_count(n: int) -> st.SearchStrategy[Any]:
             dims = factorizations(n, len(names))
             if not allow_infer:
@@ -199,10 +198,9 @@ def mesh_shapes(*, num_devices: int | None = None, axis_names: Sequence[str] | N
             at = st.none() | st.integers(0, len(names) - 1)
             return st.tuples(dims, at).map(lambda da: MeshDims(_place_infer(da[0], da[1]), names, n))
 
-        return ns.flatmap(for_count)
+        # no axes: only the one-device mesh (MeshShape((), ()))
+        return (counts if names else st.just(1)).flatmap(for_count)
 
-    if axis_names is not None and not fixed and num_devices not in (None, 1):
-        raise InvalidArgument(f"num_devices={num_devices} cannot be spread over axis_names=().")
     return names_st.flatmap(for_names)
 
 

@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec
 from meshplan._testing._check import (
     InvalidArgument,
     check_axis_sizes,
+    check_bool,
     check_int,
     check_order,
     check_strategy,
@@ -115,8 +116,6 @@ def sharded_trees(*, mesh_shape: Any = None, divisible: bool = False,
       >>> find(sharded_trees(mesh_shape={"dp": 2}), lambda s: True).specs
       {'kernel': P()}
     """
-    from meshplan._testing._check import check_bool
-
     check_bool(divisible, "divisible")
     if mesh_shape is None:
         sizes_st = mesh_shapes().map(lambda m: m.as_dict())

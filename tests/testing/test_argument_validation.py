@@ -32,6 +32,8 @@ BAD_CALLS = [
     (e(mt.mesh_shapes, axis_names=("dp",), min_axes=2), "min_axes"),
     (e(mt.mesh_shapes, axis_names=(), num_devices=4), "num_devices"),
     (e(mt.mesh_shapes, allow_infer=1), "allow_infer"),
+    (e(mt.mesh_shapes, allow_infer=True, max_axes=0), "max_axes"),
+    (e(mt.mesh_shapes, allow_infer=True, axis_names=()), "axis_names"),
     (e(mt.mesh_shapes, max_devices=True), "max_devices"),
     (e(mt.hybrid_mesh_shapes, num_granules=0), "num_granules"),
     (e(mt.hybrid_mesh_shapes, allow_infer=True, num_granules=2), "devices_per_granule"),
