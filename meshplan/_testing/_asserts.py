@@ -11,7 +11,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from meshplan._testing._pure import array_bytes, estimate_memory, path_str, shard_shape, validate_specs
+from meshplan.pure.specs import array_bytes, estimate_memory, path_str, shard_shape, validate_specs
 
 __all__ = ["assert_fits", "assert_sharded_as", "assert_specs_valid"]
 

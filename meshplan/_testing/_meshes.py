@@ -21,7 +21,7 @@ from meshplan._testing._check import (
     check_names,
     check_order,
 )
-from meshplan._testing._pure import DeviceInfo, HybridMeshShape, MeshShape
+from meshplan.pure.mesh import DeviceInfo, HybridMeshShape, MeshShape
 
 __all__ = ["AXIS_NAMES", "HostSplit", "MeshDims", "axis_names", "device_counts", "device_layouts",
            "factorizations", "host_splits", "hybrid_mesh_shapes", "mesh_shapes", "meshes"]

@@ -21,7 +21,8 @@ from meshplan._testing._check import (
 )
 from meshplan._testing._meshes import mesh_shapes
 from meshplan._testing._specs import array_shapes_for, partition_specs
-from meshplan._testing._pure import DEVICE_SPECS, Cluster, MLADims, ModelSpec
+from meshplan.pure.presets import MLADims, ModelSpec
+from meshplan.pure.search import DEVICE_SPECS, Cluster
 
 __all__ = ["DTYPES", "FAMILIES", "PARAM_NAMES", "ShardedTree", "clusters", "model_specs",
            "shape_dtype_trees", "sharded_trees"]
@@ -135,8 +136,9 @@ def sharded_trees(*, mesh_shape: Any = None, divisible: bool = False,
 def _model(family: str, kv: int, group: int, head_dim: int, layers: int, vocab: int, ff: int,
            experts: int, per_tok: int, dense: int) -> ModelSpec:
     heads = kv * group
-    common = dict(vocab_size=vocab, hidden_size=heads * head_dim, num_layers=layers, num_heads=heads,
-                  head_dim=head_dim, intermediate_size=ff)
+    # Any: ModelSpec's fields are ints, bools and MLADims, and mypy checks each ** against all of them
+    common: dict[str, Any] = dict(vocab_size=vocab, hidden_size=heads * head_dim, num_layers=layers,
+                                  num_heads=heads, head_dim=head_dim, intermediate_size=ff)
     name = f"tiny-{family}"
     if family == "gpt2":
         return ModelSpec(name, family, num_kv_heads=heads, tied_embeddings=True,

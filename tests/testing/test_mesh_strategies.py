@@ -8,10 +8,7 @@ from hypothesis import strategies as st
 from jax.sharding import AbstractMesh, AxisType, Mesh
 
 from meshplan.pure import HybridMeshShape, MeshShape, layout_device_ids, resolve_mesh_shape, split_over_granules
-from tests.testing._pure import public
-
-group_granules = public("group_granules", "mesh")
-resolve_hybrid = public("resolve_hybrid", "mesh")
+from meshplan.pure.mesh import group_granules, resolve_hybrid
 from meshplan.testing import (
     axis_names,
     device_counts,

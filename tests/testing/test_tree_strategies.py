@@ -6,10 +6,8 @@ from hypothesis import given
 from jax.sharding import NamedSharding
 
 from meshplan.pure import check_specs
+from meshplan.pure.presets import build_params
 from meshplan.testing import DTYPES, clusters, model_specs, shape_dtype_trees, sharded_trees
-from tests.testing._pure import public
-
-build_params = public("build_params", "presets")
 
 
 @given(shape_dtype_trees())
