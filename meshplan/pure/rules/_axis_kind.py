@@ -1,35 +1,40 @@
-"""The mesh search's default rule: one behaviour per axis kind, read from Hugging Face paths.
+"""The mesh search's default rule: one behaviour per axis kind, read from the tree's conventions.
 
-:class:`AxisKindRule` shards a Hugging Face-named model the way Megatron-style
-training does, reading only the *path template* of each leaf (its path with
-layer and expert indices replaced by ``*``), its shape and the sizes of three
-mesh axes:
+:class:`AxisKindRule` shards a model the way Megatron-style training does,
+reading each leaf's path and shape through
+:func:`~meshplan.pure.rules._conventions.leaf_layout` (flax nnx / linen,
+equinox, Hugging Face PyTorch and Flax, scanned layers, stacked experts,
+MaxText names: the role of the layer and the meaning of every dim), and the
+sizes of three mesh axes:
 
-- **tp** (tensor parallel) splits the head / MLP dim of the projections named
-  as in HF: *column-parallel* ``q_proj``, ``k_proj``, ``v_proj``,
-  ``gate_proj``, ``up_proj``, ``w1``, ``w3``, ``q_b_proj``, ``kv_b_proj``,
-  ``lm_head``, GPT-2's ``c_attn`` and ``c_fc`` split their *output* features
-  (and their bias); *row-parallel* ``o_proj``, ``down_proj``, ``w2`` and
-  GPT-2's ``c_proj`` split their *input* features (bias replicated); the
-  embeddings ``embed_tokens`` / ``wte`` split the vocabulary (Megatron's
-  vocab-parallel embedding). Linear weights are ``(..., out, in)``; GPT-2's
-  ``Conv1D`` weights are ``(in, out)``. Attention projections are split only
+- **tp** (tensor parallel) splits *column-parallel* layers (``q_proj``,
+  ``k_proj``, ``v_proj``, ``gate_proj``, ``up_proj``, ``w1``, ``w3``,
+  ``q_b_proj``, ``kv_b_proj``, ``query``/``key``/``value``, ``wi_0``,
+  ``lm_head``, GPT-2's ``c_attn`` and ``c_fc``) on their *output* features or
+  heads (and their bias); *row-parallel* layers (``o_proj``, ``down_proj``,
+  ``w2``, ``out``, ``wo``, GPT-2's ``c_proj``) on their *input* features or
+  heads (bias replicated); embeddings (``embed_tokens``, ``wte``, any flax
+  ``embedding``) on the vocabulary (Megatron's vocab-parallel embedding).
+  Where those dims are depends on the convention: a PyTorch ``weight`` is
+  ``(out, in)``, a flax ``kernel`` ``(in, out)``, a ``DenseGeneral`` query
+  kernel ``(embed, heads, head_dim)``. Attention projections are split only
   when ``tp`` divides the head count; ``k_proj``/``v_proj`` stay replicated
   over ``tp`` when it does not divide the kv-head count (each tp rank then
   keeps the kv heads its query heads read, an upper bound on memory).
   Everything else (norms, routers, MLA's low-rank ``q_a_proj``) is not split
-  over ``tp``.
-- **ep** (expert parallel) splits dim 0 of *stacked* expert weights
-  (``.../experts/<name>/weight`` of shape ``(E, out, in)``). Per-expert
+  over ``tp``, and the reason says so.
+- **ep** (expert parallel) splits the ``experts`` dim of *stacked* expert
+  weights (``.../experts/<name>/weight`` of shape ``(E, out, in)``). Per-expert
   leaves (``.../experts/<e>/...``) cannot be split by a spec: the expert
   index is in the path, so ``ep`` saves no memory there (the reason says so).
 - **fsdp** then shards the largest remaining dim it divides (ties to the
-  lower dim); if no free dim divides, it joins a tp/ep-split dim that can take
-  both (a tuple entry).
+  lower dim; a scanned ``layers`` dim last); if no free dim divides, it
+  joins a tp/ep-split dim that can take both (a tuple entry).
 - leaves with fewer than ``min_shard_size`` elements stay replicated; dp and
   sp never shard weights.
 
-Every spec it emits can be stored (every split divides its dim).
+Every spec it emits can be stored (every split divides its dim), and every
+reason names each axis of size > 1 that the leaf is not split over, and why.
 
 The rule promises more than :class:`~meshplan.pure.rules.Rule` asks, and the
 mesh search uses it to stay fast: :meth:`AxisKindRule.group_key` says which
@@ -53,17 +58,11 @@ from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure.rules._base import Decision, LeafContext
+from meshplan.pure.rules._conventions import CONVENTIONS, DIM_KINDS, LeafLayout, leaf_layout, normalize_path
 from meshplan.pure.specs._geometry import spec_from_entries
 
 __all__ = ["AxisKindRule", "path_template"]
 
-_COLUMN = frozenset({"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "w1", "w3", "q_b_proj",
-                     "kv_b_proj", "lm_head", "c_attn", "c_fc"})
-_ROW = frozenset({"o_proj", "down_proj", "w2", "c_proj"})
-_VOCAB = frozenset({"embed_tokens", "wte"})
-_CONV1D = frozenset({"c_attn", "c_fc", "c_proj"})  # GPT-2 stores these (in, out)
-_HEADS = frozenset({"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "c_attn"})
-_KV_HEADS = frozenset({"k_proj", "v_proj"})
 _DIGITS = re.compile(r"^[0-9]+$")
 
 
@@ -87,24 +86,6 @@ def _count(value: Any, what: str) -> int | None:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Role:
-    """What the path says about a leaf: its module, whether it is a bias, an expert."""
-
-    module: str
-    is_bias: bool
-    stacked_expert: bool
-    per_expert: bool
-
-
-def _role(template: str) -> _Role:
-    parts = template.split("/")
-    module = parts[-2] if len(parts) >= 2 else parts[-1]
-    in_experts = "experts" in parts
-    per_expert = in_experts and parts[parts.index("experts") + 1:parts.index("experts") + 2] == ["*"]
-    return _Role(module, parts[-1] == "bias", in_experts and not per_expert, per_expert)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class AxisKindRule:
     """The mesh search's default rule (see the module docstring).
 
@@ -112,11 +93,16 @@ class AxisKindRule:
       num_heads: attention heads, if known (tp splits attention only when it
         divides them).
       num_kv_heads: key/value heads, if known.
-      num_experts: routed experts per MoE layer, if known (ep splits dim 0 of
-        a stacked expert leaf only when it has this size).
+      num_experts: routed experts per MoE layer, if known (ep splits a stacked
+        expert leaf only on a dim of this size).
       min_shard_size: leaves with fewer elements stay replicated.
       fsdp_axis, tp_axis, ep_axis: the mesh axis names of each kind.
       name: the label on its decisions.
+      convention: how to read parameter layouts, one of
+        :data:`~meshplan.pure.rules._conventions.CONVENTIONS` (``"auto"``: by parameter name).
+      dims: explicit dim meanings, ``(regex, kinds)`` pairs searched in the
+        normalised path (first match wins), e.g.
+        ``(("mlp/wi/kernel", ("layers", "in", "out")),)``.
 
     Example:
       >>> import numpy as np
@@ -127,6 +113,8 @@ class AxisKindRule:
       >>> d = rule(LeafContext((64, 32), np.dtype("float32"), {"fsdp": 4, "tp": 2}, 0, facts))
       >>> d.spec, d.reason
       (P('tp', 'fsdp'), "q_proj column-parallel: dim 0 (64) <- 'tp'(2); fsdp: dim 1 (32) <- 'fsdp'(4)")
+      >>> rule.decide("params/q_proj/kernel/value", (32, 64), {"tp": 2}).spec  # flax: (in, out)
+      P(None, 'tp')
     """
 
     num_heads: int | None = None
@@ -137,9 +125,14 @@ class AxisKindRule:
     tp_axis: str = "tp"
     ep_axis: str = "ep"
     name: str = "axis-kind"
-    # path -> (template, role): the search asks about one leaf per group for every mesh, and
-    # parsing the path costs more than the decision. A memo, not state: same path, same answer.
-    _roles: dict[str, tuple[str, _Role]] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    convention: str = "auto"
+    dims: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # (path, shape) -> layout: the search asks about one leaf per group for every mesh, and
+    # reading the path costs more than the decision. A memo, not state: same leaf, same answer.
+    _layouts: dict[tuple[str, tuple[int, ...]], LeafLayout] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
+    _dim_patterns: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = dataclasses.field(
+        default=(), repr=False, compare=False)
     shape_only: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -154,6 +147,10 @@ class AxisKindRule:
             raise MeshplanTypeError(f"axis names and name must be non-empty strings, got {names!r}.")
         if len({self.fsdp_axis, self.tp_axis, self.ep_axis}) != 3:
             raise ShardingRuleError(f"fsdp_axis, tp_axis and ep_axis must differ, got {names[:3]!r}.")
+        if self.convention not in CONVENTIONS:
+            raise ShardingRuleError(f"convention={self.convention!r} is not one of {list(CONVENTIONS)}.")
+        object.__setattr__(self, "dims", tuple((p, tuple(k)) for p, k in self.dims))
+        object.__setattr__(self, "_dim_patterns", _compile_dims(self.dims))
 
     @classmethod
     def for_model(cls, spec: Any, **options: Any) -> AxisKindRule:
@@ -176,24 +173,36 @@ class AxisKindRule:
         """Leaves with equal keys get equal decisions on every mesh: (template, shape, dtype)."""
         return (path_template(ctx.path), ctx.shape, ctx.dtype)
 
-    def __call__(self, ctx: LeafContext) -> Decision:
-        path = ctx.path
-        found = self._roles.get(path)
-        if found is None:
-            template = path_template(path)
-            found = self._roles[path] = (template, _role(template))
-        return self._decide(found[1], ctx.shape, ctx.axis_sizes)
+    def layout(self, path: str, shape: tuple[int, ...]) -> LeafLayout:
+        """How this rule reads a leaf: its role and the meaning of each dim.
 
-    def decide(self, template: str, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
-        """The decision for a leaf with this path template and shape (any dtype).
+        Example:
+          >>> AxisKindRule().layout("params/lm_head/kernel", (64, 1000)).dims
+          ('in', 'vocab')
+        """
+        key = (path, shape)
+        found = self._layouts.get(key)
+        if found is None:
+            override = next((kinds for pattern, kinds in self._dim_patterns
+                             if pattern.search(normalize_path(path))), None)
+            found = self._layouts[key] = leaf_layout(
+                path, shape, convention=self.convention, dims=override, num_heads=self.num_heads,
+                num_kv_heads=self.num_kv_heads, num_experts=self.num_experts)
+        return found
+
+    def __call__(self, ctx: LeafContext) -> Decision:
+        return self._decide(self.layout(ctx.path, ctx.shape), ctx.shape, ctx.axis_sizes)
+
+    def decide(self, path: str, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
+        """The decision for a leaf with this path (or path template) and shape (any dtype).
 
         Example:
           >>> AxisKindRule().decide("model/layers/*/mlp/down_proj/weight", (4096, 14336), {"tp": 8}).spec
           P(None, 'tp')
         """
-        return self._decide(_role(template), shape, axis_sizes)
+        return self._decide(self.layout(path, tuple(shape)), tuple(shape), axis_sizes)
 
-    def _decide(self, role: _Role, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
+    def _decide(self, lay: LeafLayout, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
         n = math.prod(shape)
         if n < self.min_shard_size:
             return Decision(make_spec(), f"{n} elements < min_shard_size={self.min_shard_size}; "
@@ -202,56 +211,59 @@ class AxisKindRule:
         steps: list[str] = []
         tp = axis_sizes.get(self.tp_axis, 1)
         if tp > 1:
-            steps.append(self._place_tp(role, shape, tp, entries))
+            steps.append(self._place_tp(lay, shape, tp, entries))
         ep = axis_sizes.get(self.ep_axis, 1)
-        if ep > 1 and (role.stacked_expert or role.per_expert):
-            steps.append(self._place_ep(role, shape, ep, entries))
+        if ep > 1:
+            steps.append(self._place_ep(lay, shape, ep, entries))
         fsdp = axis_sizes.get(self.fsdp_axis, 1)
         if fsdp > 1:
-            steps.append(self._place_fsdp(shape, fsdp, axis_sizes, entries))
+            steps.append(self._place_fsdp(lay, shape, fsdp, axis_sizes, entries))
         spec = spec_from_entries(entries)
-        text = "; ".join(s for s in steps if s) or "no axis of size > 1 to place; replicated"
+        text = "; ".join(s for s in steps if s)
+        if not text:
+            text = (f"not an expert weight; not split over ep={ep}; replicated" if ep > 1
+                    else "no axis of size > 1 to place; replicated")
         return Decision(spec, text, self.name)
 
-    def _place_tp(self, role: _Role, shape: tuple[int, ...], tp: int, entries: list[tuple[str, ...]]) -> str:
-        axis, module = self.tp_axis, role.module
-        if module in _HEADS and self.num_heads is not None and self.num_heads % tp:
+    def _place_tp(self, lay: LeafLayout, shape: tuple[int, ...], tp: int, entries: list[tuple[str, ...]]) -> str:
+        axis, module = self.tp_axis, lay.module
+        if lay.role == "other":
+            return f"{module}/{lay.param}: not a tensor-parallel layer; not split over tp={tp}"
+        if lay.heads in {"q", "o"} and self.num_heads is not None and self.num_heads % tp:
             return f"{module}: tp={tp} does not divide {self.num_heads} heads; not split over tp"
-        if module in _KV_HEADS and self.num_kv_heads is not None and self.num_kv_heads % tp:
+        if lay.heads == "kv" and self.num_kv_heads is not None and self.num_kv_heads % tp:
             return (f"{module}: tp={tp} does not divide {self.num_kv_heads} kv heads; kept whole on "
                     "every tp rank")
-        if module in _VOCAB and len(shape) == 2:
-            dim, kind = 0, "vocab-parallel"
-        elif module in _COLUMN:
-            kind = "column-parallel"
-            conv = module in _CONV1D
-            dim = 0 if role.is_bias else (len(shape) - 1 if conv else len(shape) - 2)
-        elif module in _ROW and not role.is_bias:
-            kind = "row-parallel"
-            dim = len(shape) - 2 if module in _CONV1D else len(shape) - 1
-        else:
-            return ""
-        if not 0 <= dim < len(shape) or (role.stacked_expert and dim == 0):
-            return ""
+        kind = {"column": "column-parallel", "row": "row-parallel", "vocab": "vocab-parallel"}[lay.role]
+        if lay.role == "row" and lay.param in {"bias", "b"}:
+            return f"{module} {kind} bias: added after the tp all-reduce; not split over tp"
+        wanted = {"column": ("heads", "out", "vocab"), "row": ("heads", "in"), "vocab": ("vocab",)}[lay.role]
+        dim = next((d for d in (lay.dim(k) for k in wanted) if d is not None), None)
+        if dim is None:
+            return f"{module} {kind}: no {'/'.join(wanted)} dim in {lay.dims}; not split over tp"
         if shape[dim] % tp:
             return f"{module} {kind}: dim {dim} ({shape[dim]}) not divisible by tp={tp}; not split over tp"
         entries[dim] = (axis,)
         return f"{module} {kind}: dim {dim} ({shape[dim]}) <- {axis!r}({tp})"
 
-    def _place_ep(self, role: _Role, shape: tuple[int, ...], ep: int, entries: list[tuple[str, ...]]) -> str:
-        if role.per_expert:
+    def _place_ep(self, lay: LeafLayout, shape: tuple[int, ...], ep: int, entries: list[tuple[str, ...]]) -> str:
+        if lay.per_expert:
             return "per-expert leaf: ep cannot split it (stack the experts for expert parallelism)"
-        if len(shape) < 2 or (self.num_experts is not None and shape[0] != self.num_experts):
-            return ""
-        if shape[0] % ep:
-            return f"experts: dim 0 ({shape[0]}) not divisible by ep={ep}; not split over ep"
-        entries[0] = (self.ep_axis,)
-        return f"experts: dim 0 ({shape[0]}) <- {self.ep_axis!r}({ep})"
+        dim = lay.dim("experts")
+        if dim is None:
+            return ""  # said in _decide only when nothing else is (every dense leaf would repeat it)
+        if self.num_experts is not None and shape[dim] != self.num_experts:
+            return f"experts: dim {dim} ({shape[dim]}) is not the {self.num_experts} experts; not split over ep"
+        if shape[dim] % ep:
+            return f"experts: dim {dim} ({shape[dim]}) not divisible by ep={ep}; not split over ep"
+        entries[dim] = (self.ep_axis,)
+        return f"experts: dim {dim} ({shape[dim]}) <- {self.ep_axis!r}({ep})"
 
-    def _place_fsdp(self, shape: tuple[int, ...], fsdp: int, sizes: Mapping[str, int],
+    def _place_fsdp(self, lay: LeafLayout, shape: tuple[int, ...], fsdp: int, sizes: Mapping[str, int],
                     entries: list[tuple[str, ...]]) -> str:
         axis = self.fsdp_axis
-        order = sorted(range(len(shape)), key=lambda d: (-shape[d], d))
+        # A scanned layer stack goes last: splitting it puts whole layers on one device.
+        order = sorted(range(len(shape)), key=lambda d: (lay.dims[d] == "layers", -shape[d], d))
         for d in order:
             if not entries[d] and shape[d] % fsdp == 0:
                 entries[d] = (axis,)
@@ -263,3 +275,19 @@ class AxisKindRule:
                     entries[d] = entries[d] + (axis,)
                     return f"fsdp: dim {d} ({shape[d]}) <- {entries[d]!r} ({split} ways)"
         return f"fsdp: no dim of {shape} divisible by fsdp={fsdp}; not split over fsdp"
+
+
+def _compile_dims(dims: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]:
+    out, problems = [], []
+    for k, (pattern, kinds) in enumerate(dims):
+        bad = [x for x in kinds if x not in DIM_KINDS]
+        if bad:
+            problems.append(f"dims #{k} {pattern!r}: unknown kinds {bad} (valid: {list(DIM_KINDS)})")
+            continue
+        try:
+            out.append((re.compile(pattern), kinds))
+        except re.error as err:
+            problems.append(f"dims #{k} pattern {pattern!r} is not a valid regex ({err})")
+    if problems:
+        raise ShardingRuleError("invalid dims overrides: " + "; ".join(problems) + ".")
+    return tuple(out)
