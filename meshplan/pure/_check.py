@@ -31,6 +31,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
+import numpy as np
+
 from meshplan.pure._types import FrozenAxisSizes
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError
 
@@ -39,11 +41,15 @@ T = TypeVar("T")
 
 __all__ = [
     "as_count",
+    "as_flag",
     "as_int",
     "as_int_tuple",
     "as_positive_shape",
     "as_real",
+    "as_record",
+    "as_shape",
     "as_sequence",
+    "as_str",
     "canonical_axis_sizes",
     "collect",
     "unresolved_shape_problems",
@@ -67,7 +73,7 @@ def as_int(value: Any, what: str) -> int:
         return operator.index(value)
     except TypeError:
         raise MeshplanTypeError(
-            f"{what}={value!r} has type {type(value).__name__}; expected an int."
+            f"{what}={_short(value)} has type {type(value).__name__}; expected an int."
         ) from None
 
 
@@ -86,7 +92,7 @@ def as_sequence(value: Any, what: str) -> tuple[Any, ...]:
         # Sets and dicts are refused on purpose: their order is not the
         # caller's order, and axis order decides device placement.
         raise MeshplanTypeError(
-            f"{what}={value!r} has type {type(value).__name__}; expected an ordered sequence "
+            f"{what}={_short(value)} has type {type(value).__name__}; expected an ordered sequence "
             "such as a tuple or list."
         )
     return tuple(value)
@@ -100,7 +106,10 @@ def as_int_tuple(value: Any, what: str) -> tuple[int, ...]:
       (2, -1)
     """
     items = as_sequence(value, what)
-    return tuple(as_int(v, f"{what}[{i}]") for i, v in enumerate(items))
+    try:
+        return tuple(as_int(v, f"{what}[{i}]") for i, v in enumerate(items))
+    except MeshplanTypeError as err:  # name the whole value too: "shape=(2.0,): shape[0]=2.0 ..."
+        raise MeshplanTypeError(f"{what}={_short(items)}: {err}") from None
 
 
 def as_count(
@@ -148,6 +157,26 @@ def as_positive_shape(value: Any, what: str) -> tuple[int, ...]:
     return shape
 
 
+def as_shape(value: Any, what: str) -> tuple[int, ...]:
+    """``value`` as an array shape: a tuple of Python ints >= 0 (numpy ints accepted).
+
+    The one reader of array shapes (a mesh shape is :func:`as_positive_shape`).
+
+    Example:
+      >>> as_shape([8, 0], "shape")
+      (8, 0)
+      >>> as_shape((4, -1), "shape")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshplanTypeError: shape=(4, -1) has negative dims (shape[1]=-1); array dims are ints >= 0.
+    """
+    shape = as_int_tuple(value, what)
+    bad = [f"{what}[{i}]={d}" for i, d in enumerate(shape) if d < 0]
+    if bad:
+        raise MeshplanTypeError(f"{what}={shape} has negative dims ({', '.join(bad)}); array dims are ints >= 0.")
+    return shape
+
+
 def unresolved_shape_problems(shape: tuple[int, ...], what: str) -> list[str]:
     """What keeps ``shape`` from being a mesh shape that may still hold one ``-1``.
 
@@ -190,10 +219,98 @@ def as_real(value: Any, what: str, *, allow_zero: bool = False, error: type[Mesh
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise MeshplanTypeError(f"{what}={value!r} must be a real number, not {type(value).__name__}.")
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond float range (10**400) is as out of range as inf
+        out = math.inf
     if not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
         raise error(f"{what}={value!r} must be a finite number {'>= 0' if allow_zero else '> 0'}.")
     return out
+
+
+def as_flag(value: Any, what: str) -> bool:
+    """``value`` as a Python bool; only ``True``/``False`` (and numpy bools) are flags.
+
+    Ints, strings (``"yes"``) and arrays are refused: ``bool(np.array([1, 2]))``
+    raises numpy's own "truth value is ambiguous" error, and ``bool("no")`` is
+    True, so guessing would hide the caller's bug.
+
+    Example:
+      >>> import numpy as np
+      >>> as_flag(np.bool_(True), "master_weights")
+      True
+      >>> as_flag("yes", "master_weights")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshplanTypeError: master_weights='yes' must be True or False, not str.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise MeshplanTypeError(f"{what}={_short(value)} must be True or False, not {type(value).__name__}.")
+
+
+def as_str(value: Any, what: str, *, nonempty: bool = False, error: type[MeshplanError] = MeshShapeError) -> str:
+    """``value`` as a str (a name, a label, a pattern); ``nonempty`` refuses ``""`` with ``error``.
+
+    Example:
+      >>> as_str("gpt2", "model")
+      'gpt2'
+    """
+    if not isinstance(value, str):
+        raise MeshplanTypeError(f"{what}={_short(value)} must be a str, not {type(value).__name__}.")
+    if nonempty and not value.strip():
+        raise error(f"{what}={value!r} must not be empty.")
+    return value
+
+
+def as_record(
+    data: Any,
+    what: str,
+    *,
+    fields: Sequence[str],
+    required: Sequence[str],
+    ignore: Sequence[str] = (),
+    error: type[MeshplanError],
+) -> dict[str, Any]:
+    """A JSON object (a mapping of field name -> value) checked against its field list.
+
+    The one reader of ``from_dict`` input: it refuses a non-mapping (a
+    :class:`~meshplan.errors.MeshplanTypeError`) and non-string, unknown or
+    missing keys (``error``), naming ``what`` (the field path, e.g.
+    ``"candidates[0].memory"``). Values are checked by the record's own
+    ``__post_init__``.
+
+    Args:
+      data: the decoded JSON value.
+      what: where it sits in the document.
+      fields: every field the record has.
+      required: the fields without a default.
+      ignore: keys written for readers and dropped here (e.g. a derived ``total``).
+      error: the ValueError subclass for key problems.
+
+    Example:
+      >>> as_record({"a": 1}, "x", fields=("a", "b"), required=("a",), error=MeshShapeError)
+      {'a': 1}
+    """
+    if not isinstance(data, Mapping):
+        raise MeshplanTypeError(f"{what}={_short(data)} must be a JSON object (a mapping), not "
+                                f"{type(data).__name__}.")
+    bad_keys = [k for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise MeshplanTypeError(f"{what} has non-string keys {[_short(k) for k in bad_keys]}; keys are field "
+                                f"names {list(fields)}.")
+    out = {k: v for k, v in data.items() if k not in ignore}
+    unknown = sorted(set(out) - set(fields))
+    missing = [n for n in required if n not in out]
+    if unknown or missing:
+        raise error(f"{what}: unknown keys {unknown}, missing keys {missing}; expected {list(fields)}.")
+    return out
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages about arbitrary junk."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def collect(

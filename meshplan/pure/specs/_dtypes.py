@@ -18,7 +18,7 @@ Strings and objects are not array dtypes jax can hold and raise.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from meshplan.pure._check import as_flag, as_shape
 from meshplan.pure.errors import MeshplanTypeError
 
 __all__ = ["array_bytes", "canonical_dtype", "dtype_bits", "dtype_storage_bytes"]
@@ -65,13 +66,23 @@ def canonical_dtype(dtype: Any) -> Any:
         return dtype
     if _is_extended(dtype):
         return dtype
+    # numpy reads dicts, lists and tuples as *structured* dtype specs (and
+    # raises ValueError/KeyError/... on junk ones); no array leaf jax can hold
+    # has one, so they are refused before numpy sees them. None would be
+    # float64 to numpy, which is never what a caller meant.
+    if dtype is None or isinstance(dtype, (Mapping, list, tuple, bytes, bytearray, np.ndarray)):
+        raise MeshplanTypeError(_not_a_dtype(dtype))
     try:
         return np.dtype(dtype)
-    except TypeError as err:
-        raise MeshplanTypeError(
-            f"dtype={dtype!r} is not a dtype; pass a numpy/ml_dtypes/jax dtype such as "
-            "np.float32 or jnp.bfloat16."
-        ) from err
+    except (TypeError, ValueError, KeyError, SyntaxError, OverflowError) as err:
+        raise MeshplanTypeError(_not_a_dtype(dtype)) from err
+
+
+def _not_a_dtype(dtype: Any) -> str:
+    text = repr(dtype)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return (f"dtype={text} is not a dtype; pass a numpy/ml_dtypes/jax dtype such as "
+            "np.float32, jnp.bfloat16 or 'float32'.")
 
 
 def dtype_bits(dtype: Any) -> int:
@@ -130,18 +141,9 @@ def dtype_storage_bytes(dtype: Any) -> int:
 
 
 def _num_elements(shape: Sequence[int]) -> int:
-    dims: tuple[Any, ...]
-    if isinstance(shape, int | np.integer):
-        dims = (shape,)
-    else:
-        try:
-            dims = tuple(shape)
-        except TypeError as err:
-            raise MeshplanTypeError(f"shape={shape!r} is not a sequence of ints.") from err
-    bad = [d for d in dims if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0]
-    if bad:
-        raise MeshplanTypeError(f"shape={shape!r} has invalid dims {bad}; dims are non-negative ints.")
-    return math.prod(int(d) for d in dims)
+    # A bare int is read as a 1-d shape, as numpy does.
+    dims = as_shape((shape,) if isinstance(shape, int | np.integer) else shape, "shape")
+    return math.prod(dims)
 
 
 def array_bytes(shape: Sequence[int], dtype: Any, *, packed_subbyte: bool = False) -> int:
@@ -169,6 +171,6 @@ def array_bytes(shape: Sequence[int], dtype: Any, *, packed_subbyte: bool = Fals
     """
     n = _num_elements(shape)
     bits = dtype_bits(dtype)
-    if packed_subbyte and bits < 8:
+    if as_flag(packed_subbyte, "packed_subbyte") and bits < 8:
         return -(-n * bits // 8)
     return n * (-(-bits // 8))

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from jax.sharding import PartitionSpec
 
+from meshplan.pure._check import as_count, as_sequence, as_shape, canonical_axis_sizes
 from meshplan.pure._types import AxisSizes, Shape, SpecEntry, make_spec
 from meshplan.pure.errors import MeshplanTypeError, SpecError
 
@@ -103,6 +104,7 @@ def canonical_entries(spec: Any, rank: int | None = None, *, where: str = "spec"
     entries = tuple(_entry(raw, where) for raw in spec)
     if rank is None:
         return entries
+    rank = as_count(rank, "rank", minimum=0, error=SpecError)
     if len(entries) > rank:
         raise SpecError(
             f"{where}: spec {spec} has {len(entries)} entries but the array has rank {rank}; "
@@ -122,7 +124,12 @@ def spec_from_entries(entries: Sequence[Any]) -> PartitionSpec:
       P('fsdp', None, ('dp', 'tp'))
     """
     raw: list[Any] = []
-    for entry in entries:
+    for i, entry in enumerate(as_sequence(entries, "entries")):
+        if entry is not UNCONSTRAINED and (
+            not isinstance(entry, tuple | list) or not all(isinstance(a, str) for a in entry)
+        ):
+            raise MeshplanTypeError(f"entries[{i}]={entry!r:.80} is not a tuple of axis names or UNCONSTRAINED "
+                                    "(canonical_entries gives such entries).")
         if entry is UNCONSTRAINED:
             raw.append(UNCONSTRAINED)
         elif len(entry) == 0:
@@ -193,9 +200,8 @@ def shard_geometry(
       >>> shard_geometry((5, 6), P("dp"), {"dp": 2}).padded
       True
     """
-    if not isinstance(axis_sizes, Mapping):
-        raise MeshplanTypeError(f"axis_sizes must be a mapping name -> size, got {axis_sizes!r}.")
-    shape = tuple(int(d) for d in shape)
+    axis_sizes = canonical_axis_sizes(axis_sizes)
+    shape = as_shape(shape, "shape")
     entries = canonical_entries(spec, len(shape), where=where)
     _check_axes(entries, axis_sizes, where)
     splits = tuple(

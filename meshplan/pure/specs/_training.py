@@ -10,14 +10,16 @@ params)`` is free and exact for any optax chain. Its specs come from
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from meshplan.pure._types import AxisSizes, PyTree, make_spec
-from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.specs._dtypes import array_bytes, canonical_dtype
 from meshplan.pure.specs._memory import (
     MemoryEstimate,
@@ -25,10 +27,11 @@ from meshplan.pure.specs._memory import (
     estimate_memory,
     leaf_groups,
 )
-from meshplan.pure.specs._tree import tree_facts
+from meshplan.pure.specs._tree import flatten_with_path, leaf_info, tree_facts
 from meshplan.pure.specs._validate import leaf_specs, raise_errors, resolve_specs
 
-__all__ = ["TrainingMemoryEstimate", "TrainingState", "estimate_training_memory", "optimizer_state_specs"]
+__all__ = ["TrainingLayout", "TrainingMemoryEstimate", "TrainingState", "estimate_training_memory",
+           "optimizer_state_specs"]
 
 
 _FLOAT0 = np.dtype(jax.dtypes.float0)
@@ -88,14 +91,39 @@ class TrainingState:
         return found
 
 
+def _key_token(key: Any) -> str:
+    """One key path entry as text: dict keys, attribute names and indices alike."""
+    for attr in ("key", "name", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _state_key(keypath: Any) -> tuple[str, ...]:
+    """A leaf's key path as tokens, without a trailing box ``.value``.
+
+    flax's ``Variable`` boxes (nnx ``Param``, linen ``Partitioned``) end a
+    path in the attribute ``value``; a parameter tree with boxes and a state
+    without them (or boxed differently, as ``nnx.Optimizer`` boxes its state)
+    then still name a leaf alike.
+    """
+    tokens = [_key_token(k) for k in keypath]
+    if keypath and isinstance(keypath[-1], jax.tree_util.GetAttrKey) and keypath[-1].name == "value":
+        tokens.pop()
+    return tuple(tokens)
+
+
 def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree) -> PyTree:
     """Specs for an optimizer state, derived from the parameters' specs.
 
-    The rule: every subtree of ``opt_state`` with exactly the parameters'
-    tree structure (optax's ``mu``, ``nu``, ``trace`` ...) takes the
-    parameters' specs leaf by leaf, where the state leaf has the same shape
-    as its parameter; any other state leaf (step counts, factored statistics
-    of another shape, hyperparameters) is replicated, ``P()``.
+    The rule: a state leaf whose key path *ends with* a parameter's key path
+    (optax's ``mu/layer/w`` and ``nu/layer/w`` for the parameter ``layer/w``,
+    at any depth of chains, ``masked``, ``multi_transform``,
+    ``inject_hyperparams`` or ``nnx.Optimizer`` boxes) and has that
+    parameter's shape takes the parameter's spec; the longest matching
+    parameter path decides. Every other state leaf (step counts,
+    hyperparameters, factored statistics of another shape) is replicated,
+    ``P()``. A trailing box ``.value`` is ignored on both sides.
 
     Args:
       params: the parameter pytree (arrays or ShapeDtypeStructs).
@@ -107,6 +135,7 @@ def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree
 
     Raises:
       SpecError: ``param_specs`` does not match ``params``.
+      MeshplanTypeError: ``opt_state`` is not a pytree jax can flatten.
 
     Example:
       >>> import jax, numpy as np
@@ -124,28 +153,92 @@ def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree
     facts = tree_facts(params)
     per_leaf, findings = leaf_specs(facts, param_specs)
     raise_errors(findings)
-    target = facts.treedef
-    matched: set[int] = set()
-
-    def is_param_shaped(node: Any) -> bool:
-        if jax.tree_util.tree_structure(node) == target:
-            matched.add(id(node))
-            return True
-        return False
-
-    nodes, state_def = jax.tree_util.tree_flatten(opt_state, is_leaf=is_param_shaped)
+    index: dict[tuple[str, ...], int] = {}
+    for i, keypath in enumerate(facts.keypaths):
+        if facts.infos[i] is not None:
+            index.setdefault(_state_key(keypath), i)
+    lengths = sorted({len(k) for k in index}, reverse=True)
+    leaves, state_def = flatten_with_path(opt_state, "opt_state")
     out: list[Any] = []
-    for node in nodes:
-        if id(node) not in matched:
-            out.append(make_spec())
-            continue
-        state_infos = tree_facts(node).infos
-        out.append(jax.tree_util.tree_unflatten(target, [
-            spec if spec is not None and si is not None and pi is not None and si.shape == pi.shape
-            else make_spec()
-            for spec, si, pi in zip(per_leaf, state_infos, facts.infos, strict=True)
-        ]))
+    for keypath, leaf in leaves:
+        key = _state_key(keypath)
+        info = leaf_info(leaf)
+        spec = make_spec()
+        for n in lengths:  # longest parameter path first
+            i = index.get(key[len(key) - n:]) if n <= len(key) else None
+            if i is None:
+                continue
+            found, param = per_leaf[i], facts.infos[i]
+            if info is not None and param is not None and found is not None and info.shape == param.shape:
+                spec = found
+            break
+        out.append(spec)
     return jax.tree_util.tree_unflatten(state_def, out)
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, PartitionSpec)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class TrainingLayout:
+    """Everything a training step places: the specs of the parameters, the optimizer state, the batch
+    and the activations, for one mesh.
+
+    Made by :meth:`meshplan.MeshCandidate.training_layout`; :meth:`shardings` turns every spec into a
+    ``NamedSharding`` on a mesh.
+
+    Attributes:
+      params: the parameters' PartitionSpec tree.
+      opt_state: the optimizer state's PartitionSpec tree (:func:`optimizer_state_specs`), or ``None``.
+      batch: the spec of a ``(batch, seq)`` input: the batch dim over the batch axes.
+      activations: ``"residual"`` (``(batch, seq, hidden)``) and ``"logits"``
+        (``(batch, seq, vocab)``) specs, for ``jax.lax.with_sharding_constraint``.
+      axis_sizes: the mesh the specs are for, ``{axis: size}`` in mesh order.
+
+    Example:
+      >>> import jax
+      >>> from jax.sharding import AbstractMesh, PartitionSpec as P
+      >>> layout = TrainingLayout({"w": P("dp")}, None, P("dp"), {"residual": P("dp")}, {"dp": 2})
+      >>> layout.state
+      ({'w': P('dp',)}, None)
+      >>> layout.shardings(AbstractMesh((2,), ("dp",))).batch.spec
+      P('dp',)
+    """
+
+    params: PyTree
+    opt_state: PyTree
+    batch: Any
+    activations: Mapping[str, Any]
+    axis_sizes: Mapping[str, int]
+
+    @property
+    def state(self) -> tuple[PyTree, PyTree]:
+        """``(params, opt_state)``: the specs of a whole training state, for one ``device_put``."""
+        return self.params, self.opt_state
+
+    def shardings(self, mesh: Any) -> TrainingLayout:
+        """The same layout with every PartitionSpec as a ``NamedSharding`` on ``mesh``.
+
+        Args:
+          mesh: a ``jax.sharding.Mesh`` or ``AbstractMesh`` with the axes and sizes this layout was
+            planned for (nothing here touches its devices).
+
+        Raises:
+          PlanError: the mesh's axes or sizes differ from the plan's.
+        """
+        shape = getattr(mesh, "shape", None)
+        got = dict(shape) if isinstance(shape, Mapping) else None
+        if got != dict(self.axis_sizes):
+            raise PlanError(f"this layout was planned for the mesh {dict(self.axis_sizes)}, got "
+                            f"{got if got is not None else repr(mesh)}; build the mesh from the plan "
+                            "(meshplan.create_mesh(best.axis_sizes, best.axis_names)).")
+
+        def named(tree: PyTree) -> PyTree:
+            return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), tree, is_leaf=_is_spec)
+
+        return TrainingLayout(named(self.params), named(self.opt_state), named(self.batch),
+                              {k: named(v) for k, v in self.activations.items()}, self.axis_sizes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -11,8 +11,11 @@ is the one place that decides what counts as an array-like leaf:
   jax's default dtypes (32-bit unless ``x64=True``);
 * ``None`` is an empty subtree in jax and stays ``None`` in every output tree.
 
-Anything else (strings, custom objects) is a *non-array leaf*: it has no
-facts, and rules give it no spec.
+Anything else (strings, custom objects, numpy scalar *types* such as
+``np.float32`` in a config-like tree, objects whose ``.shape`` is not a tuple
+of ints) is a *non-array leaf*: it has no facts, and rules give it no spec.
+A leaf with a proper ``.shape`` but a ``.dtype`` that is not a dtype is an
+error (:class:`~meshplan.errors.MeshplanTypeError`, naming the leaf).
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from meshplan.pure.errors import MeshplanError, MeshplanTypeError
 from meshplan.pure.specs._dtypes import canonical_dtype
 from meshplan.pure._types import PyTree, Shape
 
-__all__ = ["LeafInfo", "TreeFacts", "leaf_info", "tree_facts", "path_str"]
+__all__ = ["LeafInfo", "TreeFacts", "flatten", "flatten_with_path", "leaf_info", "tree_facts", "path_str"]
 
 _SCALAR_DTYPES_32 = {bool: np.dtype(bool), int: np.dtype(np.int32), float: np.dtype(np.float32),
                      complex: np.dtype(np.complex64)}
@@ -48,7 +52,63 @@ class LeafInfo:
 
 
 def _has_array_facts(x: Any) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "dtype")
+    # A class (np.float32, a config's dtype entry) has .shape and .dtype as
+    # descriptors, not values: it is not an array.
+    return not isinstance(x, type) and hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _shape_of(x: Any) -> Shape | None:
+    """``x.shape`` as a tuple of non-negative Python ints, or None when it is not one."""
+    shape = x.shape
+    if not isinstance(shape, (tuple, list)):
+        return None
+    dims: list[int] = []
+    for d in shape:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
+            return None
+        dims.append(int(d))
+    return tuple(dims)
+
+
+def _array_info(x: Any) -> LeafInfo | None:
+    shape = _shape_of(x)
+    return None if shape is None else LeafInfo(shape, canonical_dtype(x.dtype))
+
+
+def flatten(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[Any], Any]:
+    """``jax.tree_util.tree_flatten(tree, **kwargs)``, with jax's own failures as a typed error.
+
+    jax refuses some trees with a bare ValueError or TypeError (a dict whose
+    keys do not sort, ``{1: a, "w": b}``; a custom node whose flatten
+    raises); this names the argument instead.
+
+    Example:
+      >>> flatten({1: 0, "w": 1}, "params")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshplanTypeError: params is not a pytree jax can flatten (Comparator raised exception while sorting pytree dictionary keys.); dict keys must be sortable (all str, or all int).
+    """
+    try:
+        return jax.tree_util.tree_flatten(tree, **kwargs)
+    except MeshplanError:
+        raise
+    except (ValueError, TypeError) as err:
+        raise _unflattenable(what, err) from None
+
+
+def flatten_with_path(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    """:func:`flatten` with key paths (``jax.tree_util.tree_flatten_with_path``)."""
+    try:
+        return jax.tree_util.tree_flatten_with_path(tree, **kwargs)
+    except MeshplanError:
+        raise
+    except (ValueError, TypeError) as err:
+        raise _unflattenable(what, err) from None
+
+
+def _unflattenable(what: str, err: Exception) -> MeshplanTypeError:
+    return MeshplanTypeError(f"{what} is not a pytree jax can flatten ({str(err).splitlines()[0][:200]}); "
+                             "dict keys must be sortable (all str, or all int).")
 
 
 def leaf_info(x: Any, *, x64: bool = False) -> LeafInfo | None:
@@ -69,14 +129,14 @@ def leaf_info(x: Any, *, x64: bool = False) -> LeafInfo | None:
       True
     """
     if not _has_array_facts(x):
-        value = getattr(x, "value", None)
+        value = None if isinstance(x, type) else getattr(x, "value", None)
         if value is not None and _has_array_facts(value):
             x = value
         else:
             table = _SCALAR_DTYPES_64 if x64 else _SCALAR_DTYPES_32
             dtype = table.get(type(x))
             return None if dtype is None else LeafInfo((), dtype)
-    return LeafInfo(tuple(int(d) for d in x.shape), canonical_dtype(x.dtype))
+    return _array_info(x)
 
 
 def path_str(keypath: Sequence[Any]) -> str:
@@ -87,7 +147,13 @@ def path_str(keypath: Sequence[Any]) -> str:
       >>> [path_str(k) for k, _ in jax.tree_util.tree_flatten_with_path({"w": [1, 2]})[0]]
       ['w/0', 'w/1']
     """
-    return jax.tree_util.keystr(tuple(keypath), simple=True, separator="/")
+    if isinstance(keypath, (str, bytes)) or not isinstance(keypath, Sequence):
+        raise MeshplanTypeError(f"keypath={keypath!r:.80} must be a sequence of jax path keys.")
+    try:
+        return jax.tree_util.keystr(tuple(keypath), simple=True, separator="/")
+    except (TypeError, AttributeError, ValueError):
+        # keystr reads each key's own fields; a key of another kind has none.
+        return "/".join(str(k) for k in keypath)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -122,11 +188,25 @@ class TreeFacts:
         return self._memo[0]
 
     def path(self, i: int) -> str:
-        """The ``"a/b/0"`` path of leaf ``i``."""
+        """The ``"a/b/0"`` path of leaf ``i``.
+
+        Raises:
+          MeshplanTypeError: ``i`` is not a leaf index.
+        """
+        n = len(self.infos)
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -n <= i < n:
+            raise MeshplanTypeError(f"leaf index i={i!r} must be an int in [{-n}, {n}).")
         return path_str(self.keypaths[i])
 
     def unflatten(self, leaves: Sequence[Any]) -> PyTree:
-        """A tree of the same structure holding ``leaves``."""
+        """A tree of the same structure holding ``leaves`` (one per leaf).
+
+        Raises:
+          MeshplanTypeError: ``leaves`` is not a sequence of ``len(infos)`` values.
+        """
+        if not isinstance(leaves, Sequence) or isinstance(leaves, str) or len(leaves) != len(self.infos):
+            raise MeshplanTypeError(f"leaves must be a sequence of {len(self.infos)} values (one per leaf), "
+                                    f"got {type(leaves).__name__}.")
         return self.treedef.unflatten(leaves)
 
 
@@ -152,7 +232,7 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
       >>> [facts.path(i) for i in range(len(facts.infos))], facts.infos[0] is None
       (['s', 'w'], True)
     """
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves, treedef = flatten(tree, "tree")
     # Trees hold many leaves of few (shape, dtype) kinds: build one LeafInfo
     # per kind and skip leaf_info's probing for the common array types.
     cache: dict[Any, LeafInfo] = {}
@@ -163,12 +243,18 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
         is_fast = fast.get(t)
         if is_fast is None:
             is_fast = fast[t] = isinstance(v, _FAST_TYPES)
-        if is_fast:
-            key = (v.shape, v.dtype)
-            info = cache.get(key)
-            if info is None:
-                info = cache[key] = LeafInfo(tuple(int(d) for d in v.shape), canonical_dtype(v.dtype))
-            infos.append(info)
-        else:
-            infos.append(leaf_info(v, x64=x64))
+        try:
+            if is_fast:
+                key = (v.shape, v.dtype)
+                info = cache.get(key)
+                if info is None:
+                    info = _array_info(v)
+                    if info is not None:
+                        cache[key] = info
+                infos.append(info)
+            else:
+                infos.append(leaf_info(v, x64=x64))
+        except MeshplanTypeError as err:  # a bad .dtype: name the leaf
+            where = path_str(jax.tree_util.tree_flatten_with_path(tree)[0][len(infos)][0])
+            raise MeshplanTypeError(f"leaf {where!r}: {err}") from None
     return TreeFacts(tuple(infos), treedef, tree)

@@ -36,7 +36,7 @@ import jax
 from jax.sharding import PartitionSpec
 
 from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries
-from meshplan.pure.specs._tree import LeafInfo, TreeFacts, path_str, tree_facts
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts, flatten, flatten_with_path, path_str, tree_facts
 from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure._types import AxisSizes, PyTree
 from meshplan.pure.errors import MeshplanTypeError, SpecError
@@ -90,7 +90,7 @@ def _is_spec_leaf(x: Any) -> bool:
 
 def _match_by_path(facts: TreeFacts, specs: PyTree) -> tuple[list[Any], list[Finding]]:
     """Slow path: pair value leaves with specs by key path, allowing a spec prefix tree."""
-    spec_items, _ = jax.tree_util.tree_flatten_with_path(specs, is_leaf=_is_spec_leaf)
+    spec_items, _ = flatten_with_path(specs, "specs", is_leaf=_is_spec_leaf)
     by_path = {tuple(k): s for k, s in spec_items}
     value_items, _ = jax.tree_util.tree_flatten_with_path(facts.source, is_leaf=lambda x: x is None)
     findings: list[Finding] = []
@@ -129,7 +129,7 @@ def leaf_specs(facts: TreeFacts, specs: PyTree) -> tuple[tuple[Any, ...], list[F
       >>> leaf_specs(facts, {"a": P("x"), "b": P()})
       ((P('x',), P(), P()), [])
     """
-    spec_leaves, spec_def = jax.tree_util.tree_flatten(specs)
+    spec_leaves, spec_def = flatten(specs, "specs")
     if spec_def == facts.treedef:  # the common case: the same structure, PartitionSpec leaves
         return tuple(spec_leaves), []
     out, findings = _match_by_path(facts, specs)

@@ -1,0 +1,367 @@
+"""Nested garbage into every public callable: only typed meshplan errors may come out.
+
+Every name in ``__all__`` of ``meshplan``, ``meshplan.pure`` and its layer
+packages is enumerated (so a new public function is fuzzed without touching
+this file): functions are called, classes are constructed, and their public
+methods, classmethods and properties are called on a valid instance (see
+``_INSTANCES``). Each argument is drawn either from a pool of garbage (None,
+bools, huge/negative/nan numbers, ``10**400``, numpy scalars, arrays and
+scalar *types*, odd strings, bytes, nested containers, objects with a string
+``.shape``, ShapeDtypeStructs of absurd shapes, PartitionSpecs with junk) or
+from plausible values for that parameter name, so calls get past the first
+check and reach deeper code.
+
+The contract checked: a call returns, or raises a
+:class:`~meshplan.errors.MeshplanError` that is also a ``ValueError`` or
+``TypeError``. The one exception is the user's own code: a rule or function
+the caller passed in (here :class:`_UserRule`, which raises :class:`_UserBug`)
+may raise, and its exception passes through unwrapped.
+
+Each call runs under a 5 s alarm (an absurd input must be refused, not
+computed). ``HYPOTHESIS_PROFILE=deep`` runs 40x the examples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import math
+import os
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jax.sharding import PartitionSpec as P
+
+from meshplan.errors import MeshplanError
+
+_MODULES = ("meshplan", "meshplan.pure", "meshplan.pure.mesh", "meshplan.pure.specs", "meshplan.pure.rules",
+            "meshplan.pure.presets", "meshplan.pure.search")
+# Not fuzzed, each for a reason (keep this short):
+_SKIP = {
+    # protocols and abstract bases: calling them is Python's own TypeError by design, not meshplan code
+    "Rule", "CollectiveKind", "ShardingRule",
+}
+_DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
+_EXAMPLES = 400 if _DEEP else 10
+_TIMEOUT_S = 5.0
+
+
+class _UserBug(Exception):
+    """Raised by the user's own code (a rule); allowed to pass through."""
+
+
+class _UserRule:
+    """A user's rule that is broken: meshplan must let its exception through, not hide it."""
+
+    name = "users-rule"
+
+    def __call__(self, ctx: Any) -> Any:
+        raise _UserBug("the user's rule failed")
+
+
+class _Opaque:
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+class _StringShape:
+    shape = "abc"
+    dtype = "float32"
+
+
+class _BadDtype:
+    shape = (4, 4)
+    dtype = {"not": "a dtype"}
+
+
+class _Hang(BaseException):
+    """The alarm fired: a call ran past the time limit."""
+
+
+def _safe(make: Callable[[], Any]) -> list[Any]:
+    try:
+        return [make()]
+    except Exception:  # a jax version that refuses this junk at construction: leave it out
+        return []
+
+
+def _garbage_atoms() -> list[Any]:
+    sds = jax.ShapeDtypeStruct
+    atoms: list[Any] = [
+        None, True, False, 0, 1, -1, 2, 3, 4, 8, 7, -5, 2**31, 2**63, -(2**63), 2**80, 10**400,
+        0.0, -0.0, 0.5, 2.0, 1e308, float("nan"), float("inf"), -float("inf"), complex(1, 2),
+        np.int64(4), np.int8(-3), np.uint64(2**64 - 1), np.float32("nan"), np.float64(2.0), np.bool_(True),
+        np.array([1, 2]), np.zeros((2, 2)), np.array("x"), np.array([]), np.array(3),
+        np.float32, np.int32, np.dtype("float32"), np.dtype("O"), np.dtype("U3"), int, str, object, type,
+        "", "x", "dp", "tp", "data", "float32", "bfloat16", "dp:2,tp:4", "8x8xH100", "H100", "v5p-64",
+        "99999999999999999999x8xH100", "2x4xH100", "gpt2", "\udcff\udcfe", "\x00", "é" * 3, "a" * 300,
+        b"\xff\xfe", b"dp", bytearray(b"x"), object(), _Opaque(), _StringShape(), _BadDtype(), _UserRule(),
+        Ellipsis, slice(None), range(3), {1, 2}, frozenset({"dp"}), lambda *a, **k: None,
+        sds((8, 4), np.float32), sds((), np.float32), sds((2**40, 2**40), np.float32), sds((0, 3), np.int8),
+        sds((3, 5), jax.numpy.bfloat16), sds((1024, 4096), np.float32),
+        P(), P("dp"), P("dp", "tp"), P(("dp", "tp")), P(None, "dp"), P("nope"), P("dp", "dp"),
+    ]
+    atoms += _safe(lambda: P(3))
+    atoms += _safe(lambda: P(("dp", 4)))
+    atoms += _safe(lambda: sds((-1, 4), np.float32))
+    atoms += _safe(lambda: P(P.UNCONSTRAINED))
+    return atoms
+
+
+_ATOMS = _garbage_atoms()
+_keys = st.one_of(st.sampled_from(["dp", "tp", "w", "data", "", "params", "name", "model"]), st.integers(-2, 3),
+                  st.none())
+garbage = st.recursive(
+    st.sampled_from(_ATOMS),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(_keys, inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+def _plausible() -> dict[str, list[Any]]:
+    """Valid-looking values per parameter name, so garbage in one argument reaches deeper checks."""
+    from meshplan.pure import DeviceInfo, HybridMeshShape, MeshShape, parse_cluster
+    from meshplan.pure.search import DEVICE_SPECS, Link
+
+    sds = jax.ShapeDtypeStruct
+    tree = {"w": sds((64, 32), np.float32), "b": sds((32,), np.float32)}
+    sizes = {"dp": 2, "tp": 4}
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    names = ("dp", "tp")
+    cluster = parse_cluster("2x4xH100")
+    link = Link(1e11, 1e-6)
+    infos = tuple(DeviceInfo(i, process_index=i // 4) for i in range(8))
+    table = {
+        "tree": [tree], "pytree": [tree], "params": [tree], "x": [tree["w"]], "opt_state": [(tree, tree)],
+        "specs": [{"w": P("dp"), "b": P()}], "param_specs": [{"w": P("dp"), "b": P()}],
+        "partition_specs": [{"w": P("dp"), "b": P()}], "spec": [P("dp", "tp"), P()],
+        "partition_spec": [P("dp")], "axis_sizes": [sizes, {"dp": 8}], "mesh": [mesh, None],
+        "axis_names": [names, ["dp", "tp"]], "names": [names], "mesh_axis_names": [names],
+        "axis_dims": [(2, 4), (2, -1)], "dims": [(2, 4)], "mesh_shape": [(2, 4)], "global_mesh_shape": [(2, 4)],
+        "global_shape": [(2, 4)], "dcn_mesh_dims": [(1, 1), None], "shape": [(64, 32), HybridMeshShape((2, 4), (1, 1))],
+        "array_shape": [(64, 32)], "global_batch_shape": [(16, 8)], "dtype": ["float32", np.float32],
+        "num_devices": [8], "total_devices": [8], "num_granules": [1, 2], "num_processes": [1, 2], "total": [8],
+        "num_axes": [2], "devices_per_granule": [4], "devices": [infos], "cluster": [cluster, "2x4xH100"],
+        "model": ["gpt2"], "name": ["gpt2", "x"], "text": ["2x4xH100", "dp:2,tp:4"], "link": [link],
+        "intra": [link], "inter": [link], "nbytes": [1 << 20], "n": [4], "kind": ["all_gather"],
+        "device": [DEVICE_SPECS["H100"]], "rule": [_UserRule()], "rules": [(("w", P("dp")),)],
+        "batch_axis_names": ["dp", ("dp",)], "process_grid": [(1, 1)], "timeout": [1.0, 5],
+        "mesh_rules": [(("cpu", (2, 4)),)], "selector": ["cpu"], "data": [{}], "hybrid": [HybridMeshShape((2, 4), (1, 1))],
+        "keypath": [()], "entries": [("dp", None)], "rank": [2, None], "max_memory_per_device": [1 << 20],
+        "methods": [[("dp",)]], "patterns": [((".*", P()),)], "shape_patterns": [{".*": P()}],
+        "batch": [8], "seq": [128], "axes": [("dp", "tp")], "fixed": [{"tp": 2}], "top_k": [3],
+        "global_shape_": [(2, 4)], "mesh_shape_": [MeshShape(names, (2, 4))], "fn": [lambda t: t],
+        "device_ids": [np.arange(8).reshape(2, 4)], "ici_domain_size": [4], "path": ["w", "a/b/0"],
+    }
+    return table
+
+
+_PLAUSIBLE: dict[str, list[Any]] | None = None
+
+
+def _arg(name: str) -> st.SearchStrategy[Any]:
+    global _PLAUSIBLE
+    if _PLAUSIBLE is None:
+        _PLAUSIBLE = _plausible()
+    good = _PLAUSIBLE.get(name)
+    if good:
+        return st.one_of(garbage, st.sampled_from(good))
+    return garbage
+
+
+@st.composite
+def _call_args(draw: st.DrawFn, fn: Callable[..., Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments for ``fn``: every required parameter, and each optional one half of the time."""
+    sig = inspect.signature(fn)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for p in sig.parameters.values():
+        if p.name.startswith("_") or p.name == "self":
+            continue
+        if p.kind is p.VAR_POSITIONAL:
+            args += draw(st.lists(_arg(p.name), max_size=2))
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            continue
+        if p.default is not p.empty and not draw(st.booleans()):
+            continue
+        value = draw(_arg(p.name))
+        if p.kind is p.POSITIONAL_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and not kwargs):
+            args.append(value)
+        else:
+            kwargs[p.name] = value
+    return args, kwargs
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float, what: str) -> Iterator[None]:
+    def fire(signum: int, frame: Any) -> None:
+        raise _Hang(f"{what} ran longer than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _check_call(label: str, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call ``fn``; fail unless it returns or raises a typed meshplan error (or the user's own error)."""
+    try:
+        with _alarm(_TIMEOUT_S, label):
+            out = fn(*args, **kwargs)
+            repr(out)  # a returned object must be printable (Plan.__repr__, dataclass reprs)
+            return out
+    except _UserBug:
+        return None
+    except MeshplanError as err:
+        assert isinstance(err, (ValueError, TypeError)), f"{label}: {type(err).__name__} is not a Value/TypeError"
+        str(err)
+        return None
+    except _Hang:
+        pytest.fail(f"{label}(*{args!r:.300}, **{kwargs!r:.300}) hung (> {_TIMEOUT_S} s)")
+    except BaseException as err:
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise AssertionError(
+            f"{label}(*{args!r:.400}, **{kwargs!r:.400}) raised {type(err).__name__}: {err!s:.400}"
+        ) from err
+
+
+def _instances() -> dict[str, Callable[[], Any]]:
+    """A valid instance per public class, so its methods and properties are fuzzed too."""
+    import meshplan
+    from meshplan import pure
+    from meshplan.pure import mesh as pmesh
+    from meshplan.pure import presets, rules, search, specs
+
+    sds = jax.ShapeDtypeStruct
+    tree = {"w": sds((64, 32), np.float32), "b": sds((32,), np.float32)}
+
+    def result() -> Any:
+        return pure.search_meshes("gpt2", "1x8xH100", batch=8, seq=128)
+
+    def mesh() -> Any:
+        return meshplan.create_mesh((2, 4), ("dp", "tp"))
+
+    return {
+        "Plan": lambda: pure.plan_tree(tree, pure.AutoRule(min_shard_size=1), {"dp": 2, "tp": 4}),
+        "MeshShape": lambda: pure.MeshShape(("dp", "tp"), (2, 4)),
+        "HybridMeshShape": lambda: pure.HybridMeshShape((2, 4), (1, 1)),
+        "Cluster": lambda: pure.parse_cluster("2x4xH100"),
+        "DeviceSpec": lambda: search.DEVICE_SPECS["H100"],
+        "SearchResult": result,
+        "SearchRequest": lambda: result().request,
+        "MeshCandidate": lambda: result().best,
+        "MemoryBreakdown": lambda: result().best.memory,
+        "CommTerm": lambda: result().best.comm[0],
+        "ParamGroup": lambda: result().best.groups[0],
+        "ModelSpec": lambda: presets.MODEL_SPECS["gpt2"],
+        "AxisKindRule": lambda: pure.AxisKindRule(num_heads=8, num_kv_heads=8),
+        "CompositeRule": lambda: pure.CompositeRule((pure.AutoRule(),)),
+        "PathRule": lambda: pure.PathRule((("w", P("dp")),)),
+        "TreeFacts": lambda: pure.tree_facts(tree),
+        "MemoryEstimate": lambda: pure.estimate_memory(tree, {"w": P("dp"), "b": P()}, {"dp": 2}),
+        "TrainingMemoryEstimate": lambda: pure.estimate_training_memory(tree, {"w": P("dp"), "b": P()}, {"dp": 2}),
+        "MeshConfig": lambda: meshplan.MeshConfig((2, 4), ("data", "model")),
+        "ShardingAnalyzer": lambda: meshplan.ShardingAnalyzer(mesh()),
+        "MeshPartitionHelper": lambda: meshplan.MeshPartitionHelper(mesh()),
+        "AutoShardingRule": lambda: meshplan.AutoShardingRule(mesh=mesh()),
+        "MemoryConstrainedShardingRule": lambda: meshplan.MemoryConstrainedShardingRule(1 << 20, mesh=mesh()),
+        "ShapeBasedShardingRule": lambda: meshplan.ShapeBasedShardingRule({(None, 32): P()}, mesh=mesh()),
+        "HostBatchSlice": lambda: specs.host_batch_slices((16, 8), ("dp", "tp"), np.arange(2).reshape(2, 1), "dp")[0],
+        "MLADims": lambda: presets.MODEL_SPECS["deepseek-v3"].mla,
+        "Preset": lambda: presets.get_preset("gpt2"),
+        "Rejection": lambda: search.Rejection("memory", 2, "dp=8"),
+        "Link": lambda: search.Link(1e11, 1e-6),
+        "Decision": lambda: pure.Decision(P(), "why", "mine"),
+        "CompositeShardingRule": lambda: meshplan.CompositeShardingRule(meshplan.AutoShardingRule(mesh=mesh())),
+        "PlanRule": lambda: rules.PlanRule(pure.plan_tree(tree, pure.AutoRule(), {"dp": 2})),
+        "MeshRequest": lambda: pmesh.resolve_mesh_request((2, 4), ("dp", "tp"), num_devices=8),
+        "LeafContext": lambda: pure.LeafContext((8, 4), np.dtype("float32"), {"dp": 2}),
+        "ShardGeometry": lambda: specs.shard_geometry((8, 4), P("dp"), {"dp": 2}),
+    }
+
+
+def _targets() -> list[tuple[str, Callable[..., Any] | None, str | None]]:
+    """(label, callable, None) for functions and constructors; (label, None, method) for instance members."""
+    out: list[tuple[str, Callable[..., Any] | None, str | None]] = []
+    seen: set[int] = set()
+    for modname in _MODULES:
+        mod = importlib.import_module(modname)
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if name in _SKIP or id(obj) in seen or not callable(obj):
+                continue
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                continue
+            seen.add(id(obj))
+            out.append((name, obj, None))
+            if isinstance(obj, type):
+                for attr in sorted(dir(obj)):
+                    owner = next((k for k in obj.__mro__ if attr in vars(k)), None)
+                    if attr.startswith("_") or owner is None or not owner.__module__.startswith("meshplan"):
+                        continue  # tuple.count of a NamedTuple, object's members: not meshplan's
+                    raw = inspect.getattr_static(obj, attr)
+                    if isinstance(raw, (classmethod, staticmethod)):
+                        out.append((f"{name}.{attr}", getattr(obj, attr), None))
+                    elif callable(raw) or isinstance(raw, property):
+                        out.append((f"{name}().{attr}", None, attr))
+    return out
+
+
+_TARGETS = _targets()
+_INSTANCE_CACHE: dict[str, Any] = {}
+
+
+def _instance(cls_name: str) -> Any:
+    if cls_name not in _INSTANCE_CACHE:
+        make = _instances().get(cls_name)
+        _INSTANCE_CACHE[cls_name] = None if make is None else make()
+    return _INSTANCE_CACHE[cls_name]
+
+
+def test_every_public_class_with_methods_has_an_instance_to_fuzz() -> None:
+    """A new public class with public methods needs a factory in _instances(), or its methods go unfuzzed."""
+    classes = {label.split("()")[0] for label, _, method in _TARGETS if method is not None}
+    assert classes - set(_instances()) == set()
+
+
+@pytest.mark.parametrize("label,fn,method", _TARGETS, ids=[t[0] for t in _TARGETS])
+def test_garbage_in_gives_a_typed_meshplan_error_or_an_answer(label: str, fn: Any, method: str | None) -> None:
+    if method is not None:
+        obj = _instance(label.split("()")[0])
+        raw = inspect.getattr_static(type(obj), method)
+        if isinstance(raw, property):
+            _check_call(label, lambda: getattr(obj, method), [], {})
+            return
+        fn = getattr(obj, method)
+
+    @settings(max_examples=_EXAMPLES, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(_call_args(fn))
+    def run(call: tuple[list[Any], dict[str, Any]]) -> None:
+        args, kwargs = call
+        _check_call(label, fn, args, kwargs)
+
+    run()
+
+
+def test_the_garbage_pool_holds_the_values_the_issue_names() -> None:
+    """The pool must keep its nastiest members, or the fuzz test silently stops finding their escapes."""
+    assert any(x is np.float32 for x in _ATOMS) and 10**400 in _ATOMS
+    assert any(isinstance(x, float) and math.isnan(x) for x in _ATOMS)
+    assert any(isinstance(x, _StringShape) for x in _ATOMS) and b"\xff\xfe" in _ATOMS
