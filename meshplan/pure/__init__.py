@@ -38,6 +38,7 @@ from meshplan.pure.rules import (
     CompositeRule,
     Decision,
     LeafContext,
+    LogicalRule,
     MemoryRule,
     PathRule,
     Plan,
@@ -74,7 +75,7 @@ __all__ += ["Finding", "HostBatchSlice", "MemoryEstimate", "TrainingMemoryEstima
             "estimate_memory", "estimate_training_memory", "host_batch_slices", "optimizer_state_specs",
             "shard_geometry", "shard_shape", "tree_facts", "validate_specs"]
 # rules
-__all__ += ["AutoRule", "AxisKindRule", "CompositeRule", "Decision", "LeafContext", "MemoryRule", "PathRule", "Plan", "Rule",
+__all__ += ["AutoRule", "AxisKindRule", "CompositeRule", "Decision", "LeafContext", "LogicalRule", "MemoryRule", "PathRule", "Plan", "Rule",
             "ShapePatternRule", "SuggestRule", "plan_from_specs", "plan_tree"]
 # search
 __all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "parse_cluster",

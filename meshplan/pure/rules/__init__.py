@@ -8,6 +8,14 @@ from meshplan.pure.rules._replay import PlanRule
 from meshplan.pure.rules._auto import AutoRule, DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure.rules._axis_kind import AxisKindRule, path_template
 from meshplan.pure.rules._composite import CompositeRule
+from meshplan.pure.rules._logical import (
+    canonical_logical_table,
+    logical_names_by_path,
+    logical_rule_from_json,
+    logical_table_to_json,
+    LogicalRule,
+    resolve_logical_axes,
+)
 from meshplan.pure.rules._memory import MemoryRule, min_shard_bytes
 from meshplan.pure.rules._path import path_rule_from_json, PathRule
 from meshplan.pure.rules._shape import ShapePatternRule
@@ -22,6 +30,11 @@ __all__ = [
     "Decision",
     "DEFAULT_MIN_SHARD_SIZE",
     "LeafContext",
+    "canonical_logical_table",
+    "logical_names_by_path",
+    "logical_rule_from_json",
+    "logical_table_to_json",
+    "LogicalRule",
     "MemoryRule",
     "min_shard_bytes",
     "path_rule_from_json",
@@ -31,6 +44,7 @@ __all__ = [
     "plan_from_specs",
     "plan_tree",
     "PlanRule",
+    "resolve_logical_axes",
     "Rule",
     "ShapePatternRule",
     "shards_something",
