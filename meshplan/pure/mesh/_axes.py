@@ -125,9 +125,10 @@ def infer_axis_dims(
     known = math.prod(d for d in shape if d != -1)
     if not free:
         if known != total:
+            # "doesn't match": the words eformer's users match on.
             raise MeshShapeError(
-                f"{where}: the sizes multiply to {known}, not {total}. Make the product "
-                f"equal {total}, or put -1 on one axis to infer it."
+                f"{where}: the sizes multiply to {known}, not {total} (mesh size {known} doesn't "
+                f"match {total}). Make the product equal {total}, or put -1 on one axis to infer it."
             )
         return shape
     if total % known != 0:

@@ -62,10 +62,13 @@ class HybridMeshShape:
         dcn = mesh_dims(self.dcn_mesh_shape, "dcn_mesh_shape")
         problems = unresolved_shape_problems(ici, "ici_mesh_shape") + unresolved_shape_problems(dcn, "dcn_mesh_shape")
         if len(ici) != len(dcn):
+            # "The mesh shapes must have the same number of axes" / "same length":
+            # the words loadax's and AXLearn's users match on.
             problems.insert(
                 0,
-                f"ici_mesh_shape has rank {len(ici)} but dcn_mesh_shape has rank {len(dcn)}; "
-                "give one ici and one dcn size per mesh axis (1 where an axis is not split)",
+                f"The mesh shapes must have the same number of axes (same length): ici_mesh_shape "
+                f"has rank {len(ici)} but dcn_mesh_shape has rank {len(dcn)}; give one ici and one dcn "
+                "size per mesh axis (1 where an axis is not split)",
             )
         if problems:
             raise MeshShapeError(
@@ -113,7 +116,11 @@ class HybridMeshShape:
 
 
 def split_mesh_shape(
-    mesh_shape: Sequence[int], num_granules: int, *, num_devices: int | None = None
+    mesh_shape: Sequence[int],
+    num_granules: int,
+    *,
+    num_devices: int | None = None,
+    dims_name: str = "mesh_shape",
 ) -> HybridMeshShape:
     """The default ICI/DCN split of a plain (global) mesh shape, as in loadax.
 
@@ -128,6 +135,7 @@ def split_mesh_shape(
       num_granules: number of granules (slices or processes).
       num_devices: total number of devices; required to infer a ``-1``, and
         checked against the shape's product when given.
+      dims_name: what to call ``mesh_shape`` in messages (the caller's argument name).
 
     Returns:
       A resolved :class:`HybridMeshShape` whose ``global_shape`` is the
@@ -144,17 +152,17 @@ def split_mesh_shape(
       >>> split_mesh_shape((2, -1, 8), 2, num_devices=16)
       HybridMeshShape(ici_mesh_shape=(1, 1, 8), dcn_mesh_shape=(2, 1, 1))
     """
-    dims = mesh_dims(mesh_shape, "mesh_shape")
+    dims = mesh_dims(mesh_shape, dims_name)
     del mesh_shape
     if num_devices is not None:
-        dims = infer_axis_dims(dims, num_devices, dims_name="mesh_shape")
+        dims = infer_axis_dims(dims, num_devices, dims_name=dims_name)
     elif -1 in dims:
         raise MeshShapeError(
-            f"mesh_shape={dims} holds a -1 but num_devices was not given; pass "
+            f"{dims_name}={dims} holds a -1 but num_devices was not given; pass "
             "num_devices=<total device count> to infer it, or give every size."
         )
     else:
-        dims = as_positive_shape(dims, "mesh_shape")
+        dims = as_positive_shape(dims, dims_name)
     ici, dcn = split_over_granules(dims, num_granules)
     return HybridMeshShape(ici, dcn)
 
@@ -189,14 +197,15 @@ def resolve_hybrid(
     granules = as_count(num_granules, "num_granules")
     parts: list[tuple[int, ...]] = []
     problems: list[str] = []
-    for dims, total, dims_name, total_name in (
-        (shape.ici_mesh_shape, per_granule, "ici_mesh_shape", "devices_per_granule"),
-        (shape.dcn_mesh_shape, granules, "dcn_mesh_shape", "num_granules"),
+    for dims, total, dims_name, total_name, part in (
+        (shape.ici_mesh_shape, per_granule, "ici_mesh_shape", "devices_per_granule", "ICI"),
+        (shape.dcn_mesh_shape, granules, "dcn_mesh_shape", "num_granules", "DCN"),
     ):
         try:
             parts.append(infer_axis_dims(dims, total, dims_name=dims_name, total_name=total_name))
         except MeshShapeError as err:
-            problems.append(str(err))
+            # "Product of ICI/DCN mesh ... does not match": AXLearn's words.
+            problems.append(f"Product of {part} mesh {dims} does not match {total_name}={total}: {err}")
     if problems:
         raise MeshShapeError(" | ".join(problems))
     resolved = HybridMeshShape(parts[0], parts[1])
@@ -209,6 +218,7 @@ def reconcile_dcn(
     *,
     num_devices: int,
     num_granules: int,
+    dims_name: str = "axis_dims",
 ) -> HybridMeshShape:
     """The hybrid shape for a user's global shape plus a user's DCN shape.
 
@@ -221,6 +231,7 @@ def reconcile_dcn(
       dcn_mesh_dims: the DCN shape, same rank; one ``-1`` is inferred against ``num_granules``.
       num_devices: total number of devices.
       num_granules: number of granules (slices or processes).
+      dims_name: what to call ``axis_dims`` in messages (the caller's argument name).
 
     Returns:
       A resolved :class:`HybridMeshShape` with ``global_shape`` equal to the
@@ -236,14 +247,14 @@ def reconcile_dcn(
       >>> reconcile_dcn((1, -1, 1, 1, 1), (1, 2, 1, 1, 1), num_devices=16, num_granules=2)
       HybridMeshShape(ici_mesh_shape=(1, 8, 1, 1, 1), dcn_mesh_shape=(1, 2, 1, 1, 1))
     """
-    dims = mesh_dims(axis_dims, "axis_dims")
+    dims = mesh_dims(axis_dims, dims_name)
     dcn_dims = mesh_dims(dcn_mesh_dims, "dcn_mesh_dims")
     devices = as_count(num_devices, "num_devices")
     granules = as_count(num_granules, "num_granules")
     del axis_dims, dcn_mesh_dims, num_devices, num_granules
     if len(dims) != len(dcn_dims):
         raise MeshShapeError(
-            f"axis_dims={dims} has rank {len(dims)} but dcn_mesh_dims={dcn_dims} has rank "
+            f"{dims_name}={dims} has rank {len(dims)} but dcn_mesh_dims={dcn_dims} has rank "
             f"{len(dcn_dims)}; give one dcn size per mesh axis (1 for axes not split over DCN)."
         )
     if devices % granules:
@@ -251,7 +262,7 @@ def reconcile_dcn(
             f"num_devices={devices} is not divisible by num_granules={granules}; every "
             "granule must hold the same number of devices."
         )
-    global_shape = infer_axis_dims(dims, devices, dims_name="axis_dims")
+    global_shape = infer_axis_dims(dims, devices, dims_name=dims_name)
     dcn = infer_axis_dims(dcn_dims, granules, dims_name="dcn_mesh_dims", total_name="num_granules")
     bad = [
         f"axis {i}: global size {g} is not divisible by dcn size {d}"
@@ -260,7 +271,7 @@ def reconcile_dcn(
     ]
     if bad:
         raise MeshShapeError(
-            f"dcn_mesh_dims={dcn} does not divide axis_dims={global_shape}: {'; '.join(bad)}. "
+            f"dcn_mesh_dims={dcn} does not divide {dims_name}={global_shape}: {'; '.join(bad)}. "
             "Each dcn size must divide the global size of its axis."
         )
     ici = tuple(g // d for g, d in zip(global_shape, dcn))

@@ -13,6 +13,12 @@ Where it differs from jax on purpose:
   every process computes the same mesh from the same device set.
 - Uneven granules, duplicate ids, mixed platforms and ICI/DCN shapes that
   do not match the granules are errors that say what was found.
+- A granule spread over several processes (a multi-host TPU slice) is laid
+  out so each process's devices form one contiguous block
+  (:func:`~meshplan.pure.mesh.arrange_host_blocks`), which jax's layout does
+  not promise.
+- A TPU device without ``slice_index`` belongs to slice 0 (a single-slice
+  job), as AXLearn treats it; jax's ``create_hybrid_device_mesh`` raises.
 - TPU torus-aware placement inside a slice is not attempted; the facade
   may delegate it to jax's ``mesh_utils``.
 """
@@ -22,15 +28,17 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from meshplan.pure._check import as_count, as_int_tuple
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, MeshShapeError
+from meshplan.pure.mesh._hosts import arrange_host_blocks, place_granules
 from meshplan.pure.mesh._hybrid import HybridMeshShape, resolve_hybrid
 
-__all__ = ["DeviceInfo", "group_granules", "layout_device_ids"]
+__all__ = ["DeviceInfo", "granule_device_ids", "group_granules", "layout_device_ids"]
 
 _GRANULE_KEYS = {"slice": "slice_index", "process": "process_index"}
 
@@ -144,24 +152,37 @@ def _check_device_set(items: tuple[DeviceInfo, ...]) -> None:
         )
 
 
-def _granule_attr(items: tuple[DeviceInfo, ...], by: str | None) -> str:
-    """The DeviceInfo field that keys granules."""
+def _slice_of(device: DeviceInfo) -> int | None:
+    # A TPU always sits in a slice: without slice_index (a single-slice job,
+    # or AXLearn's and jax's test devices) it is slice 0.
+    if device.slice_index is None and device.platform == "tpu":
+        return 0
+    return device.slice_index
+
+
+def _granule_key(by: str | None, items: tuple[DeviceInfo, ...]) -> Callable[[DeviceInfo], int | None]:
+    """The function giving a device's granule key."""
     if by is None:
-        on_slices = all(d.platform == "tpu" and d.slice_index is not None for d in items)
-        return "slice_index" if on_slices else "process_index"
+        # Slices on TPU only: other platforms may report a slice_index, but
+        # their granule (a node) is the process.
+        return _slice_of if all(d.platform == "tpu" for d in items) else _process_of
     if not isinstance(by, str):
         raise MeshplanTypeError(f"by={by!r} must be None, 'slice' or 'process'.")
-    attr = _GRANULE_KEYS.get(by)
-    if attr is None:
+    if by not in _GRANULE_KEYS:
         raise DeviceLayoutError(f"by={by!r} is not a granule kind; use None, 'slice' or 'process'.")
-    if attr == "slice_index":
-        missing = sorted(d.id for d in items if d.slice_index is None)
+    if by == "slice":
+        missing = sorted(d.id for d in items if _slice_of(d) is None)
         if missing:
             raise DeviceLayoutError(
                 f"by='slice' but devices with ids {missing[:8]}{' ...' if len(missing) > 8 else ''}"
                 " have slice_index=None; use by='process' (or None) on platforms without slices."
             )
-    return attr
+        return _slice_of
+    return _process_of
+
+
+def _process_of(device: DeviceInfo) -> int:
+    return device.process_index
 
 
 def _in_granule_key(device: DeviceInfo) -> tuple[int, tuple[int, ...], int, int]:
@@ -180,8 +201,8 @@ def group_granules(
     Args:
       devices: the devices (a sequence or array of :class:`DeviceInfo`).
       by: ``"slice"`` (``slice_index``), ``"process"`` (``process_index``), or
-        None: slices when every device is a TPU with a ``slice_index``, else
-        processes.
+        None: slices on TPU (a TPU device without ``slice_index`` is in slice
+        0), processes elsewhere.
       sort_by_key: order granules by key (default), else by first appearance
         in ``devices`` (jax's ``should_sort_granules_by_key=False``).
 
@@ -202,10 +223,13 @@ def group_granules(
     items = _as_device_infos(devices)
     del devices
     _check_device_set(items)
-    attr = _granule_attr(items, by)
+    key_of = _granule_key(by, items)
+    attr = "process_index" if key_of is _process_of else "slice_index"
     groups: dict[int, list[DeviceInfo]] = {}
     for device in items:
-        groups.setdefault(getattr(device, attr), []).append(device)
+        key = key_of(device)
+        assert key is not None  # _granule_key only picks slices when every device has one
+        groups.setdefault(key, []).append(device)
     keys = sorted(groups) if sort_by_key else list(groups)  # dicts keep first-appearance order
     sizes = {key: len(groups[key]) for key in keys}
     if len(set(sizes.values())) > 1:
@@ -269,11 +293,40 @@ def layout_device_ids(
             f"{shape!r} does not fit the devices, which form {len(granules)} granule(s) of "
             f"{per_granule} device(s): {err}"
         ) from err
-    ici, dcn = resolved.ici_mesh_shape, resolved.dcn_mesh_shape
-    ids = np.array([[d.id for d in g] for g in granules], dtype=np.int64)
-    # (granule, in-granule) -> (*dcn, *ici), then interleave to (d0, i0, d1, i1, ...):
-    # merging each (d_k, i_k) pair gives index d_k * ici[k] + i_k, i.e. np.block's layout.
-    rank = len(ici)
-    blocks = ids.reshape(dcn + ici)
-    order = [axis for k in range(rank) for axis in (k, rank + k)]
-    return blocks.transpose(order).reshape(resolved.global_shape)
+    grids = [granule_device_ids(g, resolved.ici_mesh_shape) for g in granules]
+    return place_granules(grids, resolved.dcn_mesh_shape)
+
+
+def granule_device_ids(granule: Sequence[DeviceInfo], shape: Sequence[int]) -> np.ndarray:
+    """One granule's device ids in ``shape``, each process's devices one contiguous block.
+
+    Devices are taken in :func:`group_granules`' order (physical on TPU, by
+    id elsewhere). A granule of one process fills ``shape`` row-major; one
+    spread over several processes (a multi-host TPU slice) gives each process
+    one block (:func:`~meshplan.pure.mesh.arrange_host_blocks`), hosts in
+    the order of their first device.
+
+    Args:
+      granule: the granule's devices (one of :func:`group_granules`' groups).
+      shape: the granule's (ICI) mesh shape; its product is the device count.
+
+    Returns:
+      An int64 array of ``shape``.
+
+    Raises:
+      MeshplanTypeError: wrong argument types.
+      DeviceLayoutError: the processes hold different device counts, or the
+        shape does not hold the granule's devices.
+
+    Example:
+      >>> devs = [DeviceInfo(i, process_index=i // 2, slice_index=0, platform="tpu",
+      ...                    coords=(i % 4, i // 4, 0)) for i in range(8)]
+      >>> granule_device_ids(devs, (2, 4)).tolist()
+      [[0, 1, 4, 5], [2, 3, 6, 7]]
+    """
+    items = sorted(_as_device_infos(granule), key=_in_granule_key)
+    del granule
+    hosts: dict[int, list[int]] = {}
+    for device in items:  # dicts keep first-appearance order: hosts by their first device
+        hosts.setdefault(device.process_index, []).append(device.id)
+    return arrange_host_blocks(list(hosts.values()), shape)

@@ -96,6 +96,7 @@ def resolve_mesh_request(
     num_devices: int,
     num_granules: int = 1,
     dcn_mesh_dims: Sequence[int] | None = None,
+    shape_name: str = "axis_dims",
 ) -> MeshRequest:
     """Resolve what the user asked for into ICI and DCN shapes.
 
@@ -116,6 +117,8 @@ def resolve_mesh_request(
       num_devices: devices the mesh must use, all of them.
       num_granules: slices (TPU) or processes that the devices form.
       dcn_mesh_dims: optional DCN shape; only with a plain global shape.
+      shape_name: what the caller calls ``mesh_shape`` (``"axis_dims"`` for
+        ``create_mesh``, ``"mesh_shape"`` for ``MeshConfig``), used in messages.
 
     Returns:
       A :class:`MeshRequest`.
@@ -132,7 +135,7 @@ def resolve_mesh_request(
     if isinstance(mesh_shape, MeshShape):
         if mesh_shape.names != names:
             raise MeshShapeError(
-                f"mesh_shape={mesh_shape!r} names axes {mesh_shape.names} but axis_names={names}; "
+                f"{shape_name}={mesh_shape!r} names axes {mesh_shape.names} but axis_names={names}; "
                 "give the same names in the same order."
             )
         mesh_shape = mesh_shape.sizes
@@ -151,12 +154,12 @@ def resolve_mesh_request(
             mesh_shape, devices_per_granule=num_devices // num_granules, num_granules=num_granules
         )
     else:
-        dims = canonical_dims(mesh_shape, "axis_dims")
+        dims = canonical_dims(mesh_shape, shape_name)
         if dcn_mesh_dims is not None:
             hybrid = reconcile_dcn(
                 dims, canonical_dims(dcn_mesh_dims, "dcn_mesh_dims"),
-                num_devices=num_devices, num_granules=num_granules,
+                num_devices=num_devices, num_granules=num_granules, dims_name=shape_name,
             )
         else:
-            hybrid = split_mesh_shape(dims, num_granules, num_devices=num_devices)
+            hybrid = split_mesh_shape(dims, num_granules, num_devices=num_devices, dims_name=shape_name)
     return MeshRequest(names, hybrid)  # checks one name per axis

@@ -164,9 +164,11 @@ def test_tpu_devices_group_by_slice_and_order_by_coords_then_core():
     assert [d.id for d in one[:4]] == [3, 13, 2, 12]  # same coords: core, then id
 
 
-def test_tpu_devices_without_slice_index_group_by_process():
+def test_tpu_devices_without_slice_index_are_one_slice():
+    # A TPU device without slice_index is in slice 0 (AXLearn); by="process" still splits by host.
     devices = [DeviceInfo(i, process_index=i % 2, platform="tpu") for i in range(4)]
-    assert [[d.id for d in g] for g in group_granules(devices)] == [[0, 2], [1, 3]]
+    assert [[d.id for d in g] for g in group_granules(devices)] == [[0, 1, 2, 3]]
+    assert [[d.id for d in g] for g in group_granules(devices, by="process")] == [[0, 2], [1, 3]]
 
 
 def test_unsorted_granules_keep_first_appearance_order():
