@@ -152,7 +152,8 @@ class LeafGroups:
 class PlanEval:
     """One plan of the tree for one set of axis sizes: decisions, bytes and traffic.
 
-    ``error`` is set (and the rest empty) when the rule refused the mesh.
+    ``error`` is set (and the rest empty) when the rule refused the mesh;
+    ``axes_used`` are the mesh axes some leaf is split over (mesh order).
     """
 
     decisions: tuple[Decision | None, ...]
@@ -162,6 +163,7 @@ class PlanEval:
     optimizer_bytes: int
     traffic: ParamTraffic
     error: str | None = None
+    axes_used: tuple[str, ...] = ()
 
 
 def _failed(message: str) -> PlanEval:
@@ -204,6 +206,7 @@ def evaluate_plan(
     scatter: dict[tuple[str, ...], int] = {}
     reduce: dict[tuple[str, ...], int] = {}
     cache = GeometryCache() if geometry_cache is None else geometry_cache
+    all_used: set[str] = set()
     for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True):
         ctx = LeafContext(info.shape, info.dtype, sizes, index, groups.paths)
         try:
@@ -224,6 +227,7 @@ def evaluate_plan(
         g_total += count * gr
         o_total += count * elements * o_unit
         used = set(axes)
+        all_used.update(used)
         storage = tuple(a for a in mesh_axes if a in used and a in STORAGE_AXES)
         replicas = tuple(a for a in mesh_axes if a in DATA_AXES and a not in used)
         ways = math.prod(sizes[a] for a in storage)
@@ -233,7 +237,8 @@ def evaluate_plan(
         if replicas:
             reduce[replicas] = reduce.get(replicas, 0) + count * gr
     traffic = ParamTraffic(tuple(gather.items()), tuple(scatter.items()), tuple(reduce.items()))
-    return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic)
+    return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic,
+                    axes_used=tuple(a for a in mesh_axes if a in all_used))
 
 
 def _geometry(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], where: str,

@@ -24,7 +24,10 @@ parallelism is not modelled), prices each mesh and ranks those that fit.
    of the axes the rule reads (see :mod:`meshplan.pure.search._groups`), and
    count params, grads and optimizer copies per device exactly; add the
    approximate activation memory; reject meshes above the budget
-   (``hbm * (1 - headroom)``).
+   (``hbm * (1 - headroom)``). A mesh with a weight axis (fsdp, ep, tp) of
+   size > 1 that splits no parameter is rejected with the rule's reason for
+   the largest such leaf: it would only replicate while paying the axis's
+   collectives, and must never be ranked silently.
 5. **Price** a training step's collectives (:mod:`meshplan.pure.search._step_cost`)
    and rank by estimated communication seconds, then by memory, then by the
    axis sizes (a total, deterministic order).
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -85,7 +89,11 @@ from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import tree_facts
 
-__all__ = ["search_meshes"]
+__all__ = ["WEIGHT_AXES", "search_meshes"]
+
+WEIGHT_AXES: tuple[str, ...] = ("fsdp", "ep", "tp")
+"""Axes that exist to split parameters: a mesh where one of size > 1 splits none is rejected.
+(dp and sp split the batch and the sequence, never weights.)"""
 
 _SCALES = (2, 4, 8, 16, 32, 64)
 
@@ -146,7 +154,7 @@ class _Search:
             kind, detail = self._score(names, sizes, fits, over)
             if kind:
                 counts.setdefault(kind, [0, detail])[0] += 1
-        for kind in ("batch", "dcn", "rule", "memory"):
+        for kind in ("batch", "dcn", "rule", "idle", "memory"):
             if kind in counts:
                 rejections.append(Rejection(kind, counts[kind][0], counts[kind][1]))
         self._fill_leanest(over)
@@ -199,6 +207,9 @@ class _Search:
         key, plan = self.plan(mesh)
         if plan.error is not None:
             return "rule", f"{text}: {plan.error}"
+        idle = self._idle(mesh, plan)
+        if idle:
+            return "idle", f"{text}: {idle}"
         act = 0
         if req.activations:
             act = activation_bytes(self.model, mesh, batch=req.batch, seq=req.seq, itemsize=self.act_itemsize,
@@ -213,6 +224,32 @@ class _Search:
             return "", ""
         over.append(scored)
         return "memory", f"{text}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget"
+
+    def _idle(self, mesh: dict[str, int], plan: PlanEval) -> str:
+        """Why the mesh has a weight axis of size > 1 that splits no parameter ("" when it has none).
+
+        Such a mesh only replicates over that axis while paying its collectives (and a
+        ranked ``tp=8`` plan whose weights are all replicated misleads), so it is rejected
+        with the reason the rule gave for the largest leaf.
+        """
+        idle = [a for a in WEIGHT_AXES if mesh.get(a, 1) > 1 and a not in plan.axes_used]
+        if not idle:
+            return ""
+        infos = self.groups.infos
+        reasons = ["no opinion; replicated" if d is None else d.reason for d in plan.decisions]
+        # The largest leaf whose reason speaks of the axis says best why it is idle.
+        word = re.compile(rf"\b{re.escape(idle[0])}\b")
+        biggest = max(range(len(infos)), default=None,
+                      key=lambda g: (bool(word.search(reasons[g])), math.prod(infos[g].shape), -g))
+        example = ""
+        if biggest is not None:
+            example = (f"; e.g. leaf {self.groups.paths.path(self.groups.first[biggest])!r} "
+                       f"{infos[biggest].shape}: {reasons[biggest]}")
+        sizes = ", ".join(f"{a}={mesh[a]}" for a in idle)
+        return (f"{sizes} split{'s' if len(idle) == 1 else ''} no parameter under rule "
+                f"{rule_name(self.rule)!r}{example}. Such a mesh only replicates the weights over "
+                f"{'that axis' if len(idle) == 1 else 'those axes'}; name the layers to split with a "
+                "rule (--rules / rule=PathRule(...)) or leave the axis out")
 
     def _fill_leanest(self, over: list[_Scored]) -> None:
         """Plan exactly the bound-pruned meshes that could be among the ``top_k`` leanest over budget."""

@@ -103,6 +103,10 @@ def _oracle(s: dict) -> dict[tuple[int, ...], int]:
         if movable % cluster.num_ici_domains:
             continue  # the domains cannot all sit on the axes allowed across them
         specs = plan_tree(s["params"], AxisKindRule.for_model(model), m).specs
+        used = {a for spec in jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, P)) for e in spec
+                if e is not None for a in (e if isinstance(e, tuple) else (e,))}
+        if any(m.get(a, 1) > 1 and a not in used for a in ("fsdp", "ep", "tp")):
+            continue  # a weight axis that splits no parameter: rejected, never ranked
         est = estimate_training_memory(s["params"], specs, m, optimizer_copies=2, optimizer_dtype=F32)
         total = est.max_per_device + activation_bytes(model, m, batch=s["batch"], seq=s["seq"], itemsize=2,
                                                       param_bytes=est.params.max_per_device)
@@ -261,10 +265,10 @@ def test_expert_parallelism_is_searched_only_for_moe_models() -> None:
 
 
 def test_unstacked_experts_say_ep_cannot_split_them() -> None:
+    # ep=2 then splits no parameter: every such mesh is rejected with the reason, none ranked silently.
     params = get_preset("mixtral-8x7b", unstack_experts=True).params
-    result = search_meshes("mixtral-8x7b", "4x8xH100", params=params, fixed={"ep": 2}, top_k=1)
-    reasons = [g.reason for g in result.best.groups if "/experts/*/" in g.pattern]
-    assert reasons and all("ep cannot split it" in r for r in reasons)
+    with pytest.raises(PlanError, match="ep=2 splits no parameter.*per-expert leaf: ep cannot split it"):
+        search_meshes("mixtral-8x7b", "4x8xH100", params=params, fixed={"ep": 2}, top_k=1)
 
 
 def test_a_user_path_rule_overrides_the_default_and_bad_specs_reject_meshes() -> None:
