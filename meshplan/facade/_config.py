@@ -1,15 +1,19 @@
-"""``MeshConfig``: loadax's mesh configuration, validated up front.
+"""``MeshConfig``: loadax's mesh configuration, validated up front and on assignment.
 
-The config is plain data (shape, names, batch axes, per-platform rules) and
-is checked when it is built, so a typo surfaces at start-up rather than when
-the mesh is first needed. ``create_device_mesh`` lays out the devices with
-the same engine as :func:`create_mesh`.
+The config is plain data (shape, names, batch axes, per-platform rules). As in
+loadax its fields can be assigned (``config.mesh_shape = (2, 4)``); each value
+is checked on its own when it is set (types, sizes, regexes), and the fields
+are checked against each other (one size per axis name, batch axes that are
+mesh axes) when the config is built and again when a mesh is made, so a
+launch script may change ``mesh_axis_names`` and ``mesh_shape`` one after
+the other. ``create_device_mesh`` lays out the devices with the same engine
+as :func:`create_mesh`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -17,6 +21,7 @@ from jax.sharding import Mesh
 
 from meshplan.facade._devices import flatten_devices, resolve_devices
 from meshplan.facade._mesh import build_mesh
+from meshplan.pure._check import as_int_tuple, as_sequence, unresolved_shape_problems
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
 from meshplan.pure.mesh._axes import MeshShape, validate_axis_names
 from meshplan.pure.mesh._hybrid import HybridMeshShape
@@ -40,9 +45,47 @@ def _check_rank(shape: MeshShapeLike, names: tuple[str, ...], label: str) -> Non
         )
 
 
-@dataclasses.dataclass(frozen=True)
+def _canonical_mesh_shape(shape: Any) -> MeshShapeLike:
+    """``mesh_shape`` on its own: a checked tuple of sizes, or a (checked) MeshShape / HybridMeshShape."""
+    if isinstance(shape, HybridMeshShape | MeshShape):
+        return shape
+    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
+        raise MeshplanTypeError(
+            f"mesh_shape must be a sequence of ints, a MeshShape or a HybridMeshShape, got {shape!r}."
+        )
+    dims = as_int_tuple(shape, "mesh_shape")  # (2.0, 4) is a type error; numpy ints are ints
+    problems = unresolved_shape_problems(dims, "mesh_shape")
+    if problems:
+        raise MeshShapeError(
+            f"invalid mesh_shape={dims}: {', '.join(problems)}; every size must be >= 1, or -1 once "
+            "to take the devices the other axes leave over."
+        )
+    return dims
+
+
+def _canonical_batch_axis_names(value: Any) -> str | Sequence[str]:
+    """``batch_axis_names`` on its own: a name or a sequence of names (kept as given)."""
+    if isinstance(value, str):
+        return value
+    items = as_sequence(value, "batch_axis_names")  # None, 3 and sets are type errors
+    bad = [f"batch_axis_names[{i}]={n!r}" for i, n in enumerate(items) if not isinstance(n, str)]
+    if bad:
+        raise MeshplanTypeError(f"batch_axis_names holds non-strings: {', '.join(bad)}; give axis names.")
+    checked: str | Sequence[str] = value  # kept as the caller wrote it (loadax compares it back)
+    return checked
+
+
+_FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "mesh_shape": _canonical_mesh_shape,
+    "mesh_axis_names": validate_axis_names,
+    "batch_axis_names": _canonical_batch_axis_names,
+    "mesh_rules": lambda rules: None if rules is None else validate_mesh_rules(rules),
+}
+
+
+@dataclasses.dataclass
 class MeshConfig:
-    """How to build the training mesh (loadax's ``MeshConfig``).
+    """How to build the training mesh (loadax's ``MeshConfig``, fields assignable).
 
     Attributes:
       mesh_shape: global axis sizes (one -1 allowed), a :class:`MeshShape`
@@ -57,10 +100,21 @@ class MeshConfig:
         fully matches ``mesh_selector`` picks the shape, ``None`` meaning
         "no mesh for this platform" (an error when selected).
 
+    Raises:
+      MeshplanTypeError: a field of the wrong type (``mesh_shape=(2.0, 4)``,
+        ``batch_axis_names=None``), when built or assigned.
+      MeshShapeError: bad sizes (``(0, 8)``, ``(-1, -1)``) or names, when built
+        or assigned; fields that disagree with each other, when built and when
+        a mesh is made.
+      MeshRuleError: a bad mesh rule, when built or assigned.
+
     Example:
       >>> config = MeshConfig(mesh_shape=(2, -1), mesh_axis_names=("data", "model"))
       >>> dict(config.create_device_mesh().shape)
       {'data': 2, 'model': 4}
+      >>> config.mesh_shape = (4, 2)
+      >>> dict(config.create_device_mesh().shape)
+      {'data': 4, 'model': 2}
       >>> config.hosts, config.host_id
       (1, 0)
     """
@@ -70,18 +124,18 @@ class MeshConfig:
     batch_axis_names: str | Sequence[str] = "data"
     mesh_rules: Sequence[tuple[str, MeshShapeLike | None]] | None = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Every field is checked on its own as it is set (also by __init__).
+        check = _FIELD_CHECKS.get(name)
+        object.__setattr__(self, name, value if check is None else check(value))
+
     def __post_init__(self) -> None:
-        names = validate_axis_names(self.mesh_axis_names)
-        object.__setattr__(self, "mesh_axis_names", names)
-        shape = self.mesh_shape
-        if not isinstance(shape, HybridMeshShape | MeshShape):
-            if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
-                raise MeshplanTypeError(
-                    f"mesh_shape must be a sequence of ints, a MeshShape or a HybridMeshShape, got {shape!r}."
-                )
-            shape = tuple(shape)
-            object.__setattr__(self, "mesh_shape", shape)
-        _check_rank(shape, names, "mesh_shape")
+        self._check_fields_agree()
+
+    def _check_fields_agree(self) -> None:
+        """The checks that need several fields: ranks against names, batch axes among the names."""
+        names = tuple(self.mesh_axis_names)
+        _check_rank(self.mesh_shape, names, "mesh_shape")
         batch = (self.batch_axis_names,) if isinstance(self.batch_axis_names, str) else tuple(
             self.batch_axis_names
         )
@@ -93,12 +147,9 @@ class MeshConfig:
                 f"batch_axis_names={self.batch_axis_names!r} names {unknown} which are not mesh axes; "
                 f"choose from {list(names)}."
             )
-        if self.mesh_rules is not None:
-            rules = validate_mesh_rules(self.mesh_rules)
-            for i, (pattern, rule_shape) in enumerate(rules):
-                if rule_shape is not None:
-                    _check_rank(rule_shape, names, f"mesh_rules[{i}] ({pattern!r})")
-            object.__setattr__(self, "mesh_rules", tuple(rules))
+        for i, (pattern, rule_shape) in enumerate(self.mesh_rules or ()):
+            if rule_shape is not None:
+                _check_rank(rule_shape, names, f"mesh_rules[{i}] ({pattern!r})")
 
     @property
     def hosts(self) -> int:
@@ -112,6 +163,7 @@ class MeshConfig:
 
     def select_mesh_shape(self, mesh_selector: str | None = None) -> MeshShapeLike:
         """The mesh shape ``mesh_rules`` pick for ``mesh_selector`` (default: ``mesh_shape``)."""
+        self._check_fields_agree()  # fields may have been assigned since the config was built
         return select_mesh_shape(self.mesh_rules, mesh_selector, self.mesh_shape)
 
     def create_device_mesh(
@@ -123,4 +175,5 @@ class MeshConfig:
         not used in the order given, so every process derives the same mesh.
         """
         devs = resolve_devices(None) if devices is None else flatten_devices(devices)
-        return build_mesh(self.select_mesh_shape(mesh_selector), self.mesh_axis_names, devices=devs)
+        return build_mesh(self.select_mesh_shape(mesh_selector), self.mesh_axis_names, devices=devs,
+                          shape_name="mesh_shape")

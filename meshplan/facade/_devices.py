@@ -23,8 +23,21 @@ def describe_devices(devices: Sequence[jax.Device]) -> tuple[DeviceInfo, ...]:
     return tuple(DeviceInfo.from_device(d) for d in devices)
 
 
+def _is_device(value: object) -> bool:
+    """A jax.Device, or a plain description of one (an int ``id`` and a str ``platform``).
+
+    Device descriptions (jax's and AXLearn's test devices, a saved topology)
+    lay out like live devices; only what layout reads is required.
+    """
+    if isinstance(value, jax.Device):
+        return True
+    ident = getattr(value, "id", None)
+    return (isinstance(ident, int | np.integer) and not isinstance(ident, bool)
+            and isinstance(getattr(value, "platform", None), str))
+
+
 def flatten_devices(devices: object) -> list[jax.Device]:
-    """A flat device list from a list, tuple or numpy array of devices."""
+    """A flat device list from a list, tuple or numpy array of devices (or device descriptions)."""
     if isinstance(devices, np.ndarray):
         flat = list(devices.flat)
     elif isinstance(devices, list | tuple):
@@ -33,9 +46,11 @@ def flatten_devices(devices: object) -> list[jax.Device]:
         raise MeshplanTypeError(
             f"devices must be a list, tuple or numpy array of jax devices, got {type(devices).__name__}."
         )
-    bad = [d for d in flat if not isinstance(d, jax.Device)]
+    bad = [d for d in flat if not _is_device(d)]
     if bad:
-        raise MeshplanTypeError(f"devices must hold jax.Device objects; got {bad[0]!r}.")
+        raise MeshplanTypeError(
+            f"devices must hold jax.Device objects (or objects with an int id and a platform); got {bad[0]!r}."
+        )
     if not flat:
         raise DeviceLayoutError("devices is empty; pass at least one jax device (or None for all).")
     return flat
