@@ -16,6 +16,7 @@ Example:
 """
 
 from meshplan._testing._asserts import assert_fits, assert_sharded_as, assert_specs_valid
+from meshplan._testing._live import mesh_for, meshes
 from meshplan._testing._meshes import (
     AXIS_NAMES,
     HostSplit,
@@ -27,7 +28,6 @@ from meshplan._testing._meshes import (
     host_splits,
     hybrid_mesh_shapes,
     mesh_shapes,
-    meshes,
 )
 from meshplan._testing._specs import (
     SPEC_FAULTS,
@@ -50,7 +50,7 @@ from meshplan._testing._trees import (
 __all__ = [
     # meshes
     "AXIS_NAMES", "HostSplit", "MeshDims", "axis_names", "device_counts", "device_layouts",
-    "factorizations", "host_splits", "hybrid_mesh_shapes", "mesh_shapes", "meshes",
+    "factorizations", "host_splits", "hybrid_mesh_shapes", "mesh_for", "mesh_shapes", "meshes",
     # specs and arrays
     "SPEC_FAULTS", "InvalidSpec", "array_shapes_for", "invalid_partition_specs", "partition_specs",
     # trees

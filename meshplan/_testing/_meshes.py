@@ -1,4 +1,4 @@
-"""Strategies for mesh shapes, ICI/DCN splits, device sets and meshes.
+"""Strategies for mesh shapes, ICI/DCN splits and device sets (plain values; live meshes are in _live).
 
 Sizes that must multiply to a device count are drawn as an assignment of
 the count's prime factors to axes (``lists(integers(0, k - 1))``), so every
@@ -24,7 +24,7 @@ from meshplan._testing._check import (
 from meshplan.pure.mesh import DeviceInfo, HybridMeshShape, MeshShape
 
 __all__ = ["AXIS_NAMES", "HostSplit", "MeshDims", "axis_names", "device_counts", "device_layouts",
-           "factorizations", "host_splits", "hybrid_mesh_shapes", "mesh_shapes", "meshes"]
+           "factorizations", "host_splits", "hybrid_mesh_shapes", "mesh_shapes"]
 
 # The names people give mesh axes, the common ones first (shrinking goes to the first).
 AXIS_NAMES: tuple[str, ...] = ("dp", "fsdp", "tp", "ep", "sp", "pp", "data", "model", "expert")
@@ -378,58 +378,3 @@ def device_layouts(*, platform: str | None = None, num_slices: int | None = None
     if shuffle:
         devices = devices.flatmap(st.permutations)
     return devices.map(tuple)
-
-
-def meshes(*, axis_names: Sequence[str] | None = None, min_axes: int = 1, max_axes: int = 3,
-           num_devices: int | None = None, abstract: bool = False,
-           axis_types: str | None = None) -> st.SearchStrategy[Any]:
-    """Live ``jax.sharding.Mesh`` values over the local devices, or ``AbstractMesh`` values.
-
-    Args:
-      axis_names, min_axes, max_axes: as in :func:`mesh_shapes`.
-      num_devices: the mesh size; None draws a divisor of the local device
-        count (live) or a count in ``[1, 8]`` (abstract).
-      abstract: draw ``AbstractMesh`` (no devices) instead of ``Mesh``.
-      axis_types: ``"auto"``, ``"explicit"``, or None to draw one for all axes.
-
-    Returns:
-      A strategy of meshes; shrinks to a one-device Auto mesh with one axis ``dp``.
-
-    Example:
-      >>> from hypothesis import find
-      >>> find(meshes(abstract=True), lambda m: True)
-      AbstractMesh('dp': 1, axis_types=(Auto,))
-    """
-    import jax  # lazily: only this strategy and the assertions touch devices
-    from jax.sharding import AbstractMesh, AxisType
-
-    check_bool(abstract, "abstract")
-    kinds = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
-    if axis_types is not None and axis_types not in kinds:
-        raise InvalidArgument(f"axis_types={axis_types!r} must be None, 'auto' or 'explicit'.")
-    devices = None if abstract else jax.devices()
-    if num_devices is not None:
-        check_int(num_devices, "num_devices", minimum=1)
-        if devices is not None and num_devices > len(devices):
-            raise InvalidArgument(f"num_devices={num_devices} is more than the {len(devices)} local "
-                                  "devices; set XLA_FLAGS=--xla_force_host_platform_device_count "
-                                  "(or chex.set_n_cpu_devices) before jax starts.")
-        counts = st.just(num_devices)
-    elif devices is None:
-        counts = st.integers(1, 8)
-    else:
-        counts = st.sampled_from([d for d in range(1, len(devices) + 1) if len(devices) % d == 0])
-    types = st.just(kinds[axis_types]) if axis_types else st.sampled_from([AxisType.Auto, AxisType.Explicit])
-    shapes = counts.flatmap(lambda n: mesh_shapes(num_devices=n, axis_names=axis_names,
-                                                  min_axes=None if axis_names else min_axes,
-                                                  max_axes=None if axis_names else max_axes))
-
-    def build(shape_type: tuple[MeshShape, Any]) -> Any:
-        shape, kind = shape_type
-        if abstract:
-            return AbstractMesh(shape.sizes, shape.names, axis_types=(kind,) * shape.ndim)
-        assert devices is not None  # set above whenever abstract is False
-        return jax.make_mesh(shape.sizes, shape.names, axis_types=(kind,) * shape.ndim,
-                             devices=devices[:shape.size])
-
-    return st.tuples(shapes, types).map(build)

@@ -2,8 +2,8 @@
 
 Valid specs are drawn as "which dim does each mesh axis go to, if any" and
 then repaired in mesh order: an axis whose split would not divide its dim is
-dropped (left replicated). So every draw is valid by construction, and the
-choice lists shrink to "no axis anywhere": ``P()``.
+dropped (left replicated) unless uneven splits are allowed. So every draw is
+valid by construction, and the choice lists shrink to "no axis anywhere": ``P()``.
 
 Invalid specs start from a valid spec over the other axes and insert exactly
 one fault, one of :data:`SPEC_FAULTS` (named as meshplan's finding kinds).
@@ -51,7 +51,8 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
 
 
 def array_shapes_for(axis_sizes: Mapping[str, int], *, divisible: bool = True, min_dims: int = 0,
-                     max_dims: int = 4, max_multiple: int = 4) -> st.SearchStrategy[tuple[int, ...]]:
+                     max_dims: int = 4, max_multiple: int = 4,
+                     allow_empty: bool = False) -> st.SearchStrategy[tuple[int, ...]]:
     """Array shapes to shard over a mesh with ``axis_sizes``.
 
     Args:
@@ -61,10 +62,11 @@ def array_shapes_for(axis_sizes: Mapping[str, int], *, divisible: bool = True, m
         axes often, but not always, divide.
       min_dims, max_dims: the rank.
       max_multiple: with ``divisible``, dims are ``k * mesh_size`` for ``k <= max_multiple``.
+      allow_empty: dims may also be 0 (zero-size arrays, which every axis divides).
 
     Returns:
       Shapes as tuples; shrinks to rank ``min_dims`` with every dim the mesh
-      size (``divisible``) or 1.
+      size (``divisible``) or 1, never to 0.
 
     Example:
       >>> from hypothesis import find
@@ -77,8 +79,14 @@ def array_shapes_for(axis_sizes: Mapping[str, int], *, divisible: bool = True, m
     check_int(max_dims, "max_dims", minimum=0, maximum=32)
     check_order(min_dims, max_dims, "min_dims", "max_dims")
     check_int(max_multiple, "max_multiple", minimum=1)
+    check_bool(allow_empty, "allow_empty")
     total = math.prod(sizes.values())
-    dim = st.integers(1, max_multiple).map(lambda k: k * total) if divisible else st.sampled_from(_DIMS)
+    # 0 is the last choice (k = max_multiple + 1, or the pool's last entry), so dims never shrink to it
+    if divisible:
+        top = max_multiple + allow_empty
+        dim = st.integers(1, top).map(lambda k: 0 if k > max_multiple else k * total)
+    else:
+        dim = st.sampled_from(_DIMS + (0,) * allow_empty)
     return st.lists(dim, min_size=min_dims, max_size=max_dims).map(tuple)
 
 
@@ -86,41 +94,48 @@ def _entry(axes: Sequence[str]) -> Any:
     return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
 
 
-def _repair(shape: tuple[int, ...], sizes: dict[str, int], order: Sequence[str],
-            choice: Sequence[int | None], length: int) -> PartitionSpec:
-    """The spec putting ``order[i]`` on dim ``choice[i]`` where the split still divides it."""
+def _repair(shape: tuple[int, ...], sizes: dict[str, int], uneven: bool, order: Sequence[str],
+            choice: Sequence[int | None], free: Sequence[bool], length: int) -> PartitionSpec:
+    """The spec putting ``order[i]`` on dim ``choice[i]`` where the split still divides it
+    (anywhere if ``uneven``), and UNCONSTRAINED on each dim left without axes whose ``free`` is set."""
     per_dim: list[list[str]] = [[] for _ in shape]
     split = [1] * len(shape)
     for axis, dim in zip(order, choice):
         if dim is None:
             continue
-        if shape[dim] % (split[dim] * sizes[axis]) == 0:
+        if uneven or shape[dim] % (split[dim] * sizes[axis]) == 0:
             per_dim[dim].append(axis)
             split[dim] *= sizes[axis]
-    used = max([i + 1 for i, axes in enumerate(per_dim) if axes], default=0)
-    return PartitionSpec(*[_entry(axes) for axes in per_dim[:max(used, min(length, len(shape)))]])
+    entries = [PartitionSpec.UNCONSTRAINED if not axes and f else _entry(axes) for axes, f in zip(per_dim, free)]
+    used = max([i + 1 for i, e in enumerate(entries) if e is not None], default=0)
+    return PartitionSpec(*entries[:max(used, min(length, len(shape)))])
 
 
-def _valid_specs(shape: tuple[int, ...], sizes: dict[str, int],
-                 axes: Sequence[str]) -> st.SearchStrategy[PartitionSpec]:
-    return _valid_specs_cached(shape, tuple(sizes.items()), tuple(axes))
+def _valid_specs(shape: tuple[int, ...], sizes: dict[str, int], axes: Sequence[str], *,
+                 uneven: bool = False, unconstrained: bool = False) -> st.SearchStrategy[PartitionSpec]:
+    return _valid_specs_cached(shape, tuple(sizes.items()), tuple(axes), uneven, unconstrained)
 
 
 # Trees repeat shapes; building (and hypothesis validating) one strategy per
 # distinct (shape, mesh, axes) instead of one per leaf per draw keeps draws cheap.
 @functools.lru_cache(maxsize=4096)
 def _valid_specs_cached(shape: tuple[int, ...], size_items: tuple[tuple[str, int], ...],
-                        axes: tuple[str, ...]) -> st.SearchStrategy[PartitionSpec]:
+                        axes: tuple[str, ...], uneven: bool,
+                        unconstrained: bool) -> st.SearchStrategy[PartitionSpec]:
     sizes = dict(size_items)
-    if not shape or not axes:
-        return st.integers(0, len(shape)).map(lambda n: PartitionSpec(*([None] * n)))
-    dim = st.none() | st.integers(0, len(shape) - 1)
+    rank = len(shape)
+    if not rank:
+        return st.just(PartitionSpec())
+    dim = st.none() | st.integers(0, rank - 1)
+    # st.just when unconstrained is off, so the other draws (and their shrinking) are unchanged
+    free = st.lists(st.booleans(), min_size=rank, max_size=rank) if unconstrained else st.just([False] * rank)
     return st.tuples(st.permutations(list(axes)), st.lists(dim, min_size=len(axes), max_size=len(axes)),
-                     st.integers(0, len(shape))).map(lambda t: _repair(shape, sizes, *t))
+                     free, st.integers(0, rank)).map(lambda t: _repair(shape, sizes, uneven, *t))
 
 
-def partition_specs(shape: Sequence[int], axis_sizes: Mapping[str, int], *,
-                    valid: bool = True) -> st.SearchStrategy[PartitionSpec]:
+def partition_specs(shape: Sequence[int], axis_sizes: Mapping[str, int], *, valid: bool = True,
+                    allow_uneven: bool = False,
+                    allow_unconstrained: bool = False) -> st.SearchStrategy[PartitionSpec]:
     """PartitionSpecs for an array of ``shape`` on a mesh with ``axis_sizes``.
 
     Args:
@@ -130,9 +145,16 @@ def partition_specs(shape: Sequence[int], axis_sizes: Mapping[str, int], *,
         (``NamedSharding(mesh, spec).shard_shape(shape)`` succeeds, and
         :func:`meshplan.pure.check_specs` passes); False draws from
         :func:`invalid_partition_specs` and returns only the spec.
+      allow_uneven: an axis may also split a dim it does not divide. jax pads
+        such a dim inside ``jit`` but refuses to store it (``IndivisibleError``);
+        meshplan reports it as ``"indivisible"``, a warning with ``for_storage=False``.
+      allow_unconstrained: a dim without axes may be ``P.UNCONSTRAINED`` (for
+        ``with_sharding_constraint`` on Auto axes; refused for storage).
 
     Returns:
-      Specs; valid ones shrink to ``P()`` (replicated).
+      Specs with known, unrepeated axes and no more entries than ``shape`` has
+      dims; with both ``allow_*`` off they store the array, else
+      ``check_specs(..., for_storage=False)`` passes. Valid ones shrink to ``P()`` (replicated).
 
     Example:
       >>> from hypothesis import find
@@ -142,10 +164,15 @@ def partition_specs(shape: Sequence[int], axis_sizes: Mapping[str, int], *,
     shape_t = _check_shape(shape)
     sizes = check_axis_sizes(axis_sizes)
     check_bool(valid, "valid")
+    check_bool(allow_uneven, "allow_uneven")
+    check_bool(allow_unconstrained, "allow_unconstrained")
     del shape, axis_sizes
     if not valid:
+        for name, value in (("allow_uneven", allow_uneven), ("allow_unconstrained", allow_unconstrained)):
+            if value:
+                raise InvalidArgument(f"{name}=True relaxes valid specs; it has no meaning with valid=False.")
         return invalid_partition_specs(shape_t, sizes).map(lambda bad: bad.spec)
-    return _valid_specs(shape_t, sizes, list(sizes))
+    return _valid_specs(shape_t, sizes, list(sizes), uneven=allow_uneven, unconstrained=allow_unconstrained)
 
 
 def _unknown_name(sizes: Mapping[str, int]) -> str:
@@ -162,7 +189,8 @@ def _feasible(shape: tuple[int, ...], sizes: dict[str, int]) -> dict[str, list[A
         "unknown_axis": list(range(rank)),
         "repeated_axis": [(a, i, j) for a in sizes for i in range(rank) for j in range(i, rank)],
         "indivisible": [(a, i) for a in sizes for i in range(rank) if shape[i] % sizes[a]],
-        "rank": [(a,) for a in sizes],
+        # an axis, or None: jax refuses a spec longer than the rank either way
+        "rank": [(a,) for a in sizes] + [(None,)],
     }
 
 
@@ -202,7 +230,7 @@ def _inject(shape: tuple[int, ...], sizes: dict[str, int], fault: str,
         return _valid_specs(rest, sizes, others).map(
             lambda p: PartitionSpec(*[None if k == i else e for k, e in enumerate(p)])).map(put_axis)
     # rank: a valid spec over the other axes, padded to the rank, then ``axis``
-    # after the last dim (jax ignores trailing Nones but not a trailing axis).
+    # (a mesh axis or None) after the last dim.
     return st.tuples(_valid_specs(shape, sizes, others), st.integers(0, 1)).map(
         lambda t: InvalidSpec(PartitionSpec(*(list(t[0]) + [None] * (rank - len(t[0]) + t[1]) + [axis])),
                               fault))
@@ -217,7 +245,8 @@ def invalid_partition_specs(shape: Sequence[int], axis_sizes: Mapping[str, int],
     * ``"unknown_axis"``: an axis name that is not in the mesh;
     * ``"repeated_axis"``: one mesh axis used twice;
     * ``"indivisible"``: a dim that is not a multiple of its axis's size;
-    * ``"rank"``: a mesh axis after the last dim.
+    * ``"rank"``: an entry after the last dim (a mesh axis, or ``None``: jax
+      refuses a spec longer than the array's rank either way).
 
     The drawn fault is always reported by :func:`meshplan.pure.validate_specs`
     (a repeated axis may also make a dim indivisible).
@@ -272,5 +301,4 @@ _NEEDS = {
     "unknown_axis": "a dim (rank >= 1)",
     "repeated_axis": "a dim and a mesh axis",
     "indivisible": "a dim that some axis size does not divide",
-    "rank": "a mesh axis",
-}
+}  # "rank" is always possible

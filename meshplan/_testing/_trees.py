@@ -92,20 +92,25 @@ def shape_dtype_trees(*, shapes: st.SearchStrategy[tuple[int, ...]] | None = Non
     return st.dictionaries(keys, inner, min_size=1, max_size=3)
 
 
-def _leaf_specs(tree: Any, sizes: dict[str, int]) -> st.SearchStrategy[ShardedTree]:
+def _leaf_specs(tree: Any, sizes: dict[str, int], uneven: bool) -> st.SearchStrategy[ShardedTree]:
     leaves, treedef = jax.tree_util.tree_flatten(tree)
-    specs = st.tuples(*[partition_specs(leaf.shape, sizes) for leaf in leaves])
+    specs = st.tuples(*[partition_specs(leaf.shape, sizes, allow_uneven=uneven) for leaf in leaves])
     return specs.map(lambda s: ShardedTree(tree, jax.tree_util.tree_unflatten(treedef, list(s)), sizes))
 
 
-def sharded_trees(*, mesh_shape: Any = None, divisible: bool = False,
-                  dtypes: Sequence[Any] = DTYPES, max_leaves: int = 8) -> st.SearchStrategy[ShardedTree]:
+def sharded_trees(*, mesh_shape: Any = None, divisible: bool = False, allow_empty: bool = False,
+                  allow_uneven: bool = False, dtypes: Sequence[Any] = DTYPES,
+                  max_leaves: int = 8) -> st.SearchStrategy[ShardedTree]:
     """A parameter tree and a spec tree (same structure) that stores it on the mesh.
 
     Args:
-      mesh_shape: a MeshShape, mesh, or mapping axis name -> size; None draws
-        one from :func:`mesh_shapes`.
-      divisible: leaf dims are multiples of the mesh size (see :func:`array_shapes_for`).
+      mesh_shape: a MeshShape, mesh, or mapping axis name -> size, or a strategy
+        of them (e.g. ``mesh_shapes(num_devices=8)``); None draws one from
+        :func:`mesh_shapes`.
+      divisible, allow_empty: leaf dims are multiples of the mesh size; dims
+        may be 0 (see :func:`array_shapes_for`).
+      allow_uneven: specs may split dims unevenly (see :func:`partition_specs`);
+        then only ``check_specs(..., for_storage=False)`` passes.
       dtypes, max_leaves: as in :func:`shape_dtype_trees`.
 
     Returns:
@@ -118,17 +123,23 @@ def sharded_trees(*, mesh_shape: Any = None, divisible: bool = False,
       {'kernel': P()}
     """
     check_bool(divisible, "divisible")
+    check_bool(allow_empty, "allow_empty")
+    check_bool(allow_uneven, "allow_uneven")
+    shape_dtype_trees(dtypes=dtypes, max_leaves=max_leaves)  # checks these now, not at the first draw
     if mesh_shape is None:
         sizes_st = mesh_shapes().map(lambda m: m.as_dict())
+    elif isinstance(mesh_shape, st.SearchStrategy):
+        # a drawn value is checked as a fixed one would be, but only when drawn
+        sizes_st = mesh_shape.map(lambda m: check_axis_sizes(m, "mesh_shape"))
     else:
         sizes_st = st.just(check_axis_sizes(mesh_shape, "mesh_shape"))
 
     @functools.lru_cache(maxsize=256)
     def for_sizes(size_items: tuple[tuple[str, int], ...]) -> st.SearchStrategy[ShardedTree]:
         sizes = dict(size_items)
-        shapes = array_shapes_for(sizes, divisible=divisible, max_dims=3)
+        shapes = array_shapes_for(sizes, divisible=divisible, max_dims=3, allow_empty=allow_empty)
         trees = shape_dtype_trees(shapes=shapes, dtypes=dtypes, max_leaves=max_leaves)
-        return trees.flatmap(lambda t: _leaf_specs(t, sizes))
+        return trees.flatmap(lambda t: _leaf_specs(t, sizes, allow_uneven))
 
     return sizes_st.flatmap(lambda sizes: for_sizes(tuple(sizes.items())))
 

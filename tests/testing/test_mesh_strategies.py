@@ -15,6 +15,7 @@ from meshplan.testing import (
     device_layouts,
     host_splits,
     hybrid_mesh_shapes,
+    mesh_for,
     mesh_shapes,
     meshes,
 )
@@ -90,3 +91,14 @@ def test_live_meshes_use_local_devices(mesh):
 def test_abstract_meshes_have_the_requested_axis_types(mesh):
     assert isinstance(mesh, AbstractMesh)
     assert all(t == AxisType.Explicit for t in mesh.axis_types)
+
+
+@given(mesh_shapes(max_devices=8), st.sampled_from([None, "auto", "explicit"]))
+def test_mesh_for_builds_the_drawn_shape_on_the_first_devices_once(shape, axis_types):
+    mesh = mesh_for(shape, axis_types=axis_types)
+    assert dict(mesh.shape) == shape.as_dict()
+    assert mesh.devices.ravel().tolist() == jax.devices()[:shape.size]
+    assert mesh_for(shape.as_dict(), axis_types=axis_types) is mesh
+    if axis_types is not None:
+        kind = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}[axis_types]
+        assert mesh.axis_types == (kind,) * shape.ndim

@@ -66,6 +66,7 @@ def test_minimise_meshes():
     mesh = minimal(meshes(abstract=True))
     assert dict(mesh.shape) == {"dp": 1} and str(mesh.axis_types[0]).endswith("Auto")
     assert dict(minimal(meshes()).shape) == {"dp": 1}
+    assert dict(minimal(meshes(), lambda m: m.size == 8).shape) == {"dp": 8}
 
 
 def test_minimise_shapes_and_specs():
@@ -74,12 +75,18 @@ def test_minimise_shapes_and_specs():
     assert minimal(array_shapes_for({"dp": 2}, divisible=False), lambda s: len(s) == 1) == (1,)
     assert minimal(partition_specs((8, 6), {"dp": 2, "tp": 4})) == P()
     assert minimal(partition_specs((8, 6), {"dp": 2, "tp": 4}), lambda p: "tp" in p) == P("tp")
+    assert minimal(array_shapes_for({"dp": 2}, allow_empty=True), lambda s: len(s) == 1) == (2,)
+    assert minimal(array_shapes_for({"dp": 2}, allow_empty=True), lambda s: 0 in s) == (0,)
+    assert minimal(partition_specs((6,), {"tp": 4}, allow_uneven=True), lambda p: "tp" in p) == P("tp")
+    assert minimal(partition_specs((8,), {"dp": 2}, allow_unconstrained=True),
+                   lambda p: P.UNCONSTRAINED in p) == P(P.UNCONSTRAINED)
 
 
 def test_minimise_invalid_specs_to_one_fault_on_an_empty_spec():
     assert minimal(invalid_partition_specs((8,), {"dp": 2}, fault="rank")).spec == P(None, "dp")
     assert minimal(invalid_partition_specs((6,), {"tp": 4}, fault="indivisible")).spec == P("tp")
     assert minimal(invalid_partition_specs((8,), {"dp": 2}, fault="unknown_axis")).spec == P(("unknown",))
+    assert minimal(invalid_partition_specs((8,), {}, fault="rank")).spec == P(None, None)
 
 
 def test_minimise_trees():

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import check_specs, validate_specs
 from meshplan.testing import (
@@ -39,10 +40,11 @@ def jax_shard_shape(mesh, shape, spec):
     return sharding.shard_shape(shape)
 
 
-def cases(divisible):
+def cases(divisible, allow_empty=False):
     """(mesh shape, array shape) pairs over at most 8 devices."""
     return mesh_shapes(max_devices=8).flatmap(
-        lambda m: st.tuples(st.just(m), array_shapes_for(m.as_dict(), divisible=divisible, max_dims=3)))
+        lambda m: st.tuples(st.just(m), array_shapes_for(m.as_dict(), divisible=divisible, max_dims=3,
+                                                         allow_empty=allow_empty)))
 
 
 @given(cases(divisible=True))
@@ -57,6 +59,31 @@ def test_every_valid_spec_is_accepted_by_jax_and_meshplan(case):
     expected = jax_shard_shape(mesh, shape, spec)
     assert len(expected) == len(shape)
     check_specs({"x": jax.ShapeDtypeStruct(shape, np.float32)}, {"x": spec}, mesh.as_dict())
+
+
+@given(cases(divisible=False, allow_empty=True).flatmap(lambda c: st.tuples(
+    st.just(c), partition_specs(c[1], c[0].as_dict(), allow_uneven=True, allow_unconstrained=True))))
+def test_uneven_and_unconstrained_specs_are_refused_only_for_storage(case):
+    (mesh, shape), spec = case
+    sizes = mesh.as_dict()
+    splits = [1] * len(shape)
+    for i, entry in enumerate(spec):
+        for axis in (entry,) if isinstance(entry, str) else entry if isinstance(entry, tuple) else ():
+            splits[i] *= sizes[axis]
+    even = all(d % n == 0 for d, n in zip(shape, splits))
+    # an Auto mesh: the one kind where jax takes P.UNCONSTRAINED
+    sharding = NamedSharding(abstract_mesh(mesh.names, mesh.sizes), spec)
+    sharding.check_compatible_aval(shape)  # known axes, none repeated, no longer than the rank
+    if even:
+        assert len(sharding.shard_shape(shape)) == len(shape)
+    else:
+        with pytest.raises(ValueError, match="divid"):
+            sharding.shard_shape(shape)
+    leaf = [jax.ShapeDtypeStruct(shape, np.float32)]
+    check_specs(leaf, [spec], sizes, for_storage=False)
+    stored = {f.kind for f in validate_specs(leaf, [spec], sizes)}
+    assert stored == {k for k, found in [("indivisible", not even), ("unconstrained", P.UNCONSTRAINED in spec)]
+                      if found}
 
 
 def _invalid_cases():

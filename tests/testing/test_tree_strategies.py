@@ -1,5 +1,7 @@
 """Properties of the tree, model and cluster strategies."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 from hypothesis import given
@@ -7,7 +9,7 @@ from jax.sharding import NamedSharding
 
 from meshplan.pure import check_specs
 from meshplan.pure.presets import build_params
-from meshplan.testing import DTYPES, clusters, model_specs, shape_dtype_trees, sharded_trees
+from meshplan.testing import DTYPES, clusters, mesh_shapes, model_specs, shape_dtype_trees, sharded_trees
 
 
 @given(shape_dtype_trees())
@@ -36,6 +38,12 @@ def test_sharded_trees_validate_in_meshplan_and_jax(case):
 def test_divisible_sharded_trees_keep_the_given_mesh(case):
     assert case.axis_sizes == {"dp": 2, "tp": 4}
     assert all(d % 8 == 0 for x in jax.tree_util.tree_leaves(case.tree) for d in x.shape)
+
+
+@given(sharded_trees(mesh_shape=mesh_shapes(num_devices=8), allow_uneven=True, allow_empty=True, max_leaves=4))
+def test_uneven_sharded_trees_take_their_mesh_from_the_given_strategy_and_pass_inside_jit(case):
+    assert len(case.axis_sizes) <= 3 and math.prod(case.axis_sizes.values()) == 8
+    check_specs(case.tree, case.specs, case.axis_sizes, for_storage=False)
 
 
 @given(model_specs())
