@@ -31,7 +31,7 @@ one place that reads them. It sees only paths, shapes and dtypes:
   under an ``experts`` / ``moe`` component with no expert index after it)
   and ``layers`` (``nn.scan`` / ``lax.scan`` / ``nnx.vmap``-stacked layers);
   MaxText scans at ``param_scan_axis=1``, so with ``convention="maxtext"`` a
-  stacked leaf's ``layers`` dim is dim 1.
+  leaf under a ``layers`` component has its ``layers`` dim at dim 1.
 - an explicit ``dims=`` override wins over everything.
 
 Roles (``column`` splits its output features or heads over tp, ``row`` its
@@ -54,7 +54,8 @@ __all__ = ["CONVENTIONS", "DIM_KINDS", "LeafLayout", "leaf_layout", "normalize_p
 CONVENTIONS: tuple[str, ...] = ("auto", "flax", "torch", "maxtext")
 """``auto`` reads the parameter name (``kernel`` -> flax, ``weight`` -> PyTorch / equinox);
 ``flax`` / ``torch`` force a linear layout for every leaf; ``maxtext`` is flax with
-``DenseGeneral`` attention and the layer stack at dim 1."""
+``DenseGeneral`` attention and, under a ``layers`` component (a scanned decoder), the
+layer stack at dim 1."""
 
 DIM_KINDS: tuple[str, ...] = ("layers", "experts", "in", "out", "heads", "head_dim", "vocab", "embed", "other")
 """What a dim can mean."""
@@ -291,13 +292,14 @@ def leaf_layout(
         return LeafLayout(norm, module, param, role, heads, given, stacked, per_expert)
     hints: dict[str, int | None] = {"num_heads": num_heads, "num_kv_heads": num_kv_heads,
                                     "num_experts": num_experts}
+    if convention == "maxtext" and "layers" in parts[:-1] and len(shape) >= 2:
+        # A scanned MaxText decoder stacks every layer leaf at param_scan_axis=1.
+        inner = leaf_layout(norm, shape[:1] + shape[2:], convention="flax", num_heads=num_heads,
+                            num_kv_heads=num_kv_heads, num_experts=num_experts)
+        return dataclasses.replace(inner, dims=inner.dims[:1] + ("layers",) + inner.dims[1:])
     base = _base_dims(module, param, role, len(shape), convention, shape, hints)
     if len(base) > len(shape):
         return LeafLayout(norm, module, param, role, heads, ("other",) * len(shape), stacked, per_expert)
     extra = len(shape) - len(base)
-    stack = _stack_dims(extra, shape, num_experts, stacked)
-    if convention == "maxtext" and stack == ("layers",) and len(shape) >= 2:
-        out = (base[0], "layers", *base[1:])  # MaxText's param_scan_axis=1
-    else:
-        out = (*stack, *base)
+    out = (*_stack_dims(extra, shape, num_experts, stacked), *base)
     return LeafLayout(norm, module, param, role, heads, out, stacked and "experts" in out, per_expert)
