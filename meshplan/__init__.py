@@ -52,6 +52,7 @@ _FACADE = {
     "AutoShardingRule": "_rules", "CompositeShardingRule": "_rules", "MemoryConstrainedShardingRule": "_rules",
     "ShapeBasedShardingRule": "_rules", "ShardingRule": "_rules",
     "barrier_sync": "_distributed", "host_batch_slice": "_distributed", "host_mesh_shape": "_distributed",
+    "place": "_place",
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -65,6 +66,8 @@ __all__ += ["AutoShardingRule", "CompositeShardingRule", "MemoryConstrainedShard
 # plans and memory, for training code that asks why a spec was chosen and what it costs
 __all__ += ["MemoryEstimate", "Plan", "TrainingMemoryEstimate", "estimate_memory", "estimate_training_memory",
             "optimizer_state_specs", "plan_from_specs", "plan_tree", "validate_specs"]
+# training state: one device_put for params + optimizer state
+__all__ += ["place"]
 # multi-host
 __all__ += ["HostBatchSlice", "barrier_sync", "host_batch_slice", "host_mesh_shape"]
 # planning
@@ -92,6 +95,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
     from meshplan.facade._partition_helper import MeshPartitionHelper
+    from meshplan.facade._place import place
     from meshplan.facade._rules import (
         AutoShardingRule,
         CompositeShardingRule,

@@ -40,3 +40,8 @@ __all__ += ["AutoShardingRule", "CompositeShardingRule", "MemoryConstrainedShard
 from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
 
 __all__ += ["barrier_sync", "host_batch_slice", "host_mesh_shape"]
+
+# --- training state ------------------------------------------------------------------------------------
+from meshplan.facade._place import place
+
+__all__ += ["place"]

@@ -9,6 +9,12 @@ Which mesh: the ``mesh`` argument (a ``Mesh`` or ``AbstractMesh``); else the
 mesh current when the rule is built (``jax.set_mesh``); else the one current
 when it is applied. ``ShapeBasedShardingRule`` takes ``mesh`` as a keyword;
 inside a ``CompositeShardingRule`` a rule without a mesh uses its siblings'.
+``ShapeBasedShardingRule`` also works with no mesh at all (eformer's
+``ShapeBasedShardingRule(patterns).apply(params)``): each matched pattern's
+spec is returned after the checks that need no mesh (rank, spec form), and
+checked against the mesh whenever one is known. The auto and memory rules
+need axis sizes to decide anything, so without a mesh they raise
+``NoMeshError``.
 
 User subclasses of :class:`ShardingRule` that only define ``apply`` (the
 reference's ``CustomRule`` example) work everywhere, including inside
@@ -22,6 +28,7 @@ memory rule never returns an over-budget spec (:class:`MemoryBudgetError`).
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,16 +92,26 @@ class ShardingRule(abc.ABC):
         return plan_from_specs(pytree, self.apply(pytree), rule=name, reason=f"returned by {name}.apply",
                                x64=x64_enabled())
 
-    def _pure(self, pytree: Any) -> tuple[Rule, AxisSizes | None]:
-        """This rule as a pure rule for ``pytree``, and the axis sizes it is bound to (if any)."""
+    def _pure(self, pytree: Any, *, meshless: bool = False) -> tuple[Rule, AxisSizes | None]:
+        """This rule as a pure rule for ``pytree``, and the axis sizes it is bound to (if any).
+
+        ``meshless``: no mesh is known anywhere (none given, none current).
+        """
         return PlanRule(self.plan(pytree)), None
 
 
 class _MeshRule(ShardingRule):
     """A built-in rule: a pure rule plus a mesh."""
 
+    needs_mesh = True
+    """Whether the rule can decide nothing without axis sizes (see :meth:`_meshless_rule`)."""
+
     def __init__(self, mesh: Mesh | AbstractMesh | None) -> None:
         self.mesh = _check_mesh(mesh, type(self).__name__)
+
+    def _meshless_rule(self) -> Rule:
+        """The pure rule to use when no mesh is known (only for ``needs_mesh = False``)."""
+        raise NotImplementedError(type(self).__name__)
 
     @property
     @abc.abstractmethod
@@ -119,6 +136,8 @@ class _MeshRule(ShardingRule):
     def _builtin_plan(self, pytree: Any) -> Plan:
         sizes = self._axis_sizes()
         if sizes is None:
+            if not self.needs_mesh:
+                return plan_tree(pytree, self._meshless_rule(), {}, x64=x64_enabled())
             mesh = require_mesh(None, type(self).__name__)  # raises NoMeshError: there is none
             sizes = {} if mesh is None else _sizes_of(mesh)
         return plan_tree(pytree, self.pure_rule, sizes, x64=x64_enabled())
@@ -135,9 +154,11 @@ class _MeshRule(ShardingRule):
             return ShardingRule.plan(self, pytree)
         return self._builtin_plan(pytree)
 
-    def _pure(self, pytree: Any) -> tuple[Rule, AxisSizes | None]:
+    def _pure(self, pytree: Any, *, meshless: bool = False) -> tuple[Rule, AxisSizes | None]:
         if self._customised():
             return ShardingRule._pure(self, pytree)
+        if meshless and not self.needs_mesh:
+            return self._meshless_rule(), None
         return self.pure_rule, self._axis_sizes()
 
     def __repr__(self) -> str:
@@ -194,7 +215,8 @@ class ShapeBasedShardingRule(_MeshRule):
         the first pattern of the leaf's rank that matches wins. Unmatched
         leaves are replicated.
       mesh: the mesh the specs must fit (keyword; default: the current one,
-        or the composite's).
+        or the composite's). With no mesh anywhere the matched specs are
+        returned unchecked against a mesh (their rank and form are checked).
 
     Raises:
       ShardingRuleError: (when applied) a matched pattern's spec does not fit
@@ -208,7 +230,11 @@ class ShapeBasedShardingRule(_MeshRule):
       >>> rule = ShapeBasedShardingRule({(None, 1024): P("tp", None)}, mesh=mesh)
       >>> rule.apply({"emb": np.zeros((32000, 1024), np.int8), "b": np.zeros(8)})
       {'b': P(), 'emb': P('tp', None)}
+      >>> ShapeBasedShardingRule({(None, 1024): P("tp", None)}).apply({"emb": np.zeros((64, 1024))})
+      {'emb': P('tp', None)}
     """
+
+    needs_mesh = False
 
     def __init__(self, shape_patterns: Any, *, mesh: Mesh | AbstractMesh | None = None) -> None:
         super().__init__(mesh)
@@ -219,6 +245,9 @@ class ShapeBasedShardingRule(_MeshRule):
     def pure_rule(self) -> ShapePatternRule:
         """The pure :class:`~meshplan.pure.ShapePatternRule`."""
         return self._rule
+
+    def _meshless_rule(self) -> Rule:
+        return dataclasses.replace(self._rule, check_mesh=False)
 
 
 class MemoryConstrainedShardingRule(_MeshRule):
@@ -265,9 +294,9 @@ AnyRule = ShardingRule | Rule
 """What CompositeShardingRule takes: a facade rule, any object with ``apply(pytree)``, or a pure rule."""
 
 
-def _as_pure(rule: AnyRule, pytree: Any) -> tuple[Rule, AxisSizes | None]:
+def _as_pure(rule: AnyRule, pytree: Any, meshless: bool) -> tuple[Rule, AxisSizes | None]:
     if isinstance(rule, ShardingRule):
-        return rule._pure(pytree)
+        return rule._pure(pytree, meshless=meshless)
     apply = getattr(rule, "apply", None)
     if callable(apply):
         name = type(rule).__name__
@@ -313,10 +342,20 @@ class CompositeShardingRule(ShardingRule):
             raise MeshplanTypeError(f"CompositeShardingRule: {bad} are not rules (no apply(), not callable).")
         self.rules = tuple(rules)
 
-    def _pure(self, pytree: Any) -> tuple[Rule, AxisSizes | None]:
+    def _builtin_rules(self) -> list[_MeshRule]:
+        """The built-in rules inside (nested composites included) that plan with their own pure rule."""
+        out: list[_MeshRule] = []
+        for rule in self.rules:
+            if isinstance(rule, _MeshRule) and not rule._customised():
+                out.append(rule)
+            elif isinstance(rule, CompositeShardingRule):
+                out.extend(rule._builtin_rules())
+        return out
+
+    def _pure(self, pytree: Any, *, meshless: bool = False) -> tuple[Rule, AxisSizes | None]:
         if type(self).apply is not CompositeShardingRule.apply:
             return ShardingRule._pure(self, pytree)
-        parts = [_as_pure(rule, pytree) for rule in self.rules]
+        parts = [_as_pure(rule, pytree, meshless) for rule in self.rules]
         bound = {tuple(sizes.items()) for _, sizes in parts if sizes is not None}
         if len(bound) > 1:
             listed = ", ".join(str(dict(b)) for b in sorted(bound))
@@ -333,11 +372,15 @@ class CompositeShardingRule(ShardingRule):
 
     def plan(self, pytree: Any) -> Plan:
         """The specs for ``pytree`` with, per leaf, which rule won and why."""
-        rule, sizes = self._pure(pytree)
+        builtins = self._builtin_rules()
+        # No mesh anywhere (none given to a rule, none current): shape rules
+        # still answer, unchecked against a mesh; rules that need one raise.
+        meshless = current_mesh() is None and all(r.mesh is None for r in builtins)
+        if meshless and any(r.needs_mesh for r in builtins):
+            require_mesh(None, "CompositeShardingRule")  # raises NoMeshError
+        rule, sizes = self._pure(pytree, meshless=meshless)
         if sizes is None:
             mesh = current_mesh()
-            if mesh is None and any(isinstance(r, _MeshRule) and not r._customised() for r in self.rules):
-                require_mesh(None, "CompositeShardingRule")  # raises NoMeshError
             sizes = {} if mesh is None else _sizes_of(mesh)
         return plan_tree(pytree, rule, sizes, x64=x64_enabled())
 

@@ -321,8 +321,8 @@ def granule_device_ids(granule: Sequence[DeviceInfo], shape: Sequence[int]) -> n
     Example:
       >>> devs = [DeviceInfo(i, process_index=i // 2, slice_index=0, platform="tpu",
       ...                    coords=(i % 4, i // 4, 0)) for i in range(8)]
-      >>> granule_device_ids(devs, (2, 4)).tolist()
-      [[0, 1, 4, 5], [2, 3, 6, 7]]
+      >>> granule_device_ids(devs, (2, 4)).tolist()  # process p holds ids 2p, 2p+1: one column each
+      [[0, 4, 2, 6], [1, 5, 3, 7]]
     """
     items = sorted(_as_device_infos(granule), key=_in_granule_key)
     del granule

@@ -118,6 +118,10 @@ class ShapePatternRule:
     Attributes:
       patterns: ``(pattern, spec)`` pairs in matching order.
       name: the label on its decisions.
+      check_mesh: check a matched spec against the mesh (its axes and
+        divisibility). ``False`` when no mesh is known yet (eformer's
+        ``ShapeBasedShardingRule(patterns).apply(params)``): the spec is
+        returned after the checks that need no mesh (rank and form).
 
     Example:
       >>> import numpy as np
@@ -133,16 +137,22 @@ class ShapePatternRule:
 
     patterns: tuple[tuple[Pattern, PartitionSpec], ...]
     name: str = "shape"
+    check_mesh: bool = True
     shape_only: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patterns", _canonical_patterns(self.patterns))
         if not isinstance(self.name, str):
             raise MeshplanTypeError(f"name={self.name!r} must be a string.")
+        if not isinstance(self.check_mesh, bool):
+            raise MeshplanTypeError(f"check_mesh={self.check_mesh!r} must be True or False.")
 
     def __call__(self, ctx: LeafContext) -> Decision | None:
         for k, (pattern, spec) in enumerate(self.patterns):
             if _matches(pattern, ctx.shape):
+                if not self.check_mesh:
+                    return Decision(spec, f"matched shape pattern #{k} {pattern} (no mesh: not checked against one)",
+                                    self.name)
                 problem = _misfit(ctx.shape, spec, ctx.axis_sizes)
                 if problem is not None:
                     raise ShardingRuleError(

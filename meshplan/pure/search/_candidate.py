@@ -29,6 +29,8 @@ from meshplan.pure.rules._base import Decision
 from meshplan.pure.rules._engine import Plan, plan_tree
 from meshplan.pure.rules._path import spec_from_json, spec_to_json
 from meshplan.pure.rules._replay import PlanRule
+from meshplan.pure.specs._activation import ActivationLayout
+from meshplan.pure.specs._training import TrainingLayout, optimizer_state_specs
 
 __all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup"]
 
@@ -186,6 +188,8 @@ class MeshCandidate:
       verdict: why it won, ranked where it did, or was rejected.
       rank: 1-based rank among meshes that fit; ``None`` when rejected.
       groups: the parameter groups and their specs.
+      activations: the batch, residual-stream and logits specs the activation
+        memory was charged for (``None`` in plans saved before they existed).
     """
 
     axis_names: tuple[str, ...]
@@ -197,6 +201,7 @@ class MeshCandidate:
     verdict: str
     rank: int | None = None
     groups: tuple[ParamGroup, ...] = ()
+    activations: ActivationLayout | None = None
 
     def __post_init__(self) -> None:
         for name in ("axis_names", "axis_sizes", "ici_shape", "dcn_shape", "comm", "groups"):
@@ -254,6 +259,54 @@ class MeshCandidate:
         """The PartitionSpec tree for ``tree``; see :meth:`plan`."""
         return self.plan(tree).specs
 
+    def _activations(self) -> ActivationLayout:
+        if self.activations is None:
+            raise PlanError(f"the plan for {self.text} carries no batch or activation specs (it was saved "
+                            "by an older meshplan); run the search again.")
+        return self.activations
+
+    @property
+    def batch_spec(self) -> PartitionSpec:
+        """The spec of a ``(batch, seq)`` input: the batch over ``dp, fsdp, ep``, the sequence over ``sp``."""
+        return self._activations()["batch"].spec
+
+    @property
+    def activation_specs(self) -> dict[str, PartitionSpec]:
+        """``{"residual": ..., "logits": ...}``: the splits the activation memory assumed.
+
+        Apply them in the step (``jax.lax.with_sharding_constraint``) to the
+        residual stream ``(batch, seq, hidden)`` and the logits ``(batch, seq, vocab)``.
+        """
+        return {k: v for k, v in self._activations().specs.items() if k != "batch"}
+
+    def training_layout(self, params: PyTree, opt_state: PyTree = None) -> TrainingLayout:
+        """Every spec a training step needs, for this model's ``params`` and optimizer state.
+
+        Args:
+          params: the parameter tree the search planned (arrays or ShapeDtypeStructs).
+          opt_state: the optimizer state, e.g. ``jax.eval_shape(opt.init, params)``; its specs
+            follow :func:`~meshplan.optimizer_state_specs`.
+
+        Returns:
+          A :class:`~meshplan.pure.specs.TrainingLayout`: ``.state`` places params and state in one
+          ``device_put``, ``.shardings(mesh)`` gives NamedShardings.
+
+        Raises:
+          ShardingRuleError: a leaf matches no parameter group (another model).
+          PlanError: the plan carries no activation specs.
+
+        Example:
+          >>> from meshplan.pure import get_preset, search_meshes
+          >>> best = search_meshes("gpt2", "8xH100", batch=8, seq=1024).best
+          >>> layout = best.training_layout(get_preset("gpt2").params)
+          >>> layout.batch, layout.activations["residual"] == best.activation_specs["residual"]
+          (P('dp', 'sp'), True)
+        """
+        specs = self.specs_for(params)
+        state = None if opt_state is None else optimizer_state_specs(params, specs, opt_state)
+        acts = self._activations().specs
+        return TrainingLayout(specs, state, acts.pop("batch"), acts, self.mesh_shape)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {
@@ -262,6 +315,7 @@ class MeshCandidate:
             "step_comm_s": self.step_comm_s, "memory": self.memory.to_dict(),
             "comm": [t.to_dict() for t in self.comm], "verdict": self.verdict, "rank": self.rank,
             "groups": [g.to_dict() for g in self.groups],
+            "activations": None if self.activations is None else self.activations.to_dict(),
         }
 
     @classmethod
@@ -271,4 +325,6 @@ class MeshCandidate:
         fields["memory"] = MemoryBreakdown.from_dict(fields["memory"])
         fields["comm"] = tuple(CommTerm.from_dict(t) for t in fields["comm"])
         fields["groups"] = tuple(ParamGroup.from_dict(g) for g in fields.get("groups", ()))
+        acts = fields.get("activations")
+        fields["activations"] = None if acts is None else ActivationLayout.from_dict(acts)
         return cls(**fields)

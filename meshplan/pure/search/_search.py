@@ -83,6 +83,7 @@ from meshplan.pure.search._step_cost import (
     activation_terms,
     param_terms,
     price,
+    step_activations,
     to_terms,
 )
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
@@ -265,7 +266,11 @@ class _Search:
         groups = param_groups(self.groups, self.plans[s.plan_key], self.rule)
         p = s.placement
         terms = to_terms(s.pending, price(s.pending, self.req.cluster))
-        return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups)
+        # The specs the activation memory was charged for, so the plan can apply them.
+        acts = step_activations(self.model, dict(zip(p.names, s.sizes, strict=True)), batch=self.req.batch,
+                                seq=self.req.seq, itemsize=self.act_itemsize)
+        return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups,
+                             activations=acts)
 
 
 def _verdict(s: _Scored, best: _Scored, rank: int, budget: int) -> str:

@@ -50,6 +50,10 @@ attention-score term) ``+ b*s*vocab*4 / tp`` (fp32 logits) ``+ 2 * P_fsdp / L``
 (two layers of fsdp-gathered weights: the one in use and the prefetched one;
 ``P_fsdp`` = the parameter bytes per device times ``fsdp``). Real numbers
 depend on the remat policy, fusion and the allocator; treat it as a guide.
+The ``/ tp`` assumes the residual stream and the logits are *stored* split
+over ``tp``: :func:`step_activations` gives those splits as PartitionSpecs (a
+plan carries them as ``MeshCandidate.activations``) and the bytes are counted
+from the same specs, so a step that applies them gets what was charged.
 """
 
 from __future__ import annotations
@@ -61,14 +65,16 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure._check import as_count
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search._candidate import CommTerm
 from meshplan.pure.search._cluster import Cluster
 from meshplan.pure.search._cost import CollectiveKind, collective_time
+from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
 __all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "STORAGE_AXES", "AxisPlacement", "ParamTraffic",
            "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "param_terms", "price",
-           "to_terms"]
+           "step_activations", "to_terms"]
 
 AXIS_ORDER: tuple[str, ...] = ("dp", "fsdp", "ep", "sp", "tp")
 """The axis kinds the search knows, outermost (least traffic) first."""
@@ -104,9 +110,15 @@ def axis_domain_counts(device_ids: np.ndarray, ici_domain_size: int) -> tuple[in
       >>> axis_domain_counts(ids.reshape(8, 2), 8)     # the inner axis of size 2 stays in a node
       (2, 1)
     """
-    ids = np.asarray(device_ids)
-    if ids.dtype.kind not in "iu" or ici_domain_size < 1:
-        raise MeshplanTypeError("device_ids must be an integer array and ici_domain_size >= 1.")
+    size = as_count(ici_domain_size, "ici_domain_size", error=PlanError)
+    try:
+        ids = np.asarray(device_ids)
+    except (ValueError, TypeError, OverflowError):
+        ids = np.asarray(None)  # ragged: refused just below
+    if ids.dtype.kind not in "iu":
+        raise MeshplanTypeError(f"device_ids={device_ids!r:.80} must be an integer array (the mesh's device ids).")
+    del ici_domain_size
+    ici_domain_size = size
     domains = ids // ici_domain_size
     out = []
     for axis in range(domains.ndim):
@@ -293,10 +305,27 @@ def activation_terms(
     return out
 
 
+def step_activations(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int) -> ActivationLayout:
+    """The batch, residual-stream and logits specs the activation memory is charged for.
+
+    The search's axis kinds: the batch over ``dp, fsdp, ep``, the sequence over
+    ``sp``, the hidden and vocabulary dims over ``tp`` (see
+    :func:`~meshplan.pure.specs.activation_layout`). A plan carries this layout, so a step applies
+    exactly the split :func:`activation_bytes` charged.
+    """
+    return activation_layout(sizes, batch=batch, seq=seq, hidden=model.hidden_size, vocab=model.vocab_size,
+                             itemsize=itemsize, batch_axes=BATCH_AXES, seq_axes=("sp",), model_axes=("tp",))
+
+
 def activation_bytes(
     model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int, param_bytes: int
 ) -> int:
     """Approximate activation and workspace bytes per device (see the module docstring).
+
+    The saved layer inputs and the recomputed layer are counted in shards of the
+    residual stream, the logits in shards of the logits, as :func:`step_activations`
+    lays them out: ``L * b*s*h*a / tp`` whenever ``tp`` divides the hidden size
+    (or, failing that, the sequence).
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
@@ -304,12 +333,11 @@ def activation_bytes(
       >>> activation_bytes(m, {"fsdp": 8}, batch=8, seq=4096, itemsize=2, param_bytes=0) // 2**20
       3572
     """
-    b, s = _local_batch(sizes, batch, seq)
-    tp, fsdp = sizes.get("tp", 1), sizes.get("fsdp", 1)
-    tokens = b * s
-    hidden = tokens * model.hidden_size * itemsize
-    saved = model.num_layers * hidden // tp
-    working = 17 * hidden // tp
-    logits = tokens * model.vocab_size * 4 // tp
+    layout = step_activations(model, sizes, batch=batch, seq=seq, itemsize=itemsize)
+    fsdp = sizes.get("fsdp", 1)
+    residual = layout["residual"].shard_bytes(sizes)
+    saved = model.num_layers * residual
+    working = 17 * residual
+    logits = layout["logits"].shard_bytes(sizes)
     gathered = 2 * param_bytes * fsdp // max(model.num_layers, 1) if fsdp > 1 else 0
     return int(saved + working + logits + gathered)

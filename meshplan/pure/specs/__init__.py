@@ -2,6 +2,12 @@
 memory (arrays and training state) and host batch slices. Builds on :mod:`meshplan.pure.mesh`.
 """
 
+from meshplan.pure.specs._activation import (
+    ACTIVATION_NAMES,
+    activation_layout,
+    ActivationLayout,
+    ActivationSpec,
+)
 from meshplan.pure.specs._batch import batch_partition_spec, host_batch_slices, HostBatchSlice
 from meshplan.pure.specs._dtypes import array_bytes, canonical_dtype, dtype_bits, dtype_storage_bytes
 from meshplan.pure.specs._geometry import (
@@ -14,11 +20,20 @@ from meshplan.pure.specs._geometry import (
     UNCONSTRAINED,
 )
 from meshplan.pure.specs._memory import estimate_memory, MemoryEstimate, validate_and_estimate
-from meshplan.pure.specs._training import estimate_training_memory, optimizer_state_specs, TrainingMemoryEstimate
+from meshplan.pure.specs._training import (
+    estimate_training_memory,
+    optimizer_state_specs,
+    TrainingLayout,
+    TrainingMemoryEstimate,
+)
 from meshplan.pure.specs._tree import leaf_info, LeafInfo, path_str, tree_facts, TreeFacts
 from meshplan.pure.specs._validate import check_specs, Finding, FINDING_KINDS, validate_specs
 
 __all__ = [
+    "ACTIVATION_NAMES",
+    "activation_layout",
+    "ActivationLayout",
+    "ActivationSpec",
     "array_bytes",
     "batch_partition_spec",
     "canonical_dtype",
@@ -42,6 +57,7 @@ __all__ = [
     "ShardGeometry",
     "spec_axes",
     "spec_from_entries",
+    "TrainingLayout",
     "TrainingMemoryEstimate",
     "tree_facts",
     "TreeFacts",

@@ -165,9 +165,10 @@ def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree
         info = leaf_info(leaf)
         spec = make_spec()
         for n in lengths:  # longest parameter path first
-            i = index.get(key[len(key) - n:]) if n <= len(key) else None
-            if i is None:
+            found_at = index.get(key[len(key) - n:]) if n <= len(key) else None
+            if found_at is None:
                 continue
+            i = found_at
             found, param = per_leaf[i], facts.infos[i]
             if info is not None and param is not None and found is not None and info.shape == param.shape:
                 spec = found

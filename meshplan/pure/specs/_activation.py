@@ -1,0 +1,230 @@
+"""The activation layout a training step assumes: the batch, the residual stream and the logits.
+
+A memory model that divides the saved layer inputs by ``tp`` assumes they are
+stored split over ``tp``; unless the step says so (``jax.lax.with_sharding_constraint``),
+XLA may keep them whole and the step needs more memory than planned. This
+module turns that assumption into PartitionSpecs, so the planner charges and
+the step applies the very same split:
+
+* the **batch** ``(batch, seq)`` of token ids: the batch dim over the batch
+  axes, the sequence dim over the sequence axes;
+* the **residual stream** ``(batch, seq, hidden)``: like the batch, and the
+  hidden dim over the model axes (MaxText's ``activation_embed -> tensor``);
+* the **logits** ``(batch, seq, vocab)``: like the batch, and the vocabulary
+  over the model axes (what a column-parallel ``lm_head`` produces).
+
+Every split divides its dim: an axis that does not divide the feature dim
+moves to the sequence dim (Megatron's sequence parallelism) when that divides,
+and is left out otherwise, so the layout is always valid for storage and the
+bytes charged for it are exact. Axes of size 1 are left out (they split
+nothing). Axes go in mesh order, outermost first, as jax reads a tuple entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jax.sharding import PartitionSpec
+
+from meshplan.pure._check import as_count, as_record, as_sequence, as_shape, as_str, canonical_axis_sizes
+from meshplan.pure._types import AxisSizes, SpecEntry, make_spec
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.specs._geometry import canonical_entries, shard_shape, spec_from_entries
+
+__all__ = ["ACTIVATION_NAMES", "ActivationLayout", "ActivationSpec", "activation_layout"]
+
+ACTIVATION_NAMES: tuple[str, ...] = ("batch", "residual", "logits")
+"""The tensors an :class:`ActivationLayout` places, in this order."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActivationSpec:
+    """One tensor of a training step: its global shape, element size and spec.
+
+    Attributes:
+      name: ``"batch"``, ``"residual"`` or ``"logits"``.
+      shape: the global shape, e.g. ``(batch, seq, hidden)``.
+      itemsize: bytes per element (logits are fp32: 4).
+      spec: the PartitionSpec the step applies.
+
+    Example:
+      >>> a = ActivationSpec("residual", (8, 128, 64), 2, PartitionSpec("dp", None, "tp"))
+      >>> a.shard_bytes({"dp": 2, "tp": 4})       # (4, 128, 16) elements of 2 bytes
+      16384
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    itemsize: int
+    spec: PartitionSpec
+
+    def __post_init__(self) -> None:
+        as_str(self.name, "ActivationSpec.name")
+        object.__setattr__(self, "shape", as_shape(self.shape, "ActivationSpec.shape"))
+        object.__setattr__(self, "itemsize", as_count(self.itemsize, "ActivationSpec.itemsize", error=PlanError))
+        if not isinstance(self.spec, PartitionSpec):
+            raise MeshplanTypeError(f"ActivationSpec.spec must be a PartitionSpec, got {self.spec!r}.")
+        canonical_entries(self.spec, len(self.shape), where=f"activation {self.name!r}")
+
+    def shard_bytes(self, axis_sizes: AxisSizes) -> int:
+        """Bytes of one device's shard on a mesh of ``axis_sizes``."""
+        return math.prod(shard_shape(self.shape, self.spec, axis_sizes)) * self.itemsize
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the spec as one list per dim, as in the plan's groups)."""
+        entries = [list(e) if isinstance(e, tuple) else e for e in self.spec]
+        return {"name": self.name, "shape": list(self.shape), "itemsize": self.itemsize, "spec": entries}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ActivationSpec:
+        """Inverse of :meth:`to_dict`."""
+        names = ("name", "shape", "itemsize", "spec")
+        fields = as_record(data, "ActivationSpec", fields=names, required=names, error=PlanError)
+        entries = [tuple(e) if isinstance(e, list) else e for e in as_sequence(fields["spec"], "ActivationSpec.spec")]
+        return cls(fields["name"], fields["shape"], fields["itemsize"], make_spec(*entries))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActivationLayout:
+    """The batch, residual-stream and logits specs of a training step (see the module docstring).
+
+    Attributes:
+      tensors: one :class:`ActivationSpec` per name in :data:`ACTIVATION_NAMES`.
+
+    Example:
+      >>> layout = activation_layout({"dp": 2, "tp": 4}, batch=8, seq=128, hidden=64, vocab=1000)
+      >>> layout.specs
+      {'batch': P('dp',), 'residual': P('dp', None, 'tp'), 'logits': P('dp', None, 'tp')}
+    """
+
+    tensors: tuple[ActivationSpec, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tensors", as_sequence(self.tensors, "ActivationLayout.tensors"))
+        if not all(isinstance(t, ActivationSpec) for t in self.tensors):
+            raise MeshplanTypeError(f"ActivationLayout.tensors must hold ActivationSpec values, got {self.tensors!r}.")
+        names = tuple(t.name for t in self.tensors)
+        if names != ACTIVATION_NAMES:
+            raise PlanError(f"ActivationLayout needs tensors named {list(ACTIVATION_NAMES)}, got {list(names)}.")
+
+    def __getitem__(self, name: str) -> ActivationSpec:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise PlanError(f"no activation {name!r}; the layout has {list(ACTIVATION_NAMES)}.")
+
+    @property
+    def specs(self) -> dict[str, PartitionSpec]:
+        """Name -> PartitionSpec, in :data:`ACTIVATION_NAMES` order."""
+        return {t.name: t.spec for t in self.tensors}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"tensors": [t.to_dict() for t in self.tensors]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ActivationLayout:
+        """Inverse of :meth:`to_dict`."""
+        fields = as_record(data, "ActivationLayout", fields=("tensors",), required=("tensors",), error=PlanError)
+        return cls(tuple(ActivationSpec.from_dict(t) for t in as_sequence(fields["tensors"], "tensors")))
+
+
+def _split(size: int, axes: Sequence[str], sizes: AxisSizes) -> SpecEntry:
+    """The axes, in the order given, that split ``size`` evenly together; size-1 axes left out.
+
+    Greedy: an axis joins when the product so far times its size divides
+    ``size``; one that does not is skipped for the next.
+    """
+    out: list[str] = []
+    ways = 1
+    for a in axes:
+        n = sizes[a]
+        if n > 1 and size % (ways * n) == 0:
+            out.append(a)
+            ways *= n
+    return tuple(out)
+
+
+def _in_mesh_order(axes: Sequence[str], sizes: AxisSizes) -> tuple[str, ...]:
+    wanted = set(axes)
+    return tuple(a for a in sizes if a in wanted)
+
+
+def _feature_entries(batch_entry: SpecEntry, seq_entry: SpecEntry, seq: int, feature: int,
+                     sizes: AxisSizes, model_axes: tuple[str, ...]) -> tuple[SpecEntry, SpecEntry, SpecEntry]:
+    f = _split(feature, model_axes, sizes)
+    # Model axes the feature dim cannot take split the sequence instead (sequence parallelism),
+    # so the activation is still stored 1/tp per device whenever any dim allows it.
+    left = [a for a in model_axes if a not in f]
+    taken = math.prod(sizes[a] for a in seq_entry)
+    extra = _split(seq // taken, left, sizes)
+    return batch_entry, seq_entry + extra, f
+
+
+def activation_layout(
+    axis_sizes: AxisSizes,
+    *,
+    batch: int,
+    seq: int,
+    hidden: int,
+    vocab: int,
+    itemsize: int = 2,
+    batch_axes: Sequence[str] = ("dp", "fsdp", "ep"),
+    seq_axes: Sequence[str] = ("sp",),
+    model_axes: Sequence[str] = ("tp",),
+) -> ActivationLayout:
+    """The specs of a step's batch, residual stream and logits on a mesh (see the module docstring).
+
+    Args:
+      axis_sizes: ordered mapping mesh axis -> size, in mesh order.
+      batch: global batch in sequences; seq: tokens per sequence.
+      hidden: the residual stream's width; vocab: the logits' width.
+      itemsize: bytes per residual-stream element (logits count 4, token ids 4).
+      batch_axes, seq_axes, model_axes: the mesh axes that split the batch,
+        the sequence and the features (absent ones count as size 1). Defaults:
+        the mesh search's axis kinds.
+
+    Returns:
+      An :class:`ActivationLayout` whose every spec is valid for storage on
+      the mesh (each split divides its dim).
+
+    Raises:
+      MeshplanTypeError / PlanError: a size that is not a positive int, an
+        axis named in two roles.
+
+    Example:
+      >>> layout = activation_layout({"fsdp": 4, "tp": 2}, batch=8, seq=64, hidden=96, vocab=1001)
+      >>> layout.specs["logits"]        # 1001 does not divide by tp=2: the sequence takes tp
+      P('fsdp', 'tp')
+      >>> layout["residual"].shard_bytes({"fsdp": 4, "tp": 2}) == 8 * 64 * 96 * 2 // 8
+      True
+    """
+    sizes = canonical_axis_sizes(axis_sizes)
+    dims = {n: as_count(v, n, error=PlanError)
+            for n, v in (("batch", batch), ("seq", seq), ("hidden", hidden), ("vocab", vocab),
+                         ("itemsize", itemsize))}
+    roles = {"batch_axes": tuple(batch_axes), "seq_axes": tuple(seq_axes), "model_axes": tuple(model_axes)}
+    seen: dict[str, str] = {}
+    twice = []
+    for role, axes in roles.items():
+        for a in axes:
+            if not isinstance(a, str):
+                raise MeshplanTypeError(f"{role} entry {a!r} must be an axis name (str).")
+            if a in seen:
+                twice.append(f"{a!r} in {seen[a]} and {role}")
+            seen.setdefault(a, role)
+    if twice:
+        raise PlanError(f"an axis can split only one dim of an activation: {'; '.join(twice)}.")
+    b_axes, s_axes, m_axes = (_in_mesh_order(roles[r], sizes) for r in roles)
+    del axis_sizes, batch, seq, hidden, vocab, itemsize, batch_axes, seq_axes, model_axes
+
+    b, s = _split(dims["batch"], b_axes, sizes), _split(dims["seq"], s_axes, sizes)
+    tokens = (dims["batch"], dims["seq"])
+    tensors = [ActivationSpec("batch", tokens, 4, spec_from_entries((b, s)))]
+    for name, width, unit in (("residual", dims["hidden"], dims["itemsize"]), ("logits", dims["vocab"], 4)):
+        entries = _feature_entries(b, s, dims["seq"], width, sizes, m_axes)
+        tensors.append(ActivationSpec(name, (*tokens, width), unit, spec_from_entries(entries)))
+    return ActivationLayout(tuple(tensors))
