@@ -26,11 +26,15 @@ from meshplan.pure import (
     MeshShape,
     ModelSpec,
     Plan,
+    LogicalRule,
     SearchResult,
     TrainingMemoryEstimate,
     estimate_memory,
     estimate_training_memory,
+    export_plan,
     get_preset,
+    logical_export,
+    maxtext_settings,
     optimizer_state_specs,
     parse_cluster,
     plan_from_specs,
@@ -51,6 +55,7 @@ _FACADE = {
     "MeshPartitionHelper": "_partition_helper",
     "AutoShardingRule": "_rules", "CompositeShardingRule": "_rules", "MemoryConstrainedShardingRule": "_rules",
     "ShapeBasedShardingRule": "_rules", "ShardingRule": "_rules",
+    "LogicalShardingRule": "_logical", "logical_names": "_logical",
     "barrier_sync": "_distributed", "host_batch_slice": "_distributed", "host_mesh_shape": "_distributed",
     "place": "_place",
 }
@@ -75,6 +80,8 @@ __all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult
             "search_meshes"]
 
 
+# logical-axis rules and exports (flax / MaxText)
+__all__ += ["LogicalRule", "LogicalShardingRule", "export_plan", "logical_export", "logical_names", "maxtext_settings"]
 def __getattr__(name: str) -> Any:
     module = _FACADE.get(name)
     if module is None:
@@ -99,6 +106,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._rules import (
         AutoShardingRule,
         CompositeShardingRule,
+    from meshplan.facade._logical import LogicalShardingRule, logical_names
         MemoryConstrainedShardingRule,
         ShapeBasedShardingRule,
         ShardingRule,

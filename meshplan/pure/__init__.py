@@ -48,7 +48,17 @@ from meshplan.pure.rules import (
     plan_from_specs,
     plan_tree,
 )
-from meshplan.pure.search import Cluster, DeviceSpec, MeshCandidate, SearchResult, parse_cluster, search_meshes
+from meshplan.pure.search import (
+    Cluster,
+    DeviceSpec,
+    MeshCandidate,
+    SearchResult,
+    export_plan,
+    logical_export,
+    maxtext_settings,
+    parse_cluster,
+    search_meshes,
+)
 from meshplan.pure.specs import (
     Finding,
     HostBatchSlice,
@@ -79,4 +89,4 @@ __all__ += ["AutoRule", "AxisKindRule", "CompositeRule", "Decision", "LeafContex
             "ShapePatternRule", "SuggestRule", "plan_from_specs", "plan_tree"]
 # search
 __all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "parse_cluster",
-            "search_meshes"]
+            "search_meshes", "export_plan", "logical_export", "maxtext_settings"]

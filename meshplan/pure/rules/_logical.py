@@ -205,7 +205,8 @@ def resolve_logical_axes(
     """The PartitionSpec for one leaf's logical names, and why (see the module docstring).
 
     Args:
-      names: one logical name (or ``None``) per dim of ``shape``.
+      names: one logical name (or ``None``) per dim of ``shape``; fewer leave the
+        trailing dims unnamed.
       shape: the leaf's shape.
       table: a canonical logical table (:func:`canonical_logical_table`).
       axis_sizes: the mesh's axis sizes.
@@ -215,7 +216,7 @@ def resolve_logical_axes(
       and one line naming the row that decided each dim and every row skipped.
 
     Raises:
-      ShardingRuleError: ``names`` does not have one entry per dim, or repeats a name.
+      ShardingRuleError: ``names`` is longer than the rank, or repeats a name.
 
     Example:
       >>> table = canonical_logical_table([("mlp", "tp"), ("embed", "tp"), ("embed", "fsdp")])
@@ -231,11 +232,13 @@ def resolve_logical_axes(
       row #2 'embed'->'fsdp': dim 0 already decided
     """
     names = canonical_logical_names(names)
-    if len(names) != len(shape):
+    if len(names) > len(shape):
         raise ShardingRuleError(
             f"logical names {names} have {len(names)} entries but the leaf has shape {tuple(shape)} "
-            f"(rank {len(shape)}); give one name (or None) per dim."
+            f"(rank {len(shape)}); give at most one name (or None) per dim."
         )
+    # Like a PartitionSpec, names may stop early: the trailing dims are unnamed (flax reads P() so).
+    names = names + (None,) * (len(shape) - len(names))
     position = {n: d for d, n in enumerate(names) if n is not None}
     result: list[Any] = [None if n is None else _UNASSIGNED for n in names]
     decided_by: dict[int, int] = {}

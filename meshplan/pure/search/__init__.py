@@ -15,10 +15,20 @@ from meshplan.pure.search._cost import (
     reduce_scatter_time,
     select_link,
 )
+from meshplan.pure.search._export import (
+    EXPORT_FORMATS,
+    export_plan,
+    logical_export,
+    LogicalExport,
+    MAXTEXT_AXIS_MAP,
+    MAXTEXT_MESH_AXES,
+    maxtext_settings,
+)
 from meshplan.pure.search._hardware import DEVICE_SPECS, DeviceSpec
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
 from meshplan.pure.search._step_cost import axis_domain_counts
+from meshplan.pure.search._topology import TpuTopology, tpu_topology
 
 __all__ = [
     "all_gather_time",
@@ -32,7 +42,14 @@ __all__ = [
     "CommTerm",
     "DEVICE_SPECS",
     "DeviceSpec",
+    "EXPORT_FORMATS",
+    "export_plan",
     "Link",
+    "logical_export",
+    "LogicalExport",
+    "MAXTEXT_AXIS_MAP",
+    "MAXTEXT_MESH_AXES",
+    "maxtext_settings",
     "MemoryBreakdown",
     "MeshCandidate",
     "ParamGroup",
@@ -43,4 +60,6 @@ __all__ = [
     "SearchRequest",
     "SearchResult",
     "select_link",
+    "TpuTopology",
+    "tpu_topology",
 ]

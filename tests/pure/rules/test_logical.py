@@ -222,10 +222,12 @@ def test_names_from_a_flax_partition_spec_tree():
     assert logical_names_by_path(specs) == {"params/dense/bias": ("mlp",), "params/dense/kernel": ("embed", "mlp")}
 
 
-def test_a_wrong_rank_names_the_leaf():
-    rule = LogicalRule([("embed", "tp")], names={"w": ("embed",)})
-    with pytest.raises(ShardingRuleError, match=r"w: logical names \('embed',\) have 1 entries but the leaf"):
+def test_names_longer_than_the_rank_name_the_leaf_and_shorter_ones_pad():
+    rule = LogicalRule([("embed", "tp")], names={"w": ("embed", None, None)})
+    with pytest.raises(ShardingRuleError, match=r"w: logical names \('embed', None, None\) have 3 entries but the"):
         plan_tree({"w": np.zeros((4, 4))}, rule, {"tp": 2})
+    short = LogicalRule([("embed", "tp")], names={"w": ("embed",)})
+    assert plan_tree({"w": np.zeros((4, 4))}, short, {"tp": 2}).specs == {"w": P("tp")}
 
 
 @pytest.mark.parametrize(("make", "error", "match"), [
