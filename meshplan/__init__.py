@@ -100,13 +100,13 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._config import MeshConfig
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
     from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
+    from meshplan.facade._logical import LogicalShardingRule, logical_names
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
     from meshplan.facade._partition_helper import MeshPartitionHelper
     from meshplan.facade._place import place
     from meshplan.facade._rules import (
         AutoShardingRule,
         CompositeShardingRule,
-    from meshplan.facade._logical import LogicalShardingRule, logical_names
         MemoryConstrainedShardingRule,
         ShapeBasedShardingRule,
         ShardingRule,
