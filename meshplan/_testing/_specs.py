@@ -32,7 +32,7 @@ __all__ = ["InvalidSpec", "SPEC_FAULTS", "array_shapes_for", "invalid_partition_
 # In the order a drawn fault shrinks through.
 SPEC_FAULTS: tuple[str, ...] = ("unknown_axis", "repeated_axis", "indivisible", "rank")
 # Dims built from small primes, so axes divide them often, plus primes nothing divides.
-_DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
+_DIMS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 16, 24, 32, 48, 64)
 
 
 class InvalidSpec(NamedTuple):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from hypothesis import strategies as st
-from jax.sharding import PartitionSpec
 
 from meshplan._testing._check import (
     InvalidArgument,

@@ -1,8 +1,5 @@
 """Canonical spec entries and shard geometry, checked against jax's NamedSharding."""
 
-import functools
-
-import jax
 import numpy as np
 import pytest
 from hypothesis import given
@@ -12,41 +9,25 @@ from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import MeshplanTypeError, SpecError, shard_geometry, shard_shape
 from meshplan.pure.specs import UNCONSTRAINED, canonical_entries, spec_axes, spec_from_entries
-from meshplan.testing import mesh_shapes
-
-AXIS_NAMES = ("a", "b", "c")
-# Mesh keys: the sizes of every 1-3 axis mesh over the 8 test devices; shrink to (8,).
-MESH_KEYS = st.integers(1, 3).flatmap(lambda k: mesh_shapes(num_devices=8, axis_names=AXIS_NAMES[:k])).map(
-    lambda m: m.sizes)
+from meshplan.testing import array_shapes_for, mesh_for, mesh_shapes, partition_specs
 
 
-@functools.cache
-def mesh_for(key: tuple[int, ...]) -> jax.sharding.Mesh:
-    return jax.make_mesh(key, AXIS_NAMES[: len(key)])
+def well_formed_cases():
+    """(mesh over the 8 test devices, shape, spec) with known, unrepeated axes and len(spec) <= rank.
 
-
-@st.composite
-def valid_cases(draw):
-    """(mesh key, shape, spec) with known, unrepeated axes and len(spec) <= rank.
-
-    Shrinks towards the first mesh, rank 0 and an empty spec.
+    Splits may be uneven and dims 0. Shrinks to a one-axis mesh, rank 0 and ``P()``.
     """
-    key = draw(MESH_KEYS)
-    names = list(AXIS_NAMES[: len(key)])
-    shape = tuple(draw(st.lists(st.integers(0, 17), max_size=3)))
-    free = draw(st.permutations(names))
-    entries = []
-    for _ in range(draw(st.integers(0, len(shape)))):
-        take = draw(st.integers(0, min(2, len(free))))
-        group, free = tuple(free[:take]), free[take:]
-        entries.append(group)
-    return key, shape, spec_from_entries(entries)
+    def for_mesh(m):
+        sizes = m.as_dict()
+        shapes = array_shapes_for(sizes, divisible=False, max_dims=3, allow_empty=True)
+        return shapes.flatmap(lambda s: st.tuples(st.just(mesh_for(sizes)), st.just(s),
+                                                  partition_specs(s, sizes, allow_uneven=True)))
+    return mesh_shapes(num_devices=8).flatmap(for_mesh)
 
 
-@given(valid_cases())
+@given(well_formed_cases())
 def test_shard_geometry_agrees_with_named_sharding_and_flags_padding_exactly_when_jax_refuses(case):
-    key, shape, spec = case
-    mesh = mesh_for(key)
+    mesh, shape, spec = case
     geometry = shard_geometry(shape, spec, dict(mesh.shape))
     try:
         jax_shape = NamedSharding(mesh, spec).shard_shape(shape)
@@ -58,10 +39,10 @@ def test_shard_geometry_agrees_with_named_sharding_and_flags_padding_exactly_whe
     assert shard_shape(shape, spec, dict(mesh.shape)) == jax_shape
 
 
-@given(valid_cases())
+@given(well_formed_cases())
 def test_padded_shard_covers_the_dim_with_less_than_one_shard_of_padding(case):
-    key, shape, spec = case
-    g = shard_geometry(shape, spec, dict(mesh_for(key).shape))
+    mesh, shape, spec = case
+    g = shard_geometry(shape, spec, dict(mesh.shape))
     for d, s, n in zip(shape, g.shard_shape, g.splits, strict=True):
         assert s * n >= d > s * n - n or d == 0
     assert g.num_elements == int(np.prod(g.shard_shape))

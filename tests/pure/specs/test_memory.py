@@ -1,6 +1,5 @@
 """estimate_memory equals what live jax.Arrays hold, per device, byte for byte."""
 
-import functools
 import json
 import math
 import os
@@ -10,7 +9,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -19,7 +17,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import (
-    MemoryEstimate,
     MeshplanTypeError,
     SpecError,
     estimate_memory,
@@ -27,49 +24,27 @@ from meshplan.pure import (
     optimizer_state_specs,
     validate_specs,
 )
-from meshplan.pure.specs import UNCONSTRAINED, dtype_bits, spec_from_entries, validate_and_estimate
-from meshplan.testing import mesh_shapes
+from meshplan.pure.specs import UNCONSTRAINED, dtype_bits, validate_and_estimate
+from meshplan.testing import mesh_for, mesh_shapes, sharded_trees
 
-AXIS_NAMES = ("a", "b", "c")
-# Mesh keys: the sizes of every 1-3 axis mesh over the 8 test devices; shrink to (8,).
-MESH_KEYS = st.integers(1, 3).flatmap(lambda k: mesh_shapes(num_devices=8, axis_names=AXIS_NAMES[:k])).map(
-    lambda m: m.sizes)
 DTYPES = [np.float32, np.int8, np.bool_, np.complex64, jnp.bfloat16, jnp.int4, jnp.uint2,
           jnp.float8_e4m3fn, jnp.float4_e2m1fn]
 
 
-@functools.cache
-def mesh_for(key: tuple[int, ...]) -> jax.sharding.Mesh:
-    return jax.make_mesh(key, AXIS_NAMES[: len(key)])
+def placed_trees(*, even: bool = True):
+    """Sharded trees on meshes over the 8 test devices, dims possibly 0.
+
+    ``even``: dims are multiples of the mesh size, so every drawn split divides;
+    else dims are small numbers and splits may be uneven. Shrinks to one rank-0 leaf.
+    """
+    return sharded_trees(mesh_shape=mesh_shapes(num_devices=8), divisible=even, allow_empty=True,
+                         allow_uneven=not even, dtypes=DTYPES, max_leaves=2)
 
 
-@st.composite
-def spec_and_shape(draw, names, sizes, *, even: bool):
-    """A spec over ``names`` and a shape it fits; ``even`` makes every split divide its dim."""
-    rank = draw(st.integers(0, 3))
-    free = draw(st.permutations(names))
-    entries, shape = [], []
-    for _ in range(rank):
-        take = draw(st.integers(0, min(2, len(free))))
-        group, free = tuple(free[:take]), free[take:]
-        n = math.prod(sizes[a] for a in group)
-        entries.append(group)
-        shape.append(n * draw(st.integers(0, 3)) if even else draw(st.integers(0, 3 * n + 1)))
-    return spec_from_entries(entries), tuple(shape)
-
-
-@st.composite
-def placed_trees(draw, *, even: bool = True):
-    """(mesh key, tree of ShapeDtypeStructs, spec tree); shrinks to one rank-0 leaf on the first mesh."""
-    key = draw(MESH_KEYS)
-    mesh = mesh_for(key)
-    names, sizes = list(mesh.axis_names), dict(mesh.shape)
-    leaves, specs = {}, {}
-    for i in range(draw(st.integers(1, 4))):
-        spec, shape = draw(spec_and_shape(names, sizes, even=even))
-        leaves[f"p{i}"] = jax.ShapeDtypeStruct(shape, draw(st.sampled_from(DTYPES)))
-        specs[f"p{i}"] = spec
-    return key, leaves, specs
+def leaves_and_specs(case):
+    """The drawn tree's leaves and their specs, in the same order."""
+    specs = jax.tree.leaves(case.specs, is_leaf=lambda x: isinstance(x, P))
+    return list(zip(jax.tree.leaves(case.tree), specs, strict=True))
 
 
 def live_bytes_per_device(mesh, tree, specs) -> dict[int, int]:
@@ -86,53 +61,51 @@ def live_bytes_per_device(mesh, tree, specs) -> dict[int, int]:
 
 @given(placed_trees())
 def test_estimate_equals_live_shard_bytes_on_every_device(case):
-    key, tree, specs = case
-    mesh = mesh_for(key)
-    est = estimate_memory(tree, specs, dict(mesh.shape))
+    mesh, tree, specs = mesh_for(case.axis_sizes), case.tree, case.specs
+    est = estimate_memory(tree, specs, case.axis_sizes)
     by_device = dict(zip((d.id for d in mesh.devices.flat), est.per_device, strict=True))
     assert by_device == live_bytes_per_device(mesh, tree, specs)
     assert not est.padded and est.exact
-    full = {k: math.prod(s.shape) * np.dtype(s.dtype).itemsize for k, s in tree.items()}
-    assert est.total_unsharded_bytes == sum(full.values())
-    replicated = [k for k, s in specs.items() if NamedSharding(mesh, s).is_fully_replicated]
-    assert est.replicated_bytes == sum(full[k] for k in replicated)
-    assert est.max_per_device == max(est.per_device) and est.num_arrays == len(tree)
+    pairs = leaves_and_specs(case)
+    full = [math.prod(s.shape) * np.dtype(s.dtype).itemsize for s, _ in pairs]
+    assert est.total_unsharded_bytes == sum(full)
+    replicated = [n for n, (_, spec) in zip(full, pairs) if NamedSharding(mesh, spec).is_fully_replicated]
+    assert est.replicated_bytes == sum(replicated)
+    assert est.max_per_device == max(est.per_device) and est.num_arrays == len(pairs)
 
 
 @given(placed_trees())
 def test_packed_subbyte_counts_each_shard_packed(case):
-    key, tree, specs = case
-    mesh = mesh_for(key)
-    est = estimate_memory(tree, specs, dict(mesh.shape), packed_subbyte=True)
+    mesh = mesh_for(case.axis_sizes)
+    est = estimate_memory(case.tree, case.specs, case.axis_sizes, packed_subbyte=True)
     expected = 0
-    for k, s in tree.items():
-        n = math.prod(NamedSharding(mesh, specs[k]).shard_shape(s.shape))
+    for s, spec in leaves_and_specs(case):
+        n = math.prod(NamedSharding(mesh, spec).shard_shape(s.shape))
         expected += -(-n * dtype_bits(s.dtype) // 8)
     assert est.per_device == (expected,) * mesh.size
 
 
 @given(placed_trees(even=False))
 def test_uneven_splits_count_padded_buffers_or_the_real_slice_each_device_gets(case):
-    key, tree, specs = case
-    mesh = mesh_for(key)
-    sizes = dict(mesh.shape)
-    actual = estimate_memory(tree, specs, sizes, padding="actual")
-    padded = estimate_memory(tree, specs, sizes)
+    mesh, sizes = mesh_for(case.axis_sizes), case.axis_sizes
+    actual = estimate_memory(case.tree, case.specs, sizes, padding="actual")
+    padded = estimate_memory(case.tree, case.specs, sizes)
     # Oracle: jax's device -> slice map for the padded-up shape, clipped to the real shape
     # (XLA puts the padding at the end of each split dim).
     expected_actual = {d.id: 0 for d in mesh.devices.flat}
     expected_padded = 0
-    for k, s in tree.items():
+    pairs = leaves_and_specs(case)
+    for s, spec in pairs:
         itemsize = np.dtype(s.dtype).itemsize
-        up = padded_shape(s.shape, specs[k], sizes)
-        sharding = NamedSharding(mesh, specs[k])
+        up = padded_shape(s.shape, spec, sizes)
+        sharding = NamedSharding(mesh, spec)
         for device, index in sharding.devices_indices_map(up).items():
             real = math.prod(len(range(d)[sl]) for sl, d in zip(index, s.shape, strict=True))
             expected_actual[device.id] += real * itemsize
         expected_padded += math.prod(sharding.shard_shape(up)) * itemsize
     assert dict(zip((d.id for d in mesh.devices.flat), actual.per_device, strict=True)) == expected_actual
     assert padded.per_device == (expected_padded,) * mesh.size
-    uneven = any(padded_shape(s.shape, specs[k], sizes) != s.shape for k, s in tree.items())
+    uneven = any(padded_shape(s.shape, spec, sizes) != s.shape for s, spec in pairs)
     assert padded.padded == actual.padded == uneven
     assert actual.total_unsharded_bytes == padded.total_unsharded_bytes
 

@@ -1,29 +1,17 @@
 """validate_specs / check_specs: findings name the leaf, and agree with jax.device_put."""
 
-import functools
-
 import jax
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from jax._src.named_sharding import DuplicateSpecError  # only to name jax's refusal in the oracle
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import Finding, MeshplanTypeError, SpecError, check_specs, tree_facts, validate_specs
 from meshplan.pure.specs import UNCONSTRAINED
-from meshplan.testing import mesh_shapes
-
-AXIS_NAMES = ("a", "b", "c")
-# Mesh keys: the sizes of every 1-3 axis mesh over the 8 test devices; shrink to (8,).
-MESH_KEYS = st.integers(1, 3).flatmap(lambda k: mesh_shapes(num_devices=8, axis_names=AXIS_NAMES[:k])).map(
-    lambda m: m.sizes)
-
-
-@functools.cache
-def mesh_for(key: tuple[int, ...], axis_type: AxisType) -> jax.sharding.Mesh:
-    return jax.make_mesh(key, AXIS_NAMES[: len(key)], axis_types=(axis_type,) * len(key))
+from meshplan.testing import array_shapes_for, invalid_partition_specs, mesh_for, mesh_shapes, partition_specs
 
 
 def jax_stores(mesh, shape, spec) -> bool:
@@ -39,31 +27,28 @@ def jax_stores(mesh, shape, spec) -> bool:
     return True
 
 
-@st.composite
-def any_spec_cases(draw):
-    """(mesh key, axis type, shape, spec) with specs that may be wrong in every way.
+def any_spec_cases():
+    """(mesh over the 8 test devices, shape, spec) where the spec stores, is fine only inside jit
+    (uneven, UNCONSTRAINED), or carries one of the faults jax refuses everywhere.
 
-    Shrinks towards the first mesh, rank 0 and an empty spec.
+    Shrinks to a one-axis Auto mesh, rank 0 and ``P()``.
     """
-    key = draw(MESH_KEYS)
-    axis_type = draw(st.sampled_from([AxisType.Explicit, AxisType.Auto]))
-    names = list(AXIS_NAMES[: len(key)])
-    shape = tuple(draw(st.lists(st.sampled_from([0, 1, 2, 3, 4, 6, 8, 12, 16]), max_size=3)))
-    entry = st.one_of(
-        st.none(),
-        st.sampled_from(names),
-        st.lists(st.sampled_from(names), min_size=2, max_size=2).map(tuple),
-        st.just("zz"),
-        st.just(UNCONSTRAINED),
-    )
-    spec = P(*draw(st.lists(entry, max_size=len(shape) + 1)))
-    return key, axis_type, shape, spec
+    def for_shape(sizes, axis_types, shape):
+        specs = st.one_of(partition_specs(shape, sizes, allow_uneven=True, allow_unconstrained=True),
+                          invalid_partition_specs(shape, sizes).map(lambda bad: bad.spec))
+        return st.tuples(st.just(mesh_for(sizes, axis_types=axis_types)), st.just(shape), specs)
+
+    def for_mesh(sizes, axis_types):
+        shapes = array_shapes_for(sizes, divisible=False, max_dims=3, allow_empty=True)
+        return shapes.flatmap(lambda shape: for_shape(sizes, axis_types, shape))
+
+    return st.tuples(mesh_shapes(num_devices=8), st.sampled_from(["auto", "explicit"])).flatmap(
+        lambda t: for_mesh(t[0].as_dict(), t[1]))
 
 
 @given(any_spec_cases())
 def test_storage_validation_accepts_exactly_what_device_put_accepts(case):
-    key, axis_type, shape, spec = case
-    mesh = mesh_for(key, axis_type)
+    mesh, shape, spec = case
     tree = {"layer": {"w": jax.ShapeDtypeStruct(shape, np.int8)}}
     findings = validate_specs(tree, {"layer": {"w": spec}}, dict(mesh.shape))
     errors = [f for f in findings if f.severity == "error"]
@@ -74,8 +59,8 @@ def test_storage_validation_accepts_exactly_what_device_put_accepts(case):
 
 @given(any_spec_cases())
 def test_inside_jit_uneven_dims_and_unconstrained_stop_being_errors(case):
-    key, axis_type, shape, spec = case
-    sizes = dict(mesh_for(key, axis_type).shape)
+    mesh, shape, spec = case
+    sizes = dict(mesh.shape)
     stored = validate_specs([jax.ShapeDtypeStruct(shape, np.float32)], [spec], sizes)
     in_jit = validate_specs([jax.ShapeDtypeStruct(shape, np.float32)], [spec], sizes, for_storage=False)
     relaxed = {"indivisible", "unconstrained"}
