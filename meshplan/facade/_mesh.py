@@ -225,6 +225,21 @@ def _device_grid(
     return out
 
 
+def _devices_key(devices: Sequence[jax.Device]) -> Hashable:
+    """The device set, as a cache key: the devices themselves, in order.
+
+    Ids alone are not enough once device descriptions are accepted (two
+    topologies described with ids 0..n-1). Unhashable descriptions are keyed
+    by identity; the cached Mesh holds them, so their ids stay unique.
+    """
+    key = tuple(devices)
+    try:
+        hash(key)
+    except TypeError:
+        return tuple((type(d).__name__, id(d)) for d in devices)
+    return key
+
+
 def _canonical_shape(mesh_shape: object, name: str) -> tuple[int, ...] | HybridMeshShape | MeshShape:
     if isinstance(mesh_shape, HybridMeshShape | MeshShape):  # checked, frozen and hashable
         return mesh_shape
@@ -255,7 +270,7 @@ def build_mesh(
     axis_names = validate_axis_names(axis_names)
     types = canonicalize_axis_types(axis_types, len(mesh_shape))
     flags = (bool(should_sort_granules_by_key), bool(allow_split_physical_axes), bool(use_jax),
-             granule_by, bool(contiguous_hosts), devices[0].platform, tuple(d.id for d in devices))
+             granule_by, bool(contiguous_hosts), _devices_key(devices))
     # Two keys: the raw arguments (a cheap hit for repeated calls) and the
     # resolved request (so (2, -1) and (2, 4) share one Mesh).
     raw_key = (

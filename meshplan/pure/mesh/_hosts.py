@@ -17,7 +17,8 @@ property and builds layouts that have it, on plain ids.
   :func:`~meshplan.pure.mesh.split_over_granules`, the split that also puts
   granules on DCN, so the inner shape is each host's block. Such a split
   exists whenever the hosts hold equal device counts (see that module), so a
-  contiguous layout always exists for equal hosts.
+  contiguous layout always exists for equal hosts. Unequal hosts get no
+  block layout (an error that names the opt-out).
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ def arrange_host_blocks(hosts: Sequence[Sequence[int]], shape: Sequence[int]) ->
 
     Raises:
       MeshplanTypeError: an id or size is not an int.
-      DeviceLayoutError: no hosts, hosts of different sizes (no contiguous
-        layout exists), or a shape whose product is not the number of ids.
+      DeviceLayoutError: no hosts, hosts of different sizes (for which no
+        block layout is attempted), or a shape whose product is not the number of ids.
 
     Example:
       >>> arrange_host_blocks([[0, 1], [2, 3], [4, 5], [6, 7]], (2, 4)).tolist()
@@ -159,8 +160,9 @@ def arrange_host_blocks(hosts: Sequence[Sequence[int]], shape: Sequence[int]) ->
     sizes = sorted({len(r) for r in rows})
     if len(sizes) > 1:
         raise DeviceLayoutError(
-            f"the hosts hold different numbers of devices ({sizes}), so no layout gives each host one "
-            "contiguous block; use equal hosts, or opt out with contiguous_hosts=False."
+            f"the hosts hold different numbers of devices ({sizes}); meshplan gives each host one "
+            "contiguous block only for equal hosts (and no jax layout kept these contiguous). Use "
+            "equal hosts, or opt out of contiguous host blocks with contiguous_hosts=False."
         )
     total = len(rows) * sizes[0]
     if math.prod(dims) != total:
