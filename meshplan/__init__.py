@@ -58,6 +58,8 @@ _FACADE = {
     "LogicalShardingRule": "_logical", "logical_names": "_logical",
     "barrier_sync": "_distributed", "host_batch_slice": "_distributed", "host_mesh_shape": "_distributed",
     "place": "_place",
+    "CompiledMemory": "_compiled", "compiled_memory": "_compiled", "tpu_topology_mesh": "_compiled",
+    "ReferenceConfig": "_reference", "ReferenceStep": "_reference", "reference_step": "_reference",
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -78,10 +80,13 @@ __all__ += ["HostBatchSlice", "barrier_sync", "host_batch_slice", "host_mesh_sha
 # planning
 __all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "parse_cluster",
             "search_meshes"]
-
-
 # logical-axis rules and exports (flax / MaxText)
 __all__ += ["LogicalRule", "LogicalShardingRule", "export_plan", "logical_export", "logical_names", "maxtext_settings"]
+# exact step memory: compile ahead of time and ask XLA
+__all__ += ["CompiledMemory", "ReferenceConfig", "ReferenceStep", "compiled_memory", "reference_step",
+            "tpu_topology_mesh"]
+
+
 def __getattr__(name: str) -> Any:
     module = _FACADE.get(name)
     if module is None:
@@ -97,12 +102,14 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
+    from meshplan.facade._compiled import CompiledMemory, compiled_memory, tpu_topology_mesh
     from meshplan.facade._config import MeshConfig
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
     from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
     from meshplan.facade._logical import LogicalShardingRule, logical_names
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
     from meshplan.facade._partition_helper import MeshPartitionHelper
+    from meshplan.facade._reference import ReferenceConfig, ReferenceStep, reference_step
     from meshplan.facade._place import place
     from meshplan.facade._rules import (
         AutoShardingRule,

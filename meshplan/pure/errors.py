@@ -19,10 +19,12 @@ __all__ = [
     "SpecError",
     "ShardingRuleError",
     "MemoryBudgetError",
+    "CompiledOutOfMemoryError",
     "ClusterError",
     "PlanError",
     "NoMeshError",
     "DistributedError",
+    "DistributedArgumentError",
     "BarrierTimeoutError",
 ]
 
@@ -63,6 +65,21 @@ class MemoryBudgetError(MeshplanError, ValueError):
     """A leaf or a model cannot fit the per-device memory budget."""
 
 
+class CompiledOutOfMemoryError(MemoryBudgetError):
+    """XLA refused to compile a step: it does not fit the target's device memory.
+
+    ``xla_message`` is the compiler's own text ("Ran out of memory ..."),
+    ``required_bytes`` / ``available_bytes`` its figures where it gives them.
+    """
+
+    def __init__(self, message: str, *, xla_message: str = "", required_bytes: int | None = None,
+                 available_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.xla_message = xla_message
+        self.required_bytes = required_bytes
+        self.available_bytes = available_bytes
+
+
 class ClusterError(MeshplanError, ValueError):
     """A cluster description is malformed or names an unknown device."""
 
@@ -82,6 +99,14 @@ class NoMeshError(MeshShapeError, ShardingRuleError):
 
 class DistributedError(MeshplanError, RuntimeError):
     """The jax distributed runtime is missing or misbehaving."""
+
+
+class DistributedArgumentError(DistributedError, ValueError):
+    """A bad argument to a multi-host call (``barrier_sync(timeout=-5)``).
+
+    A :class:`DistributedError` (what those calls raised before it had a class
+    of its own) and a ``ValueError``, like every other bad value.
+    """
 
 
 class BarrierTimeoutError(DistributedError, TimeoutError):

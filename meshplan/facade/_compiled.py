@@ -1,0 +1,286 @@
+"""Exact step memory, ahead of time: ask XLA's buffer assignment.
+
+:func:`compiled_memory` lowers and compiles a jitted step for abstract
+arguments (``ShapeDtypeStruct``s with shardings, nothing allocated) and reads
+``compiled.memory_analysis()``: per device, the bytes of the arguments, the
+outputs, the outputs that reuse donated arguments, the temporaries, and the
+peak of the whole program. These are the compiler's own figures for the target
+it compiled for (the local backend, or a TPU slice from
+:func:`tpu_topology_mesh`, which needs libtpu: ``pip install 'meshplan[tpu]'``).
+A step that does not fit the target raises
+:class:`~meshplan.errors.CompiledOutOfMemoryError` carrying XLA's message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from meshplan.pure._format import fmt_bytes
+from meshplan.pure.errors import ClusterError, CompiledOutOfMemoryError, MeshplanTypeError, PlanError
+from meshplan.pure.search._cluster import Cluster, parse_cluster
+from meshplan.pure.search._topology import TpuTopology, tpu_topology
+
+__all__ = ["CompiledMemory", "compiled_memory", "libtpu_available", "tpu_topology_mesh"]
+
+_NO_PEAK = "argument + output - alias + temp (this backend reports no peak_memory_in_bytes)"
+# XLA:CPU reports a peak_memory_in_bytes that leaves the temporaries out (it is below temp_size_in_bytes
+# for every train step tried), so on CPU the peak is the bound with everything allocated at once.
+_CPU_PEAK = "argument + output - alias + temp (XLA:CPU's peak_memory_in_bytes leaves temporaries out)"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompiledMemory:
+    """XLA's memory figures for one compiled step, per device.
+
+    Attributes:
+      argument_bytes: inputs (parameters, optimizer state, batch) on one device.
+      output_bytes: outputs on one device.
+      alias_bytes: outputs that reuse donated input buffers (counted in both above).
+      temp_bytes: temporaries of the program (activations, gradients, collectives' buffers).
+      peak_bytes: the most live at once; see ``peak_source``.
+      peak_source: ``"peak_memory_in_bytes"`` when XLA's figure is used, else how it was derived.
+      reported_peak_bytes: XLA's ``peak_memory_in_bytes`` as reported (0 where absent).
+      generated_code_bytes: the compiled program's size.
+      host_temp_bytes: temporaries in host memory (host-offloaded remat), 0 without.
+      platform: ``"cpu"``, ``"tpu"``, ``"gpu"``.
+      device_kind: e.g. ``"TPU v5 lite"``.
+      num_devices: devices the step runs on.
+      compile_seconds: lowering plus compilation time.
+      largest_buffers: XLA's largest allocations when it lists them (it does in
+        out-of-memory messages), else ``()``; ``largest_buffers_note`` says which.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> x = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+      >>> m = compiled_memory(jax.jit(lambda a: a @ a), x)
+      >>> m.argument_bytes, m.output_bytes
+      (65536, 65536)
+    """
+
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    peak_bytes: int
+    peak_source: str
+    reported_peak_bytes: int
+    generated_code_bytes: int
+    host_temp_bytes: int
+    platform: str
+    device_kind: str
+    num_devices: int
+    compile_seconds: float
+    largest_buffers: tuple[str, ...] = ()
+    largest_buffers_note: str = ("not available: XLA's memory_analysis() gives totals only; it lists the largest "
+                                 "allocations when a step does not fit")
+
+    @property
+    def resident_bytes(self) -> int:
+        """Arguments plus outputs that do not reuse them: what stays allocated around the step."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes
+
+    def describe(self) -> str:
+        """``'peak 12.1 GiB (arguments 4.0 GiB, temp 8.1 GiB, outputs 4.0 GiB, aliased 4.0 GiB) on 4 x TPU v5 lite'``."""
+        return (f"peak {fmt_bytes(self.peak_bytes)} (arguments {fmt_bytes(self.argument_bytes)}, temp "
+                f"{fmt_bytes(self.temp_bytes)}, outputs {fmt_bytes(self.output_bytes)}, aliased "
+                f"{fmt_bytes(self.alias_bytes)}) on {self.num_devices} x {self.device_kind}")
+
+
+def _devices_of(args: Sequence[Any], mesh: Mesh | None) -> list[Any]:
+    if mesh is not None:
+        return list(mesh.devices.flat)
+    for leaf in jax.tree.leaves(args):
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is not None and hasattr(sharding, "device_set"):
+            return sorted(sharding.device_set, key=lambda d: d.id)
+    return list(jax.devices()[:1])
+
+
+_SIZE_RE = re.compile(r"([0-9.]+)\s*([KMGTP]?)(i?B)?\b")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+
+
+def _size(text: str) -> int | None:
+    m = _SIZE_RE.fullmatch(text.strip())
+    if m is None:
+        return None
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _oom_figures(message: str) -> tuple[int | None, int | None]:
+    """(required, available) bytes from XLA's out-of-memory text, where it states them."""
+    m = re.search(r"required for [^(]*\(([^)]+)\) exceeds available \w+ \(([^)]+)\)", message)
+    if m:
+        return _size(m.group(1)), _size(m.group(2))
+    m = re.search(r"Used ([0-9.]+[KMGTP]?) of ([0-9.]+[KMGTP]?) \w+", message)
+    if m:
+        return _size(m.group(1)), _size(m.group(2))
+    return None, None
+
+
+def _is_oom(err: Exception) -> bool:
+    text = str(err)
+    return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text or "out of memory" in text.lower()
+
+
+def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
+                    compiler_options: Mapping[str, Any] | None = None, **abstract_kwargs: Any) -> CompiledMemory:
+    """Compile ``step`` for its abstract arguments and return XLA's per-device memory figures.
+
+    Args:
+      step: a ``jax.jit``-ed function (a plain function is jitted here, with
+        no donation: jit it yourself with ``donate_argnums`` to count aliasing).
+      *abstract_args: its arguments as ``jax.ShapeDtypeStruct`` trees; their
+        ``sharding`` says where each lives (a TPU topology's devices compile
+        for that TPU from any machine). Real arrays work too.
+      mesh: made current while lowering, for steps whose sharding constraints
+        name bare PartitionSpecs; also fixes the device count reported.
+      compiler_options: XLA options for ``compile()``; e.g. on CPU
+        ``{"xla_backend_optimization_level": 0}`` halves the compile time (it
+        changes code generation after buffer assignment, not the figures).
+      **abstract_kwargs: keyword arguments, likewise abstract.
+
+    Returns:
+      A :class:`CompiledMemory`.
+
+    Raises:
+      CompiledOutOfMemoryError: the compiler says the step does not fit the
+        target's device memory (the exception carries its message and figures).
+      MeshplanTypeError: ``step`` is not callable or ``mesh`` not a Mesh.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> x = jax.ShapeDtypeStruct((256,), jnp.float32)
+      >>> m = compiled_memory(jax.jit(lambda a: a * 2, donate_argnums=0), x)
+      >>> m.alias_bytes
+      1024
+    """
+    if not callable(step):
+        raise MeshplanTypeError(f"step={step!r} must be a function (ideally jax.jit-ed).")
+    if mesh is not None and not isinstance(mesh, Mesh):
+        raise MeshplanTypeError(f"mesh={mesh!r} must be a jax.sharding.Mesh or None.")
+    jitted = step if hasattr(step, "lower") else jax.jit(step)
+    devices = _devices_of((abstract_args, abstract_kwargs), mesh)
+    start = time.perf_counter()
+    ctx = jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
+    try:
+        with ctx:
+            lowered = jitted.lower(*abstract_args, **abstract_kwargs)
+            compiled = lowered.compile(dict(compiler_options) if compiler_options else None)
+    except Exception as err:  # XLA raises JaxRuntimeError; anything else is the user's step failing to trace
+        if not _is_oom(err):
+            raise
+        required, available = _oom_figures(str(err))
+        where = f"{len(devices)} x {devices[0].device_kind}" if devices else "the target"
+        need = f" (needs {fmt_bytes(required)} of {fmt_bytes(available)})" if required and available else ""
+        raise CompiledOutOfMemoryError(
+            f"the step does not fit on {where}{need}; XLA: {str(err).strip()}",
+            xla_message=str(err), required_bytes=required, available_bytes=available) from None
+    seconds = time.perf_counter() - start
+    ma = compiled.memory_analysis()
+    if ma is None:
+        raise PlanError(f"the {devices[0].platform if devices else 'local'} backend gives no memory analysis "
+                        "for compiled programs; compile for CPU or a TPU topology instead.")
+    argument, output = int(ma.argument_size_in_bytes), int(ma.output_size_in_bytes)
+    alias, temp = int(ma.alias_size_in_bytes), int(ma.temp_size_in_bytes)
+    reported = int(getattr(ma, "peak_memory_in_bytes", 0) or 0)
+    first = devices[0] if devices else None
+    platform = str(getattr(first, "platform", "unknown"))
+    peak, source = reported, "peak_memory_in_bytes"
+    if reported <= 0:
+        peak, source = argument + output - alias + temp, _NO_PEAK
+    elif platform == "cpu":
+        peak, source = argument + output - alias + temp, _CPU_PEAK
+    return CompiledMemory(
+        argument_bytes=argument, output_bytes=output, alias_bytes=alias, temp_bytes=temp, peak_bytes=peak,
+        peak_source=source, reported_peak_bytes=reported, generated_code_bytes=int(ma.generated_code_size_in_bytes),
+        host_temp_bytes=int(getattr(ma, "host_temp_size_in_bytes", 0) or 0),
+        platform=platform, device_kind=str(getattr(first, "device_kind", "unknown")),
+        num_devices=len(devices), compile_seconds=seconds)
+
+
+def libtpu_available() -> bool:
+    """Whether libtpu is installed, so TPU topologies can be compiled for (``pip install 'meshplan[tpu]'``).
+
+    Example:
+      >>> isinstance(libtpu_available(), bool)
+      True
+    """
+    import importlib.util
+
+    return importlib.util.find_spec("libtpu") is not None
+
+
+@functools.lru_cache(maxsize=16)
+def _topology_devices(topology: TpuTopology) -> tuple[Any, ...]:
+    from jax.experimental import topologies
+
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no cloud metadata server to ask on this machine
+    # Compiling for a topology touches no TPU, so several processes (test workers, a benchmark) may load
+    # libtpu at once; without this the second one fails on libtpu's single-process lockfile.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    desc = topologies.get_topology_desc(**topology.kwargs())
+    return tuple(desc.devices)
+
+
+def tpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_sizes: Sequence[int], *,
+                      dcn_shape: Sequence[int] | None = None) -> Mesh:
+    """A mesh of a TPU cluster's devices, for compiling ahead of time on any machine.
+
+    The cluster's slice is named for libtpu by
+    :func:`~meshplan.pure.search.tpu_topology` (``v5p-256`` -> ``v5:4x4x8``,
+    megacore, wrapped); its devices are laid out by jax's ``mesh_utils`` (the
+    hybrid ICI x DCN layout when ``dcn_shape`` spans slices).
+
+    Args:
+      cluster: a TPU :class:`~meshplan.pure.Cluster` or its text (``"v5e-16"``).
+      axis_names, axis_sizes: the mesh, outermost first; sizes multiply to the device count.
+      dcn_shape: each axis's part across slices (a search candidate's ``dcn_shape``).
+
+    Returns:
+      A ``jax.sharding.Mesh`` over TPU devices (they compile, they do not run).
+
+    Raises:
+      ClusterError: not a TPU cluster, or libtpu is not installed.
+      PlanError: sizes that do not multiply to the device count.
+
+    Example:
+      >>> mesh = tpu_topology_mesh("v5e-4", ("dp", "tp"), (2, 2))  # doctest: +SKIP
+      >>> mesh.devices.shape  # doctest: +SKIP
+      (2, 2)
+    """
+    clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
+    topology = tpu_topology(clus)
+    if not libtpu_available():
+        raise ClusterError(f"compiling for {clus.text} needs libtpu, which is not installed; "
+                           "pip install 'meshplan[tpu]' (or jax[tpu] matching your jax).")
+    names, sizes = tuple(axis_names), tuple(int(s) for s in axis_sizes)
+    if len(names) != len(sizes) or math.prod(sizes) != topology.num_devices:
+        raise PlanError(f"mesh {dict(zip(names, sizes, strict=False))} must have one size per axis, multiplying "
+                        f"to the {topology.num_devices} devices of {clus.text}.")
+    devices = list(_topology_devices(topology))
+    from jax.experimental import mesh_utils
+
+    dcn = tuple(int(d) for d in dcn_shape) if dcn_shape is not None else None
+    if dcn is not None and math.prod(dcn) > 1:
+        ici = tuple(s // d for s, d in zip(sizes, dcn, strict=True))
+        grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, allow_split_physical_axes=True)
+    else:
+        try:
+            grid = mesh_utils.create_device_mesh(sizes, devices, allow_split_physical_axes=True)
+        except (ValueError, NotImplementedError, AssertionError):
+            # Shapes mesh_utils has no physical layout for: jax's device order, reshaped.
+            grid = np.array(devices, dtype=object).reshape(sizes)
+    return Mesh(grid, names)

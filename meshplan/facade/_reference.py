@@ -1,0 +1,428 @@
+"""Reference train steps: a real, sharded, donated training step for any preset, built abstractly.
+
+:func:`reference_step` builds the step a production trainer would compile for a
+:class:`~meshplan.pure.ModelSpec` on a mesh (the forward pass is in
+:mod:`meshplan.facade._reference_model`): layers stacked and scanned (or
+unrolled), a remat policy, an attention kind, fp32-logits cross-entropy
+(optionally tiled), an optax optimizer whose state is kept in the optimizer
+dtype, gradient accumulation over micro-batches, and every input sharded as the
+plan says (parameters and optimizer state from the plan, the batch over the
+mesh's batch axes). Its inputs are ``ShapeDtypeStruct``s with shardings, so
+nothing is allocated and a 70B step compiles for a TPU topology on a laptop:
+``meshplan.compiled_memory(ref.fn, *ref.args)``.
+
+Parameters are the Hugging Face preset tree with each group of identical layers
+stacked on a new leading dim (``model.layers`` becomes ``{"dense": ...}``,
+``{"moe": ...}`` or both; GPT-2's ``transformer.h`` becomes ``{"dense": ...}``),
+each stacked leaf taking its layer's spec with ``None`` in front, so per-device
+bytes equal the planner's figure for the unstacked tree exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from meshplan.facade import _reference_model as rm
+from meshplan.pure._types import make_spec, make_struct
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.presets import ModelSpec, build_params, get_preset
+from meshplan.pure.rules._axis_kind import AxisKindRule
+from meshplan.pure.rules._engine import plan_tree
+from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.specs._dtypes import canonical_dtype
+from meshplan.pure.specs._training import optimizer_state_specs
+
+__all__ = ["ReferenceConfig", "ReferenceStep", "reference_step", "BATCH_AXES"]
+
+REMAT_POLICIES = ("none", "full", "dots", "offload")
+ATTENTION_KINDS = ("plain", "dot_product")
+OPTIMIZERS = ("adamw", "adafactor", "lion", "sgd")
+BATCH_AXES = ("dp", "fsdp", "ep")
+"""Mesh axes the batch is split over when the plan names none (the search's convention)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReferenceConfig:
+    """How the reference step is written and what it keeps.
+
+    Attributes:
+      remat: ``"none"`` (the backward keeps every activation), ``"full"`` (only
+        each layer's input, ``nothing_saveable``), ``"dots"`` (matmul outputs,
+        ``dots_saveable``) or ``"offload"`` (layer inputs moved to pinned host
+        memory; TPU/GPU targets only).
+      attention: ``"plain"`` (fp32 ``s x s`` scores) or ``"dot_product"``
+        (``jax.nn.dot_product_attention``).
+      optimizer: ``"adamw"``, ``"adafactor"``, ``"lion"`` or ``"sgd"`` (with momentum), via optax.
+      scan_layers: one ``lax.scan`` over stacked layers (compiles in seconds),
+        else a Python loop (XLA sees every layer; slow to compile).
+      micro_batches: gradient accumulation steps; the batch must divide by it
+        times the batch-axis sizes.
+      vocab_tiles: split the sequence into this many chunks for the loss, so
+        only one chunk's fp32 logits live at a time.
+      param_dtype: weights as stored (MaxText keeps fp32 weights, bf16 compute).
+      compute_dtype: activations and matmul operands.
+      optimizer_dtype: optimizer state (and the update arithmetic).
+      capacity_factor: MoE expert capacity over the even share of tokens.
+      learning_rate: the optimizer's step size (no effect on memory).
+
+    Example:
+      >>> ReferenceConfig(remat="dots").attention
+      'dot_product'
+    """
+
+    remat: str = "full"
+    attention: str = "dot_product"
+    optimizer: str = "adamw"
+    scan_layers: bool = True
+    micro_batches: int = 1
+    vocab_tiles: int = 1
+    param_dtype: Any = "bfloat16"
+    compute_dtype: Any = "bfloat16"
+    optimizer_dtype: Any = "float32"
+    capacity_factor: float = 1.25
+    learning_rate: float = 1e-4
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name, allowed in (("remat", REMAT_POLICIES), ("attention", ATTENTION_KINDS),
+                              ("optimizer", OPTIMIZERS)):
+            if getattr(self, name) not in allowed:
+                problems.append(f"{name}={getattr(self, name)!r} must be one of {list(allowed)}")
+        for name in ("micro_batches", "vocab_tiles"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                problems.append(f"{name}={v!r} must be an int >= 1")
+        if not isinstance(self.scan_layers, bool):
+            problems.append(f"scan_layers={self.scan_layers!r} must be a bool")
+        if not isinstance(self.capacity_factor, int | float) or self.capacity_factor <= 0:
+            problems.append(f"capacity_factor={self.capacity_factor!r} must be > 0")
+        if problems:
+            raise PlanError("ReferenceConfig: " + "; ".join(problems) + ".")
+        for name in ("param_dtype", "compute_dtype", "optimizer_dtype"):
+            object.__setattr__(self, name, str(canonical_dtype(getattr(self, name))))
+
+    @property
+    def text(self) -> str:
+        """One line: ``'remat=full attention=dot_product adamw bf16 params ...'``."""
+        extra = [f"micro_batches={self.micro_batches}"] if self.micro_batches > 1 else []
+        extra += [f"vocab_tiles={self.vocab_tiles}"] if self.vocab_tiles > 1 else []
+        extra += [] if self.scan_layers else ["unrolled"]
+        return " ".join([f"remat={self.remat}", f"attention={self.attention}", self.optimizer,
+                         f"params={self.param_dtype}", f"compute={self.compute_dtype}",
+                         f"optimizer_state={self.optimizer_dtype}", *extra])
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceStep:
+    """A built reference step: the jitted function, its abstract arguments and where they live.
+
+    Attributes:
+      fn: ``fn(state, batch) -> (state, metrics)``, jitted with the shardings,
+        ``state`` donated.
+      args: ``(state, batch)`` as ``ShapeDtypeStruct`` trees with shardings;
+        ``state`` is ``(params, opt_state)``, ``batch`` ``{"inputs", "targets"}``
+        of int32 ``(batch, seq)``.
+      mesh: the mesh the shardings name.
+      param_specs: the (stacked) parameters' PartitionSpecs.
+      batch_spec: the PartitionSpec of the token arrays.
+      model: the model.
+      config: how the step is written.
+      batch, seq: global batch (sequences) and tokens per sequence.
+    """
+
+    fn: Any
+    args: tuple[Any, Any]
+    mesh: Mesh
+    param_specs: Any
+    batch_spec: PartitionSpec
+    model: ModelSpec
+    config: ReferenceConfig
+    batch: int
+    seq: int
+
+    def lower(self) -> Any:
+        """``fn.lower(*args)`` (the shardings name the mesh, so no mesh context is needed)."""
+        return self.fn.lower(*self.args)
+
+
+def _layer_groups(spec: ModelSpec) -> list[tuple[str, int, int]]:
+    """``(name, first, stop)`` of each run of identical layers, in order."""
+    if not spec.is_moe:
+        return [("dense", 0, spec.num_layers)]
+    groups = [("dense", 0, spec.num_dense_layers)] if spec.num_dense_layers else []
+    return groups + [("moe", spec.num_dense_layers, spec.num_layers)]
+
+
+def _layers_parent(tree: dict[str, Any], spec: ModelSpec) -> tuple[dict[str, Any], str]:
+    return (tree["transformer"], "h") if spec.family == "gpt2" else (tree["model"], "layers")
+
+
+def _stack(tree: dict[str, Any], specs: dict[str, Any], spec: ModelSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tree and its specs with each layer group stacked on a new leading dim."""
+    tree, specs = _copy_top(tree, spec), _copy_top(specs, spec)
+    parent, key = _layers_parent(tree, spec)
+    sparent, _ = _layers_parent(specs, spec)
+    layers, layer_specs = parent[key], sparent[key]
+    stacked, stacked_specs = {}, {}
+    for name, first, stop in _layer_groups(spec):
+        n = stop - first
+        ref_specs = layer_specs[str(first)]
+        for i in range(first + 1, stop):
+            if layer_specs[str(i)] != ref_specs:
+                raise PlanError(f"layers {first} and {i} of {spec.name!r} got different specs; the reference "
+                                "step stacks identical layers and needs one spec per leaf of a layer group.")
+        stacked[name] = jax.tree.map(lambda s, n=n: make_struct((n, *s.shape), s.dtype),
+                                     layers[str(first)])
+        stacked_specs[name] = jax.tree.map(lambda p: make_spec(None, *p), ref_specs,
+                                           is_leaf=lambda x: isinstance(x, PartitionSpec))
+    parent[key], sparent[key] = stacked, stacked_specs
+    return tree, specs
+
+
+def _copy_top(tree: dict[str, Any], spec: ModelSpec) -> dict[str, Any]:
+    out = dict(tree)
+    outer = "transformer" if spec.family == "gpt2" else "model"
+    out[outer] = dict(tree[outer])
+    return out
+
+
+def _optimizer(config: ReferenceConfig) -> Any:
+    import optax  # type: ignore[import-untyped]  # the reference steps are the one place the facade trains, so optax loads only here
+
+    lr = config.learning_rate
+    if config.optimizer == "adamw":
+        return optax.adamw(lr, weight_decay=0.1)
+    if config.optimizer == "adafactor":
+        return optax.adafactor(lr)
+    if config.optimizer == "lion":
+        return optax.lion(lr, weight_decay=0.1)
+    return optax.sgd(lr, momentum=0.9)
+
+
+def _remat(fn: Callable[..., jax.Array], policy: str, *, scan: bool) -> Callable[..., jax.Array]:
+    if policy == "none":
+        return fn
+    cp = jax.checkpoint_policies
+    if policy == "full":
+        chosen = cp.nothing_saveable
+    elif policy == "dots":
+        chosen = cp.dots_saveable
+    else:
+        chosen = cp.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=["layer_input"],
+            offload_src="device", offload_dst="pinned_host")
+
+        inner = fn
+
+        def fn(x: jax.Array, p: Any) -> jax.Array:
+            named: jax.Array = checkpoint_name(x, "layer_input")  # type: ignore[no-untyped-call]
+            return inner(named, p)
+
+    return jax.checkpoint(fn, policy=chosen, prevent_cse=not scan)
+
+
+def _scan_body(fn: Callable[..., jax.Array]) -> Callable[[jax.Array, Any], tuple[jax.Array, None]]:
+    def body(x: jax.Array, layer_params: Any) -> tuple[jax.Array, None]:
+        return fn(x, layer_params), None
+
+    return body
+
+
+def _resolve(model: str | ModelSpec) -> ModelSpec:
+    if isinstance(model, str):
+        return get_preset(model).spec
+    if isinstance(model, ModelSpec):
+        return model
+    raise MeshplanTypeError(f"model={model!r} must be a preset name or a ModelSpec.")
+
+
+def reference_step(
+    model: str | ModelSpec,
+    mesh: Mesh,
+    *,
+    batch: int,
+    seq: int,
+    plan: MeshCandidate | Any = None,
+    config: ReferenceConfig | None = None,
+    batch_axes: tuple[str, ...] | None = None,
+) -> ReferenceStep:
+    """Build the reference train step of ``model`` on ``mesh`` (see the module docstring).
+
+    Args:
+      model: a preset name or a :class:`~meshplan.pure.ModelSpec` (e.g. a
+        scaled-down copy: ``dataclasses.replace(spec, num_layers=2, num_params=None)``).
+      mesh: a ``jax.sharding.Mesh`` (local devices, or a TPU topology's).
+      batch: global batch in sequences.
+      seq: tokens per sequence.
+      plan: where the parameters go: a :class:`~meshplan.pure.MeshCandidate`
+        from the search (planned for this model), a PartitionSpec tree for the
+        Hugging Face preset tree, or ``None`` for ``AxisKindRule.for_model``.
+      config: how the step is written (default :class:`ReferenceConfig`).
+      batch_axes: mesh axes the batch is split over (default: those of
+        ``dp, fsdp, ep`` in the mesh); ``sp``, if present, splits the sequence.
+
+    Returns:
+      A :class:`ReferenceStep`; ``meshplan.compiled_memory(r.fn, *r.args)`` compiles it.
+
+    Raises:
+      PlanError: sizes that do not divide (batch over its axes and
+        micro-batches, sequence over sp or vocab tiles), or a bad config.
+      MeshplanTypeError: wrong argument types.
+
+    Example:
+      >>> import dataclasses, jax
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> tiny = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny", num_layers=2, hidden_size=64,
+      ...     num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=128, vocab_size=256, num_params=None)
+      >>> mesh = jax.make_mesh((2, 4), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+      >>> ref = reference_step(tiny, mesh, batch=4, seq=32)
+      >>> ref.batch_spec
+      P('fsdp', None)
+    """
+    spec = _resolve(model)
+    config = ReferenceConfig() if config is None else config
+    if not isinstance(config, ReferenceConfig):
+        raise MeshplanTypeError(f"config={config!r} must be a ReferenceConfig.")
+    if not isinstance(mesh, Mesh):
+        raise MeshplanTypeError(f"mesh={mesh!r} must be a jax.sharding.Mesh.")
+    sizes = dict(mesh.shape)
+    hf_tree = build_params(spec, dtype=config.param_dtype)
+    hf_specs = _plan_specs(spec, hf_tree, plan, sizes)
+    params, param_specs = _stack(hf_tree, hf_specs, spec)
+
+    axes = tuple(a for a in BATCH_AXES if sizes.get(a, 1) > 1) if batch_axes is None else tuple(batch_axes)
+    unknown = [a for a in axes if a not in sizes]
+    if unknown:
+        raise PlanError(f"batch_axes {unknown} are not axes of the mesh {sizes}.")
+    ways = math.prod(sizes[a] for a in axes)
+    sp = "sp" if sizes.get("sp", 1) > 1 else None
+    problems = []
+    if batch % (ways * config.micro_batches):
+        problems.append(f"batch={batch} must divide by the batch axes {list(axes)} ({ways}) x "
+                        f"micro_batches={config.micro_batches}")
+    if seq % ((sizes["sp"] if sp else 1) * config.vocab_tiles):
+        problems.append(f"seq={seq} must divide by sp x vocab_tiles={config.vocab_tiles}")
+    if config.remat == "offload" and mesh.devices.flat[0].platform == "cpu":
+        problems.append("remat='offload' moves activations to pinned host memory, which XLA:CPU does not "
+                        "have; use a TPU or GPU target")
+    if problems:
+        raise PlanError(f"reference step for {spec.name!r}: " + "; ".join(problems) + ".")
+    bspec = make_spec(axes or None, sp) if axes or sp else make_spec(None, None)
+    baxes = axes or None
+
+    def sharding(p: PartitionSpec) -> NamedSharding:
+        return NamedSharding(mesh, p)
+
+    is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
+    tx = _optimizer(config)
+    odt, pdt, cdt = (jnp.dtype(config.optimizer_dtype), jnp.dtype(config.param_dtype),
+                     jnp.dtype(config.compute_dtype))
+    opt_params = jax.tree.map(lambda s: make_struct(s.shape, odt), params)
+    opt_state = jax.eval_shape(tx.init, opt_params)
+    opt_specs = optimizer_state_specs(opt_params, param_specs, opt_state)
+    state_specs = (param_specs, opt_specs)
+    state_shardings = jax.tree.map(sharding, state_specs, is_leaf=is_spec)
+    state_abstract = jax.tree.map(lambda s, sh: make_struct(s.shape, s.dtype, sharding=sh),
+                                  (params, opt_state), state_shardings)
+    tokens = make_struct((batch, seq), jnp.int32, sharding=sharding(bspec))
+    batch_abstract = {"inputs": tokens, "targets": tokens}
+
+    def constrain_to(p: PartitionSpec) -> Callable[[jax.Array], jax.Array]:
+        def apply(x: jax.Array) -> jax.Array:
+            out: jax.Array = jax.lax.with_sharding_constraint(x, sharding(p))  # type: ignore[no-untyped-call]
+            return out
+
+        return apply
+
+    act = constrain_to(make_spec(baxes, sp, None))
+    ep = "ep" if sizes.get("ep", 1) > 1 else None
+    other = tuple(a for a in axes if a != ep) or None
+    experts = constrain_to(make_spec(ep, other, None, None))
+    chunk = constrain_to(make_spec(None, baxes, sp, None))
+    groups = _layer_groups(spec)
+    layer_fns = {
+        name: _remat(rm.layer_fn(spec, moe_layer=name == "moe", dtype=cdt, attention_kind=config.attention,
+                                 capacity_factor=config.capacity_factor, constrain=act,
+                                 constrain_experts=experts), config.remat, scan=config.scan_layers)
+        for name, _, _ in groups
+    }
+
+    def forward_loss(p: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+        x = act(rm.embed(p, inputs, spec, cdt))
+        parent, key = _layers_parent(p, spec)
+        for name, first, stop in groups:
+            stack, fn = parent[key][name], layer_fns[name]
+            if config.scan_layers:
+                x, _ = jax.lax.scan(_scan_body(fn), x, stack)
+            else:
+                for i in range(stop - first):
+                    x = fn(x, jax.tree.map(lambda a, i=i: a[i], stack))
+        x = rm.final_norm(p, x, spec)
+        total = rm.loss_from_hidden(x, targets, rm.head_weight(p, spec), cdt, vocab_tiles=config.vocab_tiles,
+                                    constrain_chunk=chunk)
+        return total / (inputs.shape[0] * inputs.shape[1])
+
+    grad_fn = jax.value_and_grad(forward_loss)
+    m = config.micro_batches
+
+    def step(state: Any, data: dict[str, jax.Array]) -> Any:
+        p, o = state
+        if m == 1:
+            loss, grads = grad_fn(p, data["inputs"], data["targets"])
+        else:
+            micro = constrain_to(make_spec(None, baxes, sp))
+
+            def split(a: jax.Array) -> jax.Array:
+                return micro(a.reshape(m, a.shape[0] // m, *a.shape[1:]))
+
+            def accumulate(carry: Any, xs: tuple[jax.Array, jax.Array]) -> tuple[Any, None]:
+                loss_i, g_i = grad_fn(p, *xs)
+                return jax.tree.map(lambda a, b: a + b.astype(a.dtype), carry, (loss_i, g_i)), None
+
+            zero = (jnp.zeros((), jnp.float32), jax.tree.map(lambda a: jnp.zeros(a.shape, odt), p))
+            (loss, grads), _ = jax.lax.scan(accumulate, zero, (split(data["inputs"]), split(data["targets"])))
+            loss, grads = loss / m, jax.tree.map(lambda g: g / m, grads)
+        p32 = jax.tree.map(lambda a: a.astype(odt), p)
+        updates, o = tx.update(jax.tree.map(lambda g: g.astype(odt), grads), o, p32)
+        new = jax.tree.map(lambda a, u: (a + u).astype(pdt), p32, updates)
+        return (new, o), {"loss": loss}
+
+    fn = jax.jit(step, in_shardings=(state_shardings, jax.tree.map(lambda t: t.sharding, batch_abstract)),
+                 out_shardings=(state_shardings, {"loss": sharding(make_spec())}), donate_argnums=0)
+    return ReferenceStep(fn, (state_abstract, batch_abstract), mesh, param_specs, bspec, spec, config, batch, seq)
+
+
+def _plan_specs(spec: ModelSpec, hf_tree: Any, plan: Any, sizes: dict[str, int]) -> Any:
+    """PartitionSpecs for the unstacked Hugging Face tree."""
+    if plan is None:
+        return plan_tree(hf_tree, AxisKindRule.for_model(spec), sizes).specs
+    if isinstance(plan, MeshCandidate):
+        if plan.mesh_shape != {k: v for k, v in sizes.items()}:
+            raise PlanError(f"plan mesh {plan.mesh_shape} differs from the mesh {sizes}.")
+        # The candidate's groups name the dtype it planned; plan that tree, then use the specs for ours.
+        dtypes = sorted({g.dtype for g in plan.groups}) or ["bfloat16"]
+        planned_tree = build_params(spec, dtype=dtypes[0])
+        return plan.specs_for(planned_tree)
+    return plan
+
+
+def stacked_params(model: str | ModelSpec, *, dtype: Any = jnp.bfloat16) -> Any:
+    """The parameter tree the reference step trains (layers stacked), as ShapeDtypeStructs.
+
+    Example:
+      >>> stacked_params("gpt2")["transformer"]["h"]["dense"]["attn"]["c_attn"]["weight"].shape
+      (12, 768, 2304)
+    """
+    spec = _resolve(model)
+    tree = build_params(spec, dtype=dtype)
+    specs = jax.tree.map(lambda s: make_spec(*([None] * len(s.shape))), tree)
+    return _stack(tree, specs, spec)[0]
+
