@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -171,3 +172,19 @@ def test_the_search_on_a_real_tree_splits_the_projections_on_the_ranked_tp_meshe
                 cand.mesh_shape.get(a, 1) == 1 for a in WEIGHT_AXES), (cand.text, g)
     q = [g for g in tp_meshes[0].groups if "q_proj" in g.pattern]
     assert q and all("column-parallel" in g.reason and "tp" in str(g.spec) for g in q)
+
+
+def test_specs_for_takes_the_nnx_state_as_searched_split_or_in_fp32() -> None:
+    from flax import nnx
+
+    state = mt.nnx_params("llama")  # float32
+    bf16 = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16), state)
+    best = search_meshes(_tiny_spec(), "2xH100", params=bf16, batch=4, seq=64, fixed={"tp": 2}).best
+    assert {g.dtype for g in best.groups} == {"bfloat16"}
+    specs = best.specs_for(state)
+    assert specs["layers"][0]["self_attn"]["q_proj"]["kernel"].get_value() == P(None, "tp")
+    assert specs["layers"][0]["self_attn"]["o_proj"]["kernel"].get_value() == P("tp")
+    _, split_state = nnx.split(mt.nnx_model("llama"))
+    want = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, P))
+    assert jax.tree.leaves(best.specs_for(split_state), is_leaf=lambda x: isinstance(x, P)) == want
+    assert jax.tree.leaves(best.specs_for({"params": state}), is_leaf=lambda x: isinstance(x, P)) == want

@@ -28,7 +28,8 @@ from meshplan.pure.mesh._hybrid import HybridMeshShape
 from meshplan.pure.rules._base import Decision
 from meshplan.pure.rules._engine import Plan, plan_tree
 from meshplan.pure.rules._path import spec_from_json, spec_to_json
-from meshplan.pure.rules._replay import PlanRule
+from meshplan.pure.presets import Preset
+from meshplan.pure.search._match import GroupRule
 from meshplan.pure.specs._activation import ActivationLayout
 from meshplan.pure.specs._training import TrainingLayout, optimizer_state_specs
 
@@ -252,11 +253,19 @@ class MeshCandidate:
         Raises:
           ShardingRuleError: a leaf matches no parameter group (another model).
         """
-        records = (((g.pattern, g.shape, g.dtype), Decision(g.spec, g.reason, g.rule)) for g in self.groups)
-        return plan_tree(tree, PlanRule.from_patterns(records, name="plan"), self.mesh_shape)
+        if isinstance(tree, Preset):
+            tree = tree.params
+        records = ((g.pattern, g.shape, g.dtype, Decision(g.spec, g.reason, g.rule)) for g in self.groups)
+        return plan_tree(tree, GroupRule(records, name="plan"), self.mesh_shape)
 
     def specs_for(self, tree: PyTree) -> PyTree:
-        """The PartitionSpec tree for ``tree``; see :meth:`plan`."""
+        """The PartitionSpec tree for ``tree``; see :meth:`plan`.
+
+        Leaves match the plan's groups by normalised path and shape (see
+        :class:`~meshplan.pure.search._match.GroupRule`): ``{"params": tree}``, an
+        nnx State's ``/value`` leaves, a :class:`~meshplan.pure.Preset` and fp32
+        parameters against a bf16 plan all get the searched specs.
+        """
         return self.plan(tree).specs
 
     def _activations(self) -> ActivationLayout:
