@@ -13,6 +13,12 @@ pattern matches keep the default per-axis-kind rule. Example::
 
     [["embed_tokens", ["tp", "fsdp"]], ["norm", []]]
 
+A logical table (flax / MaxText ``logical_axis_rules``) is the other form:
+``{"logical_axis_rules": [["embed", "fsdp"], ["mlp", "tp"]], "logical_names":
+[["down_proj", ["embed", "mlp"]], ...]}``. ``--format flax|maxtext`` prints the
+best mesh as a flax logical table or as MaxText settings (``--json`` is
+``--format json``).
+
 Exit codes: 0 success, 1 a request meshplan cannot answer (unknown model or
 cluster, nothing fits, a bad rules file), 2 bad command-line usage.
 """
@@ -21,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import shutil
 import sys
 from collections.abc import Sequence
@@ -70,20 +75,16 @@ def _fraction(text: str) -> float:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from meshplan.pure import AxisKindRule, get_preset, search_meshes
-    from meshplan.pure.rules import path_rule_from_json
+    from meshplan.cli import _export
+    from meshplan.pure import get_preset, search_meshes
 
     preset = get_preset(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
     rule = None
     if args.rules is not None:
         try:
-            with open(args.rules, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as err:
-            raise _UserError(f"cannot read --rules {args.rules!r}: {err.strerror}") from None
-        except json.JSONDecodeError as err:
-            raise _UserError(f"--rules {args.rules!r} is not valid JSON: {err}") from None
-        rule = path_rule_from_json(data, fallback=AxisKindRule.for_model(preset.spec))
+            rule = _export.load_rules(args.rules, preset.spec)  # path rules or a logical table
+        except _export.RulesFileError as err:
+            raise _UserError(str(err)) from None
     fixed: dict[str, int] = {}
     for group in args.fix or []:
         again = sorted(set(group) & set(fixed))
@@ -96,8 +97,11 @@ def _plan(args: argparse.Namespace) -> int:
         activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
         ep_within_domain=args.ep_within_domain, top_k=args.top,
     )
-    if args.json:
+    if args.format == "json":
         sys.stdout.write(result.to_json() + "\n")
+        return 0
+    if args.format != "table":
+        sys.stdout.write(_export.render_export(result, args.format, preset.params, rule))
         return 0
     from meshplan.cli import _render
 
@@ -179,7 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--axes", help="comma-separated subset of dp,fsdp,ep,sp,tp (default: all; ep for MoE only)")
     plan.add_argument("--fix", type=_sizes, action="append", metavar="AXIS=N[,AXIS=N]",
                       help="keep axis sizes fixed, e.g. --fix tp=8 (repeatable)")
-    plan.add_argument("--rules", metavar="FILE", help="JSON [[regex, spec], ...] path rules (see above)")
+    plan.add_argument("--rules", metavar="FILE",
+                      help="JSON path rules [[regex, spec], ...] or a logical table {\"logical_axis_rules\": ...} "
+                           "(see above)")
     plan.add_argument("--top", type=_positive, default=5, help="meshes to show (default 5)")
     plan.add_argument("--headroom", type=_fraction, default=0.1, help="fraction of HBM kept free (default 0.1)")
     plan.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
@@ -189,7 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--allow-tp-dcn", action="store_true", help="let tp span hosts/slices")
     plan.add_argument("--ep-within-domain", action="store_true", help="keep ep inside one host/slice")
     plan.add_argument("--unstack-experts", action="store_true", help="one leaf per expert (MoE presets)")
-    plan.add_argument("--json", action="store_true", help="print the result as JSON only")
+    plan.add_argument("--format", default="table", choices=("table", "json", "flax", "maxtext"),
+                      help="table (default), json (the whole result), flax (logical rule table and names "
+                           "of the best mesh) or maxtext (ici_/dcn_*_parallelism and logical_axis_rules)")
+    plan.add_argument("--json", dest="format", action="store_const", const="json",
+                      help="print the result as JSON only (same as --format json)")
     plan.set_defaults(func=_plan)
 
     show = sub.add_parser("show-mesh", help="draw which host/slice each device of a mesh sits on")

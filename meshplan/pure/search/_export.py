@@ -262,4 +262,19 @@ def export_plan(result: SearchResult, fmt: str, *, tree: PyTree = None,
         raise PlanError("the flax export needs the parameter tree the search planned (tree=...).")
     mesh = {"axis_names": list(cand.axis_names), "axis_sizes": list(cand.axis_sizes),
             "dcn_shape": list(cand.dcn_shape)}
-    return json.dumps({"mesh": mesh, **logical.to_json()}, indent=2) + "\n"
+    return _compact_json({"mesh": mesh, **logical.to_json()})
+
+
+def _compact_json(data: Mapping[str, Any]) -> str:
+    """JSON with one line per rule row and per leaf (``indent=2`` gives one line per name)."""
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            body = ",\n".join(f"    {json.dumps(v)}" for v in value)
+            parts.append(f"  {json.dumps(key)}: [\n{body}\n  ]")
+        elif isinstance(value, dict) and value and key == "names":
+            body = ",\n".join(f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in value.items())
+            parts.append(f"  {json.dumps(key)}: {{\n{body}\n  }}")
+        else:
+            parts.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
