@@ -1,39 +1,34 @@
-"""Train a flax nnx Llama-style model for 20 steps on the mesh and layout the planner chose (8 CPU devices)."""
-
-from functools import partial
+"""A flax nnx Llama-style model, trained 20 steps on the mesh and shardings the planner chose (8 CPU devices)."""
 
 import jax
 import optax
 from flax import nnx
 
 import meshplan
-from tests.examples._live import cpu_cluster, live_bytes
-
-SPEC = meshplan.ModelSpec("nnx-llama", "llama", vocab_size=256, hidden_size=64, num_layers=2, num_heads=4,
-                          num_kv_heads=4, head_dim=16, intermediate_size=128)
+from tests.examples._common import SPEC, assert_planned_bytes, cpu_cluster, train
 
 
 class Block(nnx.Module):
     def __init__(self, d: int, f: int, rngs: nnx.Rngs) -> None:
+        dense = lambda i, o: nnx.Linear(i, o, use_bias=False, rngs=rngs)  # kernel (in, out)
         self.input_layernorm, self.post_attention_layernorm = nnx.RMSNorm(d, rngs=rngs), nnx.RMSNorm(d, rngs=rngs)
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nnx.Linear(d, d, use_bias=False, rngs=rngs) for _ in "qkvo")
-        self.gate_proj, self.up_proj = nnx.Linear(d, f, use_bias=False, rngs=rngs), nnx.Linear(d, f, use_bias=False, rngs=rngs)
-        self.down_proj = nnx.Linear(f, d, use_bias=False, rngs=rngs)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = dense(d, d), dense(d, d), dense(d, d), dense(d, d)
+        self.gate_proj, self.up_proj, self.down_proj = dense(d, f), dense(d, f), dense(f, d)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         (b, s, d), h = x.shape, self.input_layernorm(x)
-        q, k, v = (p(h).reshape(b, s, SPEC.num_heads, SPEC.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (p(h).reshape(b, s, SPEC.num_heads, -1) for p in (self.q_proj, self.k_proj, self.v_proj))
         x = x + self.o_proj(jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, s, d))
         h = self.post_attention_layernorm(x)
-        return x + self.down_proj(jax.nn.silu(self.gate_proj(h)) * self.up_proj(h))
+        return x + self.down_proj(nnx.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
 class Llama(nnx.Module):
     def __init__(self, rngs: nnx.Rngs) -> None:
         d, v = SPEC.hidden_size, SPEC.vocab_size
-        self.embed_tokens = nnx.Embed(v, d, rngs=rngs)
+        self.embed_tokens, self.norm = nnx.Embed(v, d, rngs=rngs), nnx.RMSNorm(d, rngs=rngs)
         self.layers = nnx.List([Block(d, SPEC.intermediate_size, rngs) for _ in range(SPEC.num_layers)])
-        self.norm, self.lm_head = nnx.RMSNorm(d, rngs=rngs), nnx.Linear(d, v, use_bias=False, rngs=rngs)
+        self.lm_head = nnx.Linear(d, v, use_bias=False, rngs=rngs)
 
     def __call__(self, tokens: jax.Array, constrain) -> jax.Array:  # constrain(x, "residual" | "logits")
         x = constrain(self.embed_tokens(tokens), "residual")
@@ -45,34 +40,20 @@ class Llama(nnx.Module):
 def test_nnx_llama_trains_on_the_planned_mesh_with_the_planned_bytes() -> None:
     graphdef, params = nnx.split(Llama(nnx.Rngs(0)), nnx.Param)
     opt = optax.adamw(1e-2)
-    best = meshplan.search_meshes(SPEC, cpu_cluster(2**20), params=params, batch=8, seq=32).best
+    best = meshplan.search_meshes(SPEC, cpu_cluster(), params=params, batch=8, seq=32).best
     mesh = meshplan.create_mesh(best.axis_sizes, best.axis_names)
-    layout = best.training_layout(params, jax.eval_shape(opt.init, params))
-    sh = layout.shardings(mesh)
+    layout = best.training_layout(params, jax.eval_shape(opt.init, params))  # params, optimizer, batch, activations
+    sh = layout.shardings(mesh)  # the same, as NamedShardings
     params, opt_state = meshplan.place((params, opt.init(params)), layout.state, mesh)  # one device_put
+    constrain = lambda x, name: jax.lax.with_sharding_constraint(x, sh.activations[name])
 
-    def constrain(x: jax.Array, name: str) -> jax.Array:
-        return jax.lax.with_sharding_constraint(x, sh.activations[name])
-
-    @partial(jax.jit, in_shardings=(*sh.state, sh.batch, sh.batch), out_shardings=(*sh.state, None))
+    @jax.jit(in_shardings=(*sh.state, sh.batch, sh.batch), out_shardings=(*sh.state, None))
     def step(params, opt_state, x, y):
-        def loss_fn(p):
-            logits = nnx.merge(graphdef, p)(x, constrain)
-            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+        loss_fn = lambda p: optax.softmax_cross_entropy_with_integer_labels(nnx.merge(graphdef, p)(x, constrain), y)
+        loss, grads = jax.value_and_grad(lambda p: loss_fn(p).mean())(params)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    tokens = jax.random.randint(jax.random.key(0), (8, 33), 0, SPEC.vocab_size)
-    losses = []
-    for _ in range(20):
-        params, opt_state, loss = step(params, opt_state, tokens[:, :-1], tokens[:, 1:])
-        losses.append(float(loss))
+    params, opt_state, losses = train(step, params, opt_state)
     assert losses[-1] < 0.5 * losses[0], losses
-    est = meshplan.estimate_training_memory(params, layout.params, best.mesh_shape, opt_state=opt_state,
-                                            opt_state_specs=layout.opt_state)
-    assert est.params.per_device == tuple(live_bytes(params, mesh))
-    assert est.opt_state.per_device == tuple(live_bytes(opt_state, mesh))
-    assert best.memory.params == max(live_bytes(params, mesh))
-    assert best.memory.optimizer + 4 == max(live_bytes(opt_state, mesh))  # + adamw's int32 step count
-    print(best.text, losses[0], losses[-1])
+    assert_planned_bytes(best, layout, params, opt_state, mesh)
