@@ -126,7 +126,8 @@ def _valid_specs_cached(shape: tuple[int, ...], size_items: tuple[tuple[str, int
     rank = len(shape)
     if not rank:
         return st.just(PartitionSpec())
-    dim = st.none() | st.integers(0, rank - 1)
+    # sampled_from: each axis is as likely on any one dim as on none, and shrinks to None
+    dim = st.sampled_from((None, *range(rank)))
     # st.just when unconstrained is off, so the other draws (and their shrinking) are unchanged
     free = st.lists(st.booleans(), min_size=rank, max_size=rank) if unconstrained else st.just([False] * rank)
     return st.tuples(st.permutations(list(axes)), st.lists(dim, min_size=len(axes), max_size=len(axes)),

@@ -21,8 +21,8 @@ from jax.sharding import PartitionSpec as P
 
 from meshplan.errors import DeviceLayoutError, MeshplanTypeError, MeshShapeError, SpecError
 from meshplan.pure.specs._batch import HostBatchSlice, batch_partition_spec, host_batch_slices
+from meshplan.testing import array_shapes_for, mesh_shapes, partition_specs
 
-NAMES = ("a", "b", "c")
 DIVISORS_OF_8 = (1, 2, 4, 8)
 
 
@@ -30,46 +30,35 @@ DIVISORS_OF_8 = (1, 2, 4, 8)
 
 
 @st.composite
-def mesh_shapes_of_8(draw) -> tuple[int, ...]:
-    """Factorizations of 8 into 1-3 axes (shrinks towards (8,))."""
-    rank = draw(st.integers(1, 3))
-    shape = []
-    left = 8
-    for _ in range(rank - 1):
-        d = draw(st.sampled_from([x for x in DIVISORS_OF_8 if left % x == 0]))
-        shape.append(d)
-        left //= d
-    return tuple(shape + [left])
+def process_grids(draw, shape: tuple[int, ...]) -> np.ndarray:
+    """Which process owns each position of an 8-device mesh of ``shape``.
 
-
-@st.composite
-def cases(draw):
-    """(mesh shape, names, batch shape, spec, process grid).
-
-    The grid gives each process an equal share of positions, either as
-    blocks of the mesh in some axis order (a real host layout) or scattered.
+    Each process gets an equal share of positions, either as blocks of the
+    mesh in some axis order (a real host layout) or scattered.
     """
-    shape = draw(mesh_shapes_of_8())
-    names = NAMES[: len(shape)]
-    batch_rank = draw(st.integers(1, 2))
-    # Each axis goes to one batch dim or to none; order within a dim is drawn too.
-    owner = [draw(st.integers(-1, batch_rank - 1)) for _ in names]
-    order = draw(st.permutations(list(range(len(names)))))
-    entries = [tuple(names[i] for i in order if owner[i] == d) for d in range(batch_rank)]
-    spec = P(*[e if len(e) != 1 else e[0] for e in entries])
-    splits = [math.prod(shape[names.index(a)] for a in e) for e in entries]
-    batch = tuple(s * draw(st.integers(1, 3)) for s in splits)
-
     hosts = draw(st.sampled_from(DIVISORS_OF_8))
     if draw(st.booleans()):
         axes = draw(st.permutations(list(range(len(shape)))))
         positions = np.arange(8).reshape(tuple(shape[i] for i in axes))
         grid_in_axes_order = positions // (8 // hosts)
-        grid = np.transpose(grid_in_axes_order, np.argsort(axes))
-    else:
-        perm = np.array(draw(st.permutations(list(range(8)))))
-        grid = (perm // (8 // hosts)).reshape(shape)
-    return shape, names, batch, spec, grid
+        return np.transpose(grid_in_axes_order, np.argsort(axes))
+    perm = np.array(draw(st.permutations(list(range(8)))))
+    return (perm // (8 // hosts)).reshape(shape)
+
+
+def cases():
+    """(mesh sizes, axis names, batch shape, batch spec, process grid) on 8 devices.
+
+    The batch is 1-2 dims of multiples of 8 and the spec any valid one for it.
+    Shrinks to a one-axis mesh, a replicated batch of 8 and one process.
+    """
+    def for_mesh(mesh):
+        sizes = mesh.as_dict()
+        batches = array_shapes_for(sizes, min_dims=1, max_dims=2, max_multiple=3)
+        return st.tuples(st.just(mesh), batches.flatmap(lambda b: st.tuples(st.just(b), partition_specs(b, sizes))),
+                         process_grids(mesh.sizes))
+    return mesh_shapes(num_devices=8).flatmap(for_mesh).map(
+        lambda t: (t[0].sizes, t[0].names, t[1][0], t[1][1], t[2]))
 
 
 def jax_host_boxes(shape, names, batch, spec, grid):
@@ -106,12 +95,12 @@ def test_host_slices_agree_with_jax_devices_indices_map(case):
     assert {s.process_index: (s.start, s.stop) for s in got} == expected
 
 
-@given(mesh_shapes_of_8(), st.sampled_from(DIVISORS_OF_8), st.integers(1, 3))
-def test_hosts_owning_runs_of_positions_feed_equal_consecutive_parts(shape, hosts, mult):
+@given(mesh_shapes(num_devices=8), st.sampled_from(DIVISORS_OF_8), st.integers(1, 3))
+def test_hosts_owning_runs_of_positions_feed_equal_consecutive_parts(mesh, hosts, mult):
     # jax.make_mesh's order off TPU: host h owns positions h*k .. (h+1)*k-1 in
     # C order; a batch split over every axis in mesh order then gives host h
     # the h-th part, and the parts tile the batch.
-    names = NAMES[: len(shape)]
+    shape, names = mesh.sizes, mesh.names
     grid = np.arange(8).reshape(shape) // (8 // hosts)
     batch = (8 * mult, 2)
     slices = host_batch_slices(batch, names, grid, names)
@@ -138,9 +127,9 @@ def test_relabelling_processes_relabels_the_answer(case, rnd):
     assert {s.process_index: (s.start, s.stop) for s in after} == before
 
 
-@given(mesh_shapes_of_8(), st.integers(1, 4))
-def test_one_process_feeds_the_whole_batch(shape, mult):
-    names = NAMES[: len(shape)]
+@given(mesh_shapes(num_devices=8), st.integers(1, 4))
+def test_one_process_feeds_the_whole_batch(mesh, mult):
+    shape, names = mesh.sizes, mesh.names
     batch = (shape[0] * mult, 3)
     (only,) = host_batch_slices(batch, names, np.zeros(shape, dtype=int), names[0])
     assert (only.process_index, only.start, only.stop) == (0, (0, 0), batch)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from meshplan.pure import MeshplanTypeError, tree_facts
 from meshplan.pure.specs import LeafInfo, TreeFacts, leaf_info, path_str
+from meshplan.testing import shape_dtype_trees
 
 
 class Box:
@@ -93,7 +94,9 @@ leaves = st.one_of(
     st.text(max_size=2),
     st.tuples(st.lists(st.integers(0, 3), max_size=3), st.sampled_from(["float32", "int8", "bfloat16", "uint4"]))
     .map(lambda sd: np.zeros(sd[0], sd[1])),
-    st.lists(st.integers(0, 4), max_size=2).map(lambda s: jax.ShapeDtypeStruct(tuple(s), np.float16)),
+    # parameter-like subtrees of ShapeDtypeStructs (bf16, fp8, int4, ...); the rest are the odd leaves
+    # and nodes (None, scalars, strings, custom nodes) that tree_facts must also take
+    shape_dtype_trees(max_leaves=2),
 )
 trees = st.recursive(
     leaves,
