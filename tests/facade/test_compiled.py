@@ -1,0 +1,148 @@
+"""compiled_memory and the reference train steps: XLA's own figures, on CPU and for a TPU topology.
+
+The CPU step is compiled once per module (a few seconds); the TPU cases need
+libtpu (``pip install 'meshplan[tpu]'``) and are skipped with that reason
+without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import meshplan
+from meshplan.errors import CompiledOutOfMemoryError, MeshplanTypeError, PlanError
+from meshplan.facade._compiled import libtpu_available
+from meshplan.pure import AxisKindRule, estimate_training_memory, plan_tree
+from meshplan.pure.presets import MODEL_SPECS, build_params
+
+FAST = {"xla_backend_optimization_level": 0}  # LLVM effort only: buffer assignment comes before it
+needs_libtpu = pytest.mark.skipif(not libtpu_available(),
+                                  reason="libtpu is not installed (pip install 'meshplan[tpu]'): no TPU AOT")
+
+TINY = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny-llama", num_layers=2, hidden_size=64,
+                           num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=128, vocab_size=256,
+                           num_params=None)
+
+
+def _mesh(sizes: dict[str, int]) -> jax.sharding.Mesh:
+    return jax.make_mesh(tuple(sizes.values()), tuple(sizes), axis_types=(AxisType.Auto,) * len(sizes))
+
+
+@pytest.fixture(scope="module")
+def cpu_llama() -> tuple[meshplan.ReferenceStep, meshplan.CompiledMemory]:
+    ref = meshplan.reference_step(TINY, _mesh({"fsdp": 2, "tp": 4}), batch=4, seq=32)
+    return ref, meshplan.compiled_memory(ref.fn, *ref.args, compiler_options=FAST)
+
+
+def test_argument_bytes_are_the_planners_params_and_optimizer_exactly(cpu_llama):
+    ref, mem = cpu_llama
+    sizes = {"fsdp": 2, "tp": 4}
+    tree = build_params(TINY)
+    est = estimate_training_memory(tree, plan_tree(tree, AxisKindRule.for_model(TINY), sizes).specs, sizes,
+                                   optimizer_copies=2, optimizer_dtype="float32").to_dict()
+    adam_count = 4  # optax's int32 step counter, replicated
+    tokens = 2 * (4 // 2) * 32 * 4  # inputs + targets, int32, batch split over fsdp
+    assert mem.argument_bytes == est["params"] + est["opt_state"] + adam_count + tokens
+    # The donated state comes back in place: every state byte is aliased, the tokens are not.
+    assert mem.alias_bytes == est["params"] + est["opt_state"] + adam_count
+    assert mem.platform == "cpu" and mem.num_devices == 8
+    assert mem.peak_bytes == mem.argument_bytes + mem.output_bytes - mem.alias_bytes + mem.temp_bytes
+    assert "XLA:CPU" in mem.peak_source and mem.largest_buffers == ()
+
+
+def test_reference_step_shardings_follow_the_plan(cpu_llama):
+    ref, _ = cpu_llama
+    params, opt_state = ref.args[0]
+    q = params["model"]["layers"]["dense"]["self_attn"]["q_proj"]["weight"]
+    assert q.shape == (2, 64, 64)  # two layers stacked
+    assert q.sharding.spec[0] is None and ref.batch_spec == P("fsdp", None)
+    mu = opt_state[0].mu["model"]["layers"]["dense"]["self_attn"]["q_proj"]["weight"]
+    assert mu.dtype == jnp.float32 and mu.sharding.spec == q.sharding.spec
+
+
+def test_a_users_own_step_on_eight_devices():
+    mesh = _mesh({"dp": 8})
+    x = jax.ShapeDtypeStruct((1024, 256), jnp.float32, sharding=NamedSharding(mesh, P("dp")))
+    mem = meshplan.compiled_memory(jax.jit(lambda a: jnp.tanh(a) * 2, donate_argnums=0), x, mesh=mesh,
+                                   compiler_options=FAST)
+    assert mem.argument_bytes == mem.output_bytes == mem.alias_bytes == 1024 * 256 * 4 // 8
+    assert mem.num_devices == 8 and mem.compile_seconds > 0
+
+
+def test_bad_arguments_are_typed_errors():
+    with pytest.raises(MeshplanTypeError, match="step="):
+        meshplan.compiled_memory(42)
+    with pytest.raises(MeshplanTypeError, match="mesh="):
+        meshplan.compiled_memory(jax.jit(lambda a: a), jnp.zeros(2), mesh="dp=2")
+    with pytest.raises(PlanError, match="remat='sometimes'"):
+        meshplan.ReferenceConfig(remat="sometimes")
+    with pytest.raises(PlanError, match="batch=3 must divide"):
+        meshplan.reference_step(TINY, _mesh({"fsdp": 2, "tp": 4}), batch=3, seq=32)
+    with pytest.raises(PlanError, match="pinned host"):
+        meshplan.reference_step(TINY, _mesh({"fsdp": 2, "tp": 4}), batch=4, seq=32,
+                                config=meshplan.ReferenceConfig(remat="offload"))
+
+
+@needs_libtpu
+def test_tpu_topology_devices_match_the_cluster():
+    from meshplan.pure.search import parse_cluster, tpu_topology
+
+    for text in ("v5e-4", "v5p-8", "2xv5e-4"):
+        mesh = meshplan.tpu_topology_mesh(text, ("dp",), (parse_cluster(text).num_devices,))
+        topo = tpu_topology(parse_cluster(text))
+        assert mesh.devices.size == topo.num_devices == parse_cluster(text).num_devices
+        assert {d.platform for d in mesh.devices.flat} == {"tpu"}
+        # Single-slice topology devices carry no slice_index.
+        assert {getattr(d, "slice_index", 0) for d in mesh.devices.flat} == set(range(topo.num_slices))
+
+
+@needs_libtpu
+def test_tpu_aot_argument_bytes_match_the_planner_up_to_tile_padding():
+    spec = dataclasses.replace(TINY, hidden_size=256, head_dim=64, intermediate_size=512, vocab_size=1024)
+    sizes = {"fsdp": 2, "tp": 2}
+    ref = meshplan.reference_step(spec, meshplan.tpu_topology_mesh("v5e-4", tuple(sizes), tuple(sizes.values())),
+                                  batch=4, seq=128)
+    mem = meshplan.compiled_memory(ref.fn, *ref.args)
+    tree = build_params(spec)
+    est = estimate_training_memory(tree, plan_tree(tree, AxisKindRule.for_model(spec), sizes).specs, sizes,
+                                   optimizer_copies=2, optimizer_dtype="float32").to_dict()
+    planned = est["params"] + est["opt_state"]
+    assert mem.platform == "tpu" and mem.device_kind == "TPU v5 lite" and mem.num_devices == 4
+    assert mem.peak_source == "peak_memory_in_bytes" and mem.peak_bytes == mem.reported_peak_bytes
+    # TPU stores arrays in (8|16, 128) tiles: the stacked (2, 256) norm weights and the counter pad up.
+    assert planned <= mem.argument_bytes <= 1.02 * planned
+    assert mem.peak_bytes >= mem.argument_bytes
+
+
+@needs_libtpu
+def test_a_step_that_does_not_fit_is_a_typed_error_with_xlas_text():
+    mesh = meshplan.tpu_topology_mesh("v5e-4", ("dp",), (4,))
+    ref = meshplan.reference_step("llama3-8b", mesh, batch=4, seq=2048)  # 8B replicated: 16 GB of bf16 alone
+    with pytest.raises(CompiledOutOfMemoryError, match="does not fit on 4 x TPU v5 lite") as info:
+        meshplan.compiled_memory(ref.fn, *ref.args)
+    err = info.value
+    assert "Ran out of memory" in err.xla_message
+    assert err.required_bytes is not None and err.available_bytes is not None
+    assert err.required_bytes > err.available_bytes > 15 * 2**30
+    assert isinstance(err, ValueError)  # a MemoryBudgetError, catchable without meshplan
+
+
+def test_tpu_mesh_needs_a_tpu_cluster_and_a_matching_shape():
+    with pytest.raises(meshplan.ClusterError, match="not a TPU cluster"):
+        meshplan.tpu_topology_mesh("8xH100", ("dp",), (8,))
+    if libtpu_available():
+        with pytest.raises(PlanError, match="multiplying to the 4 devices"):
+            meshplan.tpu_topology_mesh("v5e-4", ("dp",), (8,))
+
+
+def test_numpy_devices_stay_cpu():
+    # Installing libtpu must not move the suite's default backend off the 8 CPU devices.
+    assert jax.default_backend() == "cpu" and len(jax.devices()) == 8
+    assert np.asarray(jnp.ones(2)).sum() == 2
