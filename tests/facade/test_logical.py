@@ -104,3 +104,32 @@ def test_the_flax_export_of_a_plan_places_exactly_like_the_plan(linen_vars, mesh
     for arr, spec in zip(jax.tree.leaves(placed), jax.tree.leaves(plan.specs, is_leaf=lambda x: isinstance(x, P)),
                          strict=True):
         assert arr.sharding.is_equivalent_to(NamedSharding(mesh, spec), arr.ndim)
+
+
+def test_flax_nnx_guide_example_scanned_layers():
+    # flax's "Scale up on multiple devices" guide (docs_nnx/guides/flax_gspmd.md): two vmapped layers,
+    # the layer axis unnamed; the guide asserts P(None, None, 'model') and P(None, 'model', None).
+    rules = (("batch", "data"), ("hidden", "model"), ("embed", None))
+
+    class DotReluDot(nnx.Module):
+        def __init__(self, depth, rngs):
+            init = nnx.initializers.lecun_normal()
+            self.dot1 = nnx.Linear(depth, depth, kernel_init=nnx.with_partitioning(init, ("embed", "hidden")),
+                                   use_bias=False, rngs=rngs)
+            self.w2 = nnx.Param(init(rngs.params(), (depth, depth)), out_sharding=("hidden", "embed"))
+
+    class MultiDotReluDot(nnx.Module):
+        def __init__(self, depth, num_layers, rngs):
+            @nnx.vmap(transform_metadata={nnx.PARTITION_NAME: None})
+            def create_sublayers(r):
+                return DotReluDot(depth, r)
+
+            self.layers = create_sublayers(rngs.split(num_layers))
+
+    with nnx.use_eager_sharding(False):
+        state = nnx.state(nnx.eval_shape(lambda: MultiDotReluDot(1024, 2, rngs=nnx.Rngs(0))))
+    guide_mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    plan = LogicalShardingRule(rules, mesh=guide_mesh).plan(state)
+    specs = dict(plan.items())
+    assert specs["layers/dot1/kernel/value"].spec == P(None, None, "model")
+    assert specs["layers/w2/value"].spec == P(None, "model")  # == P(None, 'model', None): trailing None dropped
