@@ -27,8 +27,10 @@ from jax.sharding import Mesh
 
 from meshplan.facade._context import require_mesh
 from meshplan.facade._mesh import calculate_host_mesh_shape
+from meshplan.pure._check import as_real
 from meshplan.pure.errors import (
     BarrierTimeoutError,
+    DistributedArgumentError,
     DistributedError,
     MeshplanTypeError,
 )
@@ -136,7 +138,9 @@ def barrier_sync(timeout: float = 200) -> None:
 
     Raises:
       MeshplanTypeError: ``timeout`` is not a number.
-      DistributedError: ``timeout`` <= 0 or not finite; several processes but
+      DistributedArgumentError: ``timeout`` <= 0 or not finite (a
+        ``DistributedError`` and a ``ValueError``).
+      DistributedError: several processes but
         ``jax.distributed`` is not initialised; or the barrier failed for a
         reason other than time (the message quotes jax).
       BarrierTimeoutError: not every process arrived in time (also a
@@ -149,10 +153,7 @@ def barrier_sync(timeout: float = 200) -> None:
       >>> barrier_sync()
       >>> barrier_sync(timeout=5)
     """
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise MeshplanTypeError(f"timeout={timeout!r} must be a number of seconds.")
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise DistributedError(f"timeout={timeout!r} must be a finite number of seconds > 0.")
+    timeout = as_real(timeout, "timeout", error=DistributedArgumentError)
     if jax.process_count() == 1:
         return
     if not jax.distributed.is_initialized():
@@ -162,7 +163,8 @@ def barrier_sync(timeout: float = 200) -> None:
             "jax.distributed.initialize(...) at start-up, before any other jax call."
         )
     barrier_id = _next_barrier_id()
-    timeout_ms = max(1, math.ceil(timeout * 1000))
+    # jax takes a 32-bit millisecond count: longer waits (> 24 days) are clamped rather than overflowing.
+    timeout_ms = min(max(1, math.ceil(timeout * 1000)), 2**31 - 1)
     try:
         _wait_at_barrier(barrier_id, timeout_ms)
     except jax.errors.JaxRuntimeError as err:

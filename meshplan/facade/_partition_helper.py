@@ -123,7 +123,19 @@ class MeshPartitionHelper:
         Raises:
           SpecError: the spec does not fit the array or the mesh (checked
             before jax is asked, so the message says what to change).
+          MeshplanTypeError: ``array`` holds no data (a ``ShapeDtypeStruct``,
+            a pytree) or ``partition_spec`` is not a PartitionSpec.
         """
+        if isinstance(array, bool) or not isinstance(array, (np.ndarray, jax.Array, np.generic, int, float, complex)):
+            raise MeshplanTypeError(
+                f"array={array!r:.80} ({type(array).__name__}) is not an array with data; shard_array places one "
+                "jax.Array or numpy array (for a ShapeDtypeStruct, plan its spec with .plan() or "
+                "create_partition_spec, and place the real array).")
+        if partition_spec is None:
+            partition_spec = PartitionSpec()
+        if not isinstance(partition_spec, PartitionSpec):
+            raise MeshplanTypeError(f"partition_spec={partition_spec!r:.80} must be a PartitionSpec, not "
+                                    f"{type(partition_spec).__name__}.")
         check_specs(array, partition_spec, self.axis_sizes, x64=x64_enabled())
         placed: jax.Array = jax.device_put(array, self._sharding(partition_spec))
         return placed

@@ -117,6 +117,7 @@ def as_count(
     what: str,
     *,
     minimum: int = 1,
+    maximum: int | None = None,
     error: type[MeshplanError] = MeshShapeError,
     hint: str = "",
 ) -> int:
@@ -126,6 +127,8 @@ def as_count(
       value: the caller's value.
       what: the argument's name as the caller wrote it.
       minimum: the smallest valid count.
+      maximum: the largest valid count (None: no bound). Bounds keep absurd
+        inputs (a 10**20-node cluster) from turning into hours of arithmetic.
       error: the ValueError subclass raised for a count out of range.
       hint: words appended to the range message (e.g. "or None when unknown").
 
@@ -137,6 +140,9 @@ def as_count(
     if out < minimum:
         more = f" ({hint})" if hint else ""
         raise error(f"{what}={out} must be >= {minimum}{more}.")
+    if maximum is not None and out > maximum:
+        more = f" ({hint})" if hint else ""
+        raise error(f"{what}={out} must be <= {maximum}{more}.")
     return out
 
 
@@ -218,13 +224,13 @@ def as_real(value: Any, what: str, *, allow_zero: bool = False, error: type[Mesh
       meshplan.pure.errors.MeshShapeError: bandwidth=inf must be a finite number > 0.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise MeshplanTypeError(f"{what}={value!r} must be a real number, not {type(value).__name__}.")
+        raise MeshplanTypeError(f"{what}={_short(value)} must be a real number, not {type(value).__name__}.")
     try:
         out = float(value)
     except OverflowError:  # an int beyond float range (10**400) is as out of range as inf
         out = math.inf
     if not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
-        raise error(f"{what}={value!r} must be a finite number {'>= 0' if allow_zero else '> 0'}.")
+        raise error(f"{what}={_short(value)} must be a finite number {'>= 0' if allow_zero else '> 0'}.")
     return out
 
 

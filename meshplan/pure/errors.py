@@ -23,6 +23,7 @@ __all__ = [
     "ClusterError",
     "PlanError",
     "NoMeshError",
+    "RuleValidationError",
     "DistributedError",
     "DistributedArgumentError",
     "BarrierTimeoutError",
@@ -86,6 +87,16 @@ class ClusterError(MeshplanError, ValueError):
 
 class PlanError(MeshplanError, ValueError):
     """The planner cannot answer the request (nothing fits, bad constraints)."""
+
+
+class RuleValidationError(ShardingRuleError, PlanError):
+    """Rules given to the planner do not fit the model tree (checked before any mesh is searched).
+
+    Names the rule, the leaf and what would be valid: an unknown mesh axis, a
+    spec longer than the leaf's rank, a pattern that matches no leaf. Both a
+    :class:`ShardingRuleError` and a :class:`PlanError` (the search raised the
+    latter for these mistakes before they were checked up front).
+    """
 
 
 class NoMeshError(MeshShapeError, ShardingRuleError):

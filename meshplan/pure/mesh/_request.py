@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TypeAlias
 
-from meshplan.pure._check import as_int_tuple
+from meshplan.pure._check import as_count, as_int_tuple
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, MeshShapeError
 from meshplan.pure.mesh._axes import MeshShape, validate_axis_names
 from meshplan.pure.mesh._hybrid import (
@@ -132,6 +132,8 @@ def resolve_mesh_request(
       HybridMeshShape(ici_mesh_shape=(1, 1, 8), dcn_mesh_shape=(1, 2, 1))
     """
     names = validate_axis_names(axis_names)
+    num_devices = as_count(num_devices, "num_devices")
+    num_granules = as_count(num_granules, "num_granules", error=DeviceLayoutError)
     if isinstance(mesh_shape, MeshShape):
         if mesh_shape.names != names:
             raise MeshShapeError(

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import PlanError
-from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves, decoder_tree
+from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves, as_model_spec, decoder_tree
 
 __all__ = ["deepseek_v3_params"]
 
@@ -52,6 +52,7 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
       >>> tree["model"]["layers"]["0"]["self_attn"]["kv_a_proj_with_mqa"]["weight"].shape
       (576, 7168)
     """
+    spec = as_model_spec(spec)
     mla = spec.mla
     if mla is None:
         raise PlanError(f"ModelSpec {spec.name!r}: DeepSeek-V3 attention needs spec.mla (MLADims).")

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import PlanError
-from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves
+from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves, as_model_spec
 
 __all__ = ["gpt2_params"]
 
@@ -44,6 +44,7 @@ def gpt2_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16) -> PyTree:
       >>> count_params(tree)
       124439808
     """
+    spec = as_model_spec(spec)
     d, f, v = spec.hidden_size, spec.intermediate_size, spec.vocab_size
     if spec.max_position_embeddings < 1 or spec.num_heads * spec.head_dim != d:
         raise PlanError(f"ModelSpec {spec.name!r}: GPT-2 needs max_position_embeddings >= 1 and "

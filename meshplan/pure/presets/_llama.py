@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from meshplan.pure._types import PyTree
-from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves, decoder_tree
+from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves, as_model_spec, decoder_tree
 
 __all__ = ["llama_params"]
 
@@ -44,6 +44,7 @@ def llama_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
       >>> tree["model"]["layers"]["0"]["block_sparse_moe"]["experts"]["w1"]["weight"].shape
       (8, 14336, 4096)
     """
+    spec = as_model_spec(spec)
     d = spec.hidden_size
     q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
     leaf = _Leaves(dtype)

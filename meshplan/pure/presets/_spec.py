@@ -35,6 +35,7 @@ from meshplan.pure._check import as_count, collect
 from meshplan.pure._types import PyTree, Shape, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.specs._dtypes import canonical_dtype
+from meshplan.pure.specs._tree import tree_facts
 
 __all__ = ["MLADims", "ModelSpec", "ShapeTree", "count_params"]
 
@@ -242,6 +243,14 @@ def preset_dtype(dtype: Any) -> np.dtype:
     return out
 
 
+def as_model_spec(spec: Any, what: str = "spec") -> ModelSpec:
+    """``spec`` checked to be a :class:`ModelSpec` (the shape-tree builders take nothing else)."""
+    if not isinstance(spec, ModelSpec):
+        raise MeshplanTypeError(f"{what}={spec!r:.80} must be a ModelSpec (e.g. MODEL_SPECS['gpt2']), not "
+                                f"{type(spec).__name__}.")
+    return spec
+
+
 def count_params(tree: PyTree) -> int:
     """Total elements over the leaves of ``tree`` that have a ``.shape``.
 
@@ -257,5 +266,10 @@ def count_params(tree: PyTree) -> int:
       >>> count_params({"w": jax.ShapeDtypeStruct((3, 4), np.float32), "b": None})
       12
     """
-    return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(tree)
-               if hasattr(leaf, "shape"))
+    # tree_facts decides what an array leaf is, once for the whole package
+    # (a numpy scalar type or a string .shape is not one); Python scalars,
+    # which it reads as 0-d arrays, have no .shape and count 0 here.
+    facts = tree_facts(tree)
+    leaves = facts.treedef.flatten_up_to(facts.source)
+    return sum(math.prod(info.shape) for leaf, info in zip(leaves, facts.infos, strict=True)
+               if info is not None and hasattr(leaf, "shape"))

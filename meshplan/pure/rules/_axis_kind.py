@@ -53,11 +53,11 @@ import re
 from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar
 
-from meshplan.pure._check import as_count, as_int
+from meshplan.pure._check import as_count, as_int, as_shape, as_str, canonical_axis_sizes
 from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
-from meshplan.pure.rules._base import Decision, LeafContext
+from meshplan.pure.rules._base import Decision, LeafContext, as_context
 from meshplan.pure.rules._conventions import CONVENTIONS, DIM_KINDS, LeafLayout, leaf_layout, normalize_path
 from meshplan.pure.specs._geometry import spec_from_entries
 
@@ -76,7 +76,7 @@ def path_template(path: str) -> str:
       >>> path_template("model/layers/12/mlp/experts/3/w1/weight")
       'model/layers/*/mlp/experts/*/w1/weight'
     """
-    return "/".join("*" if _DIGITS.match(part) else part for part in path.split("/"))
+    return "/".join("*" if _DIGITS.match(part) else part for part in as_str(path, "path").split("/"))
 
 
 def _count(value: Any, what: str) -> int | None:
@@ -161,6 +161,9 @@ class AxisKindRule:
           >>> AxisKindRule.for_model(MODEL_SPECS["mixtral-8x7b"]).num_experts
           8
         """
+        missing = [a for a in ("num_heads", "num_kv_heads", "num_experts") if not hasattr(spec, a)]
+        if missing:
+            raise MeshplanTypeError(f"spec={spec!r:.80} is not a ModelSpec (it lacks {missing}).")
         return cls(num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
                    num_experts=spec.num_experts or None, **options)
 
@@ -171,6 +174,7 @@ class AxisKindRule:
 
     def group_key(self, ctx: LeafContext) -> Hashable:
         """Leaves with equal keys get equal decisions on every mesh: (template, shape, dtype)."""
+        ctx = as_context(ctx)
         return (path_template(ctx.path), ctx.shape, ctx.dtype)
 
     def layout(self, path: str, shape: tuple[int, ...]) -> LeafLayout:
@@ -200,7 +204,10 @@ class AxisKindRule:
           >>> AxisKindRule().decide("model/layers/*/mlp/down_proj/weight", (4096, 14336), {"tp": 8}).spec
           P(None, 'tp')
         """
-        return self._decide(self.layout(path, tuple(shape)), tuple(shape), axis_sizes)
+        path = as_str(path, "path")
+        shape = as_shape(shape, "shape")
+        sizes = canonical_axis_sizes(axis_sizes)
+        return self._decide(self.layout(path, shape), shape, sizes)
 
     def _decide(self, lay: LeafLayout, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
         n = math.prod(shape)

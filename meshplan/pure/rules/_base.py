@@ -100,6 +100,8 @@ def shards_something(spec: PartitionSpec) -> bool:
       >>> shards_something(PartitionSpec(None, None)), shards_something(PartitionSpec(None, "tp"))
       (False, True)
     """
+    if not isinstance(spec, PartitionSpec):
+        raise MeshplanTypeError(f"spec={spec!r:.80} must be a PartitionSpec, not {type(spec).__name__}.")
     return any(entry is not None for entry in spec)
 
 
@@ -238,6 +240,14 @@ def declared_group_key(rule: Rule) -> GroupKey | None:
     """The rule's own ``group_key`` (``None`` when it makes no promise)."""
     key = getattr(rule, "group_key", None)
     return key if callable(key) else None
+
+
+def as_context(ctx: Any) -> LeafContext:
+    """``ctx`` checked to be a :class:`LeafContext` (what the engine passes a rule's methods)."""
+    if not isinstance(ctx, LeafContext):
+        raise MeshplanTypeError(f"ctx={ctx!r:.80} must be a LeafContext (the engine builds one per leaf), not "
+                                f"{type(ctx).__name__}.")
+    return ctx
 
 
 def _shape_key(ctx: LeafContext) -> Hashable:

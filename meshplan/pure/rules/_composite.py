@@ -21,6 +21,7 @@ from collections.abc import Hashable, Sequence
 from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._base import (
+    as_context,
     Decision,
     GroupKey,
     LeafContext,
@@ -86,6 +87,7 @@ class CompositeRule:
 
     def group_key(self, ctx: LeafContext) -> Hashable:
         """Equal keys, equal decisions: the tuple of its rules' keys."""
+        ctx = as_context(ctx)
         return tuple(key(ctx) for key in self._keys)
 
     def __call__(self, ctx: LeafContext) -> Decision | None:

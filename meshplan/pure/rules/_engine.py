@@ -80,6 +80,20 @@ class Plan:
     axis_sizes: Mapping[str, int]
     rule: str
 
+    def __post_init__(self) -> None:
+        # Cheap checks only: plan_tree builds one Plan per call, also for 50k-leaf trees.
+        if not isinstance(self.facts, TreeFacts):
+            raise MeshplanTypeError(f"Plan.facts={self.facts!r:.80} must be a TreeFacts (tree_facts(tree)).")
+        n = len(self.facts.infos)
+        for field in ("leaf_decisions", "leaf_specs"):
+            value = getattr(self, field)
+            if not isinstance(value, tuple) or len(value) != n:
+                raise MeshplanTypeError(f"Plan.{field} must be a tuple of {n} entries (one per leaf), got "
+                                        f"{value!r:.80}.")
+        if not isinstance(self.rule, str):
+            raise MeshplanTypeError(f"Plan.rule={self.rule!r:.80} must be a str (the rule's name).")
+        object.__setattr__(self, "axis_sizes", canonical_axis_sizes(self.axis_sizes, "Plan.axis_sizes"))
+
     def __len__(self) -> int:
         return len(self.facts.infos)
 

@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec
 from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._base import (
+    as_context,
     Decision,
     LeafContext,
     Rule,
@@ -137,6 +138,7 @@ class PathRule:
 
     def group_key(self, ctx: LeafContext) -> Hashable:
         """Equal keys, equal decisions: the matching pattern (or the fallback's key)."""
+        ctx = as_context(ctx)
         k = self._match(ctx.path)
         if k is not None:
             return ("path", k, ctx.shape)
@@ -178,9 +180,9 @@ def path_rule_from_json(data: Any, *, fallback: Rule | None = None) -> PathRule:
       (('embed_tokens', P('tp', None)), ('norm', P()))
     """
     if isinstance(data, Mapping):
-        unknown = sorted(set(data) - {"rules"})
-        if unknown or "rules" not in data:
-            raise MeshplanTypeError(f"a rules object has exactly one key, 'rules'; got keys {sorted(data)}.")
+        keys = sorted(map(repr, data))  # repr: JSON keys are str, but a Python caller's may be anything
+        if keys != ["'rules'"]:
+            raise MeshplanTypeError(f"a rules object has exactly one key, 'rules'; got keys {keys}.")
         data = data["rules"]
     if not isinstance(data, list):
         raise MeshplanTypeError(

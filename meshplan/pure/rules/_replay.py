@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from meshplan.pure._types import Shape
-from meshplan.pure.errors import ShardingRuleError
+from meshplan.pure._check import as_str
+from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._axis_kind import path_template
 from meshplan.pure.rules._base import Decision, LeafContext
 from meshplan.pure.rules._engine import Plan
@@ -56,6 +57,8 @@ class PlanRule:
     shape_only: ClassVar[bool] = False
 
     def __init__(self, plan: Plan) -> None:
+        if not isinstance(plan, Plan):
+            raise MeshplanTypeError(f"plan={plan!r:.80} must be a Plan (from plan_tree or plan_from_specs).")
         self.name: str = plan.rule
         self._by_index: tuple[Decision | None, ...] | None = plan.leaf_decisions
         self._by_pattern: dict[PatternKey, Decision] = {}
@@ -64,10 +67,17 @@ class PlanRule:
     def from_patterns(cls, records: Iterable[tuple[PatternKey, Decision]], *, name: str) -> PlanRule:
         """Replay ``(pattern, shape, dtype name), decision`` records by path, else path template."""
         rule = cls.__new__(cls)
-        rule.name = name
+        rule.name = as_str(name, "name")
         rule._by_index = None
         rule._by_pattern = {}
-        for key, decision in records:
+        if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+            raise MeshplanTypeError(f"records={records!r:.80} must be an iterable of (pattern key, Decision).")
+        for i, item in enumerate(records):
+            if not (isinstance(item, tuple | list) and len(item) == 2 and isinstance(item[1], Decision)
+                    and isinstance(item[0], tuple) and len(item[0]) == 3):
+                raise MeshplanTypeError(f"records[{i}]={item!r:.80} must be ((pattern, shape, dtype name), "
+                                        "Decision).")
+            key, decision = item
             rule._by_pattern.setdefault(key, decision)
         return rule
 

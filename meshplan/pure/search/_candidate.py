@@ -15,12 +15,14 @@ exactly: ``X.from_dict(x.to_dict()) == x``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from jax.sharding import PartitionSpec
 
+from meshplan.pure._check import as_positive_shape, as_sequence, as_shape
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import MeshplanTypeError, PlanError
@@ -30,28 +32,43 @@ from meshplan.pure.rules._engine import Plan, plan_tree
 from meshplan.pure.rules._path import spec_from_json, spec_to_json
 from meshplan.pure.presets import Preset
 from meshplan.pure.search._match import GroupRule
+from meshplan.pure.search._fields import (
+    as_bool,
+    as_nonneg,
+    as_rank,
+    as_seconds,
+    as_text,
+    as_texts,
+    check_fields,
+    instance_of,
+    nested,
+    optional,
+    record,
+    tuple_of,
+)
 from meshplan.pure.specs._activation import ActivationLayout
 from meshplan.pure.specs._training import TrainingLayout, optimizer_state_specs
 
 __all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup"]
 
+R = TypeVar("R")
 
 
-def _fields(cls: type, data: Any) -> dict[str, Any]:
-    if not isinstance(data, Mapping):
-        raise MeshplanTypeError(f"{cls.__name__}.from_dict needs a mapping, got {type(data).__name__}.")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    missing = [n for n in names if n not in data and _required(cls, n)]
-    if unknown or missing:
-        raise PlanError(f"{cls.__name__}.from_dict: unknown keys {unknown}, missing keys {missing}; "
-                        f"expected {names}.")
-    return dict(data)
+def _records(where: str, from_dict: Callable[[Any], R], items: Any) -> tuple[R, ...]:
+    """``from_dict`` of every item of a JSON list, failures named ``where[i]``."""
+    seq = nested(where, lambda: as_sequence(items, where))
+    return tuple(nested(f"{where}[{i}]", functools.partial(from_dict, item)) for i, item in enumerate(seq))
 
 
-def _required(cls: type, name: str) -> bool:
-    field = next(f for f in dataclasses.fields(cls) if f.name == name)
-    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+def _fields(cls: type, data: Any, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+    return record(cls, data, ignore=ignore)
+
+
+def _spec(value: Any, what: str) -> PartitionSpec:
+    if not isinstance(value, PartitionSpec):
+        raise MeshplanTypeError(f"{what} must be a PartitionSpec, got {value!r:.80}.")
+    return value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,9 +95,8 @@ class ParamGroup:
     reason: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        if not isinstance(self.spec, PartitionSpec):
-            raise MeshplanTypeError(f"ParamGroup.spec must be a PartitionSpec, got {self.spec!r}.")
+        check_fields(self, {"pattern": as_text, "shape": as_shape, "dtype": as_text, "count": as_nonneg,
+                            "spec": _spec, "rule": as_text, "reason": as_text})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -91,16 +107,21 @@ class ParamGroup:
     def from_dict(cls, data: Mapping[str, Any]) -> ParamGroup:
         """Inverse of :meth:`to_dict`."""
         fields = _fields(cls, data)
-        fields["spec"] = spec_from_json(fields["spec"], where=f"group {fields['pattern']!r} spec")
+        if "spec" in fields:
+            fields["spec"] = nested("spec", lambda: spec_from_json(fields["spec"], where="spec"))
         return cls(**fields)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MemoryBreakdown:
-    """Bytes on the fullest device, by kind.
+    """Bytes on the fullest device at the step's peak, by kind.
 
     ``params``, ``grads`` and ``optimizer`` are exact (what live arrays hold);
-    ``activations`` is an approximation (see :mod:`meshplan.pure.search._step_cost`).
+    ``activations`` is calibrated: what the peak phase holds beyond the state
+    (see :mod:`meshplan.pure.search._step_memory`). ``phase`` names the peak
+    phase (``"forward"``, ``"backward"``, ``"update"``; ``""`` in plans saved
+    before phases existed) and ``grads_live`` says whether the gradients exist
+    then (not at the end of the forward pass).
     """
 
     params: int
@@ -108,11 +129,17 @@ class MemoryBreakdown:
     optimizer: int
     activations: int
     budget: int
+    phase: str = ""
+    grads_live: bool = True
+
+    def __post_init__(self) -> None:
+        check_fields(self, dict.fromkeys(("params", "grads", "optimizer", "activations", "budget"), as_nonneg)
+                     | {"phase": as_text, "grads_live": as_bool})
 
     @property
     def total(self) -> int:
-        """Everything a training step holds on the fullest device."""
-        return self.params + self.grads + self.optimizer + self.activations
+        """The step's peak on the fullest device: the state live in the peak phase plus its activations."""
+        return self.params + self.optimizer + self.activations + (self.grads if self.grads_live else 0)
 
     @property
     def fits(self) -> bool:
@@ -128,11 +155,14 @@ class MemoryBreakdown:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MemoryBreakdown:
         """Inverse of :meth:`to_dict`."""
-        return cls(**_fields(cls, {k: v for k, v in data.items() if k != "total"}))
+        return cls(**_fields(cls, data, ignore=("total",)))
 
     def parts(self) -> str:
-        """``'params 8.2 GiB, grads 8.2 GiB, optimizer 16.4 GiB, activations 8.4 GiB'``."""
-        return ", ".join(f"{k} {fmt_bytes(getattr(self, k))}" for k in ("params", "grads", "optimizer", "activations"))
+        """``'params 8.2 GiB, grads 8.2 GiB, optimizer 16.4 GiB, activations 8.4 GiB at the backward peak'``."""
+        keys = ("params", "grads", "optimizer", "activations") if self.grads_live else (
+            "params", "optimizer", "activations")
+        text = ", ".join(f"{k} {fmt_bytes(getattr(self, k))}" for k in keys)
+        return text + (f" at the {self.phase} peak" if self.phase else "")
 
     def describe(self) -> str:
         """``'41.2 GiB (params 8.2, grads 8.2, optimizer 16.4, activations 8.4 GiB)'``."""
@@ -162,7 +192,8 @@ class CommTerm:
     seconds: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "axes", tuple(self.axes))
+        check_fields(self, {"what": as_text, "kind": as_text, "axes": as_texts, "nbytes": as_nonneg,
+                            "calls": as_nonneg, "link": as_text, "seconds": as_seconds})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -205,8 +236,11 @@ class MeshCandidate:
     activations: ActivationLayout | None = None
 
     def __post_init__(self) -> None:
-        for name in ("axis_names", "axis_sizes", "ici_shape", "dcn_shape", "comm", "groups"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+        check_fields(self, {"axis_names": as_texts, "axis_sizes": as_positive_shape, "ici_shape": as_positive_shape,
+                            "dcn_shape": as_positive_shape, "memory": instance_of(MemoryBreakdown),
+                            "comm": tuple_of(instance_of(CommTerm)), "verdict": as_text,
+                            "rank": optional(as_rank), "groups": tuple_of(instance_of(ParamGroup)),
+                            "activations": optional(instance_of(ActivationLayout))})
         lengths = {len(self.axis_names), len(self.axis_sizes), len(self.ici_shape), len(self.dcn_shape)}
         if len(lengths) != 1:
             raise PlanError(f"MeshCandidate: axis_names {self.axis_names}, axis_sizes {self.axis_sizes}, "
@@ -330,10 +364,11 @@ class MeshCandidate:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MeshCandidate:
         """Inverse of :meth:`to_dict` (``step_comm_s`` is recomputed)."""
-        fields = _fields(cls, {k: v for k, v in data.items() if k != "step_comm_s"})
-        fields["memory"] = MemoryBreakdown.from_dict(fields["memory"])
-        fields["comm"] = tuple(CommTerm.from_dict(t) for t in fields["comm"])
-        fields["groups"] = tuple(ParamGroup.from_dict(g) for g in fields.get("groups", ()))
+        fields = _fields(cls, data, ignore=("step_comm_s",))
+        fields["memory"] = nested("memory", lambda: MemoryBreakdown.from_dict(fields["memory"]))
+        fields["comm"] = _records("comm", CommTerm.from_dict, fields["comm"])
+        fields["groups"] = _records("groups", ParamGroup.from_dict, fields.get("groups", ()))
         acts = fields.get("activations")
-        fields["activations"] = None if acts is None else ActivationLayout.from_dict(acts)
+        fields["activations"] = None if acts is None else nested(
+            "activations", lambda: ActivationLayout.from_dict(acts))
         return cls(**fields)

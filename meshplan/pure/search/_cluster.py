@@ -34,8 +34,12 @@ from meshplan.pure.errors import ClusterError, MeshplanTypeError
 
 __all__ = [
     "Cluster",
+    "MAX_DEVICES",
     "parse_cluster",
 ]
+
+MAX_DEVICES = 2**22
+"""The largest cluster meshplan plans (4 Mi devices, ~40x the largest machines built)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,6 +117,12 @@ class Cluster:
         if not type_errors and not value_errors and self.num_nodes % self.num_slices:
             value_errors.append(f"num_nodes={self.num_nodes} must split evenly into "
                                 f"num_slices={self.num_slices}")
+        if not type_errors and not value_errors and self.num_nodes * self.devices_per_node > MAX_DEVICES:
+            # The search factors the device count and prices every mesh: an
+            # absurd count must be refused at once, not computed for hours.
+            value_errors.append(f"{self.num_nodes} nodes x {self.devices_per_node} devices = "
+                                f"{self.num_nodes * self.devices_per_node} devices is more than meshplan plans "
+                                f"(at most {MAX_DEVICES})")
         _raise_collected("Cluster", type_errors, value_errors)
         for name in ("num_nodes", "devices_per_node", "num_slices"):
             object.__setattr__(self, name, int(getattr(self, name)))
@@ -232,7 +242,12 @@ class Cluster:
         fields = _known_fields(cls, data)
         device = fields.get("device")
         if isinstance(device, Mapping):
-            fields["device"] = DeviceSpec.from_dict(device)
+            try:
+                fields["device"] = DeviceSpec.from_dict(device)
+            except MeshplanTypeError as err:
+                raise MeshplanTypeError(f"Cluster.device: {err}") from None
+            except ClusterError as err:
+                raise ClusterError(f"Cluster.device: {err}") from None
         return cls(**fields)
 
     def __repr__(self) -> str:
@@ -258,6 +273,18 @@ _FORMS = ("'<nodes>x<devices_per_node>x<DEVICE>' (e.g. '8x8xH100'), '<nodes>x<DE
           "'[<slices>x]<tpu>-<N>' (e.g. 'v5p-256', '2xv5e-256', 'v5litepod-16')")
 
 
+def _device_table(devices: Any) -> Mapping[str, DeviceSpec]:
+    """``devices=`` of :func:`parse_cluster` checked: a mapping of str names to DeviceSpecs."""
+    if not isinstance(devices, Mapping):
+        raise MeshplanTypeError(f"devices={devices!r:.80} must map names to DeviceSpec, got "
+                                f"{type(devices).__name__}.")
+    bad = [f"{k!r:.40}: {type(v).__name__}" for k, v in devices.items()
+           if not isinstance(k, str) or not isinstance(v, DeviceSpec)]
+    if bad:
+        raise MeshplanTypeError(f"devices must map str names to DeviceSpec values; bad entries: {', '.join(bad)}.")
+    return devices
+
+
 def _lookup_device(name: str, devices: Mapping[str, DeviceSpec]) -> DeviceSpec:
     by_lower = {key.lower(): spec for key, spec in devices.items()}
     key = name.lower()
@@ -274,6 +301,9 @@ def _lookup_device(name: str, devices: Mapping[str, DeviceSpec]) -> DeviceSpec:
 
 
 def _count(text: str, what: str, value: str) -> int:
+    if len(value) > len(str(MAX_DEVICES)):  # int() of a 5000-digit string refuses (or takes long)
+        raise ClusterError(f"{what}={value[:30]}{'...' if len(value) > 30 else ''} in {text[:60]!r} is more "
+                           f"than meshplan plans (at most {MAX_DEVICES} devices).")
     n = int(value)
     if n < 1:
         raise ClusterError(f"{what}={n} in {text!r} must be >= 1.")
@@ -317,10 +347,8 @@ def parse_cluster(text: str, *, devices: Mapping[str, DeviceSpec] | None = None)
     """
     if not isinstance(text, str):
         raise MeshplanTypeError(f"cluster text={text!r} must be a str such as '8x8xH100'.")
-    table = DEVICE_SPECS if devices is None else devices
+    table = DEVICE_SPECS if devices is None else _device_table(devices)
     del devices
-    if not isinstance(table, Mapping):
-        raise MeshplanTypeError(f"devices must map names to DeviceSpec, got {type(table).__name__}.")
     compact = re.sub(r"\s+", "", text).lower().replace("×", "x")
     tpu = _TPU_RE.match(compact) if table is DEVICE_SPECS else None
     if tpu:

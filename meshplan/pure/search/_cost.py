@@ -108,7 +108,10 @@ def _as_array(name: str, value: object) -> np.ndarray:
         raise MeshplanTypeError(
             f"{name}={value!r} must be a number or a numpy array, not {type(value).__name__}."
         )
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError, OverflowError):  # ragged or mixed nesting
+        raise MeshplanTypeError(f"{name}={value!r:.80} is not a number or a regular array of numbers.") from None
     if arr.dtype.kind not in "iuf":
         raise MeshplanTypeError(f"{name} must hold ints or floats, got dtype {arr.dtype} ({value!r}).")
     return arr

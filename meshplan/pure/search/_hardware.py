@@ -17,7 +17,7 @@ import types
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from meshplan.pure._check import as_count, as_real, collect
+from meshplan.pure._check import as_count, as_real, as_record, collect
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import ClusterError, MeshplanTypeError
 from meshplan.pure.search._cost import Link
@@ -78,7 +78,8 @@ class DeviceSpec:
             value_errors.append("name must not be empty")
         canonical: dict[str, int | float | None] = {}
         for field in ("hbm_bytes", "devices_per_node"):
-            canonical[field] = _check_int(field, getattr(self, field), type_errors, value_errors)
+            canonical[field] = collect(type_errors, value_errors, as_count, getattr(self, field), field,
+                                       maximum=_MAX_INT[field], error=ClusterError)
         for field, allow_zero in (("intra_bandwidth", False), ("inter_bandwidth", False),
                                   ("intra_latency_s", True), ("inter_latency_s", True)):
             canonical[field] = collect(type_errors, value_errors, as_real, getattr(self, field), field,
@@ -117,9 +118,9 @@ class DeviceSpec:
                 f"{self.devices_per_node}/node)")
 
 
-def _check_int(name: str, value: object, type_errors: list[str], value_errors: list[str]) -> int | None:
-    """``value`` as an int >= 1 (:func:`~meshplan.pure._check.as_count`), or None after filing the problem."""
-    return collect(type_errors, value_errors, as_count, value, name, error=ClusterError)
+# Far beyond any device (1 PiB of HBM, a million devices per host), yet small
+# enough that byte and device arithmetic stays exact in floats and fast.
+_MAX_INT = {"hbm_bytes": 2**50, "devices_per_node": 2**20}
 
 
 def _raise_collected(what: str, type_errors: list[str], value_errors: list[str]) -> None:
@@ -130,13 +131,11 @@ def _raise_collected(what: str, type_errors: list[str], value_errors: list[str])
 
 
 def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    if not isinstance(data, Mapping):
-        raise MeshplanTypeError(f"{cls.__name__}.from_dict needs a mapping, got {type(data).__name__}.")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ClusterError(f"{cls.__name__}.from_dict: unknown keys {unknown}; valid keys: {names}.")
-    return dict(data)
+    """``from_dict`` input of a hardware record: a mapping with every required field and no unknown ones."""
+    fields = dataclasses.fields(cls)
+    required = [f.name for f in fields if f.default is dataclasses.MISSING]
+    return as_record(data, f"{cls.__name__}.from_dict input", fields=[f.name for f in fields], required=required,
+                     error=ClusterError)
 
 
 # --- the device table ---------------------------------------------------------------------------

@@ -12,9 +12,21 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.search._candidate import MeshCandidate, _fields
+from meshplan.pure._check import as_count, as_real, as_sequence
+from meshplan.pure.errors import PlanError
+from meshplan.pure.search._candidate import MeshCandidate, _fields, _records
 from meshplan.pure.search._cluster import Cluster
+from meshplan.pure.search._recipe import TrainingRecipe
+from meshplan.pure.search._fields import (
+    as_bool,
+    as_nonneg,
+    as_text,
+    as_texts,
+    check_fields,
+    instance_of,
+    nested,
+    tuple_of,
+)
 
 __all__ = ["Rejection", "SearchRequest", "SearchResult"]
 
@@ -26,6 +38,9 @@ class Rejection:
     kind: str
     count: int
     example: str
+
+    def __post_init__(self) -> None:
+        check_fields(self, {"kind": as_text, "count": as_nonneg, "example": as_text})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -57,12 +72,16 @@ class SearchRequest:
     ep_within_domain: bool
     rule: str
     top_k: int
+    recipe: TrainingRecipe = dataclasses.field(default_factory=TrainingRecipe)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "axes", tuple(self.axes))
-        object.__setattr__(self, "fixed", tuple((str(a), int(n)) for a, n in self.fixed))
-        if not isinstance(self.cluster, Cluster):
-            raise MeshplanTypeError(f"SearchRequest.cluster must be a Cluster, got {self.cluster!r}.")
+        check_fields(self, {
+            "model": as_text, "cluster": instance_of(Cluster), "axes": as_texts, "fixed": tuple_of(_fixed_pair),
+            "batch": _count, "seq": _count, "param_dtype": as_text, "grad_dtype": as_text,
+            "optimizer_copies": as_nonneg, "optimizer_dtype": as_text, "activations": as_bool,
+            "headroom": _headroom, "tp_within_domain": as_bool, "ep_within_domain": as_bool, "rule": as_text,
+            "top_k": _count, "recipe": instance_of(TrainingRecipe),
+        })
 
     @property
     def budget(self) -> int:
@@ -75,13 +94,16 @@ class SearchRequest:
         out["cluster"] = self.cluster.to_dict()
         out["axes"] = list(self.axes)
         out["fixed"] = [list(p) for p in self.fixed]
+        out["recipe"] = self.recipe.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchRequest:
         """Inverse of :meth:`to_dict`."""
         fields = _fields(cls, data)
-        fields["cluster"] = Cluster.from_dict(fields["cluster"])
+        fields["cluster"] = nested("cluster", lambda: Cluster.from_dict(fields["cluster"]))
+        if "recipe" in fields:
+            fields["recipe"] = nested("recipe", lambda: TrainingRecipe.from_dict(fields["recipe"]))
         return cls(**fields)
 
 
@@ -106,8 +128,11 @@ class SearchResult:
     num_fitting: int
 
     def __post_init__(self) -> None:
-        for name in ("candidates", "rejected", "rejections"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+        check_fields(self, {
+            "request": instance_of(SearchRequest), "candidates": tuple_of(instance_of(MeshCandidate)),
+            "rejected": tuple_of(instance_of(MeshCandidate)), "rejections": tuple_of(instance_of(Rejection)),
+            "num_candidates": as_nonneg, "num_fitting": as_nonneg,
+        })
 
     @property
     def best(self) -> MeshCandidate:
@@ -135,22 +160,28 @@ class SearchResult:
     def from_dict(cls, data: Mapping[str, Any]) -> SearchResult:
         """Inverse of :meth:`to_dict`.
 
+        Every field of the document is checked on load (by each record's
+        ``__post_init__``), so a hand-edited file fails here, naming the
+        field path, rather than later inside ``.best.memory.fits``.
+
         Raises:
-          PlanError: ``data`` is not a search result (unknown or missing keys, wrong kinds of values).
+          PlanError: ``data`` is not a search result; the message names the
+            field path (``plan field candidates[0].memory: ...``).
         """
         try:
-            fields = _fields(cls, data)
-            fields["request"] = SearchRequest.from_dict(fields["request"])
-            fields["candidates"] = tuple(MeshCandidate.from_dict(c) for c in fields["candidates"])
-            fields["rejected"] = tuple(MeshCandidate.from_dict(c) for c in fields["rejected"])
-            fields["rejections"] = tuple(Rejection.from_dict(r) for r in fields["rejections"])
-            return cls(**fields)
-        except (TypeError, AttributeError, KeyError) as err:
-            # A hand-edited or foreign file: say so instead of leaking a raw TypeError.
-            raise PlanError(f"not a meshplan search result: {type(err).__name__}: {err}") from None
+            fields = nested("(document)", lambda: _fields(cls, data))
+            fields["request"] = nested("request", lambda: SearchRequest.from_dict(fields["request"]))
+            for name, from_dict in (("candidates", MeshCandidate.from_dict), ("rejected", MeshCandidate.from_dict),
+                                    ("rejections", Rejection.from_dict)):
+                fields[name] = _records(name, from_dict, fields[name])
+            return nested("(document)", lambda: cls(**fields))
+        except PlanError as err:
+            raise PlanError(f"not a meshplan search result: {err}") from None
 
     def to_json(self, *, indent: int | None = 2) -> str:
         """The result as JSON text; :meth:`from_json` reads it back to an equal result."""
+        if indent is not None:
+            indent = as_count(indent, "indent", minimum=0, maximum=64, error=PlanError)
         return json.dumps(self.to_dict(), indent=indent, default=_json_default)
 
     @classmethod
@@ -158,13 +189,37 @@ class SearchResult:
         """Read :meth:`to_json` output.
 
         Raises:
-          PlanError: the text is not JSON or not a search result.
+          PlanError: ``text`` is not JSON text (or is nested too deeply to
+            read) or not a search result; the message names the bad field's path.
         """
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise PlanError(f"not a meshplan search result: text={text!r:.80} must be the JSON text (str) of "
+                            f"a search result, not {type(text).__name__}.")
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise PlanError(f"not a meshplan search result: invalid JSON ({err}).") from None
+        except RecursionError:
+            raise PlanError("not a meshplan search result: the JSON is nested too deeply to read.") from None
         return cls.from_dict(data)
+
+
+def _count(value: Any, what: str) -> int:
+    return as_count(value, what, error=PlanError)
+
+
+def _headroom(value: Any, what: str) -> float:
+    out = as_real(value, what, allow_zero=True, error=PlanError)
+    if out >= 1:
+        raise PlanError(f"{what}={value!r} must be in [0, 1) (the fraction of HBM kept free).")
+    return out
+
+
+def _fixed_pair(value: Any, what: str) -> tuple[str, int]:
+    pair = as_sequence(value, what)
+    if len(pair) != 2:
+        raise PlanError(f"{what}={value!r:.80} must be an [axis, size] pair.")
+    return as_text(pair[0], f"{what}[0]"), _count(pair[1], f"{what}[1]")
 
 
 def _json_default(value: Any) -> Any:

@@ -46,13 +46,14 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from meshplan.pure._check import as_count, as_int
+from meshplan.pure._check import as_count, as_flag, as_int, as_real, as_sequence, as_str
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure._types import PyTree
-from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
 from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.rules._base import Rule, reads_axes, rule_name
+from meshplan.pure.rules._check_tree import check_rule
 from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._groups import (
@@ -66,6 +67,7 @@ from meshplan.pure.search._groups import (
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._space import (
     axis_problem,
+    batch_problem,
     combinations,
     divisors,
     mesh_count,
@@ -74,18 +76,19 @@ from meshplan.pure.search._space import (
     place,
     unit,
 )
+from meshplan.pure.search._recipe import OPTIMIZER_COPIES, TrainingRecipe
 from meshplan.pure.search._step_cost import (
     AXIS_ORDER,
     BATCH_AXES,
     AxisPlacement,
     Pending,
-    activation_bytes,
     activation_terms,
     param_terms,
     price,
     step_activations,
     to_terms,
 )
+from meshplan.pure.search._step_memory import layer_dims, lower_bound, step_memory
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import tree_facts
@@ -122,6 +125,7 @@ class _Search:
         self.state = TrainingState(None if req.grad_dtype == "param" else canonical_dtype(req.grad_dtype),
                                    canonical_dtype(req.optimizer_dtype), req.optimizer_copies)
         self.state_total = state_bytes(self.groups, self.state)
+        self.dims = layer_dims(model)
         self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
 
     def plan(self, sizes: dict[str, int]) -> tuple[tuple[Any, ...], PlanEval]:
@@ -195,11 +199,10 @@ class _Search:
     def _lower_bound(self, mesh: dict[str, int]) -> float:
         if self.reads is None:
             return 0.0
-        act = 0
-        if self.req.activations:
-            act = activation_bytes(self.model, mesh, batch=self.req.batch, seq=self.req.seq,
-                                   itemsize=self.act_itemsize, param_bytes=0)
-        return self.state_total / math.prod(mesh.get(a, 1) for a in self.reads) + act
+        state = self.state_total / math.prod(mesh.get(a, 1) for a in self.reads)
+        if not self.req.activations:
+            return state
+        return lower_bound(self.dims, mesh, self.req.recipe, batch=self.req.batch, seq=self.req.seq, state=state)
 
     def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement,
                fits: list[_Scored], over: list[_Scored]) -> tuple[str, str]:
@@ -211,11 +214,7 @@ class _Search:
         idle = self._idle(mesh, plan)
         if idle:
             return "idle", f"{text}: {idle}"
-        act = 0
-        if req.activations:
-            act = activation_bytes(self.model, mesh, batch=req.batch, seq=req.seq, itemsize=self.act_itemsize,
-                                   param_bytes=plan.param_bytes)
-        memory = MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, act, req.budget)
+        memory = self._memory(mesh, plan)
         pending = param_terms(plan.traffic, placement, mesh, layers=max(self.model.num_layers, 1))
         pending += activation_terms(self.model, mesh, placement, batch=req.batch, seq=req.seq,
                                     itemsize=self.act_itemsize)
@@ -225,6 +224,19 @@ class _Search:
             return "", ""
         over.append(scored)
         return "memory", f"{text}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget"
+
+    def _memory(self, mesh: dict[str, int], plan: PlanEval) -> MemoryBreakdown:
+        """The step's peak (see :mod:`meshplan.pure.search._step_memory`); the state alone without activations."""
+        req = self.req
+        if not req.activations:
+            return MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, req.budget)
+        gathered = sum(nbytes for _, nbytes in plan.traffic.gather)
+        step = step_memory(self.dims, mesh, req.recipe, batch=req.batch, seq=req.seq, params=plan.param_bytes,
+                           grads=plan.grad_bytes, optimizer=plan.optimizer_bytes, gathered=gathered)
+        live = step.peak_phase != "forward"
+        state = plan.param_bytes + plan.optimizer_bytes + (plan.grad_bytes if live else 0)
+        return MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, step.peak - state,
+                               req.budget, step.peak_phase, live)
 
     def _idle(self, mesh: dict[str, int], plan: PlanEval) -> str:
         """Why the mesh has a weight axis of size > 1 that splits no parameter ("" when it has none).
@@ -288,7 +300,7 @@ def _canonical_axes(axes: Sequence[str] | None, model: ModelSpec) -> tuple[str, 
         return tuple(a for a in AXIS_ORDER if a != "ep" or model.is_moe)
     if isinstance(axes, str):
         axes = [a.strip() for a in axes.split(",") if a.strip()]
-    names = list(axes)
+    names = [as_str(a, f"axes[{i}]") for i, a in enumerate(as_sequence(axes, "axes"))]
     unknown = [a for a in names if a not in AXIS_ORDER]
     repeated = sorted({a for a in names if names.count(a) > 1})
     if unknown or repeated or not names:
@@ -340,6 +352,7 @@ def search_meshes(
     tp_within_domain: bool = True,
     ep_within_domain: bool = False,
     top_k: int = 5,
+    recipe: TrainingRecipe | None = None,
 ) -> SearchResult:
     """Rank the meshes of ``cluster`` for training ``model`` (see the module docstring).
 
@@ -359,9 +372,14 @@ def search_meshes(
       master_weights: add an fp32 master copy of the weights.
       grad_dtype: gradient dtype (default: the parameter's).
       optimizer_dtype: dtype of the optimizer copies.
-      activations: count the approximate activation memory in the fit.
+      activations: price the step's peak (activations by phase, see
+        :mod:`meshplan.pure.search._step_memory`) in the fit; ``False`` counts the state only.
       tp_within_domain, ep_within_domain: keep tp / ep inside one ICI domain.
       top_k: how many fitting (and how many over-budget) meshes to return.
+      recipe: the training step priced (:class:`~meshplan.pure.search.TrainingRecipe`: remat,
+        attention, dtypes, optimizer, micro-batches); when given, its weight dtype, optimizer
+        copies, master weights and gradient/optimizer dtypes replace ``dtype``,
+        ``optimizer_copies``, ``master_weights``, ``grad_dtype`` and ``optimizer_dtype``.
 
     Returns:
       A :class:`~meshplan.pure.SearchResult`, best mesh first.
@@ -379,6 +397,13 @@ def search_meshes(
       >>> result.best.memory.fits
       True
     """
+    if recipe is not None and not isinstance(recipe, TrainingRecipe):
+        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe or None.")
+    if recipe is not None:
+        # The recipe describes the whole step: its weight dtype, state copies and dtypes win.
+        dtype, optimizer_copies, master_weights = recipe.weight_dtype, OPTIMIZER_COPIES[recipe.optimizer], \
+            recipe.master_weights
+        grad_dtype, optimizer_dtype = recipe.grad_dtype, recipe.optimizer_dtype
     if isinstance(model, str):
         preset = get_preset(model, dtype=dtype)
         spec = preset.spec
@@ -392,24 +417,43 @@ def search_meshes(
     if not isinstance(clus, Cluster):
         raise MeshplanTypeError(f"cluster={cluster!r} must be a Cluster or a string such as '8x8xH100'.")
     names = _canonical_axes(axes, spec)
-    if isinstance(headroom, bool) or not isinstance(headroom, int | float) or not 0 <= headroom < 1:
+    if as_real(headroom, "headroom", allow_zero=True, error=PlanError) >= 1:
         raise PlanError(f"headroom={headroom!r} must be a fraction in [0, 1).")
-    copies = as_int(optimizer_copies, "optimizer_copies")
-    if copies < 0 or not isinstance(master_weights, bool):
-        raise PlanError(f"optimizer_copies={copies} must be >= 0 and master_weights a bool.")
+    copies = as_count(optimizer_copies, "optimizer_copies", minimum=0, error=PlanError)
+    flags = {name: as_flag(value, name) for name, value in (
+        ("master_weights", master_weights), ("activations", activations),
+        ("tp_within_domain", tp_within_domain), ("ep_within_domain", ep_within_domain))}
+    grad_dt = None if grad_dtype is None else canonical_dtype(grad_dtype, what="grad_dtype")
+    opt_dt = canonical_dtype(optimizer_dtype, what="optimizer_dtype")
     dtypes = sorted({str(i.dtype) for i in tree_facts(params).infos if i is not None})
+    if not dtypes:
+        raise PlanError(f"params={params!r:.80} holds no arrays (no leaf has a shape and dtype); pass the "
+                        "parameter tree (arrays or ShapeDtypeStructs), or None for the model's own.")
     rule = AxisKindRule.for_model(spec) if rule is None else rule
     if not callable(rule):
         raise MeshplanTypeError(f"rule={rule!r} is not a rule; pass a pure rule such as AxisKindRule() or None.")
+    check_rule(rule, params, names)  # before any mesh: a wrong rule fails by name, not as "no mesh fits"
+    weights = dtypes[0] if len(dtypes) == 1 else "bfloat16"
+    if recipe is None:
+        optimizer = {2: "adamw", 1: "sgd_momentum", 0: "sgd"}.get(copies, "adamw")
+        recipe = TrainingRecipe(weight_dtype=weights, grad_dtype=None if grad_dt is None else str(grad_dt),
+                                optimizer=optimizer, optimizer_dtype=str(opt_dt),
+                                master_weights=flags["master_weights"])
+    else:
+        recipe = dataclasses.replace(recipe, weight_dtype=weights)
     req = SearchRequest(
         model=spec.name, cluster=clus, axes=names, fixed=_canonical_fixed(fixed, names, clus.num_devices),
         batch=clus.num_devices if batch is None else _positive(batch, "batch"),
         seq=min(4096, spec.max_position_embeddings or 4096) if seq is None else _positive(seq, "seq"),
         param_dtype=dtypes[0] if len(dtypes) == 1 else "mixed",
-        grad_dtype="param" if grad_dtype is None else str(canonical_dtype(grad_dtype)),
-        optimizer_copies=copies + int(master_weights), optimizer_dtype=str(canonical_dtype(optimizer_dtype)),
-        activations=bool(activations), headroom=float(headroom), tp_within_domain=bool(tp_within_domain),
-        ep_within_domain=bool(ep_within_domain), rule=rule_name(rule), top_k=_positive(top_k, "top_k"))
+        grad_dtype="param" if grad_dt is None else str(grad_dt),
+        optimizer_copies=copies + int(flags["master_weights"]), optimizer_dtype=str(opt_dt),
+        activations=flags["activations"], headroom=float(headroom), tp_within_domain=flags["tp_within_domain"],
+        ep_within_domain=flags["ep_within_domain"], rule=rule_name(rule), top_k=_positive(top_k, "top_k"),
+        recipe=recipe)
+    why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
+    if why is not None:
+        raise PlanError(why)
     return _run(req, spec, params, rule, batch_given=batch is not None, suggest=True)
 
 
@@ -458,7 +502,10 @@ def _fitting_cluster(search: _Search, batch_given: bool) -> Cluster | None:
     c = req.cluster
     for f in _SCALES:
         slices = c.num_slices * f if c.device.ici_scope == "slice" else c.num_slices
-        bigger = dataclasses.replace(c, num_nodes=c.num_nodes * f, num_slices=slices)
+        try:
+            bigger = dataclasses.replace(c, num_nodes=c.num_nodes * f, num_slices=slices)
+        except ClusterError:  # beyond MAX_DEVICES: no larger cluster to suggest
+            break
         trial = dataclasses.replace(req, cluster=bigger, batch=req.batch if batch_given else bigger.num_devices)
         try:
             _run(trial, search.model, search.groups.facts.source, search.rule, batch_given=batch_given,

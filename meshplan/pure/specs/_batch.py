@@ -128,7 +128,10 @@ def batch_partition_spec(batch_axis_names: Any) -> PartitionSpec:
 
 def _process_grid(process_grid: Any, rank: int) -> np.ndarray:
     """``process_grid`` as an int array with one dim per mesh axis."""
-    grid = np.asarray(process_grid)
+    try:
+        grid = np.asarray(process_grid)
+    except (ValueError, TypeError, OverflowError):  # ragged nesting: refused below
+        grid = np.asarray(None)
     if grid.dtype == bool or not np.issubdtype(grid.dtype, np.integer):
         raise MeshplanTypeError(
             f"process_grid must hold int process indices, got dtype {grid.dtype} "

@@ -41,16 +41,17 @@ def _is_extended(dtype: Any) -> bool:
     """jax's extended dtypes (PRNG keys) are not numpy dtypes but have an itemsize."""
     try:
         return bool(jnp.issubdtype(dtype, jax.dtypes.extended))
-    except TypeError:
-        return False
+    except (TypeError, ValueError, KeyError, SyntaxError, OverflowError):
+        return False  # not a dtype at all: canonical_dtype says so
 
 
-def canonical_dtype(dtype: Any) -> Any:
+def canonical_dtype(dtype: Any, *, what: str = "dtype") -> Any:
     """``dtype`` as a ``numpy.dtype`` (or a jax extended dtype, kept as is).
 
     Args:
       dtype: anything numpy accepts (``np.float32``, ``"bfloat16"``,
         ``jnp.int4``, ``np.dtype(...)``) or a jax PRNG-key dtype.
+      what: the argument's name as the caller wrote it (``grad_dtype``), for the message.
 
     Returns:
       The canonical dtype object.
@@ -64,24 +65,24 @@ def canonical_dtype(dtype: Any) -> Any:
     """
     if isinstance(dtype, np.dtype):
         return dtype
-    if _is_extended(dtype):
-        return dtype
     # numpy reads dicts, lists and tuples as *structured* dtype specs (and
     # raises ValueError/KeyError/... on junk ones); no array leaf jax can hold
     # has one, so they are refused before numpy sees them. None would be
     # float64 to numpy, which is never what a caller meant.
     if dtype is None or isinstance(dtype, (Mapping, list, tuple, bytes, bytearray, np.ndarray)):
-        raise MeshplanTypeError(_not_a_dtype(dtype))
+        raise MeshplanTypeError(_not_a_dtype(dtype, what))
+    if _is_extended(dtype):
+        return dtype
     try:
         return np.dtype(dtype)
     except (TypeError, ValueError, KeyError, SyntaxError, OverflowError) as err:
-        raise MeshplanTypeError(_not_a_dtype(dtype)) from err
+        raise MeshplanTypeError(_not_a_dtype(dtype, what)) from err
 
 
-def _not_a_dtype(dtype: Any) -> str:
+def _not_a_dtype(dtype: Any, what: str) -> str:
     text = repr(dtype)
     text = text if len(text) <= 80 else text[:77] + "..."
-    return (f"dtype={text} is not a dtype; pass a numpy/ml_dtypes/jax dtype such as "
+    return (f"{what}={text} is not a dtype; pass a numpy/ml_dtypes/jax dtype such as "
             "np.float32, jnp.bfloat16 or 'float32'.")
 
 

@@ -125,19 +125,14 @@ def spec_from_entries(entries: Sequence[Any]) -> PartitionSpec:
     """
     raw: list[Any] = []
     for i, entry in enumerate(as_sequence(entries, "entries")):
-        if entry is not UNCONSTRAINED and (
-            not isinstance(entry, tuple | list) or not all(isinstance(a, str) for a in entry)
-        ):
-            raise MeshplanTypeError(f"entries[{i}]={entry!r:.80} is not a tuple of axis names or UNCONSTRAINED "
-                                    "(canonical_entries gives such entries).")
         if entry is UNCONSTRAINED:
             raw.append(UNCONSTRAINED)
-        elif len(entry) == 0:
-            raw.append(None)
-        elif len(entry) == 1:
-            raw.append(entry[0])
-        else:
-            raw.append(tuple(entry))
+            continue
+        if not isinstance(entry, tuple | list) or not all(isinstance(a, str) for a in entry):
+            raise MeshplanTypeError(f"entries[{i}]={entry!r:.80} is not a tuple of axis names or UNCONSTRAINED "
+                                    "(canonical_entries gives such entries).")
+        names = tuple(entry)
+        raw.append(None if not names else names[0] if len(names) == 1 else names)
     while raw and raw[-1] is None:
         raw.pop()
     return make_spec(*raw)

@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from meshplan.pure._check import as_count, as_flag, as_int, as_positive_shape, as_sequence
 from meshplan.pure._types import AxisSizes, PyTree
-from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.errors import MeshplanTypeError, SpecError
 from meshplan.pure.specs._dtypes import array_bytes, dtype_bits, dtype_storage_bytes
 from meshplan.pure.specs._geometry import (
     UNCONSTRAINED,
@@ -55,6 +56,16 @@ __all__ = [
 ]
 
 _PADDING = ("padded", "actual")
+
+
+def _byte_counts(value: Any, what: str) -> tuple[int, ...]:
+    """A tuple of Python ints >= 0 (byte counts per device); checked in bulk, as there may be thousands."""
+    items = as_sequence(value, what)
+    if not all(type(b) is int for b in items):
+        items = tuple(as_int(b, f"{what}[{i}]") for i, b in enumerate(items))
+    if items and min(items) < 0:
+        raise SpecError(f"{what} has negative byte counts (min {min(items)}); bytes are >= 0.")
+    return items
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,6 +96,17 @@ class MemoryEstimate:
     exact: bool = True
 
     def __post_init__(self) -> None:
+        names = as_sequence(self.axis_names, "axis_names")
+        bad_names = [n for n in names if not isinstance(n, str)]
+        if bad_names:
+            raise MeshplanTypeError(f"axis_names={names!r:.80} has non-str names {bad_names!r:.80}.")
+        object.__setattr__(self, "axis_names", names)
+        object.__setattr__(self, "mesh_shape", as_positive_shape(self.mesh_shape, "mesh_shape"))
+        object.__setattr__(self, "per_device", _byte_counts(self.per_device, "per_device"))
+        for field in ("total_unsharded_bytes", "replicated_bytes", "sharded_bytes", "num_arrays"):
+            object.__setattr__(self, field, as_count(getattr(self, field), field, minimum=0, error=SpecError))
+        for field in ("padded", "exact"):
+            object.__setattr__(self, field, as_flag(getattr(self, field), field))
         if len(self.axis_names) != len(self.mesh_shape):
             raise MeshplanTypeError(f"axis_names={self.axis_names} and mesh_shape={self.mesh_shape} differ in length.")
         if len(self.per_device) != math.prod(self.mesh_shape):
@@ -143,6 +165,7 @@ class MemoryEstimate:
 
     def scaled(self, factor: int) -> MemoryEstimate:
         """Every byte figure times ``factor`` (e.g. 2 for two optimizer copies)."""
+        factor = as_count(factor, "factor", minimum=0, error=SpecError)
         return dataclasses.replace(
             self,
             per_device=tuple(b * factor for b in self.per_device),
