@@ -9,7 +9,7 @@ on the axes allowed across them (:func:`place`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from meshplan.pure.search._cluster import Cluster
 from meshplan.pure.search._result import SearchRequest
@@ -17,7 +17,7 @@ from meshplan.pure.mesh._split import _prime_factors
 from meshplan.pure.search._step_cost import BATCH_AXES, AxisPlacement
 from meshplan.pure.presets import ModelSpec
 
-__all__ = ["axis_problem", "combinations", "divisors", "mesh_count", "mesh_text", "num_factorizations", "place",
+__all__ = ["axis_problem", "batch_problem", "combinations", "divisors", "mesh_count", "mesh_text", "num_factorizations", "place",
            "unit"]
 
 
@@ -66,6 +66,34 @@ def axis_problem(axis: str, v: int, req: SearchRequest, model: ModelSpec) -> str
     if axis in BATCH_AXES and req.batch % v:
         return f"{axis}={v} does not divide batch={req.batch}"
     return None
+
+
+def batch_problem(batch: int, num_devices: int, axes: Sequence[str], fixed: Mapping[str, int]) -> str | None:
+    """Why no batch axis (dp, fsdp, ep) can take part for ``batch``, checked before searching.
+
+    A batch that shares no factor with the device count leaves every batch
+    axis at 1 (their sizes divide both); a fixed batch axis must divide it.
+
+    Example:
+      >>> batch_problem(3, 8, ("dp", "fsdp", "tp"), {}).split(":")[0]
+      'batch=3'
+      >>> batch_problem(6, 8, ("dp", "tp"), {}) is None
+      True
+    """
+    n, b = num_devices, batch
+    bad = [f"{a}={fixed[a]}" for a in axes if a in BATCH_AXES and a in fixed and b % fixed[a]]
+    if bad:
+        ways = math.prod(fixed[a] for a in axes if a in BATCH_AXES and a in fixed)
+        return (f"batch={b}: the fixed batch axes {bad} do not divide it (dp*fsdp*ep splits the batch); "
+                f"use a batch that is a multiple of {ways}.")
+    free = [a for a in axes if a in BATCH_AXES and a not in fixed]
+    if n == 1 or not free or math.gcd(b, n) > 1:
+        return None
+    p = min(_prime_factors(n))
+    return (f"batch={b}: no batch axis can split it: {', '.join(free)} sizes divide the {n} devices and must "
+            f"divide the batch, and {b} shares no factor with {n}, so every mesh would hold the whole batch "
+            f"on every device. Use a batch that is a multiple of {p} (e.g. {n}), or search only non-batch "
+            "axes (axes=['sp', 'tp']; CLI: --axes sp,tp) to split each sequence instead.")
 
 
 def place(names: tuple[str, ...], sizes: tuple[int, ...], req: SearchRequest) -> AxisPlacement | None:
