@@ -60,6 +60,12 @@ def load_rules(path: str, model: ModelSpec) -> Rule:
 
 
 def render_export(result: SearchResult, fmt: str, tree: Any, rule: Rule | None) -> str:
-    """The text ``--format`` prints for a non-table format (the best mesh for flax / maxtext)."""
+    """The text ``--format`` prints for a non-table format (the best mesh for flax / maxtext).
+
+    MaxText's ``logical_axis_rules`` are written only for a logical rules file: names made
+    up from mesh axes (what the flax export uses without one) mean nothing to MaxText's model.
+    """
     names = rule if isinstance(rule, LogicalRule) else None
+    if fmt == "maxtext" and names is None:
+        tree = None
     return export_plan(result, fmt, tree=tree, names=names)

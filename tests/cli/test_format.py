@@ -90,3 +90,10 @@ def test_a_rules_file_of_neither_form_or_with_a_bad_row_exits_1_and_says_why(cap
     code, _, err = _main(capsys, "--rules", str(path))
     assert code == 1
     assert message in err and "Traceback" not in err
+
+
+def test_maxtext_without_a_logical_file_gives_only_the_parallelism(capsys):
+    code, text, err = _main(capsys, "--format", "maxtext")
+    assert code == 0, err
+    assert "logical_axis_rules" not in text
+    assert all(line.split(": ")[0].endswith("_parallelism") for line in text.splitlines())
