@@ -54,7 +54,6 @@ from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.rules._base import Rule, reads_axes, rule_name
 from meshplan.pure.rules._check_tree import check_rule
-from meshplan.pure.rules._check_tree import check_rule
 from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._groups import (
@@ -68,7 +67,6 @@ from meshplan.pure.search._groups import (
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._space import (
     axis_problem,
-    batch_problem,
     batch_problem,
     combinations,
     divisors,
@@ -435,7 +433,6 @@ def search_meshes(
     if not callable(rule):
         raise MeshplanTypeError(f"rule={rule!r} is not a rule; pass a pure rule such as AxisKindRule() or None.")
     check_rule(rule, params, names)  # before any mesh: a wrong rule fails by name, not as "no mesh fits"
-    check_rule(rule, params, names)  # before any mesh: a wrong rule fails by name, not as "no mesh fits"
     weights = dtypes[0] if len(dtypes) == 1 else "bfloat16"
     if recipe is None:
         optimizer = {2: "adamw", 1: "sgd_momentum", 0: "sgd"}.get(copies, "adamw")
@@ -454,9 +451,6 @@ def search_meshes(
         activations=flags["activations"], headroom=float(headroom), tp_within_domain=flags["tp_within_domain"],
         ep_within_domain=flags["ep_within_domain"], rule=rule_name(rule), top_k=_positive(top_k, "top_k"),
         recipe=recipe)
-    why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
-    if why is not None:
-        raise PlanError(why)
     why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
     if why is not None:
         raise PlanError(why)
