@@ -135,7 +135,7 @@ def logical_export(plan: Plan, names: LogicalRule | Mapping[str, Any] | None = N
     for i, info in enumerate(plan.infos):
         if info is None:
             continue
-        path = plan.path(i)
+        path = strip_box(plan.path(i))  # keyed as flax trees of names are: no box tail
         rank = len(info.shape)
         entries = canonical_entries(plan.leaf_specs[i], rank, where=path)
         leaf = _leaf_names(path, rank, entries, lookup(path))
