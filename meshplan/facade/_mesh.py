@@ -30,6 +30,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 from meshplan.facade._devices import describe_devices, resolve_devices
+from meshplan.pure._check import as_flag
 from meshplan.pure.mesh._axes import MeshShape, validate_axis_names
 from meshplan.pure.mesh._axis_types import canonicalize_axis_types
 from meshplan.pure.mesh._hybrid import HybridMeshShape
@@ -181,7 +182,11 @@ def _tpu_granule_ids(
     (:func:`meshplan.pure.mesh.granule_device_ids`) is used. A slice on one
     host, or ``contiguous_hosts=False``, takes jax's default layout as is.
     """
-    members = [by_id[d.id] for d in granule]
+    # In the caller's order: jax's handlers expect jax.devices() order (process-
+    # tiled) and some of them (v2/v3) read it. create_mesh passes jax.devices(),
+    # which every process lists the same way.
+    wanted = {d.id for d in granule}
+    members = [d for d in by_id.values() if d.id in wanted]
     process_of = {d.id: d.process_index for d in granule}
     if len(set(process_of.values())) == 1 or not contiguous_hosts:
         try:
@@ -269,8 +274,9 @@ def build_mesh(
     mesh_shape = _canonical_shape(mesh_shape, shape_name)
     axis_names = validate_axis_names(axis_names)
     types = canonicalize_axis_types(axis_types, len(mesh_shape))
-    flags = (bool(should_sort_granules_by_key), bool(allow_split_physical_axes), bool(use_jax),
-             granule_by, bool(contiguous_hosts), _devices_key(devices))
+    flags = (as_flag(should_sort_granules_by_key, "should_sort_granules_by_key"),
+             as_flag(allow_split_physical_axes, "allow_split_physical_axes"), as_flag(use_jax, "use_jax"),
+             granule_by, as_flag(contiguous_hosts, "contiguous_hosts"), _devices_key(devices))
     # Two keys: the raw arguments (a cheap hit for repeated calls) and the
     # resolved request (so (2, -1) and (2, 4) share one Mesh).
     raw_key = (

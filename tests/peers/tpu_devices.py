@@ -16,6 +16,14 @@ from collections.abc import Sequence
 
 
 @dataclasses.dataclass(frozen=True)
+class Client:
+    """jax's ``MockClient``: sharding code asks the client which process it runs in (process 0)."""
+
+    def process_index(self) -> int:
+        return 0
+
+
+@dataclasses.dataclass(frozen=True)
 class TpuDevice:
     """A TPU device description: what ``mesh_utils`` reads."""
 
@@ -26,6 +34,7 @@ class TpuDevice:
     coords: Sequence[int]
     core_on_chip: int
     slice_index: int = 0
+    client: Client = dataclasses.field(default_factory=Client)
 
 
 @dataclasses.dataclass(frozen=True)
