@@ -45,6 +45,9 @@ from meshplan.pure.rules import (
     Rule,
     ShapePatternRule,
     SuggestRule,
+    check_rule,
+    leaf_layout,
+    normalize_path,
     plan_from_specs,
     plan_tree,
 )
@@ -87,6 +90,7 @@ __all__ += ["Finding", "HostBatchSlice", "MemoryEstimate", "TrainingMemoryEstima
 # rules
 __all__ += ["AutoRule", "AxisKindRule", "CompositeRule", "Decision", "LeafContext", "LogicalRule", "MemoryRule", "PathRule", "Plan", "Rule",
             "ShapePatternRule", "SuggestRule", "plan_from_specs", "plan_tree"]
+__all__ += ["check_rule", "leaf_layout", "normalize_path"]  # tree conventions, rules checked against a tree
 # search
 __all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "parse_cluster",
             "search_meshes", "export_plan", "logical_export", "maxtext_settings"]

@@ -8,6 +8,8 @@ from meshplan.pure.rules._replay import PlanRule
 from meshplan.pure.rules._auto import AutoRule, DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure.rules._axis_kind import AxisKindRule, path_template
 from meshplan.pure.rules._composite import CompositeRule
+from meshplan.pure.rules._conventions import CONVENTIONS, DIM_KINDS, LeafLayout, leaf_layout, normalize_path
+from meshplan.pure.rules._check_tree import check_rule
 from meshplan.pure.rules._logical import (
     canonical_logical_table,
     logical_names_by_path,
@@ -31,6 +33,12 @@ __all__ = [
     "DEFAULT_MIN_SHARD_SIZE",
     "LeafContext",
     "canonical_logical_table",
+    "check_rule",
+    "CONVENTIONS",
+    "DIM_KINDS",
+    "leaf_layout",
+    "LeafLayout",
+    "normalize_path",
     "logical_names_by_path",
     "logical_rule_from_json",
     "logical_table_to_json",

@@ -19,7 +19,7 @@ AXES = ("dp", "fsdp", "tp")
 BAD = [
     (PathRule([("lm_head", P("zz"))]), r"#0 'lm_head' -> P\('zz',\): \['zz'\] are not axes of the mesh; valid axes"),
     (PathRule([("norm", P("fsdp", None))]), r"2 entries for leaf 'model/norm/weight' of rank 1 .*at most 1"),
-    (PathRule([("lm_haed", P("tp"))]), r"matches no leaf .*did you mean 'lm_head'"),
+    (PathRule([("lm_haed", P("tp"))]), r"matches no leaf .*closest names: 'lm_head'"),
     (PathRule([("norm", P())], fallback=PathRule([("head", P(None, None, "tp"))], name="inner")),
      r"rule 'inner' #0 'head'.*rank 2"),
     (CompositeRule((AxisKindRule(), PathRule([("x", P("ep"))]))), r"\['ep'\] are not axes"),
