@@ -8,6 +8,8 @@ draw is valid by construction and shrinking moves factors to the first axis:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple, overload
@@ -323,8 +325,23 @@ def _tpu_layouts(num_slices: int | None, num_processes: int | None,
     return st.sampled_from(slices).flatmap(for_slices)
 
 
+# cached: one strategy per count, not one per draw (building and validating them dominates small draws)
+@functools.lru_cache(maxsize=256)
+def _unique_ints(count: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(0, 8 * count), min_size=count, max_size=count, unique=True)
+
+
+def _renumbered(devices: list[DeviceInfo]) -> st.SearchStrategy[list[DeviceInfo]]:
+    """The devices with ids and process indices drawn from wider ranges, each still unique."""
+    hosts = sorted({d.process_index for d in devices})
+    return st.tuples(_unique_ints(len(devices)), _unique_ints(len(hosts))).map(lambda t: [
+        dataclasses.replace(d, id=t[0][k], process_index=t[1][hosts.index(d.process_index)])
+        for k, d in enumerate(devices)])
+
+
 def device_layouts(*, platform: str | None = None, num_slices: int | None = None,
-                   num_processes: int | None = None, max_devices_per_granule: int = 8,
+                   num_processes: int | None = None, max_processes: int = 4,
+                   max_devices_per_granule: int = 8, subset: bool = False,
                    shuffle: bool = True) -> st.SearchStrategy[tuple[DeviceInfo, ...]]:
     """Plain device sets as jax would report them, for :func:`meshplan.pure.layout_device_ids`.
 
@@ -334,7 +351,10 @@ def device_layouts(*, platform: str | None = None, num_slices: int | None = None
     * ``"cpu"``: ``num_processes`` processes of equal size.
 
     Ids are unique and every granule (slice on TPU, else process) has the same
-    size. With ``shuffle`` the listing order is a permutation (layout must
+    size. ``max_processes`` bounds a drawn CPU/GPU process count. With
+    ``subset`` the devices are part of a larger system: ids and process
+    indices are unique but need not start at 0, be contiguous, or rise
+    together. With ``shuffle`` the listing order is a permutation (layout must
     not depend on it). Shrinks to one CPU device with id 0.
 
     Example:
@@ -343,6 +363,8 @@ def device_layouts(*, platform: str | None = None, num_slices: int | None = None
       (DeviceInfo(id=0, process_index=0, ...), DeviceInfo(id=1, process_index=1, ...))
     """
     check_bool(shuffle, "shuffle")
+    check_bool(subset, "subset")
+    check_int(max_processes, "max_processes", minimum=1)
     check_int(max_devices_per_granule, "max_devices_per_granule", minimum=1)
     if platform is not None and platform not in _PLATFORMS:
         raise InvalidArgument(f"platform={platform!r} must be None or one of {_PLATFORMS}.")
@@ -365,7 +387,7 @@ def device_layouts(*, platform: str | None = None, num_slices: int | None = None
     # without a platform, TPU is left out where the process count does not fit it
     platforms = st.just(platform) if platform else st.sampled_from(
         tuple(p for p in _PLATFORMS if p != "tpu" or tpu is not None))
-    counts = st.just(num_processes) if num_processes else st.integers(1, 4)
+    counts = st.just(num_processes) if num_processes else st.integers(1, max_processes)
 
     def build(plat: str) -> st.SearchStrategy[list[DeviceInfo]]:
         if plat == "tpu":
@@ -375,6 +397,8 @@ def device_layouts(*, platform: str | None = None, num_slices: int | None = None
             lambda t: _node_devices(plat, *t))
 
     devices = platforms.flatmap(build)
+    if subset:
+        devices = devices.flatmap(_renumbered)
     if shuffle:
         devices = devices.flatmap(st.permutations)
     return devices.map(tuple)

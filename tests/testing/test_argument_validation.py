@@ -43,6 +43,8 @@ BAD_CALLS = [
     (e(mt.device_layouts, platform="gpu", num_slices=2), "num_slices"),
     (e(mt.device_layouts, platform="tpu", num_processes=3, num_slices=1), "num_processes"),
     (e(mt.device_layouts, num_processes=0), "num_processes"),
+    (e(mt.device_layouts, max_processes=0), "max_processes"),
+    (e(mt.device_layouts, subset="yes"), "subset"),
     (e(mt.meshes, axis_types="manual"), "axis_types"),
     (e(mt.meshes, num_devices=1000), "num_devices"),
     (e(mt.mesh_for, axis_sizes={"dp": 1000}), "num_devices"),

@@ -82,6 +82,15 @@ def test_gpu_layouts_have_equal_nodes(devices):
     assert len(set(per)) == 1 and [d.id for d in devices] == sorted(d.id for d in devices)
 
 
+@given(device_layouts(platform="cpu", max_processes=6, subset=True))
+def test_subset_layouts_keep_ids_and_processes_unique_and_granules_equal(devices):
+    ids = [d.id for d in devices]
+    per = {p: sum(d.process_index == p for d in devices) for p in {d.process_index for d in devices}}
+    assert len(set(ids)) == len(ids) and len(per) <= 6 and len(set(per.values())) == 1
+    assert sorted(ids) == sorted(
+        layout_device_ids(devices, HybridMeshShape((len(devices) // len(per),), (len(per),))).ravel().tolist())
+
+
 @given(meshes())
 def test_live_meshes_use_local_devices(mesh):
     assert isinstance(mesh, Mesh) and len(jax.devices()) % mesh.size == 0

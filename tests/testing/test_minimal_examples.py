@@ -60,6 +60,8 @@ def test_minimise_hybrid_shapes_and_host_splits():
 def test_minimise_device_layouts():
     (only,) = minimal(device_layouts())
     assert (only.id, only.platform, only.process_index) == (0, "cpu", 0)
+    (only,) = minimal(device_layouts(subset=True))
+    assert (only.id, only.platform, only.process_index) == (0, "cpu", 0)
 
 
 def test_minimise_meshes():

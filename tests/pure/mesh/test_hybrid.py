@@ -22,15 +22,12 @@ from meshplan.pure.errors import (
     MeshplanTypeError,
     MeshShapeError,
 )
+from meshplan.testing import hybrid_mesh_shapes
 
 
-@st.composite
-def ici_dcn(draw, max_axes=4):
-    """Resolved (ici, dcn) pairs of equal rank; shrinks to one axis of (1, 1)."""
-    ndim = draw(st.integers(1, max_axes))
-    ici = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
-    dcn = tuple(draw(st.lists(st.integers(1, 3), min_size=ndim, max_size=ndim)))
-    return ici, dcn
+# Resolved (ici, dcn) pairs of equal rank 1-4; shrink to one axis of (1, 1).
+ici_dcn = hybrid_mesh_shapes(max_axes=4, max_devices_per_granule=32, max_granules=8).map(
+    lambda h: (h.ici_mesh_shape, h.dcn_mesh_shape))
 
 
 def _with_minus_one(shape, i):
@@ -40,7 +37,7 @@ def _with_minus_one(shape, i):
 # --- properties -----------------------------------------------------------------------------------
 
 
-@given(pair=ici_dcn())
+@given(pair=ici_dcn)
 def test_global_shape_is_the_elementwise_product(pair):
     ici, dcn = pair
     shape = HybridMeshShape(list(ici), np.asarray(dcn).tolist())
@@ -48,7 +45,7 @@ def test_global_shape_is_the_elementwise_product(pair):
     assert shape.ndim == len(ici) and shape.ici_mesh_shape == ici and shape.dcn_mesh_shape == dcn
 
 
-@given(pair=ici_dcn(), data=st.data())
+@given(pair=ici_dcn, data=st.data())
 def test_resolve_hybrid_infers_each_part_against_its_own_count(pair, data):
     ici, dcn = pair
     i = data.draw(st.integers(0, len(ici) - 1))
@@ -61,7 +58,7 @@ def test_resolve_hybrid_infers_each_part_against_its_own_count(pair, data):
     assert resolved == HybridMeshShape(ici, dcn) and resolved.is_resolved
 
 
-@given(pair=ici_dcn())
+@given(pair=ici_dcn)
 def test_reconcile_recovers_ici_from_global_and_dcn(pair):
     ici, dcn = pair
     global_shape = tuple(i * d for i, d in zip(ici, dcn))
@@ -72,7 +69,7 @@ def test_reconcile_recovers_ici_from_global_and_dcn(pair):
     assert out.global_shape == global_shape
 
 
-@given(pair=ici_dcn(), data=st.data())
+@given(pair=ici_dcn, data=st.data())
 def test_reconcile_keeps_the_global_shape_with_minus_ones_in_both(pair, data):
     ici, dcn = pair
     global_shape = tuple(i * d for i, d in zip(ici, dcn))
@@ -87,7 +84,7 @@ def test_reconcile_keeps_the_global_shape_with_minus_ones_in_both(pair, data):
     assert out.global_shape == global_shape and out.dcn_mesh_shape == dcn
 
 
-@given(pair=ici_dcn())
+@given(pair=ici_dcn)
 def test_split_mesh_shape_round_trips_the_global_shape(pair):
     ici, dcn = pair
     global_shape = tuple(i * d for i, d in zip(ici, dcn))
@@ -98,7 +95,7 @@ def test_split_mesh_shape_round_trips_the_global_shape(pair):
     assert (out.ici_mesh_shape, out.dcn_mesh_shape) == split_over_granules(global_shape, n)
 
 
-@given(pair=ici_dcn(), data=st.data())
+@given(pair=ici_dcn, data=st.data())
 def test_split_mesh_shape_infers_minus_one_before_splitting(pair, data):
     ici, dcn = pair
     global_shape = tuple(i * d for i, d in zip(ici, dcn))

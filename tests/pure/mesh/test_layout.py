@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 
 import jax
 import numpy as np
@@ -15,6 +15,7 @@ from jax.experimental import mesh_utils
 from meshplan.pure.mesh._hybrid import HybridMeshShape
 from meshplan.pure.mesh._layout import DeviceInfo, group_granules, layout_device_ids
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError
+from meshplan.testing import device_layouts, hybrid_mesh_shapes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,23 +36,24 @@ class LayoutCase:
     devices: tuple[DeviceInfo, ...]  # in the caller's (shuffled) order
 
 
-@st.composite
-def layout_cases(draw):
-    """Hybrid shapes and matching device sets with arbitrary ids and granule keys.
+@functools.cache
+def _hybrid_shapes(num_granules, devices_per_granule):
+    return hybrid_mesh_shapes(num_granules=num_granules, devices_per_granule=devices_per_granule)
+
+
+def layout_cases():
+    """CPU device sets (ids and process indices unique, otherwise arbitrary; listed shuffled)
+    with a hybrid shape of 1-3 axes that fits their processes.
 
     Shrinks to one axis, one granule of one device.
     """
-    rank = draw(st.integers(1, 3))
-    ici = tuple(draw(st.lists(st.integers(1, 3), min_size=rank, max_size=rank)))
-    dcn = tuple(draw(st.lists(st.integers(1, 3), min_size=rank, max_size=rank)))
-    per, num = math.prod(ici), math.prod(dcn)
-    ids = draw(st.lists(st.integers(0, 500), min_size=per * num, max_size=per * num, unique=True))
-    keys = draw(st.lists(st.integers(0, 40), min_size=num, max_size=num, unique=True))
-    devices = [
-        DeviceInfo(ids[g * per + j], process_index=keys[g]) for g in range(num) for j in range(per)
-    ]
-    devices = draw(st.permutations(devices))
-    return LayoutCase(ici, dcn, tuple(devices))
+    def for_devices(devices):
+        num = len({d.process_index for d in devices})
+        shapes = _hybrid_shapes(num, len(devices) // num)
+        return shapes.map(lambda h: LayoutCase(h.ici_mesh_shape, h.dcn_mesh_shape, devices))
+
+    return device_layouts(platform="cpu", max_processes=6, max_devices_per_granule=6,
+                          subset=True).flatmap(for_devices)
 
 
 def _jax_ids(case: LayoutCase, *, sort: bool) -> np.ndarray:

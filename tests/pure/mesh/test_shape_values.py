@@ -18,25 +18,15 @@ from meshplan.pure.mesh._request import (
     resolve_mesh_request,
 )
 from meshplan.pure.mesh._selectors import validate_mesh_rules
+from meshplan.testing import hybrid_mesh_shapes, mesh_shapes
 
 
-@st.composite
-def mesh_shapes(draw, max_axes=4):
-    """MeshShape values; shrinks to no axes."""
-    sizes = draw(st.lists(st.integers(1, 4), max_size=max_axes))
-    return MeshShape(tuple(f"a{i}" for i in range(len(sizes))), tuple(sizes))
+# Up to 4 axes (0 too) over up to 64 devices; shrink to no axes, and to one axis of (1, 1).
+shapes = mesh_shapes(min_axes=0, max_axes=4, max_devices=64)
+hybrids = hybrid_mesh_shapes(max_axes=4, max_devices_per_granule=32, max_granules=8)
 
 
-@st.composite
-def hybrids(draw, max_axes=4):
-    """Resolved HybridMeshShapes of 1..max_axes axes; shrinks to one axis of (1, 1)."""
-    ndim = draw(st.integers(1, max_axes))
-    ici = draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim))
-    dcn = draw(st.lists(st.integers(1, 3), min_size=ndim, max_size=ndim))
-    return HybridMeshShape(tuple(ici), tuple(dcn))
-
-
-@given(shape=mesh_shapes())
+@given(shape=shapes)
 def test_mesh_shape_round_trips_through_frozen_axis_sizes(shape):
     sizes = shape.axis_sizes
     assert type(sizes) is FrozenAxisSizes and sizes == shape.as_dict()
@@ -44,12 +34,12 @@ def test_mesh_shape_round_trips_through_frozen_axis_sizes(shape):
     assert len(shape) == shape.ndim == len(sizes)
 
 
-@given(shape=mesh_shapes())
+@given(shape=shapes)
 def test_mesh_dims_reads_a_named_shape_as_its_sizes(shape):
     assert mesh_dims(shape, "mesh_shape") == shape.sizes == mesh_dims(list(shape.sizes), "mesh_shape")
 
 
-@given(hybrid=hybrids())
+@given(hybrid=hybrids)
 def test_hybrid_named_is_the_global_mesh_shape(hybrid):
     names = tuple(f"x{i}" for i in range(len(hybrid)))
     named = hybrid.named(names)
@@ -57,7 +47,7 @@ def test_hybrid_named_is_the_global_mesh_shape(hybrid):
     assert len(hybrid) == hybrid.ndim == len(named)
 
 
-@given(hybrid=hybrids())
+@given(hybrid=hybrids)
 def test_request_mesh_shape_names_the_global_shape(hybrid):
     names = tuple(f"x{i}" for i in range(len(hybrid)))
     request = MeshRequest(list(names), hybrid)
@@ -65,7 +55,7 @@ def test_request_mesh_shape_names_the_global_shape(hybrid):
     assert request.mesh_shape == MeshShape(names, request.shape)
 
 
-@given(shape=mesh_shapes(), granules=st.sampled_from([1, 2]))
+@given(shape=shapes, granules=st.sampled_from([1, 2]))
 def test_a_named_shape_resolves_like_its_sizes(shape, granules):
     total = shape.size * granules
     if not shape.names:

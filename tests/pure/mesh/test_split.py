@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from meshplan.pure.mesh._split import per_host_mesh_shape, split_over_granules
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, MeshShapeError
+from meshplan.testing import host_splits, mesh_shapes
 
 
 def _divisors(x: int) -> list[int]:
@@ -27,24 +28,18 @@ def oracle_splits(shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
     ]
 
 
-small_shapes = st.lists(st.integers(1, 12), min_size=0, max_size=4).map(tuple)
-
-
-@st.composite
-def shape_and_count(draw):
-    """A small shape and a granule count; half the counts are built to be splittable."""
-    shape = draw(small_shapes)
-    if draw(st.booleans()):
-        n = math.prod(draw(st.sampled_from(_divisors(s))) for s in shape)
-    else:
-        n = draw(st.integers(1, 48))
-    return shape, n
+# Shapes of 0-4 axes; shrink to ().
+small_shapes = mesh_shapes(min_axes=0, max_axes=4, max_devices=64).map(lambda m: m.sizes)
+# Shapes with a granule count that splits them (built as ici * dcn); shrink to ((1,), 1).
+splittable = host_splits(max_axes=4, max_granules=16, max_devices_per_granule=16)
+# A shape and a granule count: half split by construction, half any count.
+shape_and_count = splittable | st.tuples(small_shapes, st.integers(1, 48))
 
 
 # --- properties -----------------------------------------------------------------------------------
 
 
-@given(case=shape_and_count())
+@given(case=shape_and_count)
 def test_split_exists_iff_brute_force_finds_one_and_follows_the_preference(case):
     shape, n = case
     splits = oracle_splits(shape, n)
@@ -67,7 +62,7 @@ def test_split_exists_iff_brute_force_finds_one_and_follows_the_preference(case)
         assert dcn == max(splits)
 
 
-@given(case=shape_and_count())
+@given(case=shape_and_count)
 def test_split_is_deterministic_and_accepts_numpy_ints(case):
     shape, n = case
     try:
@@ -86,12 +81,9 @@ def test_one_granule_leaves_the_whole_shape_on_ici(shape):
     assert split_over_granules(shape, 1) == (shape, (1,) * len(shape))
 
 
-@given(
-    shape=st.lists(st.integers(1, 8), min_size=1, max_size=4).map(tuple),
-    data=st.data(),
-)
-def test_host_shape_times_dcn_is_global_with_host_product_local_devices(shape, data):
-    hosts = math.prod(data.draw(st.sampled_from(_divisors(s))) for s in shape)
+@given(split=splittable)
+def test_host_shape_times_dcn_is_global_with_host_product_local_devices(split):
+    shape, hosts = split
     local = math.prod(shape) // hosts
     host = per_host_mesh_shape(shape, local, hosts)
     assert math.prod(host) == local
@@ -99,12 +91,9 @@ def test_host_shape_times_dcn_is_global_with_host_product_local_devices(shape, d
     assert host == split_over_granules(shape, hosts)[0]
 
 
-@given(
-    shape=st.lists(st.integers(1, 8), min_size=1, max_size=4).map(tuple),
-    data=st.data(),
-)
-def test_host_shape_infers_minus_one_against_all_devices(shape, data):
-    hosts = math.prod(data.draw(st.sampled_from(_divisors(s))) for s in shape)
+@given(split=splittable, data=st.data())
+def test_host_shape_infers_minus_one_against_all_devices(split, data):
+    shape, hosts = split
     local = math.prod(shape) // hosts
     i = data.draw(st.integers(0, len(shape) - 1))
     dims = shape[:i] + (-1,) + shape[i + 1 :]
@@ -180,7 +169,7 @@ def test_bad_inputs_raise_typed_errors_naming_the_value(call, exc, needle):
         assert needle in str(err.value)
 
 
-@given(case=shape_and_count())
+@given(case=shape_and_count)
 def test_a_split_exists_exactly_when_the_count_divides_the_mesh_size(case):
     shape, n = case
     assert bool(oracle_splits(shape, n)) == (math.prod(shape) % n == 0)
