@@ -280,7 +280,8 @@ class _Search:
         terms = to_terms(s.pending, price(s.pending, self.req.cluster))
         # The specs the activation memory was charged for, so the plan can apply them.
         acts = step_activations(self.model, dict(zip(p.names, s.sizes, strict=True)), batch=self.req.batch,
-                                seq=self.req.seq, itemsize=self.act_itemsize)
+                                seq=self.req.seq, itemsize=self.req.recipe.compute_itemsize,
+                                residual_split=self.req.recipe.residual_split)
         return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups,
                              activations=acts)
 

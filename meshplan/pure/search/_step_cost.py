@@ -305,16 +305,19 @@ def activation_terms(
     return out
 
 
-def step_activations(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int) -> ActivationLayout:
+def step_activations(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int,
+                     residual_split: bool = True) -> ActivationLayout:
     """The batch, residual-stream and logits specs the activation memory is charged for.
 
     The search's axis kinds: the batch over ``dp, fsdp, ep``, the sequence over
     ``sp``, the hidden and vocabulary dims over ``tp`` (see
     :func:`~meshplan.pure.specs.activation_layout`). A plan carries this layout, so a step applies
-    exactly the split :func:`activation_bytes` charged.
+    exactly the split the memory model charged (the residual stream's split ``r`` and the
+    logits' vocabulary split of :mod:`meshplan.pure.search._step_memory`, and :func:`activation_bytes`).
     """
     return activation_layout(sizes, batch=batch, seq=seq, hidden=model.hidden_size, vocab=model.vocab_size,
-                             itemsize=itemsize, batch_axes=BATCH_AXES, seq_axes=("sp",), model_axes=("tp",))
+                             itemsize=itemsize, batch_axes=BATCH_AXES, seq_axes=("sp",), model_axes=("tp",),
+                             residual_split=residual_split)
 
 
 def activation_bytes(

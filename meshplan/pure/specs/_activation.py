@@ -10,14 +10,18 @@ the step applies the very same split:
   axes, the sequence dim over the sequence axes;
 * the **residual stream** ``(batch, seq, hidden)``: like the batch, and the
   hidden dim over the model axes (MaxText's ``activation_embed -> tensor``);
+  a model axis that does not divide the hidden size splits the sequence
+  instead (Megatron's sequence parallelism) when that divides. With
+  ``residual_split=False`` (a step that constrains only the batch) the
+  residual stream is whole on every model-axis shard;
 * the **logits** ``(batch, seq, vocab)``: like the batch, and the vocabulary
-  over the model axes (what a column-parallel ``lm_head`` produces).
+  over the model axes where they divide it (what a column-parallel
+  ``lm_head`` produces); otherwise the logits stay whole over them.
 
-Every split divides its dim: an axis that does not divide the feature dim
-moves to the sequence dim (Megatron's sequence parallelism) when that divides,
-and is left out otherwise, so the layout is always valid for storage and the
-bytes charged for it are exact. Axes of size 1 are left out (they split
-nothing). Axes go in mesh order, outermost first, as jax reads a tuple entry.
+Every split divides its dim, so the layout is always valid for storage and
+the bytes charged for it are exact; an axis that divides nothing is left out.
+Axes of size 1 are left out (they split nothing). Axes go in mesh order,
+outermost first, as jax reads a tuple entry.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._check import as_count, as_record, as_sequence, as_shape, as_str, canonical_axis_sizes
+from meshplan.pure._check import as_count, as_flag, as_record, as_sequence, as_shape, as_str, canonical_axis_sizes
 from meshplan.pure._types import AxisSizes, SpecEntry, make_spec
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.specs._geometry import canonical_entries, shard_shape, spec_from_entries
@@ -154,14 +158,17 @@ def _in_mesh_order(axes: Sequence[str], sizes: AxisSizes) -> tuple[str, ...]:
 
 
 def _feature_entries(batch_entry: SpecEntry, seq_entry: SpecEntry, seq: int, feature: int,
-                     sizes: AxisSizes, model_axes: tuple[str, ...]) -> tuple[SpecEntry, SpecEntry, SpecEntry]:
+                     sizes: AxisSizes, model_axes: tuple[str, ...], *,
+                     to_sequence: bool) -> tuple[SpecEntry, SpecEntry, SpecEntry]:
     f = _split(feature, model_axes, sizes)
+    if not to_sequence:
+        return batch_entry, seq_entry, f
     # Model axes the feature dim cannot take split the sequence instead (sequence parallelism),
-    # so the activation is still stored 1/tp per device whenever any dim allows it.
+    # so the residual stream is still stored 1/tp per device whenever a dim allows it.
     left = [a for a in model_axes if a not in f]
     taken = math.prod(sizes[a] for a in seq_entry)
     extra = _split(seq // taken, left, sizes)
-    return batch_entry, seq_entry + extra, f
+    return batch_entry, _in_mesh_order(seq_entry + extra, sizes), f
 
 
 def activation_layout(
@@ -175,6 +182,7 @@ def activation_layout(
     batch_axes: Sequence[str] = ("dp", "fsdp", "ep"),
     seq_axes: Sequence[str] = ("sp",),
     model_axes: Sequence[str] = ("tp",),
+    residual_split: bool = True,
 ) -> ActivationLayout:
     """The specs of a step's batch, residual stream and logits on a mesh (see the module docstring).
 
@@ -186,6 +194,8 @@ def activation_layout(
       batch_axes, seq_axes, model_axes: the mesh axes that split the batch,
         the sequence and the features (absent ones count as size 1). Defaults:
         the mesh search's axis kinds.
+      residual_split: split the residual stream over the model axes (``False``:
+        only over the batch and sequence axes).
 
     Returns:
       An :class:`ActivationLayout` whose every spec is valid for storage on
@@ -196,11 +206,13 @@ def activation_layout(
         axis named in two roles.
 
     Example:
-      >>> layout = activation_layout({"fsdp": 4, "tp": 2}, batch=8, seq=64, hidden=96, vocab=1001)
-      >>> layout.specs["logits"]        # 1001 does not divide by tp=2: the sequence takes tp
-      P('fsdp', 'tp')
-      >>> layout["residual"].shard_bytes({"fsdp": 4, "tp": 2}) == 8 * 64 * 96 * 2 // 8
-      True
+      >>> layout = activation_layout({"fsdp": 4, "tp": 2}, batch=8, seq=64, hidden=100, vocab=1001)
+      >>> layout.specs["residual"]      # 100 divides by tp=2: the hidden dim takes it
+      P('fsdp', None, 'tp')
+      >>> layout.specs["logits"]        # 1001 does not: the logits stay whole over tp
+      P('fsdp',)
+      >>> activation_layout({"tp": 2}, batch=8, seq=64, hidden=99, vocab=8).specs["residual"]
+      P(None, 'tp')
     """
     sizes = canonical_axis_sizes(axis_sizes)
     dims = {n: as_count(v, n, error=PlanError)
@@ -224,7 +236,10 @@ def activation_layout(
     b, s = _split(dims["batch"], b_axes, sizes), _split(dims["seq"], s_axes, sizes)
     tokens = (dims["batch"], dims["seq"])
     tensors = [ActivationSpec("batch", tokens, 4, spec_from_entries((b, s)))]
-    for name, width, unit in (("residual", dims["hidden"], dims["itemsize"]), ("logits", dims["vocab"], 4)):
-        entries = _feature_entries(b, s, dims["seq"], width, sizes, m_axes)
+    as_flag(residual_split, "residual_split")
+    residual_axes = m_axes if residual_split else ()
+    for name, width, unit, axes in (("residual", dims["hidden"], dims["itemsize"], residual_axes),
+                                    ("logits", dims["vocab"], 4, m_axes)):
+        entries = _feature_entries(b, s, dims["seq"], width, sizes, axes, to_sequence=name == "residual")
         tensors.append(ActivationSpec(name, (*tokens, width), unit, spec_from_entries(entries)))
     return ActivationLayout(tuple(tensors))
