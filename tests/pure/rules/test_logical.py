@@ -89,7 +89,6 @@ def test_resolution_equals_flax_on_the_rows_that_fit_this_leaf(case):
             assert f"row #{k} " in reason.split("skipped: ", 1)[1]
 
 
-@AGREEMENT
 @given(cases(divisible=False, mesh_axes_only=True))
 def test_resolved_specs_always_store_the_leaf(case):
     names, shape, table, sizes = case
