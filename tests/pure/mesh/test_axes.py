@@ -16,11 +16,11 @@ from meshplan.pure.mesh._axes import (
     validate_axis_names,
 )
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
+from meshplan.testing import mesh_shapes
 
-sizes_st = st.lists(st.integers(1, 6), min_size=0, max_size=5).map(tuple)
-names_st = st.lists(
-    st.text(alphabet="abcdefgh_", min_size=1, max_size=4), min_size=0, max_size=5, unique=True
-).map(tuple)
+# 0-5 named axes over up to 720 devices; shrink to no axes.
+shapes_st = mesh_shapes(min_axes=0, max_axes=5, max_devices=720)
+sizes_st = shapes_st.map(lambda m: m.sizes)
 
 
 # --- properties -----------------------------------------------------------------------------------
@@ -53,10 +53,7 @@ def test_infer_result_always_multiplies_to_total_or_raises(sizes, total):
         assert math.prod(out) == total and out[:-1] == sizes
 
 
-@given(
-    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5).map(tuple),
-    extra=st.integers(2, 5),
-)
+@given(sizes=mesh_shapes(max_axes=5, max_devices=720).map(lambda m: m.sizes), extra=st.integers(2, 5))
 def test_infer_rejects_a_product_mismatch_naming_dims_and_total(sizes, extra):
     total = math.prod(sizes) * extra
     with pytest.raises(MeshShapeError) as err:
@@ -64,9 +61,9 @@ def test_infer_rejects_a_product_mismatch_naming_dims_and_total(sizes, extra):
     assert str(sizes) in str(err.value) and str(total) in str(err.value)
 
 
-@given(names=names_st, data=st.data())
-def test_mesh_shape_round_trips_through_as_dict(names, data):
-    sizes = tuple(data.draw(st.integers(1, 9)) for _ in names)
+@given(drawn=shapes_st)
+def test_mesh_shape_round_trips_through_as_dict(drawn):
+    names, sizes = drawn.names, drawn.sizes
     shape = MeshShape(names, sizes)
     d = shape.as_dict()
     assert tuple(d) == names and tuple(d.values()) == sizes
@@ -74,9 +71,9 @@ def test_mesh_shape_round_trips_through_as_dict(names, data):
     assert shape.size == math.prod(sizes) and shape.ndim == len(names)
 
 
-@given(names=names_st, data=st.data())
-def test_resolve_mesh_shape_agrees_with_infer_axis_dims(names, data):
-    sizes = tuple(data.draw(st.integers(1, 5)) for _ in names)
+@given(drawn=shapes_st)
+def test_resolve_mesh_shape_agrees_with_infer_axis_dims(drawn):
+    names, sizes = drawn.names, drawn.sizes
     total = math.prod(sizes)
     dims = sizes if not sizes else (-1,) + sizes[1:]
     shape = resolve_mesh_shape(list(dims), list(names), total)
