@@ -133,3 +133,11 @@ def test_flax_nnx_guide_example_scanned_layers():
     specs = dict(plan.items())
     assert specs["layers/dot1/kernel/value"].spec == P(None, None, "model")
     assert specs["layers/w2/value"].spec == P(None, "model")  # == P(None, 'model', None): trailing None dropped
+
+
+@pytest.mark.parametrize("spelling", ["sharding_names", "sharding"])
+def test_the_older_nnx_metadata_spellings_are_read(spelling):
+    # flax 0.12 warns and stores them as out_sharding; logical_names reads either way.
+    with nnx.use_eager_sharding(False), pytest.warns(DeprecationWarning, match=spelling):
+        param = nnx.Param(np.zeros((2, 3), np.float32), **{spelling: ("embed", "mlp")})
+    assert logical_names({"w": param}) == {"w": ("embed", "mlp")}
