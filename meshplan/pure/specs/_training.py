@@ -5,6 +5,10 @@ params)`` is free and exact for any optax chain. Its specs come from
 :func:`optimizer_state_specs` unless you pass your own. Without a state,
 ``optimizer_copies`` models ``k`` parameter-shaped copies (Adam: 2, in
 ``optimizer_dtype``), sharded like the parameters.
+
+:class:`TrainingLayout` holds every spec a training step places (parameters,
+optimizer state, batch, activations); a plan makes one with
+``MeshCandidate.training_layout``.
 """
 
 from __future__ import annotations
@@ -335,8 +339,9 @@ def estimate_training_memory(
         )
     facts, per_leaf, findings = resolve_specs(params, param_specs, axis_sizes, for_storage=False, x64=x64)
     raise_errors(findings)
-    state = TrainingState(None if grad_dtype is None else canonical_dtype(grad_dtype),
-                          None if optimizer_dtype is None else canonical_dtype(optimizer_dtype), optimizer_copies)
+    state = TrainingState(None if grad_dtype is None else canonical_dtype(grad_dtype, what="grad_dtype"),
+                          None if optimizer_dtype is None else canonical_dtype(optimizer_dtype, what="optimizer_dtype"),
+                          optimizer_copies)
     # One grouping and one shard_geometry per group; each kind of state is the same groups
     # counted in its own dtype.
     groups = leaf_groups(facts, per_leaf, axis_sizes)
