@@ -21,7 +21,8 @@ from meshplan._testing._check import (
 from meshplan._testing._meshes import mesh_shapes
 from meshplan._testing._specs import array_shapes_for, partition_specs
 from meshplan.pure.presets import MLADims, ModelSpec
-from meshplan.pure.search import DEVICE_SPECS, Cluster
+from meshplan.pure.errors import ClusterError
+from meshplan.pure.search import DEVICE_SPECS, Cluster, parse_cluster
 
 __all__ = ["DTYPES", "FAMILIES", "PARAM_NAMES", "ShardedTree", "clusters", "model_specs",
            "shape_dtype_trees", "sharded_trees"]
@@ -202,8 +203,8 @@ def model_specs(*, family: str | Sequence[str] | None = None, max_layers: int = 
     check_int(max_experts, "max_experts", minimum=2)
     args = st.tuples(
         st.sampled_from(families),
-        st.sampled_from((1, 2, 4)),          # num_kv_heads
-        st.sampled_from((1, 2, 4)),          # heads per kv head
+        st.sampled_from((1, 2, 4, 3)),       # num_kv_heads (3: head counts no power-of-two axis divides)
+        st.sampled_from((1, 2, 4, 3)),       # heads per kv head
         st.sampled_from((8, 16, 32)),        # head_dim
         st.integers(1, max_layers),
         st.sampled_from((64, 128, 256, 1000)),  # vocab
@@ -215,12 +216,26 @@ def model_specs(*, family: str | Sequence[str] | None = None, max_layers: int = 
     return args.map(lambda a: _model(*a))
 
 
+def _slice_hosts(name: str, min_nodes: int, max_nodes: int) -> list[int]:
+    """Hosts per slice in ``[min_nodes, max_nodes]`` that make a real TPU slice (one its name describes)."""
+    spec = DEVICE_SPECS[name]
+    out = []
+    for hosts in range(min_nodes, max_nodes + 1):
+        cluster = Cluster(spec, num_nodes=hosts, devices_per_node=spec.devices_per_node)
+        try:
+            if parse_cluster(cluster.text) == cluster:
+                out.append(hosts)
+        except ClusterError:  # e.g. 3 v4 hosts: 12 chips is no v4 slice shape
+            continue
+    return out
+
+
 def clusters(*, devices: Sequence[str] | None = None, min_nodes: int = 1, max_nodes: int = 8,
              max_slices: int = 2) -> st.SearchStrategy[Cluster]:
     """:class:`Cluster` values of known devices (see :data:`meshplan.pure.DEVICE_SPECS`).
 
     GPU clusters are nodes of the device's default size; TPU clusters are 1..``max_slices``
-    slices of equal host counts.
+    slices of equal host counts, each a real slice shape, so ``parse_cluster(c.text) == c``.
 
     Args:
       devices: device names to draw from (default: all, sorted).
@@ -229,6 +244,10 @@ def clusters(*, devices: Sequence[str] | None = None, min_nodes: int = 1, max_no
 
     Returns:
       Clusters; shrinks to one node of the first device name in sorted order.
+
+    Raises:
+      InvalidArgument: unknown devices, or only TPUs and no host count in
+        ``[min_nodes, max_nodes]`` that makes a real slice.
 
     Example:
       >>> from hypothesis import find
@@ -243,14 +262,24 @@ def clusters(*, devices: Sequence[str] | None = None, min_nodes: int = 1, max_no
     check_int(max_nodes, "max_nodes", minimum=1)
     check_order(min_nodes, max_nodes, "min_nodes", "max_nodes")
     check_int(max_slices, "max_slices", minimum=1)
+    nodes: dict[str, st.SearchStrategy[int]] = {}
+    for name in names:
+        if DEVICE_SPECS[name].ici_scope != "slice":
+            nodes[name] = st.integers(min_nodes, max_nodes)
+        elif hosts := _slice_hosts(name, min_nodes, max_nodes):
+            nodes[name] = st.sampled_from(hosts)
+    if not nodes:
+        raise InvalidArgument(f"no host count in min_nodes={min_nodes}..max_nodes={max_nodes} makes a real "
+                              f"slice of devices={devices!r}; TPU slices have 1, 2, 4, 8, ... hosts.")
 
     def build(t: tuple[str, int, int]) -> Cluster:
-        name, nodes, slices = t
+        name, hosts, slices = t
         spec = DEVICE_SPECS[name]
         if spec.ici_scope != "slice":
             slices = 1
-        return Cluster(spec, num_nodes=nodes * slices, devices_per_node=spec.devices_per_node,
+        return Cluster(spec, num_nodes=hosts * slices, devices_per_node=spec.devices_per_node,
                        num_slices=slices)
 
-    return st.tuples(st.sampled_from(names), st.integers(min_nodes, max_nodes),
-                     st.integers(1, max_slices)).map(build)
+    kept = [n for n in names if n in nodes]
+    return st.sampled_from(kept).flatmap(
+        lambda name: st.tuples(st.just(name), nodes[name], st.integers(1, max_slices))).map(build)

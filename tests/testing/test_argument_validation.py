@@ -74,6 +74,7 @@ BAD_CALLS = [
     (e(mt.model_specs, max_experts=1), "max_experts"),
     (e(mt.clusters, devices=["Z80"]), "devices"),
     (e(mt.clusters, min_nodes=4, max_nodes=2), "min_nodes"),
+    (e(mt.clusters, devices=["v4"], min_nodes=3, max_nodes=3), "min_nodes"),
 ]
 
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from hypothesis import given
 from jax.sharding import NamedSharding
 
-from meshplan.pure import check_specs
+from meshplan.pure import check_specs, parse_cluster
 from meshplan.pure.presets import build_params
 from meshplan.testing import DTYPES, clusters, mesh_shapes, model_specs, shape_dtype_trees, sharded_trees
 
@@ -58,7 +58,8 @@ def test_deepseek_specs_have_mla_and_experts(spec):
     assert spec.mla is not None and spec.is_moe and spec.num_dense_layers <= spec.num_layers
 
 
-@given(clusters())
-def test_clusters_are_consistent(cluster):
+@given(clusters(max_nodes=64, max_slices=4))
+def test_clusters_are_consistent_and_their_text_parses_back(cluster):
     assert cluster.num_devices == cluster.num_nodes * cluster.devices_per_node
     assert cluster.num_nodes % cluster.num_slices == 0
+    assert parse_cluster(cluster.text) == cluster

@@ -16,7 +16,6 @@ from meshplan.pure import (
     AxisKindRule,
     Cluster,
     DeviceSpec,
-    ModelSpec,
     PathRule,
     SearchResult,
     estimate_training_memory,
@@ -28,6 +27,7 @@ from meshplan.pure import (
 from meshplan.pure.presets import build_params, preset_names
 from meshplan.pure.search._step_cost import BATCH_AXES, activation_bytes
 from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
+from meshplan.testing import model_specs
 
 F32 = np.float32
 
@@ -37,24 +37,14 @@ def _device(hbm: int, per_node: int, scope: str = "node") -> DeviceSpec:
                       inter_latency_s=1e-5, devices_per_node=per_node, ici_scope=scope)
 
 
-@st.composite
-def small_models(draw) -> ModelSpec:
-    """Tiny dense or MoE Llama-style specs (a few leaves, so the oracle stays cheap)."""
-    heads = draw(st.sampled_from([1, 2, 4, 6, 8]))
-    kv = draw(st.sampled_from([d for d in (1, 2, 3, 4, 8) if heads % d == 0]))
-    head_dim = draw(st.sampled_from([8, 16]))
-    experts = draw(st.sampled_from([0, 0, 2, 4, 6]))
-    return ModelSpec(
-        "tiny", "mixtral" if experts else "llama", vocab_size=draw(st.sampled_from([96, 128, 250])),
-        hidden_size=heads * head_dim, num_layers=draw(st.integers(1, 2)), num_heads=heads, num_kv_heads=kv,
-        head_dim=head_dim, intermediate_size=draw(st.sampled_from([48, 64, 96])), num_experts=experts,
-        num_experts_per_tok=min(2, experts), moe_intermediate_size=64 if experts else 0)
+# Tiny dense or MoE specs (a few leaves, so the oracle stays cheap).
+small_models = model_specs(family=("llama", "mixtral"), max_layers=2, max_experts=6)
 
 
 @st.composite
 def setups(draw) -> dict:
     """A model, a small cluster whose memory makes some meshes fit, batch/seq and constraints."""
-    model = draw(small_models())
+    model = draw(small_models)
     params = build_params(model)
     per_node = draw(st.sampled_from([1, 2, 4, 8]))
     nodes = draw(st.sampled_from([1, 2, 3, 4]))
