@@ -30,13 +30,13 @@ from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 from meshplan.facade._context import require_mesh, x64_enabled
 from meshplan.facade._rules import AxisSizes, _MeshRule, _sizes_of
 from meshplan.pure.rules._base import Rule
+from meshplan.pure.rules._conventions import normalize_path
 from meshplan.pure.rules._engine import Plan, plan_tree
 from meshplan.pure.rules._logical import (
     LogicalNames,
     LogicalRule,
     canonical_logical_names,
     logical_names_by_path,
-    strip_box,
 )
 from meshplan.pure.specs._tree import path_str
 
@@ -80,8 +80,9 @@ def logical_names(tree: Any) -> dict[str, LogicalNames]:
         tree of name tuples / PartitionSpecs (``nn.get_partition_spec``).
 
     Returns:
-      ``{"params/Dense_0/kernel": ("embed", "mlp"), ...}`` (paths without the
-      box's ``/value``; leaves without names are left out).
+      ``{"Dense_0/kernel": ("embed", "mlp"), ...}`` (paths in
+      :func:`~meshplan.pure.normalize_path` form: no ``params/`` prefix, no
+      ``/value`` box tail; leaves without names are left out).
 
     Raises:
       MeshplanTypeError: a leaf's names are not strings and ``None``.
@@ -90,7 +91,7 @@ def logical_names(tree: Any) -> dict[str, LogicalNames]:
       >>> import numpy as np
       >>> from flax import linen as nn
       >>> logical_names({"params": {"w": nn.Partitioned(np.zeros((2, 3)), names=("embed", "mlp"))}})
-      {'params/w': ('embed', 'mlp')}
+      {'w': ('embed', 'mlp')}
     """
     flat, _ = jax.tree_util.tree_flatten_with_path(
         tree, is_leaf=lambda x: _is_linen_box(x) or _is_nnx_variable(x) or _is_names(x))
@@ -104,7 +105,7 @@ def logical_names(tree: Any) -> dict[str, LogicalNames]:
             continue
         if raw is None:
             continue
-        path = strip_box(path_str(keypath))
+        path = normalize_path(path_str(keypath))
         out[path] = canonical_logical_names(tuple(raw), f"logical names of {path!r}")
     return out
 

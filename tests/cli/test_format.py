@@ -83,6 +83,8 @@ def test_path_rules_files_still_work(capsys, tmp_path):
     ({"logical_axis_rules": [["embed", "fsdpp"]], "logical_names": []},
      "row #0 'embed' names 'fsdpp'; the mesh axes are ['dp', 'fsdp', 'ep', 'sp', 'tp']"),
     ({"logical_axis_rules": [["embed", "fsdp"]], "logical_names": [["(", ["embed"]]]}, "not a valid regex"),
+    ({"logical_axis_rules": [["embed", "fsdp"]], "logical_names": [["q_porj", ["heads", "embed"]]]},
+     "pattern #0 'q_porj': matches no leaf"),
 ])
 def test_a_rules_file_of_neither_form_or_with_a_bad_row_exits_1_and_says_why(capsys, tmp_path, content, message):
     path = tmp_path / "bad.json"

@@ -12,6 +12,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from meshplan import AutoShardingRule, CompositeShardingRule, LogicalShardingRule, logical_export, logical_names
+from meshplan.pure import normalize_path
 
 RULES = [("batch", "dp"), ("mlp", "tp"), ("heads", "tp"), ("embed", "dp"), ("vocab", "tp")]
 
@@ -39,11 +40,11 @@ def linen_vars():
 
 def test_names_come_from_linen_boxes(linen_vars):
     assert logical_names(linen_vars) == {
-        "params/Dense_0/kernel": ("embed", "mlp"),
-        "params/Dense_1/kernel": ("mlp", "embed"),
-        "params/Embed_0/embedding": ("vocab", "embed"),
+        "Dense_0/kernel": ("embed", "mlp"),
+        "Dense_1/kernel": ("mlp", "embed"),
+        "Embed_0/embedding": ("vocab", "embed"),
     }
-    assert logical_names(nn.get_partition_spec(linen_vars))["params/Dense_0/kernel"] == ("embed", "mlp")
+    assert logical_names(nn.get_partition_spec(linen_vars))["Dense_0/kernel"] == ("embed", "mlp")
 
 
 def test_linen_specs_equal_flax_and_place_the_tree(linen_vars, mesh):
@@ -95,9 +96,8 @@ def test_the_flax_export_of_a_plan_places_exactly_like_the_plan(linen_vars, mesh
     params = nn.unbox(linen_vars)
     plan = AutoShardingRule(mesh=mesh, min_shard_size=1).plan(params)
     export = logical_export(plan, logical_names(linen_vars))
-    logical = jax.tree.map(lambda _: None, params)
-    logical = jax.tree_util.tree_map_with_path(
-        lambda kp, _: P(*export.names[jax.tree_util.keystr(kp, simple=True, separator="/")]), params)
+    # The export keys leaves by normalize_path (the params/ prefix goes).
+    logical = jax.tree_util.tree_map_with_path(lambda kp, _: P(*export.names[normalize_path(kp)]), params)
     rows = [(n, None if not a else a) for n, a in export.rules]
     shardings = nn.logical_to_mesh_sharding(logical, mesh, rows)
     placed = jax.device_put(params, shardings)

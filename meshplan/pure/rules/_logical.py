@@ -20,8 +20,8 @@ divides its dim and names only mesh axes, the result is exactly flax's.
 
 Where the names come from (the facade reads flax metadata into these):
 
-* ``names``: path -> logical names (a trailing ``/value``, the nnx and
-  linen box field, is ignored on both sides);
+* ``names``: path -> logical names, matched in :func:`~meshplan.pure.normalize_path`
+  form on both sides (no ``params/`` prefix, no ``/value`` box tail);
 * ``patterns``: ``(regex, names)`` rows searched in the path, first match wins.
 
 Leaves with no names go to ``fallback`` (no opinion when it is ``None``).
@@ -37,8 +37,10 @@ from typing import Any, ClassVar, TypeAlias
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._types import PyTree
+from meshplan.pure._types import PyTree, Shape
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
+from meshplan.pure.rules._check_tree import _problems
+from meshplan.pure.rules._conventions import normalize_path
 from meshplan.pure.rules._base import (
     Decision,
     LeafContext,
@@ -48,7 +50,7 @@ from meshplan.pure.rules._base import (
     rule_name,
 )
 from meshplan.pure.specs._geometry import spec_from_entries
-from meshplan.pure.specs._tree import path_str
+from meshplan.pure.specs._tree import flatten_with_path, path_str
 
 __all__ = [
     "LogicalNames",
@@ -60,7 +62,6 @@ __all__ = [
     "logical_rule_from_json",
     "logical_table_to_json",
     "resolve_logical_axes",
-    "strip_box",
 ]
 
 LogicalNames: TypeAlias = tuple[str | None, ...]
@@ -68,19 +69,6 @@ LogicalNames: TypeAlias = tuple[str | None, ...]
 
 LogicalTable: TypeAlias = tuple[tuple[str, tuple[str, ...]], ...]
 """Ordered ``(logical name, mesh axes)`` rows; ``()`` means replicated (flax's ``None``)."""
-
-_BOX_TAIL = "/value"
-
-
-def strip_box(path: str) -> str:
-    """A leaf path without the ``/value`` tail of an nnx ``Variable`` or linen ``Partitioned`` box.
-
-    Example:
-      >>> strip_box("layers/0/mlp/kernel/value"), strip_box("mlp/kernel")
-      ('layers/0/mlp/kernel', 'mlp/kernel')
-    """
-    return path[: -len(_BOX_TAIL)] if path.endswith(_BOX_TAIL) else path
-
 
 def _axes(raw: Any, where: str) -> tuple[str, ...]:
     """A table value (``None``, ``"tp"``, ``["fsdp", "tp"]``) as a tuple of axes."""
@@ -162,24 +150,22 @@ def logical_names_by_path(tree: PyTree) -> dict[str, LogicalNames]:
     """Path -> logical names, from a tree whose leaves are name tuples or PartitionSpecs.
 
     This is the form ``flax.linen.get_partition_spec`` and ``nnx.get_partition_spec``
-    return (logical names in PartitionSpecs). Paths are written as in every
-    message (``"params/Dense_0/kernel"``), without a ``/value`` box tail;
-    ``None`` leaves (unnamed leaves) are left out.
+    return (logical names in PartitionSpecs). Paths are in
+    :func:`~meshplan.pure.normalize_path` form (``"Dense_0/kernel"`` for
+    ``params/Dense_0/kernel/value``); ``None`` leaves (unnamed leaves) are left out.
 
     Example:
       >>> logical_names_by_path({"mlp": {"kernel": ("embed", "mlp"), "bias": None}})
       {'mlp/kernel': ('embed', 'mlp')}
     """
-    import jax  # the pure core may flatten trees; it never touches devices
-
     def is_names(x: Any) -> bool:
         return isinstance(x, PartitionSpec) or (
             isinstance(x, tuple | list) and all(n is None or isinstance(n, str) for n in x))
 
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_names)
+    flat, _ = flatten_with_path(tree, "tree", is_leaf=is_names)
     out: dict[str, LogicalNames] = {}
     for keypath, leaf in flat:
-        path = strip_box(path_str(keypath))
+        path = normalize_path(path_str(keypath))
         out[path] = canonical_logical_names(leaf, f"logical names of {path!r}")
     return out
 
@@ -346,7 +332,7 @@ class LogicalRule:
         for path, value in self.names.items():
             if not isinstance(path, str):
                 raise MeshplanTypeError(f"names key {path!r} must be a leaf path string ('a/b/kernel').")
-            names[strip_box(path)] = canonical_logical_names(value, f"logical names of {path!r}")
+            names[normalize_path(path)] = canonical_logical_names(value, f"logical names of {path!r}")
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "patterns", _canonical_patterns(self.patterns))
         object.__setattr__(self, "_compiled", tuple(re.compile(p) for p, _ in self.patterns))
@@ -376,7 +362,7 @@ class LogicalRule:
           >>> LogicalRule([], patterns=[("q_proj", ("heads", "embed"))]).names_for("layers/0/q_proj/weight")
           ('heads', 'embed')
         """
-        key = strip_box(path)
+        key = normalize_path(path)
         found = self.names.get(key)
         if found is not None:
             return found
@@ -384,6 +370,37 @@ class LogicalRule:
             if pattern.search(key):
                 return names
         return None
+
+    def problems(self, leaves: Sequence[tuple[str, Shape]], axis_names: Sequence[str]) -> list[str]:
+        """What is wrong with this rule for a tree, before any mesh (read by ``check_rule``).
+
+        Rows naming an axis outside ``axis_names`` (unless ``mesh_axes`` declared
+        the axes when the rule was built), names or patterns that match no leaf,
+        and names longer than their leaf's rank; then the fallback's problems.
+        """
+        where = f"rule {self.name!r}"
+        out = []
+        if self.mesh_axes is None:
+            for k, (name, axes) in enumerate(self.table):
+                unknown = [a for a in axes if a not in axis_names]
+                if unknown:
+                    out.append(f"{where} row #{k} {name!r} -> {list(axes)}: {unknown} are not axes of the mesh; "
+                               f"valid axes: {list(axis_names)} (a table for several meshes lists its axes "
+                               "in mesh_axes=...)")
+        paths = [normalize_path(p) for p, _ in leaves]
+        shown = ", ".join(repr(p) for p in paths[:3])
+        for path in self.names:
+            if path not in paths:
+                out.append(f"{where}: names for {path!r}, but no leaf has that path (paths such as {shown})")
+        for k, ((regex, _), pattern) in enumerate(zip(self.patterns, self._compiled, strict=True)):
+            if not any(pattern.search(p) for p in paths):
+                out.append(f"{where} pattern #{k} {regex!r}: matches no leaf (re.search on paths such as {shown})")
+        for (path, shape), key in zip(leaves, paths, strict=True):
+            names = self.names_for(key)
+            if names is not None and len(names) > len(shape):
+                out.append(f"{where}: leaf {path!r} of shape {shape} has {len(names)} logical names {names}; "
+                           f"give at most {len(shape)}")
+        return out + _problems(self.fallback, leaves, axis_names)
 
     def group_key(self, ctx: LeafContext) -> Hashable:
         """Equal keys, equal decisions: the leaf's names and shape (or the fallback's key)."""

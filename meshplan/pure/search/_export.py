@@ -37,8 +37,8 @@ from meshplan.pure.rules._logical import (
     LogicalTable,
     canonical_logical_names,
     logical_table_to_json,
-    strip_box,
 )
+from meshplan.pure.rules._conventions import normalize_path
 from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.search._result import SearchResult
 from meshplan.pure.specs._geometry import canonical_entries
@@ -69,7 +69,11 @@ _SETTING = {"stage": "pipeline"}
 
 
 class LogicalExport(NamedTuple):
-    """A plan as flax logical names: ordered ``rules`` and per-leaf ``names`` (path -> names)."""
+    """A plan as flax logical names: ordered ``rules`` and per-leaf ``names``.
+
+    ``names`` maps each array leaf's path, in :func:`~meshplan.pure.normalize_path`
+    form, to its logical names.
+    """
 
     rules: LogicalTable
     names: dict[str, LogicalNames]
@@ -128,14 +132,14 @@ def logical_export(plan: Plan, names: LogicalRule | Mapping[str, Any] | None = N
     elif isinstance(names, LogicalRule):
         lookup = names.names_for
     else:
-        table = {strip_box(p): canonical_logical_names(n, f"logical names of {p!r}") for p, n in names.items()}
-        lookup = lambda path: table.get(strip_box(path))  # noqa: E731
+        table = {normalize_path(p): canonical_logical_names(n, f"logical names of {p!r}") for p, n in names.items()}
+        lookup = lambda path: table.get(normalize_path(path))  # noqa: E731
     leaves: list[tuple[str, list[str | None], tuple[Any, ...]]] = []
     seen: dict[str, dict[tuple[str, ...], int]] = {}  # name -> split -> leaves, both in first-seen order
     for i, info in enumerate(plan.infos):
         if info is None:
             continue
-        path = strip_box(plan.path(i))  # keyed as flax trees of names are: no box tail
+        path = normalize_path(plan.path(i))  # the one path form (no params/ prefix, no /value tail)
         rank = len(info.shape)
         entries = canonical_entries(plan.leaf_specs[i], rank, where=path)
         leaf = _leaf_names(path, rank, entries, lookup(path))

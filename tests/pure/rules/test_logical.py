@@ -198,10 +198,11 @@ def test_search_meshes_plans_with_a_logical_rule():
     assert all(g.rule == "logical" for g in best.groups)
 
 
-def test_names_strip_the_box_tail_and_patterns_come_after_exact_names():
+def test_names_match_normalised_paths_and_patterns_come_after_exact_names():
     rule = LogicalRule([("embed", "fsdp")], names={"params/dense/kernel/value": ("embed", None)},
                        patterns=[("kernel", (None, "embed"))])
     assert rule.names_for("params/dense/kernel") == ("embed", None)
+    assert rule.names_for("dense/kernel") == ("embed", None)
     assert rule.names_for("params/other/kernel/value") == (None, "embed")
     assert rule.names_for("params/other/bias") is None
 
@@ -218,7 +219,7 @@ def test_leaves_without_names_go_to_the_fallback():
 
 def test_names_from_a_flax_partition_spec_tree():
     specs = {"params": {"dense": {"kernel": P("embed", "mlp"), "bias": P("mlp")}}, "step": None}
-    assert logical_names_by_path(specs) == {"params/dense/bias": ("mlp",), "params/dense/kernel": ("embed", "mlp")}
+    assert logical_names_by_path(specs) == {"dense/bias": ("mlp",), "dense/kernel": ("embed", "mlp")}
 
 
 def test_names_longer_than_the_rank_name_the_leaf_and_shorter_ones_pad():
@@ -256,3 +257,30 @@ def test_group_keys_group_equal_names_and_shapes():
             for i in range(3)]
     assert keys[0] == keys[1] != keys[2]
     assert rule.reads_axes == ("tp",)
+
+
+def test_check_rule_names_bad_rows_names_and_patterns_before_any_mesh():
+    from meshplan.pure import RuleValidationError, check_rule
+
+    tree = {"params": {"q": {"kernel": np.zeros((8, 4))}, "norm": {"scale": np.zeros(8)}}}
+    rule = LogicalRule([("embed", "fsdpp"), ("heads", "tp")], names={"q/kernel": ("embed", "heads", None)},
+                       patterns=[("mlp", ("embed", "mlp")), ("norm", ("norm",))])
+    with pytest.raises(RuleValidationError) as err:
+        check_rule(rule, tree, ["fsdp", "tp"])
+    text = str(err.value)
+    assert "row #0 'embed' -> ['fsdpp']: ['fsdpp'] are not axes of the mesh; valid axes: ['fsdp', 'tp']" in text
+    assert "pattern #0 'mlp': matches no leaf" in text
+    assert "leaf 'params/q/kernel' of shape (8, 4) has 3 logical names" in text
+    assert "pattern #1" not in text  # the norm pattern matches a leaf
+    # Declared mesh axes make an axis some meshes lack legitimate (skipped there, not an error).
+    fine = LogicalRule([("embed", "ep")], patterns=[("kernel", ("embed", None))], mesh_axes=("ep", "fsdp", "tp"))
+    check_rule(fine, tree, ["fsdp", "tp"])
+
+
+def test_search_meshes_refuses_a_logical_rule_with_a_typo_before_searching():
+    from meshplan.pure import RuleValidationError
+
+    preset = get_preset("gpt2")
+    rule = LogicalRule([("embed", "fsdp")], patterns=[("q_porj", ("heads", "embed"))])
+    with pytest.raises(RuleValidationError, match="pattern #0 'q_porj': matches no leaf"):
+        search_meshes(preset.spec, "1x8xH100", params=preset.params, rule=rule)
