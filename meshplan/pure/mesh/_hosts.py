@@ -35,17 +35,6 @@ from meshplan.pure.mesh._split import split_over_granules
 __all__ = ["arrange_host_blocks", "host_block_problems", "place_granules"]
 
 
-def _box_problem(positions: np.ndarray) -> str | None:
-    """Why these mesh positions (one row per device) are not one box, or None."""
-    lo, hi = positions.min(axis=0), positions.max(axis=0)
-    box = math.prod(int(h - l + 1) for l, h in zip(lo, hi))
-    if box == len(positions):  # positions are distinct, so equal counts mean the box is full
-        return None
-    spans = ", ".join(f"axis {a}: {int(l)}..{int(h)}" for a, (l, h) in enumerate(zip(lo, hi)))
-    return (f"its {len(positions)} devices span the box {spans} ({box} positions), "
-            "which holds other processes' devices")
-
-
 def host_block_problems(ids: np.ndarray, process_of: Mapping[int, int]) -> tuple[str, ...]:
     """Every process whose devices in ``ids`` do not form one contiguous sub-block.
 
@@ -73,15 +62,29 @@ def host_block_problems(ids: np.ndarray, process_of: Mapping[int, int]) -> tuple
         raise MeshplanTypeError(f"ids={ids!r} must be a numpy array of integer device ids.")
     if not isinstance(process_of, Mapping):
         raise MeshplanTypeError(f"process_of={process_of!r} must be a mapping of device id -> process index.")
-    missing = sorted({int(i) for i in ids.flat if int(i) not in process_of})
+    flat = [int(i) for i in ids.flat]
+    missing = sorted({i for i in flat if i not in process_of})
     if missing:
         raise DeviceLayoutError(f"process_of has no process for device ids {missing[:8]}; give every id in ids.")
-    procs = np.vectorize(lambda i: process_of[int(i)], otypes=[np.int64])(ids) if ids.size else ids
+    if not flat:
+        return ()
+    # One pass over the mesh: per process, the count and the per-axis index
+    # range; the devices form one box exactly when the box's size is the count
+    # (positions are distinct, so a box holding only them is full).
+    procs, owner = np.unique(np.array([process_of[i] for i in flat], dtype=np.int64), return_inverse=True)
+    positions = np.indices(ids.shape).reshape(ids.ndim, -1)
+    lo = np.full((ids.ndim, len(procs)), np.iinfo(np.int64).max)
+    hi = np.full((ids.ndim, len(procs)), -1)
+    for axis in range(ids.ndim):
+        np.minimum.at(lo[axis], owner, positions[axis])
+        np.maximum.at(hi[axis], owner, positions[axis])
+    counts = np.bincount(owner, minlength=len(procs))
+    boxes = np.prod(hi - lo + 1, axis=0)
     problems = []
-    for p in sorted({int(x) for x in procs.flat}):
-        problem = _box_problem(np.argwhere(procs == p))
-        if problem is not None:
-            problems.append(f"process {p}: {problem}")
+    for k in np.flatnonzero(boxes != counts):
+        spans = ", ".join(f"axis {a}: {int(lo[a, k])}..{int(hi[a, k])}" for a in range(ids.ndim))
+        problems.append(f"process {int(procs[k])}: its {int(counts[k])} devices span the box {spans} "
+                        f"({int(boxes[k])} positions), which holds other processes' devices")
     return tuple(problems)
 
 
