@@ -145,7 +145,7 @@ def sharded_trees(*, mesh_shape: Any = None, divisible: bool = False, allow_empt
 
 
 def _model(family: str, kv: int, group: int, head_dim: int, layers: int, vocab: int, ff: int,
-           experts: int, per_tok: int, dense: int) -> ModelSpec:
+           experts: int, per_tok: int, dense: int, tied: bool) -> ModelSpec:
     heads = kv * group
     # Any: ModelSpec's fields are ints, bools and MLADims, and mypy checks each ** against all of them
     common: dict[str, Any] = dict(vocab_size=vocab, hidden_size=heads * head_dim, num_layers=layers,
@@ -155,7 +155,7 @@ def _model(family: str, kv: int, group: int, head_dim: int, layers: int, vocab: 
         return ModelSpec(name, family, num_kv_heads=heads, tied_embeddings=True,
                          max_position_embeddings=64, **common)
     if family == "llama":
-        return ModelSpec(name, family, num_kv_heads=kv, **common)
+        return ModelSpec(name, family, num_kv_heads=kv, tied_embeddings=tied, **common)
     if family == "mixtral":
         return ModelSpec(name, family, num_kv_heads=kv, num_experts=experts,
                          num_experts_per_tok=min(per_tok, experts), moe_intermediate_size=ff, **common)
@@ -212,6 +212,7 @@ def model_specs(*, family: str | Sequence[str] | None = None, max_layers: int = 
         st.integers(2, max_experts),
         st.integers(1, 2),                   # experts per token
         st.integers(0, 1),                   # DeepSeek dense layers
+        st.booleans(),                       # Llama ties embeddings (as Llama 3.2 1B/3B do)
     )
     return args.map(lambda a: _model(*a))
 

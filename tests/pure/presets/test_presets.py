@@ -29,6 +29,7 @@ from meshplan.pure.presets import (
     preset_names,
     resolve_preset_name,
 )
+from meshplan.testing import model_specs
 
 PUBLISHED_TOTALS = {
     "gpt2": 124_439_808,
@@ -258,22 +259,11 @@ def _llama_like_total(s: ModelSpec) -> int:
             + (s.num_layers - s.num_moe_layers) * dense + s.num_moe_layers * moe)
 
 
-@st.composite
-def llama_like_specs(draw: st.DrawFn) -> ModelSpec:
-    kv = draw(st.integers(1, 4))
-    layers = draw(st.integers(1, 4))
-    experts = draw(st.sampled_from([0, 1, 2, 4]))
-    return ModelSpec(
-        "custom", draw(st.sampled_from(["llama", "mixtral"])), vocab_size=draw(st.integers(1, 64)),
-        hidden_size=draw(st.integers(1, 32)), num_layers=layers, num_heads=kv * draw(st.integers(1, 4)),
-        num_kv_heads=kv, head_dim=draw(st.integers(1, 16)), intermediate_size=draw(st.integers(1, 48)),
-        num_experts=experts, num_experts_per_tok=min(experts, 2),
-        moe_intermediate_size=draw(st.integers(1, 24)) if experts else 0,
-        num_dense_layers=draw(st.integers(0, layers)) if experts else 0,
-        tied_embeddings=draw(st.booleans()))
+# Llama and Mixtral specs, tied or not, of 1-4 layers and up to 4 experts.
+llama_like_specs = model_specs(family=("llama", "mixtral"), max_layers=4, max_experts=4)
 
 
-@given(llama_like_specs())
+@given(llama_like_specs)
 def test_custom_llama_like_totals_follow_the_closed_form(spec: ModelSpec) -> None:
     stacked = build_params(spec)
     unstacked = build_params(spec, unstack_experts=True)

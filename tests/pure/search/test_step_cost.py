@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplan.pure import Cluster, DeviceInfo, HybridMeshShape, get_preset, layout_device_ids, parse_cluster
+from meshplan.pure import Cluster, DeviceInfo, get_preset, layout_device_ids, parse_cluster
 from meshplan.pure.mesh import split_mesh_shape
 from meshplan.pure.search import all_gather_time, all_reduce_time, axis_domain_counts
 from meshplan.pure.search._groups import LeafGroups, evaluate_plan
@@ -24,21 +24,18 @@ from meshplan.pure.search._step_cost import (
 )
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.specs._tree import tree_facts
+from meshplan.testing import host_splits
 
 H100x2 = parse_cluster("2x8xH100")
 
 
-@st.composite
-def hybrid_layouts(draw) -> tuple[HybridMeshShape, int, int]:
-    """(hybrid shape, devices per granule, granules) drawn from small factorizations."""
-    rank = draw(st.integers(1, 4))
-    sizes = [draw(st.sampled_from([1, 2, 3, 4])) for _ in range(rank)]
-    n = math.prod(sizes)
-    granules = draw(st.sampled_from([g for g in range(1, n + 1) if n % g == 0]))
-    return split_mesh_shape(sizes, granules), n // granules, granules
+# (hybrid shape, devices per granule, granules): a global shape split over granules that divide it.
+hybrid_layouts = host_splits(max_axes=4, max_granules=8, max_devices_per_granule=8).map(
+    lambda h: (split_mesh_shape(h.global_shape, h.num_granules), math.prod(h.global_shape) // h.num_granules,
+               h.num_granules))
 
 
-@given(hybrid_layouts())
+@given(hybrid_layouts)
 def test_domain_counts_of_a_laid_out_mesh_are_its_dcn_shape(layout) -> None:
     hybrid, per_granule, granules = layout
     devices = [DeviceInfo(i, process_index=i // per_granule) for i in range(per_granule * granules)]
