@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import shutil
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from meshplan.errors import MeshplanError
 
@@ -58,10 +59,26 @@ def _sizes(text: str) -> dict[str, int]:
     return out
 
 
+_MAX_COUNT = 10**12  # far beyond any batch, sequence or count a plan prices; keeps arithmetic sane
+
+
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
-    return int(text)
+    digits = text.strip()
+    # isascii: "²".isdigit() is True but int("²") fails; the length bound keeps int() from a 5000-digit string.
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 13 or not 1 <= int(digits) <= _MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer in [1, {_MAX_COUNT}]")
+    return int(digits)
+
+
+_MAX_DEMO_DEVICES = 1024  # simulated CPU devices: beyond this XLA's CPU client fails or takes minutes
+
+
+def _demo_devices(text: str) -> int:
+    n = _positive(text)
+    if n > _MAX_DEMO_DEVICES:
+        raise argparse.ArgumentTypeError(f"{n} simulated devices is more than the demo runs (at most "
+                                         f"{_MAX_DEMO_DEVICES})")
+    return n
 
 
 def _fraction(text: str) -> float:
@@ -91,11 +108,13 @@ def _plan(args: argparse.Namespace) -> int:
         if again:
             raise _UserError(f"--fix gives {again} more than once.")
         fixed.update(group)
+    if args.verify and args.format != "table":
+        raise _UserError("--verify prints a table next to the ranking; use it without --format/--json.")
     result = search_meshes(
         preset.spec, args.cluster, params=preset.params, axes=args.axes, fixed=fixed or None, rule=rule,
         batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
         activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
-        ep_within_domain=args.ep_within_domain, top_k=args.top,
+        ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args, args.cluster),
     )
     if args.format == "json":
         sys.stdout.write(result.to_json() + "\n")
@@ -106,7 +125,28 @@ def _plan(args: argparse.Namespace) -> int:
     from meshplan.cli import _render
 
     _render.render_plan(result, _console())
+    if args.verify:
+        from meshplan.cli import _verify
+
+        _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
+
+
+def _recipe(args: argparse.Namespace, cluster: str) -> Any:
+    """The training recipe the plan prices, from the reference-step flags (``--remat``, ``--attention``, ...)."""
+    from meshplan.pure import parse_cluster
+    from meshplan.pure.search import TrainingRecipe
+
+    backend = "tpu" if parse_cluster(cluster).device.ici_scope == "slice" else "gpu"
+    return TrainingRecipe(weight_dtype=args.dtype, optimizer=args.optimizer, master_weights=args.master_weights,
+                          remat=args.remat, attention=args.attention, micro_batches=args.micro_batches,
+                          vocab_tiles=args.vocab_tiles, backend=backend)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from meshplan.cli import _verify
+
+    return _verify.run_check(args, _console())
 
 
 def _show_mesh(args: argparse.Namespace) -> int:
@@ -119,7 +159,7 @@ def _show_mesh(args: argparse.Namespace) -> int:
                          "pip install 'meshplan[png]' (or pip install matplotlib).")
     if args.plan is not None:
         try:
-            with open(args.plan, encoding="utf-8") as f:
+            with open(args.plan, "rb") as f:  # bytes: from_json reports a non-UTF-8 file as not JSON
                 result = SearchResult.from_json(f.read())
         except OSError as err:
             raise _UserError(f"cannot read --plan {args.plan!r}: {err.strerror}") from None
@@ -168,10 +208,33 @@ class _UserError(Exception):
     """A problem with the user's files or options found by the CLI itself (exit 1)."""
 
 
+def _error_json(kind: str, message: str) -> str:
+    """The one error object a ``--json`` run prints on stdout: ``{"error": {"type": ..., "message": ...}}``."""
+    return json.dumps({"error": {"type": kind, "message": message}}) + "\n"
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for JSON output (read before parsing, so usage errors can answer in JSON)."""
+    args = list(argv)
+    pairs = zip(args, args[1:] + [""])
+    return "--json" in args or "--format=json" in args or any(a == "--format" and b == "json" for a, b in pairs)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, plus a JSON error object on stdout for usage errors of ``--json`` runs (exit 2 either way)."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            sys.stdout.write(_error_json("UsageError", f"{self.prog}: {message}"))
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for the ``meshplan`` command."""
-    parser = argparse.ArgumentParser(prog="meshplan", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="meshplan", description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     plan = sub.add_parser("plan", help="rank the meshes of a cluster for training a model preset",
@@ -188,8 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "(see above)")
     plan.add_argument("--top", type=_positive, default=5, help="meshes to show (default 5)")
     plan.add_argument("--headroom", type=_fraction, default=0.1, help="fraction of HBM kept free (default 0.1)")
-    plan.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
-                      help="parameter dtype (default bfloat16)")
+    plan.add_argument("--dtype", "--weight-dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                      help="parameter (weight) dtype (default bfloat16; MaxText keeps float32 weights)")
     plan.add_argument("--master-weights", action="store_true", help="add an fp32 master copy of the weights")
     plan.add_argument("--no-activations", action="store_true", help="leave activation memory out of the fit")
     plan.add_argument("--allow-tp-dcn", action="store_true", help="let tp span hosts/slices")
@@ -200,7 +263,17 @@ def build_parser() -> argparse.ArgumentParser:
                            "of the best mesh) or maxtext (ici_/dcn_*_parallelism and logical_axis_rules)")
     plan.add_argument("--json", dest="format", action="store_const", const="json",
                       help="print the result as JSON only (same as --format json)")
+    plan.add_argument("--verify", type=_positive, metavar="K",
+                      help="compile the reference train step of the top K meshes and show XLA's exact "
+                           "per-device memory next to the estimate (TPU targets need meshplan[tpu])")
+    from meshplan.cli import _verify
+
+    _verify.add_reference_flags(plan)
     plan.set_defaults(func=_plan)
+
+    check = sub.add_parser("check", help="compile the reference train step for one mesh; XLA's memory per device")
+    _verify.add_check_arguments(check, _sizes, _positive)
+    check.set_defaults(func=_check)
 
     show = sub.add_parser("show-mesh", help="draw which host/slice each device of a mesh sits on")
     show.add_argument("--cluster", help="e.g. 2x4xH100 or v5e-16 (default with --plan: the plan's cluster)")
@@ -213,19 +286,34 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=_show_mesh)
 
     demo = sub.add_parser("demo", help="plan a small model and place it on simulated CPU devices")
-    demo.add_argument("--devices", type=_positive, default=8, help="simulated CPU devices (default 8)")
+    demo.add_argument("--devices", type=_demo_devices, default=8,
+                      help=f"simulated CPU devices (default 8, at most {_MAX_DEMO_DEVICES})")
     demo.set_defaults(func=_run_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``meshplan`` console script; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Entry point of the ``meshplan`` console script; returns the exit code.
+
+    Exit 0 on success, 1 for a request meshplan cannot answer (the message on
+    stderr), 2 for bad usage (argparse). With ``--json``/``--format json`` an
+    error also prints ``{"error": {"type": ..., "message": ...}}`` on stdout,
+    so a script reading stdout always gets JSON.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _Parser.json_errors = _wants_json(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    finally:
+        _Parser.json_errors = False
     try:
         code: int = args.func(args)
     except (MeshplanError, _UserError) as err:
         print(f"meshplan {args.command}: error: {err}", file=sys.stderr)
+        if getattr(args, "format", None) == "json":
+            kind = "UserError" if isinstance(err, _UserError) else type(err).__name__
+            sys.stdout.write(_error_json(kind, str(err)))
         return 1
     return code
 

@@ -1,0 +1,61 @@
+"""``meshplan check`` and ``plan --verify``: the reference step compiled, XLA's figures next to the estimate.
+
+One compile (GPT-2 cut to one layer, 8 simulated CPU devices, in-process: the
+suite's 8 CPU devices are the target); the other cases fail before compiling.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from meshplan import cli
+from meshplan.facade._compiled import libtpu_available
+
+
+def _table_row(text: str, mesh: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if f" {mesh} " in ln and "│" in ln)
+    return [c.strip() for c in line.split("│")[1:-1]]
+
+
+def test_check_compiles_one_layout_and_prints_xlas_figures(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "220")
+    code = cli.main(["check", "--model", "gpt2", "--cluster", "H100", "--mesh", "dp=2,tp=4", "--layers", "1",
+                     "--seq", "64", "--target", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "compiling the reference step of gpt2 (1 layers) on dp=2,tp=4 for 8 x XLA:CPU" in err
+    assert re.search(r"peak [0-9.]+ [KMG]iB \([0-9.]+ s\)", err)
+    row = _table_row(out, "dp=2,tp=4")
+    # columns: #, mesh, target, analytic, XLA argument, XLA temp, XLA peak, analytic/peak, fits, compile
+    assert row[2] == "8 x XLA:CPU" and row[8] == "yes"
+    assert all(re.fullmatch(r"[0-9.]+ [KMG]iB", c) for c in row[3:7]), row
+    assert float(row[7]) > 0
+    assert "XLA:CPU's peak_memory_in_bytes leaves temporaries out" in out
+
+
+def test_verify_for_a_gpu_cluster_without_those_gpus_says_so(capsys):
+    code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--seq", "64", "--verify", "1"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "Ranked meshes" in out  # the plan still prints
+    assert "needs 8 local H100 GPUs; this machine has 0" in err and "--target cpu" in err
+
+
+def test_verify_needs_the_table_format(capsys):
+    code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--verify", "1", "--json"])
+    assert code == 1
+    assert "--verify prints a table" in capsys.readouterr().err
+
+
+def test_check_rejects_bad_layouts_before_compiling(capsys):
+    code = cli.main(["check", "--model", "gpt2", "--cluster", "H100", "--mesh", "dp=3", "--target", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 1 and "error:" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(libtpu_available(), reason="libtpu is installed: TPU targets compile")
+def test_tpu_target_without_libtpu_names_the_extra(capsys):
+    code = cli.main(["check", "--model", "gpt2", "--cluster", "v5e-4", "--mesh", "dp=4", "--layers", "1"])
+    assert code == 1 and "meshplan[tpu]" in capsys.readouterr().err
