@@ -167,13 +167,21 @@ class MeshConfig:
         return select_mesh_shape(self.mesh_rules, mesh_selector, self.mesh_shape)
 
     def create_device_mesh(
-        self, devices: Sequence[Any] | None = None, mesh_selector: str | None = None
+        self,
+        devices: Sequence[Any] | None = None,
+        mesh_selector: str | None = None,
+        *,
+        contiguous_hosts: bool = True,
     ) -> Mesh:
         """Build the mesh over ``devices`` (default: all devices).
 
         A passed device list (flat or an array) is laid out by the planner,
-        not used in the order given, so every process derives the same mesh.
+        not used as an array as given: by id on CPU and GPU, by jax's
+        topology layout inside a TPU slice (which, for some chips, reads the
+        order jax.devices() lists them in). ``contiguous_hosts`` is
+        :func:`create_mesh`'s: each host of a multi-host TPU slice is one
+        contiguous block unless it is ``False``.
         """
         devs = resolve_devices(None) if devices is None else flatten_devices(devices)
         return build_mesh(self.select_mesh_shape(mesh_selector), self.mesh_axis_names, devices=devs,
-                          shape_name="mesh_shape")
+                          contiguous_hosts=contiguous_hosts, shape_name="mesh_shape")
