@@ -20,10 +20,9 @@ from meshplan import (
 )
 from meshplan.pure import Decision, Plan, shard_shape, validate_specs
 from meshplan.pure.errors import MemoryBudgetError, MeshplanTypeError, ShardingRuleError
+from meshplan.testing import array_shapes_for, meshes
 
 AUTO = AxisType.Auto
-MESHES = [((8,), ("dp",)), ((2, 4), ("dp", "tp")), ((4, 2), ("fsdp", "tp")), ((2, 2, 2), ("dp", "fsdp", "tp")),
-          ((1, 8), ("dp", "tp")), ((2, 1, 4), ("dp", "sp", "tp"))]
 
 
 def _mesh(shape=(2, 4), names=("dp", "tp")):
@@ -45,13 +44,12 @@ def _model_params():
 
 # --- every spec is storable, and jax agrees -------------------------------------------------------
 
-leaf_shapes = st.lists(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 32, 64]), min_size=0, max_size=3).map(tuple)
+leaf_shapes = array_shapes_for({}, divisible=False, max_dims=3)
 
 
-@given(mesh_case=st.sampled_from(MESHES), shapes=st.lists(leaf_shapes, min_size=1, max_size=5),
+@given(mesh=meshes(num_devices=8, axis_types="auto"), shapes=st.lists(leaf_shapes, min_size=1, max_size=5),
        which=st.sampled_from(["auto", "auto-reverse", "memory", "composite"]))
-def test_built_in_specs_validate_and_device_put_places_them_as_planned(mesh_case, shapes, which):
-    mesh = _mesh(*mesh_case)
+def test_built_in_specs_validate_and_device_put_places_them_as_planned(mesh, shapes, which):
     tree = {f"p{i}": np.arange(np.prod(s), dtype=np.float32).reshape(s) for i, s in enumerate(shapes)}
     rule = {
         "auto": AutoShardingRule(mesh=mesh, min_shard_size=0),
