@@ -21,7 +21,7 @@ Boxes are recognised by their attributes, so flax is never imported here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -123,6 +123,10 @@ class LogicalShardingRule(_MeshRule):
       patterns: ``(regex, names)`` rows for leaves without names.
       fallback: a pure rule for leaves with no names (default: no opinion, replicated).
       mesh: the mesh (default: the current one, see :mod:`meshplan.facade._rules`).
+      mesh_axes: every mesh axis the table may name (default: the given mesh's axes).
+        A row naming another axis is refused when the rule is built. Rows naming
+        an axis that is listed here but missing from the mesh are skipped, so a table
+        written for a larger mesh (MaxText's) still applies.
 
     A row whose axes do not divide the dim, or that names an axis the mesh
     lacks, is skipped for the next row and the reason says so (flax would
@@ -143,12 +147,14 @@ class LogicalShardingRule(_MeshRule):
     """
 
     def __init__(self, rules: Any, *, names: Any = None, patterns: Any = (), fallback: Rule | None = None,
-                 mesh: Mesh | AbstractMesh | None = None) -> None:
+                 mesh: Mesh | AbstractMesh | None = None, mesh_axes: Sequence[str] | None = None) -> None:
         super().__init__(mesh)
         # A path -> names mapping is itself a tree of names whose paths are those keys.
         given = {} if names is None else logical_names_by_path(names)
+        if mesh_axes is None and self.mesh is not None:
+            mesh_axes = tuple(_sizes_of(self.mesh))  # a row naming another axis is a typo, refused now
         self._rule = LogicalRule(rules, names=given, patterns=patterns, fallback=fallback,
-                                 mesh_axes=None if self.mesh is None else tuple(_sizes_of(self.mesh)))
+                                 mesh_axes=None if mesh_axes is None else tuple(mesh_axes))
         self.rules = self._rule.table
 
     @property
@@ -162,7 +168,7 @@ class LogicalShardingRule(_MeshRule):
         if not found:
             return self._rule
         return LogicalRule(self._rule.table, names={**found, **self._rule.names}, patterns=self._rule.patterns,
-                           fallback=self._rule.fallback, name=self._rule.name)
+                           fallback=self._rule.fallback, mesh_axes=self._rule.mesh_axes, name=self._rule.name)
 
     def _builtin_plan(self, pytree: Any) -> Plan:
         sizes = self._axis_sizes()

@@ -141,3 +141,15 @@ def test_the_older_nnx_metadata_spellings_are_read(spelling):
     with nnx.use_eager_sharding(False), pytest.warns(DeprecationWarning, match=spelling):
         param = nnx.Param(np.zeros((2, 3), np.float32), **{spelling: ("embed", "mlp")})
     assert logical_names({"w": param}) == {"w": ("embed", "mlp")}
+
+
+def test_a_table_for_a_larger_mesh_needs_its_axes_declared(mesh):
+    from meshplan.pure import ShardingRuleError
+
+    table = [("embed", "fsdp"), ("embed", "dp"), ("mlp", "tp")]
+    with pytest.raises(ShardingRuleError, match=r"row #0 'embed' names 'fsdp'; the mesh axes are \['dp', 'tp'\]"):
+        LogicalShardingRule(table, mesh=mesh)
+    rule = LogicalShardingRule(table, names={"w": ("embed", "mlp")}, mesh=mesh, mesh_axes=("dp", "fsdp", "tp"))
+    plan = rule.plan({"w": np.zeros((8, 8), np.float32)})
+    assert plan.specs["w"] == P("dp", "tp")
+    assert "row #0 'embed'->'fsdp': the mesh has no axis 'fsdp'" in plan.explain("w")
