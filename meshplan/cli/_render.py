@@ -104,6 +104,11 @@ def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any) -> None:
         console.print(f"  {name:<4} = {size:<5} ICI {i} x DCN {d}  ({where})")
     console.print(f"  meshplan.create_mesh(axis_dims={best.axis_sizes}, axis_names={best.axis_names}, "
                   f"dcn_mesh_dims={best.dcn_shape})")
+    if best.activations is not None:  # the splits the activation memory assumed: the step applies them
+        console.print("  batch and activation specs the memory assumes (best.training_layout; "
+                      "apply with jax.lax.with_sharding_constraint):")
+        for t in best.activations.tensors:
+            console.print(f"    {t.name:<9} {str(t.shape):<20} {t.spec}")
     m = best.memory
     mem = Table(title="Memory per device (fullest device)")
     mem.add_column("part")
