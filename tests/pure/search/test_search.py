@@ -105,13 +105,18 @@ def _oracle(s: dict) -> dict[tuple[int, ...], int]:
     return out
 
 
+# The brute-force oracle is slow: 30 examples by default, the profile's count (>= 1000) under
+# HYPOTHESIS_PROFILE=deep.
+ORACLE = settings(max_examples=settings.default.max_examples if settings.default.max_examples >= 1000 else 30)
+
+
 def _search(s: dict, **extra) -> SearchResult:
     return search_meshes(s["model"], s["cluster"], params=s["params"], batch=s["batch"], seq=s["seq"],
                          tp_within_domain=s["tp_within_domain"], ep_within_domain=s["ep_within_domain"],
                          headroom=s["headroom"], **extra)
 
 
-@settings(max_examples=30)
+@ORACLE
 @given(setups())
 def test_search_finds_exactly_the_meshes_a_brute_force_enumeration_finds(s: dict) -> None:
     expected = _oracle(s)
@@ -125,7 +130,7 @@ def test_search_finds_exactly_the_meshes_a_brute_force_enumeration_finds(s: dict
     assert result.num_fitting == len(expected)
 
 
-@settings(max_examples=30)
+@ORACLE
 @given(setups())
 def test_every_returned_mesh_multiplies_to_the_device_count_and_respects_the_constraints(s: dict) -> None:
     try:
