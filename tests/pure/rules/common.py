@@ -14,14 +14,14 @@ from meshplan.pure import check_specs
 from meshplan.pure.specs import array_bytes, spec_from_entries
 from meshplan.testing import array_shapes_for, axis_names, mesh_shapes
 
-# Dims built from small primes so that mesh axes divide them often, plus a
-# few primes that nothing divides.
+# Pattern dims for the shape rule: small primes' products that mesh axes divide
+# often, plus a few primes that nothing divides.
 DIMS = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64]
 NAMES = ["dp", "fsdp", "tp", "sp", "ep"]
 
 
 def shapes(max_rank: int = 4) -> st.SearchStrategy[tuple[int, ...]]:
-    """Array shapes with dims from DIMS (meshplan.testing's default pool); shrinks towards rank 0."""
+    """Array shapes with small dims (array_shapes_for's non-divisible pool); shrinks towards rank 0."""
     return array_shapes_for({}, divisible=False, max_dims=max_rank)
 
 
