@@ -179,8 +179,9 @@ def _tpu_granule_ids(
     ``contiguous_submeshes=True`` first (its per-host layout for the
     topologies it knows), then its default layout if that happens to keep
     every host contiguous. Failing both, meshplan's own host-block layout
-    (:func:`meshplan.pure.mesh.granule_device_ids`) is used. A slice on one
-    host, or ``contiguous_hosts=False``, takes jax's default layout as is.
+    (:func:`meshplan.pure.mesh.granule_device_ids`, which ignores the torus)
+    is used if physical axes may be split, else it is an error. A slice on
+    one host, or ``contiguous_hosts=False``, takes jax's default layout as is.
     """
     # In the caller's order: jax's handlers expect jax.devices() order (process-
     # tiled) and some of them (v2/v3) read it. create_mesh passes jax.devices(),
@@ -202,6 +203,13 @@ def _tpu_granule_ids(
             continue  # this jax layout does not apply here; try the next one
         if not host_block_problems(ids, process_of):
             return ids
+    if not allow_split_physical_axes:
+        # meshplan's own layout ignores the torus, so it would split physical axes.
+        raise DeviceLayoutError(
+            f"jax has no layout of this TPU slice ({len(members)} devices over {len(set(process_of.values()))} "
+            f"hosts) as {ici} that keeps each host contiguous without splitting physical axes; pass "
+            "allow_split_physical_axes=True (meshplan then plans the host blocks) or contiguous_hosts=False."
+        )
     return granule_device_ids(granule, ici)
 
 

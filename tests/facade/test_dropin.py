@@ -114,6 +114,13 @@ def _lopsided_hosts():
             for d in tpu_devices(2, 2, 1, "TPU v4")]
 
 
+def test_meshplans_own_host_blocks_split_physical_axes_so_they_need_that_allowed():
+    devices = tpu_devices(4, 4, 4, "TPU v4")  # jax has no contiguous (64,) layout here
+    assert _host_problems(build_mesh((64,), ("x",), devices=devices)) == ()
+    with pytest.raises(DeviceLayoutError, match="allow_split_physical_axes=True"):
+        build_mesh((64,), ("x",), devices=devices, allow_split_physical_axes=False)
+
+
 def test_hosts_with_no_contiguous_layout_are_an_error_or_an_explicit_opt_out():
     devices = _lopsided_hosts()
     with pytest.raises(DeviceLayoutError, match="contiguous_hosts=False"):
