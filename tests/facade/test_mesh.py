@@ -24,11 +24,8 @@ from meshplan import (
     parse_mesh_from_string,
 )
 from meshplan.facade._mesh import clear_mesh_cache, mesh_cache_info
-
-# Every ordered factorisation of 8 into 1-3 axes.
-_FACTORISATIONS = sorted(
-    {s for s in [(8,), (2, 4), (4, 2), (1, 8), (8, 1), (2, 2, 2), (1, 2, 4), (4, 1, 2), (2, 4, 1)]}
-)
+from meshplan.pure import MeshShape
+from meshplan.testing import mesh_shapes
 
 
 def _ids(mesh: jax.sharding.Mesh) -> list[int]:
@@ -78,9 +75,9 @@ def test_reference_example_force_cpu_yields_the_cpu_device() -> None:
 # --- agreement with jax ------------------------------------------------------------------------------
 
 
-@given(st.sampled_from(_FACTORISATIONS), st.booleans())
-def test_create_mesh_matches_jax_make_mesh_device_order(shape: tuple[int, ...], use_jax: bool) -> None:
-    names = tuple(f"a{i}" for i in range(len(shape)))
+@given(mesh_shapes(num_devices=8), st.booleans())
+def test_create_mesh_matches_jax_make_mesh_device_order(mesh: MeshShape, use_jax: bool) -> None:
+    shape, names = mesh.sizes, mesh.names
     ours = create_mesh(shape, names, use_jax=use_jax)
     theirs = jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape))
     assert ours.axis_names == theirs.axis_names
@@ -88,11 +85,11 @@ def test_create_mesh_matches_jax_make_mesh_device_order(shape: tuple[int, ...], 
     assert _ids(ours) == _ids(theirs)
 
 
-@given(st.sampled_from(_FACTORISATIONS), st.integers(0, 2))
-def test_minus_one_takes_the_remaining_devices(shape: tuple[int, ...], hole: int) -> None:
+@given(mesh_shapes(num_devices=8), st.integers(0, 2))
+def test_minus_one_takes_the_remaining_devices(mesh: MeshShape, hole: int) -> None:
+    shape, names = mesh.sizes, mesh.names
     hole = hole % len(shape)
     dims = tuple(-1 if i == hole else d for i, d in enumerate(shape))
-    names = tuple(f"a{i}" for i in range(len(shape)))
     assert create_mesh(dims, names).devices.shape == shape
 
 
