@@ -213,7 +213,8 @@ def maxtext_settings(
             out[f"{level}_{_SETTING.get(axis, axis)}_parallelism"] = int(sizes.get(axis, 1))
     if logical is not None:
         rows = tuple((n, tuple(axis_map.get(a, a) for a in axes)) for n, axes in logical.rules)
-        out["logical_axis_rules"] = logical_table_to_json(rows)
+        # Replicated is [] in MaxText's own configs (base.yml), not null.
+        out["logical_axis_rules"] = [[n, [] if v is None else v] for n, v in logical_table_to_json(rows)]
     return out
 
 

@@ -143,3 +143,11 @@ def test_bad_export_requests_say_what_is_valid(call, match):
     result = search_meshes("gpt2", "1x8xH100", top_k=1)
     with pytest.raises(PlanError, match=match):
         call(result)
+
+
+def test_maxtext_writes_replicated_rows_as_empty_lists_like_base_yml():
+    preset = get_preset("llama3-8b")
+    rule = logical_rule_from_json(HF_LOGICAL, mesh_axes=("dp", "fsdp", "sp", "tp"))
+    result = search_meshes(preset.spec, "2x8xH100", params=preset.params, rule=rule, top_k=1)
+    settings = maxtext_settings(result.best, logical_export(result.best.plan(preset.params), rule))
+    assert ["norm", []] in settings["logical_axis_rules"]
