@@ -43,8 +43,10 @@ def load_rules(path: str, model: ModelSpec) -> Rule:
             data = json.load(f)
     except OSError as err:
         raise RulesFileError(f"cannot read --rules {path!r}: {err.strerror}") from None
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise RulesFileError(f"--rules {path!r} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise RulesFileError(f"--rules {path!r} is JSON nested too deeply to read.") from None
     fallback = AxisKindRule.for_model(model)
     if isinstance(data, Mapping) and "logical_axis_rules" in data:
         # The table may name only the axes the search can build; a typo is caught here, not per mesh.

@@ -139,10 +139,10 @@ def as_count(
     out = as_int(value, what)
     if out < minimum:
         more = f" ({hint})" if hint else ""
-        raise error(f"{what}={out} must be >= {minimum}{more}.")
+        raise error(f"{what}={_short(out)} must be >= {minimum}{more}.")
     if maximum is not None and out > maximum:
         more = f" ({hint})" if hint else ""
-        raise error(f"{what}={out} must be <= {maximum}{more}.")
+        raise error(f"{what}={_short(out)} must be <= {maximum}{more}.")
     return out
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from meshplan.pure._check import as_count, as_positive_shape, unresolved_shape_problems
+from meshplan.pure._check import as_count, as_positive_shape, as_sequence, unresolved_shape_problems
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
 from meshplan.pure.mesh._axes import MeshShape, infer_axis_dims, mesh_dims
 from meshplan.pure.mesh._split import split_over_granules
@@ -93,7 +93,7 @@ class HybridMeshShape:
         Raises:
           MeshShapeError: a ``-1`` is unresolved, or ``names`` do not fit (see MeshShape).
         """
-        return MeshShape(tuple(names), self.global_shape)
+        return MeshShape(as_sequence(names, "names"), self.global_shape)
 
     @property
     def is_resolved(self) -> bool:

@@ -104,7 +104,12 @@ class DeviceInfo:
           DeviceInfo(id=5, process_index=1, slice_index=None, platform='gpu', coords=None,
                      core_on_chip=0)
         """
+        if not hasattr(device, "id"):
+            raise MeshplanTypeError(f"device={device!r:.80} has no .id; pass a jax.Device or a device-like "
+                                    "object with id (and optionally process_index, slice_index, platform, coords).")
         coords = getattr(device, "coords", None)
+        if coords is not None and (isinstance(coords, (str, bytes)) or not isinstance(coords, Sequence)):
+            raise MeshplanTypeError(f"device {device.id!r}: coords={coords!r:.80} must be a sequence of ints.")
         return cls(
             id=device.id,
             process_index=getattr(device, "process_index", 0),

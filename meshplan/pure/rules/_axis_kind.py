@@ -184,7 +184,8 @@ class AxisKindRule:
           >>> AxisKindRule().layout("params/lm_head/kernel", (64, 1000)).dims
           ('in', 'vocab')
         """
-        key = (path, shape)
+        key = (as_str(path, "path"), as_shape(shape, "shape"))
+        path, shape = key
         found = self._layouts.get(key)
         if found is None:
             override = next((kinds for pattern, kinds in self._dim_patterns

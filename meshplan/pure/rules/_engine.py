@@ -26,7 +26,7 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._check import canonical_axis_sizes
+from meshplan.pure._check import as_str, canonical_axis_sizes
 from meshplan.pure._types import PyTree, make_spec
 from meshplan.pure.errors import MeshplanTypeError, PlanError, ShardingRuleError
 from meshplan.pure.rules._base import (
@@ -140,7 +140,9 @@ class Plan:
 
         Raises:
           PlanError: no leaf has that path.
+          MeshplanTypeError: ``path`` is not a str.
         """
+        path = as_str(path, "path")
         for i in range(len(self)):
             if self.facts.path(i) == path:
                 return self._explain_index(i)

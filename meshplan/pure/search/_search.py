@@ -329,8 +329,11 @@ def _canonical_fixed(fixed: Mapping[str, int] | None, axes: tuple[str, ...], n: 
     return tuple((a, out[a]) for a in axes if a in out)
 
 
+_MAX_COUNT = 10**12  # batch, seq, top_k: far beyond any real step, small enough for exact float arithmetic
+
+
 def _positive(value: Any, name: str) -> int:
-    return as_count(value, name, error=PlanError)
+    return as_count(value, name, maximum=_MAX_COUNT, error=PlanError)
 
 
 def search_meshes(
@@ -436,10 +439,11 @@ def search_meshes(
     check_rule(rule, params, names)  # before any mesh: a wrong rule fails by name, not as "no mesh fits"
     weights = dtypes[0] if len(dtypes) == 1 else "bfloat16"
     if recipe is None:
-        optimizer = {2: "adamw", 1: "sgd_momentum", 0: "sgd"}.get(copies, "adamw")
+        optimizer = {2: "adamw", 1: "sgd", 0: "adafactor"}.get(copies, "adamw")
         recipe = TrainingRecipe(weight_dtype=weights, grad_dtype=None if grad_dt is None else str(grad_dt),
                                 optimizer=optimizer, optimizer_dtype=str(opt_dt),
-                                master_weights=flags["master_weights"])
+                                master_weights=flags["master_weights"],
+                                backend="tpu" if clus.device.ici_scope == "slice" else "gpu")
     else:
         recipe = dataclasses.replace(recipe, weight_dtype=weights)
     req = SearchRequest(

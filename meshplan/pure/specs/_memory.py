@@ -342,7 +342,8 @@ def estimate_groups(
             varying += count * _uneven_bytes(group, dtype, sizes, coords, packed_subbyte)
         else:
             uniform += count * array_bytes(geometry.shard_shape, dtype, packed_subbyte=packed_subbyte)
-    per_device = tuple(int(uniform + v) for v in varying)
+    # uniform is an exact Python int (a 2**80-element leaf does not fit an int64): add in Python.
+    per_device = tuple(uniform + int(v) for v in varying)
     return MemoryEstimate(
         axis_names=names,
         mesh_shape=tuple(sizes.values()),

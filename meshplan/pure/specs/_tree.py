@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from meshplan.pure._check import as_flag
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError
 from meshplan.pure.specs._dtypes import canonical_dtype
 from meshplan.pure._types import PyTree, Shape
@@ -133,7 +134,7 @@ def leaf_info(x: Any, *, x64: bool = False) -> LeafInfo | None:
         if value is not None and _has_array_facts(value):
             x = value
         else:
-            table = _SCALAR_DTYPES_64 if x64 else _SCALAR_DTYPES_32
+            table = _SCALAR_DTYPES_64 if as_flag(x64, "x64") else _SCALAR_DTYPES_32
             dtype = table.get(type(x))
             return None if dtype is None else LeafInfo((), dtype)
     return _array_info(x)
@@ -232,6 +233,7 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
       >>> [facts.path(i) for i in range(len(facts.infos))], facts.infos[0] is None
       (['s', 'w'], True)
     """
+    x64 = as_flag(x64, "x64")
     leaves, treedef = flatten(tree, "tree")
     # Trees hold many leaves of few (shape, dtype) kinds: build one LeafInfo
     # per kind and skip leaf_info's probing for the common array types.

@@ -37,7 +37,7 @@ from jax.sharding import PartitionSpec
 
 from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts, flatten, flatten_with_path, path_str, tree_facts
-from meshplan.pure._check import canonical_axis_sizes
+from meshplan.pure._check import as_flag, canonical_axis_sizes
 from meshplan.pure._types import AxisSizes, PyTree
 from meshplan.pure.errors import MeshplanTypeError, SpecError
 
@@ -244,6 +244,7 @@ def _resolve(
 ) -> tuple[TreeFacts, tuple[Any, ...], list[Finding], Any]:
     """resolve_specs plus the leaf groups (for memory estimation to reuse)."""
     sizes = canonical_axis_sizes(axis_sizes)
+    for_storage = as_flag(for_storage, "for_storage")
     facts = tree if isinstance(tree, TreeFacts) else tree_facts(tree, x64=x64)
     per_leaf, findings = leaf_specs(facts, specs)
     infos = facts.infos
