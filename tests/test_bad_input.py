@@ -301,3 +301,15 @@ def test_a_saved_plan_round_trips_and_an_edited_one_names_the_field_path() -> No
     assert pure.SearchResult.from_json(result.to_json()) == result
     with pytest.raises(E.PlanError, match=r"plan field candidates\[0\]\.groups\[0\]: ParamGroup\.shape"):
         pure.SearchResult.from_json(_edited(_set(("candidates", 0, "groups", 0, "shape"), [-1])))
+
+
+class _UserBug(Exception):
+    pass
+
+
+def test_a_users_own_rule_raising_passes_through_unwrapped() -> None:
+    def my_rule(ctx: Any) -> Any:
+        raise _UserBug("mine")
+
+    with pytest.raises(_UserBug, match="mine"):
+        pure.plan_tree(TREE, my_rule, {"dp": 2})
