@@ -135,6 +135,11 @@ def test_scanned_layer_and_expert_stacks_are_never_split_over_tp(name: str) -> N
                 assert "tp" not in axes, (path, spec, lay.dims)
             if kind == "experts":
                 assert "ep" in axes, (path, spec, lay.dims)
+        # fsdp (3) divides every hidden dim here, so it never has to take a layer stack
+        if "layers" in lay.dims and min(shape) >= 3 and any(
+                shape[d] % 3 == 0 for d, k in enumerate(lay.dims) if k != "layers"):
+            entry = spec[lay.dims.index("layers")] if lay.dims.index("layers") < len(spec) else None
+            assert "fsdp" not in (entry if isinstance(entry, tuple) else (entry,)), (path, spec, lay.dims)
 
 
 def test_nnx_split_and_state_and_linen_boxes_plan_like_plain_trees() -> None:

@@ -33,8 +33,10 @@ sizes of three mesh axes:
 - leaves with fewer than ``min_shard_size`` elements stay replicated; dp and
   sp never shard weights.
 
-Every spec it emits can be stored (every split divides its dim), and every
-reason names each axis of size > 1 that the leaf is not split over, and why.
+Every spec it emits can be stored (every split divides its dim). A reason
+names each tp or fsdp axis of size > 1 that the leaf is not split over, and
+why (ep: for expert leaves, or when nothing else is said), so it never
+claims that no axis was left to place while one of size > 1 is.
 
 The rule promises more than :class:`~meshplan.pure.rules.Rule` asks, and the
 mesh search uses it to stay fast: :meth:`AxisKindRule.group_key` says which
@@ -244,11 +246,11 @@ class AxisKindRule:
                     "every tp rank")
         kind = {"column": "column-parallel", "row": "row-parallel", "vocab": "vocab-parallel"}[lay.role]
         if lay.role == "row" and lay.param in {"bias", "b"}:
-            return f"{module} {kind} bias: added after the tp all-reduce; not split over tp"
+            return f"{module} {kind} bias: added after the tp all-reduce; not split over tp={tp}"
         wanted = {"column": ("heads", "out", "vocab"), "row": ("heads", "in"), "vocab": ("vocab",)}[lay.role]
         dim = next((d for d in (lay.dim(k) for k in wanted) if d is not None), None)
         if dim is None:
-            return f"{module} {kind}: no {'/'.join(wanted)} dim in {lay.dims}; not split over tp"
+            return f"{module} {kind}: no {'/'.join(wanted)} dim in {lay.dims}; not split over tp={tp}"
         if shape[dim] % tp:
             return f"{module} {kind}: dim {dim} ({shape[dim]}) not divisible by tp={tp}; not split over tp"
         entries[dim] = (axis,)

@@ -20,6 +20,7 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
+from meshplan.pure._check import as_sequence, as_str
 from meshplan.pure._types import PyTree, Shape
 from meshplan.pure.errors import RuleValidationError
 from meshplan.pure.rules._base import Rule, rule_name
@@ -111,7 +112,7 @@ def check_rule(rule: Rule, tree: PyTree, axis_names: Sequence[str]) -> None:
       ...     print(str(err).split(": ", 1)[1])
       rule 'path' #0 'lm_hed' -> P('tp',): the pattern matches no leaf (re.search on paths such as 'lm_head/weight'); closest names: 'lm_head'.
     """
-    axes = tuple(axis_names)
+    axes = tuple(as_str(a, f"axis_names[{i}]") for i, a in enumerate(as_sequence(axis_names, "axis_names")))
     del axis_names
     if not _inspects(rule):
         return  # nothing to check: skip formatting every leaf path

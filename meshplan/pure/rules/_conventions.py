@@ -47,6 +47,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from meshplan.pure._check import as_count, as_sequence, as_shape
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = ["CONVENTIONS", "DIM_KINDS", "LeafLayout", "leaf_layout", "normalize_path"]
@@ -104,7 +105,7 @@ def _parts(path: str | Sequence[Any]) -> list[str]:
         return [p for p in parts if p]
     if isinstance(path, Sequence):
         return [p for p in (_key_part(k) for k in path) if p]
-    raise MeshplanTypeError(f"path={path!r} must be a string or a jax key path (a sequence of keys).")
+    raise MeshplanTypeError(f"path={path!r:.80} must be a string or a jax key path (a sequence of keys).")
 
 
 def normalize_path(path: str | Sequence[Any]) -> str:
@@ -266,11 +267,14 @@ def leaf_layout(
       >>> lay.role, lay.dims
       ('column', ('in', 'heads', 'head_dim'))
     """
-    if convention not in CONVENTIONS:
-        raise ShardingRuleError(f"convention={convention!r} is not one of {list(CONVENTIONS)}.")
+    if not isinstance(convention, str) or convention not in CONVENTIONS:
+        raise ShardingRuleError(f"convention={convention!r:.80} is not one of {list(CONVENTIONS)}.")
     norm = normalize_path(path)
     del path
-    shape = tuple(shape)
+    shape = as_shape(shape, "shape")
+    num_heads, num_kv_heads, num_experts = (
+        None if v is None else as_count(v, what, error=ShardingRuleError, hint="or None when unknown")
+        for v, what in ((num_heads, "num_heads"), (num_kv_heads, "num_kv_heads"), (num_experts, "num_experts")))
     parts = norm.split("/")
     last = parts[-1]
     if last in _PARAM_NAMES and len(parts) >= 2:
@@ -283,7 +287,7 @@ def leaf_layout(
     role = "vocab" if param == "embedding" else _role(module)  # flax Embed, whatever its name
     heads = _heads(module)
     if dims is not None:
-        given = tuple(dims)
+        given = as_sequence(dims, "dims")
         bad = [d for d in given if d not in DIM_KINDS]
         if len(given) != len(shape) or bad:
             raise ShardingRuleError(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import pytest
 from hypothesis import given
@@ -139,3 +141,26 @@ def test_head_counts_settle_a_rank_3_attention_kernel_and_overrides_win() -> Non
         AxisKindRule(dims=(("x", ("rows",)),))
     with pytest.raises(ShardingRuleError, match="convention="):
         AxisKindRule(convention="jax")
+
+
+sizes = st.fixed_dictionaries({"fsdp": st.sampled_from([1, 2, 3, 4]), "tp": st.sampled_from([1, 2, 4, 8]),
+                               "ep": st.sampled_from([1, 2, 4])})
+
+
+@given(paths, st.lists(st.sampled_from([1, 3, 4, 8, 12, 64]), min_size=1, max_size=4).map(tuple), sizes)
+def test_a_reason_never_says_no_axis_was_left_while_one_idles(path: str, shape, mesh) -> None:
+    decision = AxisKindRule(min_shard_size=0).decide(path, shape, mesh)
+    used = {a for e in decision.spec if e is not None for a in (e if isinstance(e, tuple) else (e,))}
+    if "no axis of size > 1" in decision.reason:
+        assert all(v == 1 for v in mesh.values()), decision
+    for axis in ("fsdp", "tp"):
+        if mesh[axis] > 1 and axis not in used:
+            assert re.search(rf"\b{axis}\b", decision.reason), decision
+
+
+def test_fsdp_takes_a_layer_stack_only_when_no_other_dim_divides() -> None:
+    from jax.sharding import PartitionSpec as P
+
+    rule = AxisKindRule(min_shard_size=0)
+    assert rule.decide("layers/q_proj/kernel", (64, 8, 16), {"fsdp": 8}).spec == P(None, None, "fsdp")
+    assert rule.decide("layers/q_proj/kernel", (64, 3, 5), {"fsdp": 8}).spec == P("fsdp")
