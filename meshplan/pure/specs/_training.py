@@ -95,26 +95,66 @@ class TrainingState:
         return found
 
 
-def _key_token(key: Any) -> str:
-    """One key path entry as text: dict keys, attribute names and indices alike."""
-    for attr in ("key", "name", "idx"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
+_VALUE = jax.tree_util.GetAttrKey("value")
+_REPLICATED = make_spec()
+_ARRAY_TYPES = (np.ndarray, jax.Array, jax.ShapeDtypeStruct)
 
 
-def _state_key(keypath: Any) -> tuple[str, ...]:
-    """A leaf's key path as tokens, without a trailing box ``.value``.
+def _state_key(keypath: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A leaf's key path without a trailing box ``.value``.
 
     flax's ``Variable`` boxes (nnx ``Param``, linen ``Partitioned``) end a
     path in the attribute ``value``; a parameter tree with boxes and a state
     without them (or boxed differently, as ``nnx.Optimizer`` boxes its state)
-    then still name a leaf alike.
+    then still name a leaf alike. jax's key entries compare by their key, so
+    the tuples are dict keys as they are.
     """
-    tokens = [_key_token(k) for k in keypath]
-    if keypath and isinstance(keypath[-1], jax.tree_util.GetAttrKey) and keypath[-1].name == "value":
-        tokens.pop()
-    return tuple(tokens)
+    return keypath[:-1] if keypath and keypath[-1] == _VALUE else keypath
+
+
+def _shape(leaf: Any) -> tuple[int, ...] | None:
+    if isinstance(leaf, _ARRAY_TYPES):
+        return tuple(leaf.shape)
+    info = leaf_info(leaf)
+    return None if info is None else info.shape
+
+
+class _SuffixIndex:
+    """Parameter specs by key path, for state leaves whose path *ends with* a parameter's path.
+
+    Built on first use: formatting every parameter's key path costs more than
+    the rest of the matching, and states made only of parameter-shaped
+    subtrees and scalars never need it.
+    """
+
+    def __init__(self, facts: Any, per_leaf: tuple[Any, ...]) -> None:
+        self.facts, self.per_leaf = facts, per_leaf
+        self.shapes = {i.shape for i in facts.infos if i is not None}
+        self.index: dict[tuple[Any, ...], int] | None = None
+        self.lengths: list[int] = []
+
+    def _build(self) -> dict[tuple[Any, ...], int]:
+        index: dict[tuple[Any, ...], int] = {}
+        for i, keypath in enumerate(self.facts.keypaths):
+            if self.facts.infos[i] is not None and self.per_leaf[i] is not None:
+                index.setdefault(_state_key(keypath), i)
+        self.lengths = sorted({len(k) for k in index}, reverse=True)
+        return index
+
+    def spec(self, keypath: tuple[Any, ...], leaf: Any) -> Any:
+        """The spec of the parameter whose path is the longest suffix of ``keypath``, if shapes agree."""
+        shape = _shape(leaf)
+        if shape is None or shape not in self.shapes:
+            return _REPLICATED
+        if self.index is None:
+            self.index = self._build()
+        key = _state_key(keypath)
+        for n in self.lengths:  # longest parameter path first
+            found = self.index.get(key[len(key) - n:]) if n <= len(key) else None
+            if found is not None:
+                param = self.facts.infos[found]
+                return self.per_leaf[found] if param is not None and param.shape == shape else _REPLICATED
+        return _REPLICATED
 
 
 def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree) -> PyTree:
@@ -157,27 +197,27 @@ def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree
     facts = tree_facts(params)
     per_leaf, findings = leaf_specs(facts, param_specs)
     raise_errors(findings)
-    index: dict[tuple[str, ...], int] = {}
-    for i, keypath in enumerate(facts.keypaths):
-        if facts.infos[i] is not None:
-            index.setdefault(_state_key(keypath), i)
-    lengths = sorted({len(k) for k in index}, reverse=True)
-    leaves, state_def = flatten_with_path(opt_state, "opt_state")
+    target = facts.treedef
+    mirrors: set[int] = set()
+
+    def mirrors_params(node: Any) -> bool:
+        # Fast path: a subtree with the parameters' very structure (optax's mu, nu, trace) is
+        # matched leaf by leaf, without formatting a key path for each of its leaves.
+        if jax.tree_util.tree_structure(node) == target:
+            mirrors.add(id(node))
+            return True
+        return False
+
+    nodes, state_def = flatten_with_path(opt_state, "opt_state", is_leaf=mirrors_params)
+    suffixes = _SuffixIndex(facts, per_leaf)
     out: list[Any] = []
-    for keypath, leaf in leaves:
-        key = _state_key(keypath)
-        info = leaf_info(leaf)
-        spec = make_spec()
-        for n in lengths:  # longest parameter path first
-            found_at = index.get(key[len(key) - n:]) if n <= len(key) else None
-            if found_at is None:
-                continue
-            i = found_at
-            found, param = per_leaf[i], facts.infos[i]
-            if info is not None and param is not None and found is not None and info.shape == param.shape:
-                spec = found
-            break
-        out.append(spec)
+    for keypath, node in nodes:
+        if id(node) in mirrors:
+            out.append(target.unflatten([
+                spec if spec is not None and p is not None and _shape(leaf) == p.shape else _REPLICATED
+                for spec, p, leaf in zip(per_leaf, facts.infos, target.flatten_up_to(node), strict=True)]))
+        else:
+            out.append(suffixes.spec(keypath, node))
     return jax.tree_util.tree_unflatten(state_def, out)
 
 
