@@ -95,7 +95,8 @@ def batch_partition_spec(batch_axis_names: Any) -> PartitionSpec:
 
     A name or a sequence of names splits the leading (batch) dim over those
     axes, outer axis first, as loadax's ``MeshConfig.batch_axis_names`` does;
-    a PartitionSpec is taken as given, for batches split on more dims.
+    a PartitionSpec is taken as given, for batches split on more dims (such as
+    a plan's ``MeshCandidate.batch_spec``, which also splits the sequence over ``sp``).
 
     Args:
       batch_axis_names: an axis name, a sequence of axis names, or a
