@@ -83,6 +83,9 @@ class CompiledMemory:
     num_devices: int
     compile_seconds: float
     largest_buffers: tuple[str, ...] = ()
+    # jax 0.10's serialized buffer assignment carries buffer sizes and instruction ids but no names and, on
+    # XLA:CPU, no heap-simulator traces (XLA:TPU's AOT compile returns none at all), so which buffers are live
+    # at the peak cannot be read back; XLA's out-of-memory text is the one place that lists them.
     largest_buffers_note: str = ("not available: XLA's memory_analysis() gives totals only; it lists the largest "
                                  "allocations when a step does not fit")
 
