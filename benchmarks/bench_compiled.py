@@ -52,6 +52,12 @@ CASES: dict[str, list[tuple[str, int | None, dict[str, int], int, int, dict[str,
         ("llama3-8b", 2, {"fsdp": 8}, 8, 256, {"attention": "plain", "remat": "none"}),
         ("mixtral-8x7b", 2, {"fsdp": 4, "ep": 2}, 8, 256, {}),
     ],
+    "tpu16": [  # 16-device TPU slices: v5p-32 or v5e-16
+        ("llama3-8b", None, {"fsdp": 16}, 16, 4096, {}),
+        ("llama3-8b", None, {"fsdp": 4, "tp": 4}, 16, 4096, {"attention": "plain"}),
+        ("mixtral-8x7b", 4, {"fsdp": 8, "ep": 2}, 16, 4096, {}),
+        ("gpt2", None, {"dp": 2, "fsdp": 8}, 32, 1024, {"remat": "none"}),
+    ],
     "gpu": [
         ("llama3-8b", 4, {"fsdp": 1}, 8, 2048, {}),
         ("llama3-8b", 4, {"fsdp": 1}, 8, 2048, {"remat": "none"}),
