@@ -191,7 +191,7 @@ def maxtext_settings(
 
     Example:
       >>> from meshplan.pure import search_meshes
-      >>> best = search_meshes("llama3-8b", "2x8xH100", fixed={"tp": 8}, top_k=1).best
+      >>> best = search_meshes("llama3-8b", "2x8xH100", fixed={"dp": 2, "tp": 8}, top_k=1).best
       >>> s = maxtext_settings(best)
       >>> best.text, s["ici_tensor_parallelism"], s["dcn_data_parallelism"] * s["dcn_fsdp_parallelism"]
       ('dp=2,tp=8', 8, 2)
