@@ -55,8 +55,9 @@ def _is_nnx_variable(x: Any) -> bool:
 
 
 def _is_names(x: Any) -> bool:
+    # A tuple of Nones in a live tree is more likely an empty container than a leaf's names.
     return isinstance(x, PartitionSpec) or (
-        isinstance(x, tuple) and all(n is None or isinstance(n, str) for n in x) and len(x) > 0)
+        isinstance(x, tuple) and all(n is None or isinstance(n, str) for n in x) and any(n is not None for n in x))
 
 
 def _box_names(x: Any) -> Any:
