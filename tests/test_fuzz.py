@@ -57,7 +57,7 @@ _KNOWN_ESCAPES = {
     for label in (
         "arrange_host_blocks", "place_granules", "check_rule", "leaf_layout", "export_plan", "logical_export",
         "maxtext_settings", "logical_table_to_json", "resolve_logical_axes", "logical_names", "place",
-        "TrainingRecipe.from_dict", "layer_dims", "step_memory",
+        "TrainingRecipe.from_dict", "layer_dims", "step_memory", "LogicalShardingRule",
     )
 }
 # Public classes whose methods are not fuzzed yet for want of a factory in _instances() (same reason).

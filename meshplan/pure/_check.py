@@ -40,6 +40,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 __all__ = [
+    "as_choice",
     "as_count",
     "as_flag",
     "as_int",
@@ -253,6 +254,21 @@ def as_flag(value: Any, what: str) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise MeshplanTypeError(f"{what}={_short(value)} must be True or False, not {type(value).__name__}.")
+
+
+def as_choice(value: Any, what: str, choices: Sequence[str]) -> str:
+    """``value`` as one of the strings ``choices`` (``padding="padded"``, ``severity="error"``).
+
+    Compared as strings only: ``value in choices`` with a numpy array would
+    compare element-wise and raise numpy's own error.
+
+    Example:
+      >>> as_choice("actual", "padding", ("padded", "actual"))
+      'actual'
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise MeshplanTypeError(f"{what}={_short(value)} must be one of {tuple(choices)}.")
+    return value
 
 
 def as_str(value: Any, what: str, *, nonempty: bool = False, error: type[MeshplanError] = MeshShapeError) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.pure._check import as_count, as_int_tuple
+from meshplan.pure._check import as_count, as_flag, as_int_tuple
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError, MeshShapeError
 from meshplan.pure.mesh._hosts import arrange_host_blocks, place_granules
 from meshplan.pure.mesh._hybrid import HybridMeshShape, resolve_hybrid
@@ -235,7 +235,7 @@ def group_granules(
         key = key_of(device)
         assert key is not None  # _granule_key only picks slices when every device has one
         groups.setdefault(key, []).append(device)
-    keys = sorted(groups) if sort_by_key else list(groups)  # dicts keep first-appearance order
+    keys = sorted(groups) if as_flag(sort_by_key, "sort_by_key") else list(groups)  # dicts keep first-appearance order
     sizes = {key: len(groups[key]) for key in keys}
     if len(set(sizes.values())) > 1:
         listed = ", ".join(f"{attr}={k}: {n}" for k, n in sorted(sizes.items()))

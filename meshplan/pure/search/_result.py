@@ -185,7 +185,7 @@ class SearchResult:
         return json.dumps(self.to_dict(), indent=indent, default=_json_default)
 
     @classmethod
-    def from_json(cls, text: str) -> SearchResult:
+    def from_json(cls, text: str | bytes) -> SearchResult:
         """Read :meth:`to_json` output.
 
         Raises:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from meshplan.pure._check import as_count, as_flag, as_int, as_positive_shape, as_sequence
+from meshplan.pure._check import as_choice, as_count, as_flag, as_int, as_positive_shape, as_sequence
 from meshplan.pure._types import AxisSizes, PyTree
 from meshplan.pure.errors import MeshplanTypeError, SpecError
 from meshplan.pure.specs._dtypes import array_bytes, dtype_bits, dtype_storage_bytes
@@ -299,8 +299,7 @@ def leaf_groups(facts: TreeFacts, per_leaf_specs: tuple[Any, ...], axis_sizes: A
 
 
 def _check_padding(padding: str) -> None:
-    if padding not in _PADDING:
-        raise MeshplanTypeError(f"padding={padding!r} must be one of {_PADDING}.")
+    as_choice(padding, "padding", _PADDING)
 
 
 def estimate_groups(

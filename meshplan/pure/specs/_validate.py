@@ -37,7 +37,7 @@ from jax.sharding import PartitionSpec
 
 from meshplan.pure.specs._geometry import UNCONSTRAINED, canonical_entries
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts, flatten, flatten_with_path, path_str, tree_facts
-from meshplan.pure._check import as_flag, canonical_axis_sizes
+from meshplan.pure._check import as_choice, as_flag, as_str, canonical_axis_sizes
 from meshplan.pure._types import AxisSizes, PyTree
 from meshplan.pure.errors import MeshplanTypeError, SpecError
 
@@ -75,10 +75,10 @@ class Finding:
     severity: str = "error"
 
     def __post_init__(self) -> None:
-        if self.kind not in FINDING_KINDS:
-            raise MeshplanTypeError(f"kind={self.kind!r} is not one of {FINDING_KINDS}.")
-        if self.severity not in _SEVERITIES:
-            raise MeshplanTypeError(f"severity={self.severity!r} is not one of {_SEVERITIES}.")
+        as_choice(self.kind, "kind", FINDING_KINDS)
+        as_choice(self.severity, "severity", _SEVERITIES)
+        for field in ("path", "message"):
+            as_str(getattr(self, field), field)
 
     def __str__(self) -> str:
         return self.message
