@@ -43,7 +43,7 @@ from meshplan.pure.specs._training import optimizer_state_specs
 __all__ = ["ReferenceConfig", "ReferenceStep", "reference_step", "BATCH_AXES"]
 
 REMAT_POLICIES = ("none", "full", "dots", "offload")
-ATTENTION_KINDS = ("plain", "dot_product")
+ATTENTION_KINDS = ("plain", "dot_product", "flash")
 OPTIMIZERS = ("adamw", "adafactor", "lion", "sgd")
 BATCH_AXES = ("dp", "fsdp", "ep")
 """Mesh axes the batch is split over when the plan names none (the search's convention)."""
@@ -58,8 +58,9 @@ class ReferenceConfig:
         each layer's input, ``nothing_saveable``), ``"dots"`` (matmul outputs,
         ``dots_saveable``) or ``"offload"`` (layer inputs moved to pinned host
         memory; TPU/GPU targets only).
-      attention: ``"plain"`` (fp32 ``s x s`` scores) or ``"dot_product"``
-        (``jax.nn.dot_product_attention``).
+      attention: ``"plain"`` (fp32 ``s x s`` scores), ``"dot_product"``
+        (``jax.nn.dot_product_attention``) or ``"flash"`` (the Pallas TPU flash
+        kernel under ``shard_map``; TPU targets only, no ``sp``).
       optimizer: ``"adamw"``, ``"adafactor"``, ``"lion"`` or ``"sgd"`` (with momentum), via optax.
       scan_layers: one ``lax.scan`` over stacked layers (compiles in seconds),
         else a Python loop (XLA sees every layer; slow to compile).
@@ -229,6 +230,29 @@ def _remat(fn: Callable[..., jax.Array], policy: str, *, scan: bool) -> Callable
     return jax.checkpoint(fn, policy=chosen, prevent_cse=not scan)
 
 
+def _flash(mesh: Mesh, spec: PartitionSpec) -> Callable[..., jax.Array]:
+    """Causal attention by the Pallas TPU flash kernel, per device under ``shard_map`` (batch and heads split)."""
+    from jax.experimental.pallas.ops.tpu.flash_attention import flash_attention
+
+    def attend(q: jax.Array, k: jax.Array, v: jax.Array, kind: str) -> jax.Array:
+        del kind
+        n, h, hv = q.shape[2], q.shape[-1], v.shape[-1]
+        if k.shape[2] != n:  # GQA: the kernel wants one key/value head per query head
+            k, v = (jnp.repeat(t, n // k.shape[2], axis=2) for t in (k, v))
+        if hv != h:  # MLA: value heads narrower than query/key heads
+            v = jnp.pad(v, ((0, 0), (0, 0), (0, 0), (0, h - hv)))
+
+        def kernel(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+            out: jax.Array = flash_attention(a, b, c, causal=True, sm_scale=1.0 / math.sqrt(h))
+            return out
+
+        run = jax.shard_map(kernel, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+        out = run(*(t.transpose(0, 2, 1, 3) for t in (q, k, v)))
+        return out.transpose(0, 2, 1, 3)[..., :hv]
+
+    return attend
+
+
 def _scan_body(fn: Callable[..., jax.Array]) -> Callable[[jax.Array, Any], tuple[jax.Array, None]]:
     def body(x: jax.Array, layer_params: Any) -> tuple[jax.Array, None]:
         return fn(x, layer_params), None
@@ -310,7 +334,11 @@ def reference_step(
                         f"micro_batches={config.micro_batches}")
     if seq % ((sizes["sp"] if sp else 1) * config.vocab_tiles):
         problems.append(f"seq={seq} must divide by sp x vocab_tiles={config.vocab_tiles}")
-    if config.remat == "offload" and mesh.devices.flat[0].platform == "cpu":
+    platform = mesh.devices.flat[0].platform
+    if config.attention == "flash" and (platform != "tpu" or sp):
+        problems.append("attention='flash' is the Pallas TPU kernel: it needs a TPU target and no sp axis "
+                        "(each device attends over the whole sequence)")
+    if config.remat == "offload" and platform == "cpu":
         problems.append("remat='offload' moves activations to pinned host memory, which XLA:CPU does not "
                         "have; use a TPU or GPU target")
     if problems:
@@ -348,10 +376,12 @@ def reference_step(
     experts = constrain_to(make_spec(ep, other, None, None))
     chunk = constrain_to(make_spec(None, baxes, sp, None))
     groups = _layer_groups(spec)
+    heads = "tp" if sizes.get("tp", 1) > 1 and spec.num_heads % sizes["tp"] == 0 else None
+    attend = _flash(mesh, make_spec(baxes, heads, None, None)) if config.attention == "flash" else rm.attention
     layer_fns = {
         name: _remat(rm.layer_fn(spec, moe_layer=name == "moe", dtype=cdt, attention_kind=config.attention,
                                  capacity_factor=config.capacity_factor, constrain=act,
-                                 constrain_experts=experts), config.remat, scan=config.scan_layers)
+                                 constrain_experts=experts, attend=attend), config.remat, scan=config.scan_layers)
         for name, _, _ in groups
     }
 

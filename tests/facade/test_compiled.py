@@ -85,6 +85,9 @@ def test_bad_arguments_are_typed_errors():
         meshplan.ReferenceConfig(remat="sometimes")
     with pytest.raises(PlanError, match="batch=3 must divide"):
         meshplan.reference_step(TINY, _mesh({"fsdp": 2, "tp": 4}), batch=3, seq=32)
+    with pytest.raises(PlanError, match="needs a TPU target"):
+        meshplan.reference_step(TINY, _mesh({"fsdp": 2, "tp": 4}), batch=4, seq=32,
+                                config=meshplan.ReferenceConfig(attention="flash"))
     with pytest.raises(PlanError, match="pinned host"):
         meshplan.reference_step(TINY, _mesh({"fsdp": 2, "tp": 4}), batch=4, seq=32,
                                 config=meshplan.ReferenceConfig(remat="offload"))
@@ -107,8 +110,9 @@ def test_tpu_topology_devices_match_the_cluster():
 def test_tpu_aot_argument_bytes_match_the_planner_up_to_tile_padding():
     spec = dataclasses.replace(TINY, hidden_size=256, head_dim=64, intermediate_size=512, vocab_size=1024)
     sizes = {"fsdp": 2, "tp": 2}
+    # Pallas flash attention under shard_map: the TPU-only attention kind compiles ahead of time too.
     ref = meshplan.reference_step(spec, meshplan.tpu_topology_mesh("v5e-4", tuple(sizes), tuple(sizes.values())),
-                                  batch=4, seq=128)
+                                  batch=4, seq=128, config=meshplan.ReferenceConfig(attention="flash"))
     mem = meshplan.compiled_memory(ref.fn, *ref.args)
     tree = build_params(spec)
     est = estimate_training_memory(tree, plan_tree(tree, AxisKindRule.for_model(spec), sizes).specs, sizes,
