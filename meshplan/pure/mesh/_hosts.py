@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from meshplan.pure._check import as_int, as_positive_shape
+from meshplan.pure._check import as_int, as_positive_shape, as_sequence
 from meshplan.pure.errors import DeviceLayoutError, MeshplanTypeError
 from meshplan.pure.mesh._split import split_over_granules
 
@@ -71,7 +72,8 @@ def host_block_problems(ids: np.ndarray, process_of: Mapping[int, int]) -> tuple
     # One pass over the mesh: per process, the count and the per-axis index
     # range; the devices form one box exactly when the box's size is the count
     # (positions are distinct, so a box holding only them is full).
-    procs, owner = np.unique(np.array([process_of[i] for i in flat], dtype=np.int64), return_inverse=True)
+    owners = [as_int(process_of[i], f"process_of[{i}]") for i in flat]
+    procs, owner = np.unique(np.array(owners, dtype=np.int64), return_inverse=True)
     positions = np.indices(ids.shape).reshape(ids.ndim, -1)
     lo = np.full((ids.ndim, len(procs)), np.iinfo(np.int64).max)
     hi = np.full((ids.ndim, len(procs)), -1)
@@ -86,6 +88,14 @@ def host_block_problems(ids: np.ndarray, process_of: Mapping[int, int]) -> tuple
         problems.append(f"process {int(procs[k])}: its {int(counts[k])} devices span the box {spans} "
                         f"({int(boxes[k])} positions), which holds other processes' devices")
     return tuple(problems)
+
+
+def _block(grid: Any, k: int) -> np.ndarray:
+    """``grids[k]`` as an array; ragged nesting is not a block."""
+    try:
+        return np.asarray(grid)
+    except ValueError as err:  # numpy refuses ragged nested sequences
+        raise DeviceLayoutError(f"grids[{k}]={grid!r} is not a rectangular block ({err}).") from None
 
 
 def place_granules(grids: Sequence[np.ndarray], dcn_shape: Sequence[int]) -> np.ndarray:
@@ -111,7 +121,7 @@ def place_granules(grids: Sequence[np.ndarray], dcn_shape: Sequence[int]) -> np.
       [[0, 1], [2, 3]]
     """
     dcn = as_positive_shape(dcn_shape, "dcn_shape")
-    blocks = [np.asarray(g) for g in grids]
+    blocks = [_block(g, k) for k, g in enumerate(as_sequence(grids, "grids"))]
     if not blocks:
         raise DeviceLayoutError("grids is empty; give one block per granule.")
     shapes = sorted({b.shape for b in blocks})
@@ -156,7 +166,8 @@ def arrange_host_blocks(hosts: Sequence[Sequence[int]], shape: Sequence[int]) ->
       [[0, 1], [2, 3], [4, 5], [6, 7]]
     """
     dims = as_positive_shape(shape, "shape")
-    rows = [[as_int(i, f"hosts[{h}][{k}]") for k, i in enumerate(host)] for h, host in enumerate(hosts)]
+    rows = [[as_int(i, f"hosts[{h}][{k}]") for k, i in enumerate(as_sequence(host, f"hosts[{h}]"))]
+            for h, host in enumerate(as_sequence(hosts, "hosts"))]
     del hosts, shape
     if not rows:
         raise DeviceLayoutError("hosts is empty; give the device ids of at least one host.")

@@ -180,6 +180,11 @@ BAD_CALLS = [
     (lambda: arrange_host_blocks([[0, 1]], (3,)), DeviceLayoutError, r"shape=\(3,\) holds 3"),
     (lambda: arrange_host_blocks([[0, "1"]], (2,)), MeshplanTypeError, r"hosts\[0\]\[1\]"),
     (lambda: arrange_host_blocks([[0, 1]], (2.0,)), MeshplanTypeError, "shape"),
+    (lambda: arrange_host_blocks(None, (64, 32)), MeshplanTypeError, "hosts=None"),
+    (lambda: arrange_host_blocks([0, 1], (2,)), MeshplanTypeError, r"hosts\[0\]=0"),
+    (lambda: place_granules(None, (1,)), MeshplanTypeError, "grids=None"),
+    (lambda: place_granules([[[0, 1], [2]]], (1, 1)), DeviceLayoutError, r"grids\[0\].*rectangular"),
+    (lambda: host_block_problems(np.array([0, 1]), {0: 0, 1: "b"}), MeshplanTypeError, r"process_of\[1\]"),
 ]
 
 
