@@ -137,6 +137,8 @@ class ReferenceStep:
       model: the model.
       config: how the step is written.
       batch, seq: global batch (sequences) and tokens per sequence.
+      layout_source: where the batch and residual-stream specs came from (the
+        plan's, when a search candidate carrying them was given, else derived).
     """
 
     fn: Any
@@ -148,6 +150,7 @@ class ReferenceStep:
     config: ReferenceConfig
     batch: int
     seq: int
+    layout_source: str = ""
 
     def lower(self) -> Any:
         """``fn.lower(*args)`` (the shardings name the mesh, so no mesh context is needed)."""
@@ -290,8 +293,9 @@ def reference_step(
         from the search (planned for this model), a PartitionSpec tree for the
         Hugging Face preset tree, or ``None`` for ``AxisKindRule.for_model``.
       config: how the step is written (default :class:`ReferenceConfig`).
-      batch_axes: mesh axes the batch is split over (default: those of
-        ``dp, fsdp, ep`` in the mesh); ``sp``, if present, splits the sequence.
+      batch_axes: mesh axes the batch is split over. Default: a search
+        candidate's own batch and residual-stream specs when ``plan`` carries
+        them, else the mesh's ``dp, fsdp, ep`` axes (and ``sp`` for the sequence).
 
     Returns:
       A :class:`ReferenceStep`; ``meshplan.compiled_memory(r.fn, *r.args)`` compiles it.
@@ -322,17 +326,24 @@ def reference_step(
     hf_specs = _plan_specs(spec, hf_tree, plan, sizes)
     params, param_specs = _stack(hf_tree, hf_specs, spec)
 
-    axes = tuple(a for a in BATCH_AXES if sizes.get(a, 1) > 1) if batch_axes is None else tuple(batch_axes)
+    layout = _plan_layout(plan) if batch_axes is None else None
+    if layout is not None:  # the search's own batch and residual-stream specs
+        axes, sp, residual = layout
+        source = "the plan's batch and activation specs"
+    else:
+        axes = tuple(a for a in BATCH_AXES if sizes.get(a, 1) > 1) if batch_axes is None else tuple(batch_axes)
+        sp = "sp" if sizes.get("sp", 1) > 1 else None
+        residual = make_spec(axes or None, sp, None)
+        source = "derived from the mesh: the batch over its dp/fsdp/ep axes, the sequence over sp"
     unknown = [a for a in axes if a not in sizes]
     if unknown:
         raise PlanError(f"batch_axes {unknown} are not axes of the mesh {sizes}.")
     ways = math.prod(sizes[a] for a in axes)
-    sp = "sp" if sizes.get("sp", 1) > 1 else None
     problems = []
     if batch % (ways * config.micro_batches):
         problems.append(f"batch={batch} must divide by the batch axes {list(axes)} ({ways}) x "
                         f"micro_batches={config.micro_batches}")
-    if seq % ((sizes["sp"] if sp else 1) * config.vocab_tiles):
+    if seq % ((sizes[sp] if sp else 1) * config.vocab_tiles):
         problems.append(f"seq={seq} must divide by sp x vocab_tiles={config.vocab_tiles}")
     platform = mesh.devices.flat[0].platform
     if config.attention == "flash" and (platform != "tpu" or sp):
@@ -370,7 +381,7 @@ def reference_step(
 
         return apply
 
-    act = constrain_to(make_spec(baxes, sp, None))
+    act = constrain_to(residual)
     ep = "ep" if sizes.get("ep", 1) > 1 else None
     other = tuple(a for a in axes if a != ep) or None
     experts = constrain_to(make_spec(ep, other, None, None))
@@ -427,7 +438,23 @@ def reference_step(
 
     fn = jax.jit(step, in_shardings=(state_shardings, jax.tree.map(lambda t: t.sharding, batch_abstract)),
                  out_shardings=(state_shardings, {"loss": sharding(make_spec())}), donate_argnums=0)
-    return ReferenceStep(fn, (state_abstract, batch_abstract), mesh, param_specs, bspec, spec, config, batch, seq)
+    return ReferenceStep(fn, (state_abstract, batch_abstract), mesh, param_specs, bspec, spec, config, batch, seq,
+                         source)
+
+
+def _plan_layout(plan: Any) -> tuple[tuple[str, ...], str | None, PartitionSpec] | None:
+    """(batch axes, sequence axis, residual-stream spec) from a search candidate that carries them."""
+    if not isinstance(plan, MeshCandidate) or plan.activations is None:
+        return None
+    entries = tuple(plan.batch_spec) + (None, None)
+
+    def names(entry: Any) -> tuple[str, ...]:
+        return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+
+    seq_axes = names(entries[1])
+    if len(seq_axes) > 1:
+        return None  # a sequence split over several axes: keep the derived layout
+    return names(entries[0]), (seq_axes[0] if seq_axes else None), plan.activation_specs["residual"]
 
 
 def _plan_specs(spec: ModelSpec, hf_tree: Any, plan: Any, sizes: dict[str, int]) -> Any:

@@ -150,3 +150,19 @@ def test_numpy_devices_stay_cpu():
     # Installing libtpu must not move the suite's default backend off the 8 CPU devices.
     assert jax.default_backend() == "cpu" and len(jax.devices()) == 8
     assert np.asarray(jnp.ones(2)).sum() == 2
+
+
+def test_a_search_candidate_brings_its_specs_and_layout():
+    from meshplan.pure import search_meshes
+    from meshplan.pure.search import DEVICE_SPECS, Cluster
+
+    cluster = Cluster(DEVICE_SPECS["H100"], num_nodes=1, devices_per_node=8)
+    for cand in search_meshes(TINY, cluster, batch=8, seq=32, top_k=3).candidates:
+        mesh = _mesh(cand.mesh_shape)
+        ref = meshplan.reference_step(TINY, mesh, batch=8, seq=32, plan=cand)
+        assert "plan's batch" in ref.layout_source
+        assert ref.args[1]["inputs"].sharding.spec == ref.batch_spec
+        assert tuple(ref.batch_spec)[0] == tuple(cand.batch_spec)[0]
+        q = ref.args[0][0]["model"]["layers"]["dense"]["self_attn"]["q_proj"]["weight"]
+        planned = cand.specs_for(build_params(TINY))["model"]["layers"]["0"]["self_attn"]["q_proj"]["weight"]
+        assert tuple(q.sharding.spec) == (None, *planned)
