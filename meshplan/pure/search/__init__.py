@@ -25,12 +25,28 @@ from meshplan.pure.search._export import (
     maxtext_settings,
 )
 from meshplan.pure.search._hardware import DEVICE_SPECS, DeviceSpec
+from meshplan.pure.search._recipe import ATTENTION_KINDS, OPTIMIZER_COPIES, REMAT_POLICIES, TrainingRecipe
+from meshplan.pure.search._step_memory import StepMemory, layer_dims, step_memory
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
-from meshplan.pure.search._step_cost import axis_domain_counts
+from meshplan.pure.search._step_cost import axis_domain_counts, xla_collectives
+from meshplan.pure.search._hlo_collectives import (
+    collective_totals,
+    HLO_COLLECTIVE_KINDS,
+    HloCollective,
+    parse_hlo_collectives,
+    ratio_table,
+)
 from meshplan.pure.search._topology import TpuTopology, tpu_topology
 
 __all__ = [
+    "ATTENTION_KINDS",
+    "OPTIMIZER_COPIES",
+    "REMAT_POLICIES",
+    "StepMemory",
+    "TrainingRecipe",
+    "layer_dims",
+    "step_memory",
     "all_gather_time",
     "all_reduce_time",
     "all_to_all_time",
@@ -62,4 +78,10 @@ __all__ = [
     "select_link",
     "TpuTopology",
     "tpu_topology",
+    "collective_totals",
+    "HLO_COLLECTIVE_KINDS",
+    "HloCollective",
+    "parse_hlo_collectives",
+    "ratio_table",
+    "xla_collectives",
 ]

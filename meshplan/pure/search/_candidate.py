@@ -49,7 +49,7 @@ from meshplan.pure.search._fields import (
 from meshplan.pure.specs._activation import ActivationLayout
 from meshplan.pure.specs._training import TrainingLayout, optimizer_state_specs
 
-__all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup"]
+__all__ = ["CommTerm", "MemoryBreakdown", "MeshCandidate", "ParamGroup", "StepEstimate"]
 
 R = TypeVar("R")
 
@@ -181,6 +181,8 @@ class CommTerm:
       calls: calls per step.
       link: ``"intra"`` (inside ICI domains), ``"inter"`` or ``"intra+inter"`` (two-level).
       seconds: the estimated time of all calls.
+      exposed: of ``seconds``, those not hidden under compute (see
+        :mod:`meshplan.pure.search._step_time`); ``None`` in plans saved before step times.
     """
 
     what: str
@@ -190,10 +192,17 @@ class CommTerm:
     calls: int
     link: str
     seconds: float
+    exposed: float | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, {"what": as_text, "kind": as_text, "axes": as_texts, "nbytes": as_nonneg,
-                            "calls": as_nonneg, "link": as_text, "seconds": as_seconds})
+                            "calls": as_nonneg, "link": as_text, "seconds": as_seconds,
+                            "exposed": optional(as_seconds)})
+
+    @property
+    def hidden(self) -> float | None:
+        """Seconds hidden under compute (``None`` when not priced)."""
+        return None if self.exposed is None else max(0.0, self.seconds - self.exposed)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -204,6 +213,47 @@ class CommTerm:
     def from_dict(cls, data: Mapping[str, Any]) -> CommTerm:
         """Inverse of :meth:`to_dict`."""
         return cls(**_fields(cls, data))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepEstimate:
+    """A mesh's predicted step time (see :mod:`meshplan.pure.search._step_time`).
+
+    Attributes:
+      compute_s: seconds of compute per device (FLOPs at peak x efficiency).
+      exposed_s: seconds of communication not hidden under compute.
+      tokens_per_s: tokens per second per device.
+      mfu: model FLOPs utilisation (model FLOPs without recompute / (step x peak)); 0 when the peak is unknown.
+      flops: executed FLOPs per device per step (recompute included).
+      efficiency: the fraction of peak FLOP/s assumed.
+    """
+
+    compute_s: float
+    exposed_s: float
+    tokens_per_s: float
+    mfu: float
+    flops: float
+    efficiency: float
+
+    def __post_init__(self) -> None:
+        check_fields(self, dict.fromkeys(("compute_s", "exposed_s", "tokens_per_s", "mfu", "flops", "efficiency"),
+                                         as_seconds))
+
+    @property
+    def step_s(self) -> float:
+        """Predicted seconds per step: compute plus exposed communication."""
+        return self.compute_s + self.exposed_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (with ``step_s`` for readers; ignored by :meth:`from_dict`)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["step_s"] = self.step_s
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepEstimate:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**_fields(cls, data, ignore=("step_s",)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -222,6 +272,7 @@ class MeshCandidate:
       groups: the parameter groups and their specs.
       activations: the batch, residual-stream and logits specs the activation
         memory was charged for (``None`` in plans saved before they existed).
+      step: the predicted step time (``None`` in plans saved before step times).
     """
 
     axis_names: tuple[str, ...]
@@ -234,13 +285,15 @@ class MeshCandidate:
     rank: int | None = None
     groups: tuple[ParamGroup, ...] = ()
     activations: ActivationLayout | None = None
+    step: StepEstimate | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, {"axis_names": as_texts, "axis_sizes": as_positive_shape, "ici_shape": as_positive_shape,
                             "dcn_shape": as_positive_shape, "memory": instance_of(MemoryBreakdown),
                             "comm": tuple_of(instance_of(CommTerm)), "verdict": as_text,
                             "rank": optional(as_rank), "groups": tuple_of(instance_of(ParamGroup)),
-                            "activations": optional(instance_of(ActivationLayout))})
+                            "activations": optional(instance_of(ActivationLayout)),
+                            "step": optional(instance_of(StepEstimate))})
         lengths = {len(self.axis_names), len(self.axis_sizes), len(self.ici_shape), len(self.dcn_shape)}
         if len(lengths) != 1:
             raise PlanError(f"MeshCandidate: axis_names {self.axis_names}, axis_sizes {self.axis_sizes}, "
@@ -359,6 +412,7 @@ class MeshCandidate:
             "comm": [t.to_dict() for t in self.comm], "verdict": self.verdict, "rank": self.rank,
             "groups": [g.to_dict() for g in self.groups],
             "activations": None if self.activations is None else self.activations.to_dict(),
+            "step": None if self.step is None else self.step.to_dict(),
         }
 
     @classmethod
@@ -371,4 +425,6 @@ class MeshCandidate:
         acts = fields.get("activations")
         fields["activations"] = None if acts is None else nested(
             "activations", lambda: ActivationLayout.from_dict(acts))
+        step = fields.get("step")
+        fields["step"] = None if step is None else nested("step", lambda: StepEstimate.from_dict(step))
         return cls(**fields)

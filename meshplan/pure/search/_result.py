@@ -25,10 +25,11 @@ from meshplan.pure.search._fields import (
     check_fields,
     instance_of,
     nested,
+    optional,
     tuple_of,
 )
 
-__all__ = ["Rejection", "SearchRequest", "SearchResult"]
+__all__ = ["RANK_BY", "Rejection", "SearchRequest", "SearchResult"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,14 +74,18 @@ class SearchRequest:
     rule: str
     top_k: int
     recipe: TrainingRecipe = dataclasses.field(default_factory=TrainingRecipe)
+    efficiency: float | None = None
+    rank_by: str = "time"
 
     def __post_init__(self) -> None:
+        if self.rank_by not in RANK_BY:
+            raise PlanError(f"rank={self.rank_by!r}: use one of {list(RANK_BY)}.")
         check_fields(self, {
             "model": as_text, "cluster": instance_of(Cluster), "axes": as_texts, "fixed": tuple_of(_fixed_pair),
             "batch": _count, "seq": _count, "param_dtype": as_text, "grad_dtype": as_text,
             "optimizer_copies": as_nonneg, "optimizer_dtype": as_text, "activations": as_bool,
             "headroom": _headroom, "tp_within_domain": as_bool, "ep_within_domain": as_bool, "rule": as_text,
-            "top_k": _count, "recipe": instance_of(TrainingRecipe),
+            "top_k": _count, "recipe": instance_of(TrainingRecipe), "efficiency": optional(_efficiency),
         })
 
     @property
@@ -202,6 +207,17 @@ class SearchResult:
         except RecursionError:
             raise PlanError("not a meshplan search result: the JSON is nested too deeply to read.") from None
         return cls.from_dict(data)
+
+
+RANK_BY: tuple[str, ...] = ("time", "comm")
+"""Orders of the ranked meshes: predicted step time (default), or communication seconds alone."""
+
+
+def _efficiency(value: Any, what: str) -> float:
+    v = as_real(value, what, error=PlanError)
+    if v > 1:
+        raise PlanError(f"{what}={value!r} must be a fraction of peak FLOP/s in (0, 1].")
+    return v
 
 
 def _count(value: Any, what: str) -> int:

@@ -29,8 +29,10 @@ parallelism is not modelled), prices each mesh and ranks those that fit.
    the largest such leaf: it would only replicate while paying the axis's
    collectives, and must never be ranked silently.
 5. **Price** a training step's collectives (:mod:`meshplan.pure.search._step_cost`)
-   and rank by estimated communication seconds, then by memory, then by the
-   axis sizes (a total, deterministic order).
+   and its compute (:mod:`meshplan.pure.search._flops`), overlap them
+   (:mod:`meshplan.pure.search._step_time`) and rank by predicted step time
+   (``rank="comm"``: by communication seconds alone), then by memory, then by
+   the axis sizes (a total, deterministic order).
 
 If nothing fits, :class:`~meshplan.pure.PlanError` says by how much the
 leanest mesh misses and which larger cluster of the same devices would fit.
@@ -54,7 +56,7 @@ from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.rules._base import Rule, reads_axes, rule_name
 from meshplan.pure.rules._check_tree import check_rule
-from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate
+from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, StepEstimate
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._groups import (
     GeometryCache,
@@ -89,6 +91,8 @@ from meshplan.pure.search._step_cost import (
     to_terms,
 )
 from meshplan.pure.search._step_memory import layer_dims, lower_bound, step_memory
+from meshplan.pure.search._flops import StepFlops, default_efficiency, step_flops
+from meshplan.pure.search._step_time import StepTime, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import tree_facts
@@ -110,6 +114,11 @@ class _Scored:
     memory: MemoryBreakdown
     pending: list[Pending]
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
+    time: StepTime | None = None  # compute + exposed communication, from the same pass
+
+    @property
+    def step_s(self) -> float:
+        return self.seconds if self.time is None else self.time.step_s
 
 
 class _Search:
@@ -127,6 +136,23 @@ class _Search:
         self.state_total = state_bytes(self.groups, self.state)
         self.dims = layer_dims(model)
         self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
+        self.flops: dict[int, StepFlops] = {}  # per tp size: the FLOPs per device depend on n and tp only
+        device = req.cluster.device
+        self.efficiency = default_efficiency(device.ici_scope) if req.efficiency is None else req.efficiency
+
+    def step_time(self, s: _Scored, seconds: Any) -> StepTime:
+        """Compute + exposed communication of one mesh, from its priced collectives."""
+        req = self.req
+        sizes = dict(zip(req.axes, s.sizes, strict=True))
+        tp = sizes.get("tp", 1)
+        flops = self.flops.get(tp)
+        if flops is None:
+            flops = self.flops[tp] = step_flops(self.model, sizes, batch=req.batch, seq=req.seq,
+                                                remat=req.recipe.remat, attention=req.recipe.attention)
+        terms = [(p[0], p[1], float(t)) for p, t in zip(s.pending, seconds, strict=True)]
+        return step_time(flops, terms, layers=max(self.model.num_layers, 1), tokens=req.batch * req.seq,
+                         devices=req.cluster.num_devices, peak_flops=req.cluster.device.peak_bf16_flops,
+                         efficiency=self.efficiency)
 
     def plan(self, sizes: dict[str, int]) -> tuple[tuple[Any, ...], PlanEval]:
         key = tuple(sizes.items()) if self.reads is None else tuple(sizes.get(a, 1) for a in self.reads)
@@ -172,6 +198,7 @@ class _Search:
             s.seconds = seconds[start:stop]
             start = stop
         for s in scored:
+            s.time = self.step_time(s, s.seconds)
             # Summed in term order with Python floats: identical on every platform and run.
             s.seconds = float(sum(float(t) for t in s.seconds))
         return fits, over, rejections, len(combos)
@@ -230,7 +257,7 @@ class _Search:
         req = self.req
         if not req.activations:
             return MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, req.budget)
-        gathered = sum(nbytes for _, nbytes in plan.traffic.gather)
+        gathered = sum(nbytes for axes, nbytes in plan.traffic.gather if any(mesh.get(x, 1) > 1 for x in axes))
         step = step_memory(self.dims, mesh, req.recipe, batch=req.batch, seq=req.seq, params=plan.param_bytes,
                            grads=plan.grad_bytes, optimizer=plan.optimizer_bytes, gathered=gathered)
         live = step.peak_phase != "forward"
@@ -278,16 +305,33 @@ class _Search:
         groups = param_groups(self.groups, self.plans[s.plan_key], self.rule)
         p = s.placement
         terms = to_terms(s.pending, price(s.pending, self.req.cluster))
+        if s.time is not None:
+            terms = tuple(dataclasses.replace(t, exposed=e.exposed) for t, e in zip(terms, s.time.terms,
+                                                                                     strict=True))
         # The specs the activation memory was charged for, so the plan can apply them.
         acts = step_activations(self.model, dict(zip(p.names, s.sizes, strict=True)), batch=self.req.batch,
                                 seq=self.req.seq, itemsize=self.req.recipe.compute_itemsize,
                                 residual_split=self.req.recipe.residual_split)
+        step = None if s.time is None else StepEstimate(
+            s.time.compute_s, s.time.exposed_s, s.time.tokens_per_s, s.time.mfu,
+            self.flops[dict(zip(p.names, s.sizes, strict=True)).get("tp", 1)].per_device, self.efficiency)
         return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups,
-                             activations=acts)
+                             activations=acts, step=step)
 
 
-def _verdict(s: _Scored, best: _Scored, rank: int, budget: int) -> str:
+def _verdict(s: _Scored, best: _Scored, rank: int, budget: int, rank_by: str = "comm") -> str:
     room = f"{fmt_bytes(s.memory.total)} of {fmt_bytes(budget)} budget"
+    if rank_by == "time" and s.time is not None and best.time is not None:
+        t = s.time
+        worst = max(t.terms, key=lambda e: e.exposed, default=None)
+        exposed = (f"; most exposed: {worst.what} {worst.exposed:.3g} s"
+                   if worst is not None and worst.exposed > 0 else "")
+        what = (f"{t.step_s:.3g} s = compute {t.compute_s:.3g} s + exposed communication {t.exposed_s:.3g} s "
+                f"(hidden {t.hidden_s:.3g} s), MFU {t.mfu:.0%}{exposed}")
+        if rank == 1:
+            return f"best: fastest predicted step ({what}); {room}"
+        extra = f"{(t.step_s / best.step_s - 1) * 100:+.1f}%" if best.step_s > 0 else f"+{t.step_s:.3g} s"
+        return f"rank {rank}: {extra} step time vs best ({what}); {room}"
     top = max(to_terms(s.pending, price(s.pending, s.placement.cluster)), key=lambda t: t.seconds, default=None)
     largest = f"; largest: {top.what} {top.seconds:.3g} s" if top is not None and top.seconds > 0 else ""
     if rank == 1:
@@ -357,6 +401,8 @@ def search_meshes(
     ep_within_domain: bool = False,
     top_k: int = 5,
     recipe: TrainingRecipe | None = None,
+    efficiency: float | None = None,
+    rank: str = "time",
 ) -> SearchResult:
     """Rank the meshes of ``cluster`` for training ``model`` (see the module docstring).
 
@@ -384,6 +430,10 @@ def search_meshes(
         attention, dtypes, optimizer, micro-batches); when given, its weight dtype, optimizer
         copies, master weights and gradient/optimizer dtypes replace ``dtype``,
         ``optimizer_copies``, ``master_weights``, ``grad_dtype`` and ``optimizer_dtype``.
+      efficiency: fraction of the device's peak bf16 FLOP/s the step's matmuls sustain (default
+        per device kind, :data:`~meshplan.pure.search._flops.DEFAULT_EFFICIENCY`).
+      rank: ``"time"`` ranks by predicted step time (compute + exposed communication, see
+        :mod:`meshplan.pure.search._step_time`); ``"comm"`` by communication seconds alone.
 
     Returns:
       A :class:`~meshplan.pure.SearchResult`, best mesh first.
@@ -455,7 +505,7 @@ def search_meshes(
         optimizer_copies=copies + int(flags["master_weights"]), optimizer_dtype=str(opt_dt),
         activations=flags["activations"], headroom=float(headroom), tp_within_domain=flags["tp_within_domain"],
         ep_within_domain=flags["ep_within_domain"], rule=rule_name(rule), top_k=_positive(top_k, "top_k"),
-        recipe=recipe)
+        recipe=recipe, efficiency=efficiency, rank_by=rank)
     why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
     if why is not None:
         raise PlanError(why)
@@ -466,12 +516,15 @@ def _run(req: SearchRequest, model: ModelSpec, params: PyTree, rule: Rule, *, ba
          suggest: bool) -> SearchResult:
     search = _Search(req, model, params, rule)
     fits, over, rejections, total = search.run()
-    fits.sort(key=lambda s: (s.seconds, s.memory.total, s.sizes))
+    if req.rank_by == "time":
+        fits.sort(key=lambda s: (s.step_s, s.memory.total, s.sizes))
+    else:
+        fits.sort(key=lambda s: (s.seconds, s.memory.total, s.sizes))
     over.sort(key=lambda s: (s.memory.total, s.seconds, s.sizes))
     if not fits:
         raise PlanError(_nothing_fits(search, over, rejections, batch_given, suggest))
     k = req.top_k
-    ranked = tuple(search.candidate(s, _verdict(s, fits[0], r + 1, req.budget), r + 1)
+    ranked = tuple(search.candidate(s, _verdict(s, fits[0], r + 1, req.budget, req.rank_by), r + 1)
                    for r, s in enumerate(fits[:k]))
     rejected = tuple(
         search.candidate(s, f"rejected: {fmt_bytes(s.memory.total)}/device > {fmt_bytes(req.budget)} budget "

@@ -25,7 +25,9 @@ from meshplan.pure import (
     search_meshes,
 )
 from meshplan.pure.presets import build_params, preset_names
-from meshplan.pure.search._step_cost import BATCH_AXES, activation_bytes
+from meshplan.pure.search import TrainingRecipe
+from meshplan.pure.search._step_cost import BATCH_AXES, STORAGE_AXES
+from meshplan.pure.search._step_memory import layer_dims, step_memory
 from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
 from meshplan.testing import model_specs
 
@@ -97,12 +99,26 @@ def _oracle(s: dict) -> dict[tuple[int, ...], int]:
                 if e is not None for a in (e if isinstance(e, tuple) else (e,))}
         if any(m.get(a, 1) > 1 and a not in used for a in ("fsdp", "ep", "tp")):
             continue  # a weight axis that splits no parameter: rejected, never ranked
-        est = estimate_training_memory(s["params"], specs, m, optimizer_copies=2, optimizer_dtype=F32)
-        total = est.max_per_device + activation_bytes(model, m, batch=s["batch"], seq=s["seq"], itemsize=2,
-                                                      param_bytes=est.params.max_per_device)
+        est = estimate_training_memory(s["params"], specs, m, optimizer_copies=2, optimizer_dtype=F32).to_dict()
+        recipe = TrainingRecipe(backend="tpu" if cluster.device.ici_scope == "slice" else "gpu")
+        total = step_memory(layer_dims(model), m, recipe, batch=s["batch"], seq=s["seq"], params=est["params"],
+                            grads=est["grads"], optimizer=est["opt_state"],
+                            gathered=_gathered(s["params"], specs, m)).peak
         if total <= budget:
             out[sizes] = total
     return out
+
+
+def _gathered(params, specs, m: dict[str, int]) -> int:
+    """Bytes all-gathered for the leaves stored split over dp/fsdp/sp (each leaf's shard x the split)."""
+    total = 0
+    for leaf, spec in zip(jax.tree.leaves(params), jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, P))):
+        entries = [e if isinstance(e, tuple) else (e,) for e in spec] + [()] * (len(leaf.shape) - len(spec))
+        shard = [math.ceil(d / math.prod(m.get(a, 1) for a in e if a is not None)) for d, e in zip(leaf.shape, entries)]
+        ways = math.prod(m.get(a, 1) for e in entries for a in e if a in STORAGE_AXES)
+        if ways > 1:
+            total += math.prod(shard) * leaf.dtype.itemsize * ways
+    return total
 
 
 # The brute-force oracle is slow: 30 examples by default, the profile's count (>= 1000) under

@@ -1,0 +1,196 @@
+"""The analytic step memory next to XLA's: analytic / exact peak per case, on CPU and TPU (AOT).
+
+Run: ``python benchmarks/bench_memory_calibration.py [--backend cpu|tpu|both] [--quick] [--jsonl FILE]``.
+
+For every case (family x mesh x remat x attention x shape) it
+
+- asks the search for that one mesh (``search_meshes(..., fixed=mesh, recipe=...)``): the
+  *analytic* peak is the candidate's ``memory.total`` (params, grads and optimizer exact,
+  activations calibrated, :mod:`meshplan.pure.search._step_memory`);
+- builds the reference train step with the candidate's own parameter specs
+  (:func:`meshplan.facade._reference.reference_step`: scanned layers, donated state,
+  AdamW with fp32 state, fp32-logits cross-entropy) and compiles it with
+  :func:`meshplan.compiled_memory` on 8 XLA:CPU devices or for a TPU v6e-8 slice
+  (libtpu, ahead of time): the *exact* peak is XLA's (on CPU: argument + output -
+  alias + temp, since XLA:CPU's own peak leaves temporaries out);
+- prints analytic, exact, their ratio and the phase the model put the peak in.
+
+The baseline ("exact") is measured in the same process. Models are scaled down
+(4 layers, hidden 512, vocab 4096) so a case compiles in seconds on CPU and in about
+a minute for TPU on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from meshplan import compiled_memory  # noqa: E402
+from meshplan.facade._compiled import libtpu_available, tpu_topology_mesh  # noqa: E402
+from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
+from meshplan.pure import MeshCandidate, search_meshes  # noqa: E402
+from meshplan.pure.presets import MODEL_SPECS  # noqa: E402
+from meshplan.pure.search._recipe import TrainingRecipe  # noqa: E402
+
+_SMALL = {"num_layers": 4, "hidden_size": 512, "num_heads": 8, "head_dim": 64, "vocab_size": 4096,
+          "num_params": None}
+FAMILIES = {
+    "gpt2": dataclasses.replace(MODEL_SPECS["gpt2"], name="gpt2-small4", intermediate_size=2048, num_kv_heads=8,
+                                max_position_embeddings=1024, **_SMALL),
+    "llama": dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-small4", num_kv_heads=4,
+                                 intermediate_size=1408, **_SMALL),
+    "mixtral": dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="mixtral-small4", num_kv_heads=4,
+                                   intermediate_size=1408, moe_intermediate_size=704, **_SMALL),
+}
+MESHES = ({"fsdp": 8}, {"dp": 2, "fsdp": 4}, {"fsdp": 4, "tp": 2}, {"dp": 2, "fsdp": 2, "tp": 2})
+REMATS = ("full", "none")
+ATTENTIONS = ("plain", "dot_product")
+SHAPES = ((16, 256), (16, 512))
+CLUSTER = "v6e-8"
+
+
+def _mesh_for(sizes: dict[str, int], backend: str) -> jax.sharding.Mesh:
+    names, dims = tuple(sizes), tuple(sizes.values())
+    if backend == "tpu":
+        return tpu_topology_mesh(CLUSTER, names, dims)
+    devices = jax.devices(backend)[: int(np.prod(dims))]
+    return jax.sharding.Mesh(np.array(devices).reshape(dims), names,
+                             axis_types=(jax.sharding.AxisType.Auto,) * len(dims))
+
+
+def analytic(family: str, sizes: dict[str, int], remat: str, attention: str, batch: int, seq: int,
+             backend: str) -> tuple[MeshCandidate, dict[str, int]]:
+    """The search's candidate for exactly this mesh (its memory is the analytic figure), and the mesh."""
+    spec = FAMILIES[family]
+    if backend == "gpu":  # one local GPU: the whole step on it
+        sizes = {"fsdp": 1}
+    if spec.is_moe:
+        sizes = {**sizes, "ep": 1}
+    axes = tuple(a for a in ("dp", "fsdp", "ep", "sp", "tp") if a in sizes)
+    recipe = TrainingRecipe(remat=remat, attention=attention, backend=backend, residual_split=False)
+    # A large-memory device, so the search returns this mesh whether or not it fits a v6e.
+    cluster = "1x1xH200" if backend == "gpu" else "v5p-16"
+    cand = search_meshes(spec, cluster, axes=axes, fixed=sizes, batch=batch, seq=seq, recipe=recipe, headroom=0.0,
+                         top_k=1).best
+    return cand, {a: sizes[a] for a in axes}
+
+
+def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, batch: int, seq: int,
+             backend: str, run: bool = False) -> dict[str, object]:
+    """One row: analytic and exact peak bytes per device, and what the model said."""
+    spec = FAMILIES[family]
+    cand, sizes = analytic(family, sizes, remat, attention, batch, seq, backend)
+    axes = tuple(sizes)
+    mesh = _mesh_for({a: sizes[a] for a in axes}, backend)
+    config = ReferenceConfig(remat=remat, attention=attention)
+    start = time.perf_counter()
+    ref = reference_step(spec, mesh, batch=batch, seq=seq, plan=cand, config=config)
+    exact = compiled_memory(ref.fn, *ref.args)
+    measured = _run_once(ref) if run else 0
+    return {"measured": measured, "family": family, "mesh": cand.text, "remat": remat, "attention": attention, "batch": batch,
+            "seq": seq, "backend": backend, "analytic": cand.memory.total, "exact": exact.peak_bytes,
+            "ratio": cand.memory.total / exact.peak_bytes, "phase": cand.memory.phase,
+            "state_exact": exact.argument_bytes, "state_analytic": cand.memory.params + cand.memory.optimizer,
+            "temp": exact.temp_bytes, "seconds": time.perf_counter() - start}
+
+
+def _run_once(ref: object) -> int:
+    """Run one step on real buffers; the device's ``peak_bytes_in_use`` (this process's peak so far)."""
+    import jax.numpy as jnp
+
+    state, data = ref.args  # type: ignore[attr-defined]
+    real = jax.tree.map(lambda s: jax.device_put(jnp.zeros(s.shape, s.dtype), s.sharding), (state, data))
+    out = ref.fn(*real)  # type: ignore[attr-defined]
+    jax.block_until_ready(out)
+    stats = jax.devices()[0].memory_stats() or {}
+    return int(stats.get("peak_bytes_in_use", 0))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("cpu", "tpu", "gpu", "both"), default="cpu")
+    parser.add_argument("--run", action="store_true",
+                        help="also run one step on real buffers and record the device's peak_bytes_in_use "
+                             "(GPU; run one case per process, the peak only grows)")
+    parser.add_argument("--only-case", type=int, help="run only this case (index into the grid)")
+    parser.add_argument("--attentions", default=",".join(ATTENTIONS), help="attention kinds to run")
+    parser.add_argument("--reprice", nargs="+", metavar="JSONL",
+                        help="no compiling: re-price rows recorded earlier (e.g. on another machine) with the "
+                             "current calibration and print the table")
+    parser.add_argument("--only-mesh", type=int, help="run only this mesh (index into MESHES)")
+    parser.add_argument("--quick", action="store_true", help="llama only, one shape")
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--meshes", type=int, default=len(MESHES), help="how many of the meshes")
+    parser.add_argument("--shapes", type=int, default=len(SHAPES), help="how many of the (batch, seq) shapes")
+    parser.add_argument("--jsonl", help="append each row as JSON to this file")
+    args = parser.parse_args(argv)
+    if args.reprice:
+        _summary([_reprice(json.loads(line)) for path in args.reprice
+                  for line in open(path, encoding="utf-8") if line.strip()])
+        return
+    backends = ("cpu", "tpu") if args.backend == "both" else (args.backend,)
+    if "tpu" in backends and not libtpu_available():
+        print("libtpu is not installed: TPU rows skipped (pip install 'meshplan[tpu]')", file=sys.stderr)
+        backends = tuple(b for b in backends if b != "tpu")
+    families = ["llama"] if args.quick else args.families.split(",")
+    shapes = SHAPES[:1] if args.quick else SHAPES[: args.shapes]
+    meshes = MESHES[: args.meshes] if args.only_mesh is None else MESHES[args.only_mesh: args.only_mesh + 1]
+    meshes = meshes[:1] if backends == ("gpu",) else meshes
+    rows = []
+    out = open(args.jsonl, "a", encoding="utf-8") if args.jsonl else None
+    grid = list(itertools.product(backends, families, meshes, shapes, REMATS, args.attentions.split(",")))
+    if args.only_case is not None:
+        grid = grid[args.only_case: args.only_case + 1]
+    for backend, family, sizes, (batch, seq), remat, attention in grid:
+        row = run_case(family, dict(sizes), remat, attention, batch, seq, backend, run=args.run)
+        rows.append(row)
+        if out is not None:
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+        print(f"{backend} {family:8} {row['mesh']:16} {remat:5} {attention:11} b={batch} s={seq}: analytic "
+              f"{row['analytic'] / 2**20:8.1f} MiB exact {row['exact'] / 2**20:8.1f} MiB "
+              f"ratio {row['ratio']:.2f} ({row['phase']})", flush=True)
+    _summary(rows)
+
+
+def _reprice(row: dict[str, object]) -> dict[str, object]:
+    sizes = {k: int(v) for k, v in (kv.split("=") for kv in str(row["mesh"]).split(","))}
+    cand, _ = analytic(str(row["family"]), sizes, str(row["remat"]), str(row["attention"]), int(row["batch"]),  # type: ignore[call-overload]
+                       int(row["seq"]), str(row["backend"]))  # type: ignore[call-overload]
+    return {**row, "analytic": cand.memory.total, "ratio": cand.memory.total / int(row["exact"]),  # type: ignore[call-overload]
+            "phase": cand.memory.phase}
+
+
+def _summary(rows: list[dict[str, object]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="analytic / exact peak per device (exact: XLA memory_analysis in the same process)")
+    for col in ("backend", "family", "mesh", "remat", "attention", "b x s", "analytic MiB", "exact MiB", "ratio",
+                "phase"):
+        table.add_column(col, justify="right" if "MiB" in col or col == "ratio" else "left")
+    for r in rows:
+        table.add_row(str(r["backend"]), str(r["family"]), str(r["mesh"]), str(r["remat"]), str(r["attention"]),
+                      f"{r['batch']}x{r['seq']}", f"{r['analytic'] / 2**20:.1f}",  # type: ignore[operator]
+                      f"{r['exact'] / 2**20:.1f}", f"{r['ratio']:.2f}", str(r["phase"]))  # type: ignore[operator]
+    Console(width=160).print(table)
+    for backend in sorted({str(r["backend"]) for r in rows}):
+        ratios = sorted(float(r["ratio"]) for r in rows if r["backend"] == backend)  # type: ignore[arg-type]
+        inside = sum(0.95 <= x <= 1.10 for x in ratios)
+        print(f"{backend}: {len(ratios)} cases, ratio min {ratios[0]:.2f} median {ratios[len(ratios) // 2]:.2f} "
+              f"max {ratios[-1]:.2f}; {inside} within 0.95-1.10")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""Peak memory of one training step per device: phases on top of the resident state.
+
+XLA's peak is not a sum of everything a step ever holds: it is the fullest
+moment, and different buffers are alive at different moments. The model
+prices three phases, each on top of the **resident** state ``R`` (parameters
+and optimizer state, exact from the plan), and takes the maximum:
+
+- ``forward``: the end of the forward pass and the start of the loss backward:
+  ``R + saved + logits + head``. ``saved = L x`` a layer's saved activations
+  (by the remat policy); ``logits``: fp32 logits-sized buffers (the logits,
+  their softmax and gradient), divided by the vocab tiles; ``head``: the
+  output head gathered and its gradient before the reduce-scatter;
+- ``backward``: the first layer of the backward pass: ``R + G + saved +
+  work + gathered``. ``G``: the gradients (exact bytes; scanned layers write
+  them into one stacked buffer that lives through the whole backward pass),
+  plus an fp32 accumulator with micro-batches; ``work``: one layer's
+  recomputed intermediates and their gradients; ``gathered``: fsdp-gathered
+  weights of about two layers (the one in use, the prefetched one);
+- ``update``: the optimizer update: ``R + G + update`` (new state and fp32
+  temporaries written before the donated old buffers are released).
+
+A layer's activations per device (``t`` = micro-batch x local sequence tokens,
+``a`` = compute itemsize, ``r`` = the residual stream's split over tp) are
+counted in named pieces: ``x`` = the layer input ``t*h*a/r``; ``proj`` = q, k,
+v and the attention output; ``mlp`` = gate, up and their product (dense widths
+split over tp; MoE expert widths ``top_k x capacity_factor`` split by token);
+``scores`` = one fp32 ``b x heads/tp x s x s`` buffer (plain and XLA's
+dot_product attention; none with flash) plus MoE's dispatch/combine tensors
+``b x s x s x top_k x capacity_factor``, which grow like scores. Remat ``full``
+saves ``x``; ``dots`` ``x``, the matmul outputs without batch dims; ``none``
+everything (``none_scale`` x the pieces, plus ``score_buffers`` scores);
+``offload`` nothing.
+
+**Calibration.** :class:`Calibration` holds the coefficients, one set per
+compiler, fitted to the peaks XLA reports (``compiled.memory_analysis()``)
+for the reference train steps of ``meshplan.facade._reference`` (GPT-2, Llama,
+Mixtral; see ``benchmarks/bench_memory_calibration.py`` and the table in
+``benchmarks/RESULTS.md``). Compilers lower the same step differently, so
+the backend is part of the recipe: XLA:CPU upcasts bf16 matmul operands to
+fp32 (its gathered weights are fp32: ``gathered_itemsize=4``) and all-reduces
+gradients whole before slicing them, so it has its own coefficients; an H200
+(XLA:GPU) has its own too. Parameters, gradients and optimizer state are exact;
+everything else is calibrated, and only as good as the grid it was fitted on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from meshplan.pure.search._recipe import TrainingRecipe
+
+__all__ = ["CALIBRATIONS", "Calibration", "LayerDims", "StepMemory", "layer_dims", "lower_bound", "step_memory"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Calibration:
+    """The fitted coefficients of the phase model for one compiler (see the module docstring).
+
+    Attributes:
+      source: what the figures were fitted against.
+      none_scale: a layer's saved activations with remat ``none``, in units of the named pieces
+        (compilers keep upcasts, masks and transposes besides them).
+      score_buffers: fp32 score buffers a layer saves with remat ``none`` and plain attention.
+      work_layers: one layer's backward working set, in units of a layer's ``none`` activations.
+      work_scores: fp32 score buffers in that working set (plain attention).
+      logits_buffers: fp32 logits-sized buffers live at the start of the loss backward.
+      head_buffers: output-head-sized buffers (compute dtype) live then: the gathered head and
+        embedding, the head's gradient before it is reduce-scattered.
+      gathered_layers: layers of fsdp-gathered weights held at once.
+      gathered_itemsize: bytes per gathered weight element (0: the compute dtype).
+      update_state: fraction of the resident state the update phase writes anew before
+        the old buffers are released.
+    """
+
+    source: str
+    none_scale: float
+    score_buffers: float
+    work_layers: float
+    work_scores: float
+    logits_buffers: float
+    head_buffers: float
+    gathered_layers: float
+    gathered_itemsize: int
+    update_state: float
+
+
+# Fitted (least squares on log(analytic / exact)) to the reference steps of
+# benchmarks/bench_memory_calibration.py: GPT-2, Llama and Mixtral scaled down to 4 layers,
+# 4 meshes of 8 devices, remat full/none, plain and dot_product attention, 2 shapes.
+CALIBRATIONS: dict[str, Calibration] = {
+    "tpu": Calibration("XLA:TPU v6e-8 (libtpu AOT) peak_memory_in_bytes of the reference steps, 2026-11-22",
+                       none_scale=1.87, score_buffers=2.49, work_layers=0.5, work_scores=1.89, logits_buffers=2.5,
+                       head_buffers=1.26, gathered_layers=1.8, gathered_itemsize=0, update_state=0.81),
+    "cpu": Calibration("XLA:CPU (jax 0.10.2, 8 devices) argument + output - alias + temp of the reference "
+                       "steps, 2026-11-22",
+                       none_scale=1.74, score_buffers=1.89, work_layers=1.9, work_scores=1.71, logits_buffers=1.75,
+                       head_buffers=4.16, gathered_layers=1.42, gathered_itemsize=4, update_state=0.71),
+    "gpu": Calibration("XLA:GPU H200 (jax 0.11.2, one device) peak_memory_in_bytes of the reference steps, "
+                       "2026-11-22",
+                       none_scale=1.85, score_buffers=2.01, work_layers=1.13, work_scores=2.78, logits_buffers=0.7,
+                       head_buffers=4.41, gathered_layers=2.38, gathered_itemsize=0, update_state=0.74),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayerDims:
+    """A model's per-token widths, computed once per search (see :func:`layer_dims`).
+
+    Attributes:
+      layers: transformer layers.
+      hidden: residual width ``h``.
+      heads: query heads; ``kv_heads``: key/value heads.
+      q_width: ``heads * q_head_dim``; ``kv_width``: ``kv_heads * head_dim`` (k and v each).
+      mlp_width: dense MLP width averaged over layers (split over tp).
+      expert_width: MoE layers' expert width per token averaged over layers (routed ``top_k x
+        capacity_factor`` plus shared experts); expert activations are split over the
+        expert axis by token, not over tp.
+      vocab: vocabulary size.
+      head: elements of the output head (``vocab x hidden``).
+      routing: MoE dispatch/combine elements per token per token of its sequence, averaged
+        over layers (GShard's ``(b, s, experts, capacity)`` tensors: ``top_k x capacity_factor``).
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    q_width: int
+    kv_width: int
+    mlp_width: float
+    expert_width: float
+    vocab: int
+    head: int
+    routing: float = 0.0
+
+
+def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
+    """The widths :func:`step_memory` needs from a :class:`~meshplan.pure.ModelSpec`.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> d = layer_dims(MODEL_SPECS["llama3-8b"])
+      >>> d.q_width, d.kv_width, d.mlp_width, d.expert_width
+      (4096, 1024, 14336.0, 0.0)
+    """
+    mla = getattr(model, "mla", None)
+    q_head = mla.qk_head_dim if mla is not None else model.head_dim
+    layers = max(model.num_layers, 1)
+    dense = model.intermediate_size
+    moe = 0.0
+    if model.num_experts:
+        moe = (model.num_experts_per_tok * capacity_factor + model.num_shared_experts) * model.moe_intermediate_size
+    n_moe = model.num_moe_layers if model.num_experts else 0
+    return LayerDims(layers, model.hidden_size, model.num_heads, model.num_kv_heads, model.num_heads * q_head,
+                     model.num_kv_heads * model.head_dim, (layers - n_moe) * dense / layers, n_moe * moe / layers,
+                     model.vocab_size,
+                     model.vocab_size * model.hidden_size,
+                     model.num_experts_per_tok * capacity_factor * n_moe / layers if n_moe else 0.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepMemory:
+    """One step's memory per device, by phase (see the module docstring).
+
+    ``params``, ``grads`` and ``optimizer`` are exact (what the state arrays
+    hold); the phases' other parts are calibrated (``calibration`` says
+    against what).
+
+    Attributes:
+      params, grads, optimizer: exact bytes.
+      phases: ``(name, bytes)`` for ``forward``, ``backward``, ``update``.
+      parts: ``(name, bytes)`` of the calibrated pieces (``saved``, ``logits``, ...).
+      calibration: the :attr:`Calibration.source` of the coefficients.
+    """
+
+    params: int
+    grads: int
+    optimizer: int
+    phases: tuple[tuple[str, int], ...]
+    parts: tuple[tuple[str, int], ...]
+    calibration: str
+
+    @property
+    def peak(self) -> int:
+        """The fullest phase."""
+        return max(b for _, b in self.phases)
+
+    @property
+    def peak_phase(self) -> str:
+        """The name of the fullest phase (the first, on ties)."""
+        peak = self.peak
+        return next(n for n, b in self.phases if b == peak)
+
+
+def _split(n: int, k: int) -> int:
+    """How far a dim of ``n`` splits over an axis of ``k`` (``k`` when it divides, else 1)."""
+    return k if k > 1 and n % k == 0 else 1
+
+
+def step_memory(
+    dims: LayerDims, sizes: dict[str, int], recipe: TrainingRecipe, *, batch: int, seq: int,
+    params: int, grads: int, optimizer: int, gathered: int = 0,
+) -> StepMemory:
+    """The phase model of one step on one mesh (see the module docstring).
+
+    Args:
+      dims: the model's widths, :func:`layer_dims`.
+      sizes: mesh axis kind -> size (``dp, fsdp, ep, sp, tp``; missing axes are 1).
+      recipe: the training recipe.
+      batch: global batch in sequences; seq: tokens per sequence.
+      params, grads, optimizer: exact per-device bytes of the state (the plan's).
+      gathered: bytes all-gathered per step for the weights stored split over
+        storage axes (the plan's traffic, in the weight dtype); one layer's share is held.
+
+    Returns:
+      A :class:`StepMemory`.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> d = layer_dims(MODEL_SPECS["llama3-8b"])
+      >>> m = step_memory(d, {"fsdp": 8}, TrainingRecipe(), batch=8, seq=4096,
+      ...                 params=2 * 10**9, grads=2 * 10**9, optimizer=8 * 10**9)
+      >>> m.peak_phase, m.peak > 12 * 10**9
+      ('backward', True)
+    """
+    cal = CALIBRATIONS[recipe.backend]
+    a = recipe.compute_itemsize
+    tp, sp = sizes.get("tp", 1), sizes.get("sp", 1)
+    ways = sizes.get("dp", 1) * sizes.get("fsdp", 1) * sizes.get("ep", 1)
+    b = max(batch // ways, 1) / recipe.micro_batches
+    s = seq // sp
+    t = b * s
+    # The residual stream is stored split over tp (hidden, else sequence), as the plan's
+    # activation specs lay it out; q/k/v heads and the MLP split where tp divides them.
+    r = (_split(dims.hidden, tp) if dims.hidden % tp == 0 else _split(s, tp)) if recipe.residual_split else 1
+    x = t * dims.hidden * a / r
+    q = dims.q_width / _split(dims.heads, tp)
+    kv = dims.kv_width / _split(dims.kv_heads, tp)
+    proj = t * a * (2 * q + 2 * kv)
+    mlp = 3 * t * a * (dims.mlp_width / tp + dims.expert_width)
+    scores = 0.0
+    if recipe.attention != "flash":
+        # XLA's jax.nn.dot_product_attention materialises fp32 scores like the plain form
+        # (measured on CPU, TPU and H200: the same peak).
+        scores = b * (dims.heads / _split(dims.heads, tp)) * s * seq * 4
+    # MoE routing tensors grow with the sequence like scores, whatever the attention.
+    scores += b * s * s * dims.routing * 4
+    none_layer = 5 * x + proj + mlp
+    saved_layer = {"none": cal.none_scale * none_layer + cal.score_buffers * scores,
+                   "dots": 3 * x + proj - t * a * q + 2 * mlp / 3,
+                   "full": x, "offload": 0.0}[recipe.remat]
+    saved = dims.layers * saved_layer
+    vocab_split = _split(dims.vocab, tp)
+    logits = cal.logits_buffers * t * dims.vocab * 4 / vocab_split / recipe.vocab_tiles
+    head = cal.head_buffers * dims.head * a / vocab_split
+    work = cal.work_layers * none_layer + cal.work_scores * scores
+    itemsize = cal.gathered_itemsize or a
+    gathered_now = cal.gathered_layers * gathered / dims.layers * itemsize / recipe.weight_itemsize
+    accum = grads * 4 / recipe.grad_itemsize if recipe.micro_batches > 1 else 0
+    resident = params + optimizer
+    live_grads = grads + accum
+    update = cal.update_state * resident
+    phases = (("forward", int(resident + saved + logits + head)),
+              ("backward", int(resident + live_grads + saved + work + gathered_now)),
+              ("update", int(resident + live_grads + update)))
+    parts = (("saved", int(saved)), ("logits", int(logits)), ("head", int(head)), ("work", int(work)), ("gathered", int(gathered_now)),
+             ("accumulator", int(accum)), ("update", int(update)))
+    return StepMemory(params, grads, optimizer, phases, parts, cal.source)
+
+
+def lower_bound(dims: LayerDims, sizes: dict[str, int], recipe: TrainingRecipe, *, batch: int, seq: int,
+                state: float) -> float:
+    """A bound no mesh's peak goes below: ``state`` (a lower bound of params + grads + optimizer)
+    plus the backward phase's activations without gathered weights.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> d = layer_dims(MODEL_SPECS["llama3-8b"])
+      >>> lower_bound(d, {"fsdp": 8}, TrainingRecipe(), batch=8, seq=4096, state=0) > 0
+      True
+    """
+    m = step_memory(dims, sizes, recipe, batch=batch, seq=seq, params=0, grads=0, optimizer=0)
+    parts = dict(m.parts)
+    return state + parts["saved"] + parts["work"]

@@ -1,0 +1,163 @@
+"""Tests for the phase model of a step's peak memory (meshplan.pure.search._step_memory, _recipe)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meshplan.pure import estimate_training_memory, search_meshes
+from meshplan.pure.errors import PlanError
+from meshplan.pure.presets import MODEL_SPECS, get_preset
+from meshplan.pure.search._recipe import ATTENTION_KINDS, REMAT_POLICIES, TrainingRecipe
+from meshplan.pure.search._step_memory import CALIBRATIONS, layer_dims, lower_bound, step_memory
+
+MODELS = sorted(MODEL_SPECS)
+
+
+@st.composite
+def cases(draw) -> dict:
+    """A preset, a mesh of the search's axis kinds, a batch the batch axes divide, a recipe."""
+    model = MODEL_SPECS[draw(st.sampled_from(MODELS))]
+    sizes = {a: draw(st.sampled_from([1, 2, 4, 8])) for a in ("dp", "fsdp", "sp", "tp")}
+    ways = sizes["dp"] * sizes["fsdp"]
+    recipe = TrainingRecipe(remat=draw(st.sampled_from(REMAT_POLICIES)),
+                            attention=draw(st.sampled_from(ATTENTION_KINDS)),
+                            backend=draw(st.sampled_from(sorted(CALIBRATIONS))),
+                            micro_batches=draw(st.sampled_from([1, 2])),
+                            vocab_tiles=draw(st.sampled_from([1, 4])))
+    state = draw(st.integers(0, 10**10))
+    return {"model": model, "sizes": sizes, "recipe": recipe, "batch": ways * draw(st.integers(1, 8)) * 2,
+            "seq": sizes["sp"] * draw(st.sampled_from([128, 1024, 4096])), "params": state,
+            "grads": state, "optimizer": 2 * state, "gathered": state * sizes["fsdp"]}
+
+
+def _peak(case: dict, **change: object) -> int:
+    c = {**case, **change}
+    recipe = c["recipe"]
+    fields = {f.name for f in dataclasses.fields(TrainingRecipe)}
+    recipe = dataclasses.replace(recipe, **{k: v for k, v in change.items() if k in fields})
+    return step_memory(layer_dims(c["model"]), c["sizes"], recipe, batch=c["batch"], seq=c["seq"],
+                       params=c["params"], grads=c["grads"], optimizer=c["optimizer"],
+                       gathered=c["gathered"]).peak
+
+
+@given(cases())
+def test_the_peak_is_the_fullest_phase_and_holds_the_state(case: dict) -> None:
+    m = step_memory(layer_dims(case["model"]), case["sizes"], case["recipe"], batch=case["batch"],
+                    seq=case["seq"], params=case["params"], grads=case["grads"], optimizer=case["optimizer"],
+                    gathered=case["gathered"])
+    assert m.peak == max(b for _, b in m.phases)
+    assert dict(m.phases)[m.peak_phase] == m.peak
+    assert [n for n, _ in m.phases] == ["forward", "backward", "update"]
+    # Every phase holds the resident state; the gradients exist from the backward pass on.
+    assert all(b >= case["params"] + case["optimizer"] for _, b in m.phases)
+    assert dict(m.phases)["backward"] >= case["params"] + case["optimizer"] + case["grads"]
+
+
+@given(cases(), st.sampled_from(["batch", "seq"]))
+def test_the_peak_grows_with_the_batch_and_the_sequence(case: dict, what: str) -> None:
+    assert _peak(case, **{what: case[what] * 2}) >= _peak(case)
+
+
+@given(cases())
+def test_the_peak_grows_with_the_layer_count(case: dict) -> None:
+    deeper = dataclasses.replace(case["model"], num_layers=case["model"].num_layers * 2,
+                                 num_dense_layers=case["model"].num_dense_layers * 2)
+    # The same per-layer gathered weights: twice the layers gather twice the bytes.
+    assert _peak(case, model=deeper, gathered=case["gathered"] * 2) >= _peak(case)
+
+
+@given(cases())
+def test_remat_none_keeps_at_least_dots_which_keeps_at_least_full_and_offload(case: dict) -> None:
+    none, dots, full, offload = (_peak(case, remat=r) for r in ("none", "dots", "full", "offload"))
+    assert none >= dots >= full >= offload
+
+
+@given(cases())
+def test_flash_attention_never_needs_more_than_plain(case: dict) -> None:
+    assert _peak(case, attention="flash") <= _peak(case, attention="plain")
+
+
+@given(cases())
+def test_vocab_tiles_never_add_memory(case: dict) -> None:
+    assert _peak(case, vocab_tiles=8) <= _peak(case, vocab_tiles=1)
+
+
+@given(cases())
+def test_the_lower_bound_is_below_the_peak(case: dict) -> None:
+    state = case["params"] + case["grads"] + case["optimizer"]
+    bound = lower_bound(layer_dims(case["model"]), case["sizes"], case["recipe"], batch=case["batch"],
+                        seq=case["seq"], state=state)
+    assert bound <= _peak(case)
+
+
+@given(cases())
+def test_micro_batches_shrink_the_saved_activations(case: dict) -> None:
+    def saved(m: int) -> int:
+        recipe = dataclasses.replace(case["recipe"], micro_batches=m)
+        out = step_memory(layer_dims(case["model"]), case["sizes"], recipe, batch=case["batch"], seq=case["seq"],
+                          params=0, grads=0, optimizer=0)
+        return dict(out.parts)["saved"]
+
+    assert saved(2) <= saved(1)
+
+
+def test_plain_attention_with_remat_none_keeps_score_buffers_per_layer() -> None:
+    model = MODEL_SPECS["llama3-8b"]
+    recipe = TrainingRecipe(remat="none", attention="plain")
+    args = {"batch": 8, "seq": 2048, "params": 0, "grads": 0, "optimizer": 0}
+    plain = dict(step_memory(layer_dims(model), {"fsdp": 8}, recipe, **args).parts)["saved"]
+    flash = dict(step_memory(layer_dims(model), {"fsdp": 8}, dataclasses.replace(recipe, attention="flash"),
+                             **args).parts)["saved"]
+    scores = 1 * model.num_heads * 2048 * 2048 * 4  # b=1 sequence per device, fp32
+    assert plain - flash == pytest.approx(model.num_layers * CALIBRATIONS["tpu"].score_buffers * scores, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "mixtral-8x7b"])
+def test_the_exact_parts_equal_estimate_training_memory(name: str) -> None:
+    preset = get_preset(name)
+    recipe = TrainingRecipe(optimizer="adamw", remat="full", attention="flash")
+    best = search_meshes(preset.spec, "2x8xH100", params=preset.params, batch=16, seq=2048, recipe=recipe).best
+    est = estimate_training_memory(preset.params, best.specs_for(preset.params), best.mesh_shape,
+                                   optimizer_copies=2, optimizer_dtype=np.float32)
+    d = est.to_dict()
+    assert (best.memory.params, best.memory.grads, best.memory.optimizer) == (d["params"], d["grads"],
+                                                                               d["opt_state"])
+
+
+def test_the_search_prices_the_recipe_it_is_given() -> None:
+    lean = TrainingRecipe(remat="offload", attention="flash")
+    heavy = TrainingRecipe(remat="none", attention="plain")
+    a = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=512, recipe=lean)
+    b = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=512, recipe=heavy, top_k=100)
+    assert a.request.recipe == dataclasses.replace(lean, weight_dtype="bfloat16")
+    assert b.num_fitting <= a.num_fitting
+    assert a.best.memory.phase in ("forward", "backward", "update")
+
+
+def test_fp32_weights_double_the_exact_parameter_bytes() -> None:
+    kw = {"batch": 16, "seq": 2048, "fixed": {"fsdp": 16}}
+    bf16 = search_meshes("llama3-8b", "2x8xH100", recipe=TrainingRecipe(), **kw).best.memory
+    fp32 = search_meshes("llama3-8b", "2x8xH100", recipe=TrainingRecipe(weight_dtype="float32"), **kw).best.memory
+    assert fp32.params == 2 * bf16.params
+
+
+@pytest.mark.parametrize("bad, word", [({"remat": "some"}, "remat"), ({"attention": "ring"}, "attention"),
+                                       ({"optimizer": "adagrad"}, "optimizer"), ({"backend": "npu"}, "backend"),
+                                       ({"micro_batches": 0}, "micro_batches")])
+def test_a_bad_recipe_names_the_field_and_what_is_valid(bad: dict, word: str) -> None:
+    with pytest.raises(PlanError, match=word):
+        TrainingRecipe(**bad)
+
+
+@settings(max_examples=25)
+@given(st.sampled_from(REMAT_POLICIES), st.sampled_from(ATTENTION_KINDS), st.sampled_from(["float32", "bfloat16"]),
+       st.integers(1, 8))
+def test_a_recipe_round_trips_through_a_dict(remat: str, attention: str, weights: str, micro: int) -> None:
+    r = TrainingRecipe(weight_dtype=weights, remat=remat, attention=attention, micro_batches=micro)
+    assert TrainingRecipe.from_dict(r.to_dict()) == r
+    assert remat in r.describe() and attention in r.describe()
