@@ -81,6 +81,16 @@ def _demo_devices(text: str) -> int:
     return n
 
 
+def _efficiency(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction of peak FLOP/s in (0, 1]")
+    return value
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -115,6 +125,7 @@ def _plan(args: argparse.Namespace) -> int:
         batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
         activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
         ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args, args.cluster),
+        efficiency=args.efficiency, rank=args.rank,
     )
     if args.format == "json":
         sys.stdout.write(result.to_json() + "\n")
@@ -251,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "(see above)")
     plan.add_argument("--top", type=_positive, default=5, help="meshes to show (default 5)")
     plan.add_argument("--headroom", type=_fraction, default=0.1, help="fraction of HBM kept free (default 0.1)")
+    plan.add_argument("--efficiency", type=_efficiency, metavar="F",
+                      help="fraction of peak bf16 FLOP/s the matmuls sustain (default: 0.4 GPU, 0.5 TPU)")
+    plan.add_argument("--rank", default="time", choices=("time", "comm"),
+                      help="order meshes by predicted step time (default) or by communication seconds alone")
     plan.add_argument("--dtype", "--weight-dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                       help="parameter (weight) dtype (default bfloat16; MaxText keeps float32 weights)")
     plan.add_argument("--master-weights", action="store_true", help="add an fp32 master copy of the weights")

@@ -23,6 +23,7 @@ from meshplan.pure import (
 )
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.search import axis_domain_counts
+from meshplan.pure.search._step_memory import CALIBRATIONS
 
 __all__ = ["device_grid", "render_mesh", "render_plan", "write_png"]
 
@@ -64,14 +65,21 @@ def render_plan(result: SearchResult, console: Any) -> None:
     grads = req.param_dtype if req.grad_dtype == "param" else req.grad_dtype
     console.print(f"step: batch {req.batch} x seq {req.seq}; {opt}; grads {grads}; axes {', '.join(req.axes)}; "
                   f"rule {req.rule}")
+    console.print(f"priced: {req.recipe.describe()}; params, grads and optimizer exact, activations calibrated "
+                  f"against {CALIBRATIONS[req.recipe.backend].source} (set with --remat, --attention, --optimizer, "
+                  "--weight-dtype, --micro-batches, --vocab-tiles)")
     table = Table(title=f"Ranked meshes ({result.num_fitting} of {result.num_candidates} fit; top "
                         f"{len(result.candidates)})")
+    numbers = ("#", "memory/device", "step time", "MFU", "exposed comm", "step comm")
     for col in ("#", "mesh", f"ICI (per {c.ici_domain_name})", f"DCN (across {c.ici_domain_name}s)", "memory/device",
-                "step comm", "verdict"):
-        table.add_column(col, justify="right" if col in ("#", "memory/device", "step comm") else "left")
+                "step time", "MFU", "exposed comm", "step comm", "verdict"):
+        table.add_column(col, justify="right" if col in numbers else "left")
     for cand in result.candidates:
+        st = cand.step
         table.add_row(str(cand.rank), cand.text, _shape(cand, cand.ici_shape), _shape(cand, cand.dcn_shape),
-                      fmt_bytes(cand.memory.total), _seconds(cand.step_comm_s), cand.verdict)
+                      fmt_bytes(cand.memory.total), "-" if st is None else _seconds(st.step_s),
+                      "-" if st is None else f"{st.mfu:.1%}", "-" if st is None else _seconds(st.exposed_s),
+                      _seconds(cand.step_comm_s), cand.verdict)
     console.print(table)
     if result.rejected:
         over = Table(title="Leanest meshes over the memory budget")
@@ -113,15 +121,27 @@ def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any) -> None:
     mem = Table(title="Memory per device (fullest device)")
     mem.add_column("part")
     mem.add_column("bytes", justify="right")
-    for label, value in (("params", m.params), ("grads", m.grads), ("optimizer", m.optimizer),
-                         ("activations (approx.)", m.activations), ("total", m.total), ("budget", m.budget)):
+    grads = "grads" if m.grads_live else "grads (not yet live at the peak)"
+    peak = f"peak, {m.phase} phase" if m.phase else "total"
+    for label, value in (("params (exact)", m.params), (f"{grads} (exact)", m.grads),
+                         ("optimizer (exact)", m.optimizer), ("activations (calibrated)", m.activations),
+                         (peak, m.total), ("budget", m.budget)):
         mem.add_row(label, fmt_bytes(value))
     console.print(mem)
+    if best.step is not None:
+        st = best.step
+        console.print(f"Predicted step: {_seconds(st.step_s)} = compute {_seconds(st.compute_s)} "
+                      f"({st.flops:.3g} FLOPs/device at {st.efficiency:.0%} of peak) + exposed communication "
+                      f"{_seconds(st.exposed_s)}; {st.tokens_per_s:,.0f} tokens/s/device, MFU {st.mfu:.1%} "
+                      "(set with --efficiency; --rank comm orders by communication alone)")
     comm = Table(title=f"Step communication (alpha-beta estimate): {_seconds(best.step_comm_s)}")
-    for col in ("collective", "axes", "link", "bytes/call", "calls", "time"):
-        comm.add_column(col, justify="right" if col in ("bytes/call", "calls", "time") else "left")
-    for t in best.comm:
-        comm.add_row(t.what, "+".join(t.axes), t.link, fmt_bytes(t.nbytes), str(t.calls), _seconds(t.seconds))
+    cols = ("collective", "axes", "link", "bytes/call", "calls", "time", "hidden", "exposed")
+    for col in cols:
+        comm.add_column(col, justify="left" if col in cols[:3] else "right")
+    for term in best.comm:
+        comm.add_row(term.what, "+".join(term.axes), term.link, fmt_bytes(term.nbytes), str(term.calls),
+                     _seconds(term.seconds), "-" if term.hidden is None else _seconds(term.hidden),
+                     "-" if term.exposed is None else _seconds(term.exposed))
     console.print(comm)
     groups = Table(title="Parameter groups")
     for col in ("pattern", "shape", "count", "spec", "reason"):
