@@ -203,7 +203,11 @@ def optimizer_state_specs(params: PyTree, param_specs: PyTree, opt_state: PyTree
     def mirrors_params(node: Any) -> bool:
         # Fast path: a subtree with the parameters' very structure (optax's mu, nu, trace) is
         # matched leaf by leaf, without formatting a key path for each of its leaves.
-        if jax.tree_util.tree_structure(node) == target:
+        if isinstance(node, _ARRAY_TYPES) and target.num_leaves > 1:
+            return False  # a leaf cannot mirror a tree of several leaves
+        found: Any = jax.tree_util.tree_structure(node)  # the stub lacks num_leaves
+        # Leaf counts first: comparing two PyTreeDefs in full costs a walk of the larger one.
+        if found.num_leaves == target.num_leaves and found == target:
             mirrors.add(id(node))
             return True
         return False
