@@ -1,0 +1,238 @@
+"""FLOPs of one training step, per device, for the preset families.
+
+Counts matrix multiplies only (``2 x m x n x k`` each), the way MFU is defined
+(PaLM, Appendix B; Megatron's ``6 x params x tokens``). For ``T`` tokens:
+
+- **weights**: ``2 x N x T`` forward and ``4 x N x T`` backward (input and
+  weight gradients), ``N`` the *active* matmul weights of the layers plus the
+  output head (``vocab x hidden``; a tied head counts once, as a matmul; the
+  embedding lookup and position table cost none). An MoE layer counts its
+  router, its shared experts and ``top_k`` routed experts, not all experts;
+- **attention**: ``Q K^T`` and ``P V``: ``2 x T x s x heads x (qk_dim + v_dim)``
+  forward, twice that backward. ``plain`` and ``dot_product`` attention compute
+  the full masked ``s x s`` matrix (XLA's lowering: no causal skipping);
+  ``flash`` kernels skip the blocks above the diagonal (``s / 2``);
+- **recompute** (:data:`RECOMPUTE`): remat ``full`` and ``offload`` run each
+  layer's forward again in the backward pass (the attention and about
+  ``2 x N_layers x T``), except the layer's last matmul: its output only feeds
+  the residual add, and its gradients need its input, not its output, so XLA
+  drops it as dead code (the MLP's down projection; with MoE the combine einsum
+  and the shared experts' down projection; measured); ``dots`` (``dots_saveable``, as the reference step
+  writes it) keeps every matmul output, so nothing is recomputed; ``none``
+  keeps everything. The head is outside the remat and never recomputed;
+- **MoE execution overhead** (executed, not model FLOPs): capacity-based
+  dispatch (GShard / MaxText, capacity factor ``cf``) runs every expert on
+  ``capacity = ceil(top_k x s x cf / E)`` slots per sequence, i.e. ``E x
+  capacity / (top_k x s)`` times the routed work, and its dispatch and combine
+  einsums cost ``2 x T x E x capacity x hidden`` each (1 + 1 matmuls for
+  dispatch, whose 0/1 tensor has no gradient; 1 + 2 for combine).
+
+``model`` FLOPs (the MFU numerator) exclude recompute and the MoE overhead;
+``executed`` includes them. **Per device**: the batch axes (``dp, fsdp, ep``)
+and ``sp`` split the tokens, ``tp`` splits every matmul (heads, MLP width,
+vocabulary), ``ep`` splits the experts (with their tokens exchanged, each
+device runs ``1/n`` of the expert work). Replicated work: MLA's low-rank down projections (``q_a``, ``kv_a``) and the
+router are replicated over ``tp``; so are the MoE dispatch/combine einsums (XLA
+finds no tp-split dim in them: measured, a 4-way tp Mixtral step ran them whole
+on each shard). K and V projections split ``gcd(tp, kv_heads)`` ways (whole
+heads; measured with 2 KV heads and tp=4).
+Elementwise work (norms, softmax, the optimizer update) is not counted; XLA's
+``cost_analysis()`` counts it, and ``benchmarks/bench_flops.py`` shows by how much.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from meshplan.pure._check import as_count
+from meshplan.pure.errors import PlanError
+
+__all__ = ["DEFAULT_EFFICIENCY", "RECOMPUTE", "LayerFlops", "StepFlops", "default_efficiency", "layer_flops",
+           "step_flops"]
+
+RECOMPUTE: dict[str, float] = {"none": 0.0, "dots": 0.0, "full": 1.0, "offload": 1.0}
+"""Forward passes of each layer rerun in the backward pass, per remat policy."""
+
+DEFAULT_EFFICIENCY: dict[str, float] = {"gpu": 0.4, "tpu": 0.5}
+"""Fraction of peak bf16 FLOP/s a well-tuned step sustains on its matmuls, per device kind.
+GPU 0.40: Llama-3 405B on H100 (Meta, "The Llama 3 Herd of Models", 2024: 38-43% MFU); torchtitan
+reports ~40% for Llama-3 8B/70B with FSDP + TP. TPU 0.50: MaxText's published Llama-2/3 recipes
+on v5p / v6e run at roughly 45-60% MFU. Override with ``efficiency=`` / ``--efficiency``."""
+
+
+def default_efficiency(ici_scope: str) -> float:
+    """The default efficiency for a device whose fast link ends at a ``"node"`` (GPU) or ``"slice"`` (TPU).
+
+    Example:
+      >>> default_efficiency("node"), default_efficiency("slice")
+      (0.4, 0.5)
+    """
+    return DEFAULT_EFFICIENCY["tpu" if ici_scope == "slice" else "gpu"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LayerFlops:
+    """Forward FLOPs of one layer for ``T`` tokens (the whole step, not per device).
+
+    Attributes:
+      weights: weight matmuls of the active parameters (``2 x N x T``).
+      attention: ``Q K^T`` and ``P V``.
+      padding: MoE experts run on empty capacity slots (executed, not model FLOPs).
+      einsum: one MoE dispatch or combine einsum (the forward runs two, the backward three).
+      replicated: extra ``weights`` FLOPs the tp shards repeat: each matmul split only ``k`` of
+        the ``tp`` ways counts ``tp / k - 1`` times (divide by the devices for one device's extra).
+      tail: forward FLOPs of the layer's last matmuls, whose outputs the backward never needs
+        (not recomputed under remat).
+    """
+
+    weights: float
+    attention: float
+    padding: float = 0.0
+    einsum: float = 0.0
+    replicated: float = 0.0
+    tail: float = 0.0
+
+    @property
+    def forward_overhead(self) -> float:
+        """Executed forward FLOPs beyond the model's: padding and the two einsums."""
+        return self.padding + 2 * self.einsum
+
+    @property
+    def backward_overhead(self) -> float:
+        """Executed backward FLOPs beyond the model's: padding twice and three einsums."""
+        return 2 * self.padding + 3 * self.einsum
+
+
+def _attention_weights(model: Any, tp: int) -> tuple[int, int, int, int]:
+    """(matmul weights of one attention block, extra copies the tp shards repeat, qk dim, v dim per head)."""
+    h, n = model.hidden_size, model.num_heads
+    if model.family == "gpt2":
+        return 4 * h * h, 0, model.head_dim, model.head_dim
+    mla = model.mla
+    if mla is not None:
+        down = h * mla.q_lora_rank + h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        up = mla.q_lora_rank * n * mla.qk_head_dim + mla.kv_lora_rank * n * (mla.qk_nope_head_dim + mla.v_head_dim)
+        return down + up + n * mla.v_head_dim * h, down * (tp - 1), mla.qk_head_dim, mla.v_head_dim
+    # K and V split over tp only as far as whole KV heads go: gcd(tp, kv_heads) ways, each
+    # part repeated on the tp / gcd shards of a head (measured: 2 KV heads, tp=4).
+    kv = 2 * h * model.num_kv_heads * model.head_dim
+    total = 2 * h * n * model.head_dim + kv
+    return total, kv * (tp // math.gcd(tp, model.num_kv_heads) - 1), model.head_dim, model.head_dim
+
+
+def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention: str = "flash",
+                capacity_factor: float = 1.25, tp: int = 1) -> LayerFlops:
+    """Forward FLOPs of one layer of ``model`` for ``batch`` sequences of ``seq`` tokens (see the module docstring).
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> f = layer_flops(MODEL_SPECS["llama3-8b"], moe_layer=False, batch=1, seq=4096)
+      >>> round(f.weights / (2 * 4096) / 1e6)       # active matmul weights of one layer, in millions
+      218
+    """
+    tokens = batch * seq
+    attn_w, replicated, qk, v = _attention_weights(model, tp)
+    span = seq / 2 if attention == "flash" else seq
+    attn = 2.0 * tokens * span * model.num_heads * (qk + v)
+    h = model.hidden_size
+    if not moe_layer:
+        mlp = (2 if model.family == "gpt2" else 3) * h * model.intermediate_size
+        down = 2.0 * tokens * h * model.intermediate_size
+        return LayerFlops(2.0 * tokens * (attn_w + mlp), attn, replicated=2.0 * tokens * replicated, tail=down)
+    e, k, f = model.num_experts, model.num_experts_per_tok, model.moe_intermediate_size
+    expert = 3 * h * f
+    active = attn_w + h * e + expert * (k + model.num_shared_experts)
+    replicated += h * e * (tp - 1)
+    capacity = max(1, math.ceil(k * seq * capacity_factor / e))
+    slots = batch * e * capacity  # expert rows actually computed
+    padding = 2.0 * expert * (slots - tokens * k)
+    einsum = 2.0 * tokens * e * capacity * h  # one dispatch or combine einsum
+    shared_down = 2.0 * tokens * h * f * model.num_shared_experts
+    return LayerFlops(2.0 * tokens * active, attn, padding, einsum, 2.0 * tokens * replicated, shared_down + einsum)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepFlops:
+    """FLOPs of one training step (see the module docstring).
+
+    Attributes:
+      model: matmul FLOPs of forward + backward, no recompute, no MoE overhead (MFU's numerator), whole step.
+      recompute: forward FLOPs rerun by the remat policy, whole step.
+      overhead: MoE capacity padding and dispatch/combine einsums (forward + backward), whole step.
+      per_device: executed FLOPs on one device.
+      layer_forward: executed forward FLOPs of one (average) layer on one device.
+      layer_backward: executed backward FLOPs of one (average) layer on one device, recompute included.
+      head: executed FLOPs of the output head on one device (forward + backward).
+    """
+
+    model: float
+    recompute: float
+    overhead: float
+    per_device: float
+    layer_forward: float
+    layer_backward: float
+    head: float
+
+    @property
+    def executed(self) -> float:
+        """Whole-step executed FLOPs: model + recompute + overhead."""
+        return self.model + self.recompute + self.overhead
+
+
+def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, remat: str = "full",
+               attention: str = "flash", capacity_factor: float = 1.25) -> StepFlops:
+    """FLOPs of one training step of ``model`` on a mesh of ``sizes`` (see the module docstring).
+
+    Args:
+      model: a :class:`~meshplan.pure.ModelSpec`.
+      sizes: mesh axis sizes (``dp, fsdp, ep, sp, tp``; missing axes count as 1).
+      batch: global batch in sequences; seq: tokens per sequence.
+      remat: ``"none"``, ``"dots"``, ``"full"`` or ``"offload"``.
+      attention: ``"plain"``, ``"dot_product"`` or ``"flash"``.
+      capacity_factor: MoE expert capacity over the even share of tokens.
+
+    Returns:
+      A :class:`StepFlops`.
+
+    Raises:
+      PlanError: an unknown remat policy or a non-positive size.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> f = step_flops(MODEL_SPECS["llama3-70b"], {"fsdp": 8, "tp": 8}, batch=64, seq=4096)
+      >>> f"{f.model:.2e}", f"{f.per_device:.2e}"
+      ('1.14e+17', '2.20e+15')
+    """
+    if remat not in RECOMPUTE:
+        raise PlanError(f"remat={remat!r}: use one of {list(RECOMPUTE)}.")
+    b, s = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
+    n = math.prod(as_count(v, f"sizes[{k!r}]", error=PlanError) for k, v in sizes.items())
+    tp = sizes.get("tp", 1)
+    dense_layers = model.num_layers - model.num_moe_layers
+    parts = []
+    if dense_layers:
+        parts.append((dense_layers, layer_flops(model, moe_layer=False, batch=b, seq=s, attention=attention,
+                                                tp=tp)))
+    if model.num_moe_layers:
+        parts.append((model.num_moe_layers, layer_flops(model, moe_layer=True, batch=b, seq=s,
+                                                        attention=attention, capacity_factor=capacity_factor,
+                                                        tp=tp)))
+    head = 6.0 * b * s * model.vocab_size * model.hidden_size
+    r = RECOMPUTE[remat]
+    fwd = sum(c * (f.weights + f.attention) for c, f in parts)
+    model_flops = 3 * fwd + head
+    # The combine einsum (overhead) is part of the tail; the rest of the tail is model FLOPs.
+    recompute = r * sum(c * (f.weights + f.attention - (f.tail - f.einsum)) for c, f in parts)
+    overhead = sum(c * (f.forward_overhead * (1 + r) - r * f.einsum + f.backward_overhead) for c, f in parts)
+    # Replicated matmuls run whole on each of the tp shards: (tp - 1) / tp extra per device.
+    replicated = sum(c * f.replicated for c, f in parts) * (3 + r)
+    # The dispatch/combine einsums have no dim tp splits (the residual stream is whole): tp runs them whole.
+    einsums = sum(c * f.einsum * (5 + r) for c, f in parts)
+    per_device = (model_flops + recompute + overhead) / n + (replicated + einsums * (tp - 1)) / n
+    layers = max(model.num_layers, 1)
+    layer_fwd = (fwd + sum(c * f.forward_overhead for c, f in parts)) / layers / n
+    body = (per_device - head / n) / layers
+    return StepFlops(model_flops, recompute, overhead, per_device, layer_fwd, body - layer_fwd, head / n)

@@ -1,0 +1,123 @@
+"""Properties of the analytic step FLOPs (meshplan.pure.search._flops).
+
+Agreement with XLA's own count is in tests/facade/test_flops_vs_xla.py.
+"""
+
+import dataclasses
+import math
+
+import jax
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshplan.pure.errors import PlanError
+from meshplan.pure.presets import MODEL_SPECS, build_params
+from meshplan.pure.search._flops import RECOMPUTE, default_efficiency, layer_flops, step_flops
+from meshplan.testing import model_specs
+
+ATTENTION = st.sampled_from(("plain", "dot_product", "flash"))
+REMAT = st.sampled_from(tuple(RECOMPUTE))
+
+
+@st.composite
+def meshes_for(draw, spec):
+    """Axis sizes for ``spec``: tp divides the heads, the rest are free."""
+    tp = draw(st.sampled_from([d for d in (1, 2, 4, 8) if spec.num_heads % d == 0]))
+    sizes = {a: draw(st.sampled_from((1, 2, 4))) for a in ("dp", "fsdp", "sp")}
+    if spec.is_moe:
+        sizes["ep"] = draw(st.sampled_from((1, 2)))
+    return {**sizes, "tp": tp}
+
+
+@st.composite
+def cases(draw, family=None):
+    spec = draw(model_specs(family=family))
+    return spec, draw(meshes_for(spec)), draw(st.integers(1, 8)), draw(st.sampled_from((16, 32, 128)))
+
+
+@given(cases(), REMAT, ATTENTION)
+def test_linear_in_tokens(case, remat, attention):
+    spec, sizes, b, s = case
+    one = step_flops(spec, sizes, batch=b, seq=s, remat=remat, attention=attention)
+    two = step_flops(spec, sizes, batch=3 * b, seq=s, remat=remat, attention=attention)
+    for name in ("model", "recompute", "overhead", "per_device", "layer_forward", "layer_backward", "head"):
+        assert getattr(two, name) == pytest.approx(3 * getattr(one, name), rel=1e-12), name
+
+
+@given(cases(), REMAT, ATTENTION)
+def test_per_device_times_devices_covers_the_step(case, remat, attention):
+    spec, sizes, b, s = case
+    f = step_flops(spec, sizes, batch=b, seq=s, remat=remat, attention=attention)
+    n = math.prod(sizes.values())
+    assert f.per_device * n >= f.executed * (1 - 1e-12)
+    if sizes["tp"] == 1:  # nothing is replicated without tp
+        assert f.per_device * n == pytest.approx(f.executed, rel=1e-12)
+    # The per-layer split adds back up to the device's total.
+    layers = spec.num_layers
+    assert (f.layer_forward + f.layer_backward) * layers + f.head == pytest.approx(f.per_device, rel=1e-9)
+
+
+@given(cases(), ATTENTION)
+def test_remat_adds_the_layer_forward(case, attention):
+    spec, sizes, b, s = case
+    by = {r: step_flops(spec, sizes, batch=b, seq=s, remat=r, attention=attention) for r in RECOMPUTE}
+    assert by["none"].per_device == by["dots"].per_device
+    assert by["full"].per_device > by["none"].per_device
+    assert by["full"].per_device == by["offload"].per_device
+    # Model FLOPs (the MFU numerator) never count recompute.
+    assert len({f.model for f in by.values()}) == 1
+    # Recompute is one forward pass of the layers (a third of their model FLOPs) less each layer's
+    # last matmul, whose output the backward never reads.
+    forward = (by["full"].model - 6.0 * b * s * spec.vocab_size * spec.hidden_size) / 3
+    kw = dict(batch=b, seq=s, attention=attention, tp=sizes["tp"])
+    dense = layer_flops(spec, moe_layer=False, **kw)
+    tails = (spec.num_layers - spec.num_moe_layers) * dense.tail
+    if spec.num_moe_layers:
+        moe = layer_flops(spec, moe_layer=True, **kw)
+        tails += spec.num_moe_layers * (moe.tail - moe.einsum)
+    assert 0 < by["full"].recompute <= forward
+    assert by["full"].recompute == pytest.approx(forward - tails, rel=1e-9)
+
+
+@given(model_specs(family=("mixtral", "deepseek_v3")), st.integers(1, 4), st.sampled_from((32, 64)))
+def test_moe_counts_top_k_experts_only(spec, b, s):
+    more = dataclasses.replace(spec, num_experts=spec.num_experts * 2, num_params=None)
+    a = step_flops(spec, {}, batch=b, seq=s)
+    c = step_flops(more, {}, batch=b, seq=s)
+    # Only the router grows with the expert count (it scores every expert).
+    router = 6.0 * b * s * spec.hidden_size * spec.num_experts * spec.num_moe_layers
+    assert c.model - a.model == pytest.approx(router, rel=1e-9)
+    # A token's active weights: top_k experts, however many exist.
+    one = layer_flops(spec, moe_layer=True, batch=b, seq=s)
+    expert = 3 * spec.hidden_size * spec.moe_intermediate_size
+    active = expert * (spec.num_experts_per_tok + spec.num_shared_experts)
+    assert one.weights >= 2.0 * b * s * active
+
+
+@given(model_specs(family=("gpt2", "llama")), st.integers(1, 4), st.sampled_from((16, 64)))
+def test_dense_weights_are_six_times_the_matmul_parameters(spec, b, s):
+    """Agreement with the preset's parameter tree: every >= 2-d weight but the embeddings is a matmul."""
+    tree = build_params(spec)
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    skip = ("embed_tokens", "wte", "wpe")
+    matmul = sum(math.prod(x.shape) for p, x in leaves
+                 if len(x.shape) >= 2 and not any(k in jax.tree_util.keystr(p) for k in skip))
+    if "lm_head" not in str(tree.keys()):  # tied: the embedding is the head
+        matmul += spec.vocab_size * spec.hidden_size
+    f = step_flops(spec, {}, batch=b, seq=s, remat="none", attention="flash")
+    attention = sum(3 * layer_flops(spec, moe_layer=False, batch=b, seq=s).attention for _ in range(spec.num_layers))
+    assert f.model - attention == pytest.approx(6.0 * matmul * b * s, rel=1e-9)
+
+
+def test_published_sizes():
+    """Llama-3-70B, 64 x 4096 tokens: ~6 x 70B x 262k = 1.1e17 FLOPs before attention (the issue's 1.2e17)."""
+    f = step_flops(MODEL_SPECS["llama3-70b"], {"fsdp": 8, "tp": 8}, batch=64, seq=4096, remat="none",
+                   attention="flash")
+    assert 1.1e17 < f.model < 1.2e17
+    assert default_efficiency("node") == 0.4 and default_efficiency("slice") == 0.5
+
+
+def test_bad_remat():
+    with pytest.raises(PlanError, match="remat='some'"):
+        step_flops(MODEL_SPECS["gpt2"], {}, batch=1, seq=8, remat="some")
