@@ -218,7 +218,8 @@ def activation_layout(
     dims = {n: as_count(v, n, error=PlanError)
             for n, v in (("batch", batch), ("seq", seq), ("hidden", hidden), ("vocab", vocab),
                          ("itemsize", itemsize))}
-    roles = {"batch_axes": tuple(batch_axes), "seq_axes": tuple(seq_axes), "model_axes": tuple(model_axes)}
+    roles = {"batch_axes": as_sequence(batch_axes, "batch_axes"), "seq_axes": as_sequence(seq_axes, "seq_axes"),
+             "model_axes": as_sequence(model_axes, "model_axes")}
     seen: dict[str, str] = {}
     twice = []
     for role, axes in roles.items():

@@ -137,6 +137,7 @@ def test_a_hidden_size_tp_cannot_split_moves_tp_to_the_sequence_and_odd_logits_s
     ({"hidden": 2.5}, MeshplanTypeError, "hidden"),
     ({"seq_axes": (3,)}, MeshplanTypeError, "seq_axes entry 3"),
     ({"residual_split": "yes"}, MeshplanTypeError, "residual_split"),
+    ({"model_axes": "tp"}, MeshplanTypeError, "model_axes"),
 ])
 def test_bad_arguments_are_typed_errors_naming_them(kwargs: dict, error: type, match: str) -> None:
     args = {"batch": 8, "seq": 8, "hidden": 8, "vocab": 8, **kwargs}
