@@ -83,6 +83,8 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      E.MeshplanTypeError, "grad_dtype={}"),
     ("leaf with a bad .dtype", lambda: pure.plan_tree({"a": [_BadDtype()]}, pure.AutoRule(), {"dp": 2}),
      E.MeshplanTypeError, "leaf 'a/0'"),
+    ("array of strings as a leaf", lambda: pure.plan_tree({"a": np.array(["x"])}, pure.AutoRule(), {"dp": 2}),
+     E.MeshplanTypeError, "leaf 'a': dtype=<U1"),
     # --- trees (pure.specs._tree) ---
     ("tree with unsortable keys", lambda: pure.tree_facts({1: 0, "w": 1}), E.MeshplanTypeError, "dict keys"),
     ("spec tree with unsortable keys", lambda: pure.validate_specs(TREE, {1: P(), "w": P()}, {"dp": 2}),

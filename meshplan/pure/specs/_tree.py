@@ -29,7 +29,7 @@ import numpy as np
 
 from meshplan.pure._check import as_flag
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError
-from meshplan.pure.specs._dtypes import canonical_dtype
+from meshplan.pure.specs._dtypes import canonical_dtype, dtype_bits
 from meshplan.pure._types import PyTree, Shape
 
 __all__ = ["LeafInfo", "TreeFacts", "flatten", "flatten_with_path", "leaf_info", "tree_facts", "path_str"]
@@ -73,7 +73,11 @@ def _shape_of(x: Any) -> Shape | None:
 
 def _array_info(x: Any) -> LeafInfo | None:
     shape = _shape_of(x)
-    return None if shape is None else LeafInfo(shape, canonical_dtype(x.dtype))
+    if shape is None:
+        return None
+    dtype = canonical_dtype(x.dtype)
+    dtype_bits(dtype)  # an array of strings or objects is one jax cannot hold: a typed error, named by the caller
+    return LeafInfo(shape, dtype)
 
 
 def flatten(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[Any], Any]:
