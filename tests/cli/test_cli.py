@@ -27,7 +27,8 @@ def test_plan_prints_the_ranking_the_split_the_memory_and_the_parameter_groups()
     out = _run("plan", "--model", "llama3-70b", "--cluster", "8x8xH100")
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    for needle in ("Ranked meshes", "best: least step communication", "Chosen mesh", "dcn_mesh_dims=",
+    for needle in ("Ranked meshes", "best: fastest predicted step", "MFU", "exposed comm", "Predicted step:",
+                   "Chosen mesh", "dcn_mesh_dims=",
                    "Memory per device", "activations (calibrated)", "Step communication", "Parameter groups",
                    "model/layers/*/self_attn/q_proj/weight", "tp=16 spans 2 nodes", "rejected:"):
         assert needle in text, needle
