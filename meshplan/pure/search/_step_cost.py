@@ -74,7 +74,7 @@ from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
 __all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "STORAGE_AXES", "AxisPlacement", "ParamTraffic",
            "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "param_terms", "price",
-           "step_activations", "to_terms"]
+           "step_activations", "to_terms", "xla_collectives"]
 
 AXIS_ORDER: tuple[str, ...] = ("dp", "fsdp", "ep", "sp", "tp")
 """The axis kinds the search knows, outermost (least traffic) first."""
@@ -344,3 +344,69 @@ def activation_bytes(
     logits = layout["logits"].shard_bytes(sizes)
     gathered = 2 * param_bytes * fsdp // max(model.num_layers, 1) if fsdp > 1 else 0
     return int(saved + working + logits + gathered)
+
+
+XLA_BACKENDS: tuple[str, ...] = ("cpu", "gpu", "tpu")
+"""Backends :func:`xla_collectives` knows how XLA lowers collectives for."""
+
+
+def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, collective_matmul: bool = False,
+                    sizes: Mapping[str, int] | None = None) -> tuple[CommTerm, ...]:
+    """The step's collectives as XLA emits them on ``backend``: the textbook terms, relowered.
+
+    The textbook terms (:func:`param_terms`, :func:`activation_terms`) are what the step needs;
+    a compiled program shows them as the backend lowers them, and the HLO check
+    (``tests/facade/test_collectives_vs_xla.py``) compares against this:
+
+    - ``"cpu"``: XLA:CPU has no reduce-scatter; the SPMD partitioner emits an all-reduce
+      of the same buffer and a dynamic-slice, so reduce-scatters become all-reduces of
+      ``B``. XLA:CPU also computes 16-bit floats in f32 and moves the convert ahead of
+      the collective, so a term priced at ``itemsize == 2`` moves twice the bytes.
+    - ``"tpu"`` with ``collective_matmul`` (XLA:TPU's windowed einsum, on by default for
+      large enough matmuls): a tp all-gather or reduce-scatter that feeds a matmul runs as
+      ``n - 1`` collective-permutes of ``B/n`` each, overlapped with the matmul's pieces;
+      ``collective_matmul=False`` models ``--xla_tpu_enable_windowed_einsum_for_all_gather=false``
+      (and ``..._reduce_scatter=false``), where they stay as they are.
+    - ``"gpu"``: as the textbook.
+
+    Bytes and calls are per device per step; ``seconds`` keep the textbook price (this says
+    what the program contains, not a second cost model).
+
+    Args:
+      terms: the priced :class:`CommTerm` records of a candidate (``MeshCandidate.comm``).
+      backend: one of :data:`XLA_BACKENDS`.
+      itemsize: bytes per element the terms were priced at (2 for bf16 weights and activations).
+      collective_matmul: whether XLA:TPU's windowed einsum is on (TPU only).
+      sizes: mesh axis sizes (the permutes' chunk count); needed with ``collective_matmul``.
+
+    Returns:
+      The terms as emitted, in the same order.
+
+    Example:
+      >>> t = CommTerm("fsdp reduce-scatter of grads", "reduce-scatter", ("fsdp",), 1000, 2, "intra", 0.0)
+      >>> [(x.kind, x.nbytes, x.calls) for x in xla_collectives([t], backend="cpu", itemsize=2)]
+      [('all-reduce', 2000, 2)]
+    """
+    if backend not in XLA_BACKENDS:
+        raise PlanError(f"backend={backend!r} must be one of {list(XLA_BACKENDS)}.")
+    size = as_count(itemsize, "itemsize", error=PlanError)
+    mesh = dict(sizes or {})
+    if collective_matmul and backend == "tpu" and not mesh:
+        raise PlanError("xla_collectives(collective_matmul=True) needs sizes= (the mesh axis sizes).")
+    out = []
+    for t in terms:
+        if not isinstance(t, CommTerm):
+            raise MeshplanTypeError(f"terms must hold CommTerm records, got {t!r:.80}.")
+        kind, nbytes, calls, what = t.kind, t.nbytes, t.calls, t.what
+        if backend == "cpu":
+            if kind == "reduce-scatter":
+                kind, what = "all-reduce", f"{what} (XLA:CPU: all-reduce + dynamic-slice)"
+            if size == 2:
+                nbytes *= 2
+        elif backend == "tpu" and collective_matmul and "tp" in t.axes and kind in ("all-gather", "reduce-scatter"):
+            # Windowed einsum: n - 1 permutes of one B/n chunk each per original call.
+            n = math.prod(mesh.get(a, 1) for a in t.axes)
+            kind, what = "collective-permute", f"{what} (XLA:TPU collective matmul)"
+            nbytes, calls = nbytes // max(n, 1), calls * max(n - 1, 1)
+        out.append(CommTerm(what, kind, t.axes, int(nbytes), calls, t.link, t.seconds))
+    return tuple(out)

@@ -1,0 +1,138 @@
+"""The comm model's collectives against the compiled program's, per kind, on unrolled reference steps.
+
+For each case: the search's candidate for a fixed mesh (its ``MeshCandidate.comm``
+terms, relowered for the backend by ``xla_collectives``) next to the
+collectives in the optimized HLO of the same reference step (``scan_layers=False``,
+so every layer's collectives are in the program; remat's ``prevent_cse=True``), read
+by ``meshplan.compiled_collectives``. Bytes are per device per step, as the cost
+model defines a collective's buffer; ratio = analytic / compiled.
+
+Run: ``python benchmarks/bench_collectives.py`` (XLA:CPU, 8 simulated devices);
+``--tpu v5e-8`` also compiles for that TPU topology (needs libtpu), in a subprocess
+with windowed einsum off (``LIBTPU_INIT_ARGS`` must be set before libtpu starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+if __name__ == "__main__" and "--child" not in sys.argv:
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+
+WINDOWED_OFF = ("--xla_tpu_enable_windowed_einsum_for_all_gather=false "
+                "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false")
+
+CASES: tuple[tuple[str, dict[str, int]], ...] = (
+    ("llama", {"dp": 8}),
+    ("llama", {"fsdp": 8}),
+    ("llama", {"dp": 2, "fsdp": 4}),
+    ("llama", {"dp": 2, "tp": 4}),
+    ("llama", {"fsdp": 2, "tp": 4}),
+    ("mixtral", {"fsdp": 8}),
+    ("mixtral", {"fsdp": 2, "ep": 4}),
+)
+BATCH, SEQ = 16, 512
+"""Tokens per device well above the weights' dims, so XLA's partitioner gathers weights (FSDP) rather
+than moving activations, as it does for real steps (at 32 tokens per device it keeps weights sharded)."""
+
+
+def tiny(family: str) -> object:
+    """Scaled-down presets: every dim divisible by the mesh axes above."""
+    from meshplan.pure.presets import MODEL_SPECS
+
+    if family == "mixtral":
+        return dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="tiny-mixtral", num_layers=2,
+                                   hidden_size=128, num_heads=8, num_kv_heads=4, head_dim=16,
+                                   intermediate_size=256, moe_intermediate_size=256, vocab_size=512,
+                                   num_params=None)
+    return dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny-llama", num_layers=2, hidden_size=128,
+                               num_heads=8, num_kv_heads=4, head_dim=16, intermediate_size=256, vocab_size=512,
+                               num_params=None)
+
+
+def compare(family: str, sizes: dict[str, int], mesh: object, backend: str
+            ) -> list[tuple[str, int, int, float, int, int]]:
+    """``(kind, analytic bytes, compiled bytes, ratio, analytic calls, compiled calls)`` per kind."""
+    import meshplan
+    from meshplan.pure.search import collective_totals, ratio_table, search_meshes, xla_collectives
+
+    spec = tiny(family)
+    cluster = "1x8xH100"  # the links price the terms; they do not change bytes or calls
+    cand = search_meshes(spec, cluster, axes=tuple(sizes), fixed=sizes, batch=BATCH, seq=SEQ).best
+    ref = meshplan.reference_step(spec, mesh, batch=BATCH, seq=SEQ, plan=cand,
+                                  config=meshplan.ReferenceConfig(scan_layers=False))
+    options = {"xla_backend_optimization_level": 0} if backend == "cpu" else None
+    compiled = collective_totals(meshplan.compiled_collectives(ref.fn, *ref.args, compiler_options=options))
+    analytic = collective_totals(xla_collectives(cand.comm, backend=backend, itemsize=2))
+    return [(k, a, c, r, analytic.get(k, (0, 0))[1], compiled.get(k, (0, 0))[1])
+            for k, a, c, r in ratio_table(analytic, compiled)]
+
+
+def run_cases(backend: str, topology: str | None) -> list[dict[str, object]]:
+    import jax
+    from jax.sharding import AxisType
+
+    import meshplan
+
+    rows: list[dict[str, object]] = []
+    for family, sizes in CASES:
+        if topology is not None:
+            mesh = meshplan.tpu_topology_mesh(topology, tuple(sizes), tuple(sizes.values()))
+        else:
+            mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), axis_types=(AxisType.Auto,) * len(sizes))
+        case = f"{family} {','.join(f'{k}={v}' for k, v in sizes.items())}"
+        start = time.perf_counter()
+        try:
+            table = compare(family, sizes, mesh, backend)
+        except Exception as err:  # a case the reference step or the search refuses: say so, keep going
+            rows.append({"case": case, "kind": "error", "error": f"{type(err).__name__}: {str(err)[:120]}"})
+            continue
+        for kind, a, c, r, na, nc in table:
+            rows.append({"case": case, "kind": kind, "analytic": a, "compiled": c, "ratio": r,
+                         "calls_analytic": na, "calls_compiled": nc,
+                         "seconds": round(time.perf_counter() - start, 1)})
+    return rows
+
+
+def print_rows(title: str, rows: list[dict[str, object]]) -> None:
+    print(f"\n{title}")
+    print(f"{'case':<26} {'kind':<19} {'analytic B':>12} {'compiled B':>12} {'ratio':>7} {'calls a/c':>10}")
+    for r in rows:
+        if r["kind"] == "error":
+            print(f"{r['case']:<26} {r['error']}")
+            continue
+        ratio = float(r["ratio"])  # type: ignore[arg-type]
+        flag = "" if 0.9 <= ratio <= 1.1 else "  <- outside 10%"
+        print(f"{r['case']:<26} {r['kind']:<19} {r['analytic']:>12,} {r['compiled']:>12,} {ratio:>7.3f} "
+              f"{str(r['calls_analytic']) + '/' + str(r['calls_compiled']):>10}{flag}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tpu", default=None, help="also compile for this TPU topology (e.g. v5e-8; needs libtpu)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:  # the TPU run, LIBTPU_INIT_ARGS already set by the parent
+        print(json.dumps(run_cases("tpu", args.tpu)))
+        return
+    print_rows("XLA:CPU, 8 simulated devices (unrolled, prevent_cse=True; reduce-scatter = all-reduce on CPU, "
+               "bf16 collectives run in f32)", run_cases("cpu", None))
+    if args.tpu:
+        env = dict(os.environ, LIBTPU_INIT_ARGS=WINDOWED_OFF, JAX_PLATFORMS="cpu")
+        out = subprocess.run([sys.executable, __file__, "--child", "--tpu", args.tpu], env=env,
+                             capture_output=True, text=True, check=False)
+        if out.returncode:
+            print(f"\nTPU {args.tpu}: failed\n{out.stderr[-2000:]}")
+        else:
+            print_rows(f"XLA:TPU AOT {args.tpu} (windowed einsum off)", json.loads(out.stdout.splitlines()[-1]))
+
+
+if __name__ == "__main__":
+    main()

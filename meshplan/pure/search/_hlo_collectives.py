@@ -1,0 +1,204 @@
+"""The collectives of a compiled XLA program, read from its HLO text, and their totals per kind.
+
+A pure parser over the string ``compiled.as_text()`` returns (what
+:func:`meshplan.facade.compiled_collectives` hands it): no jax, no devices. Each
+collective instruction becomes a :class:`HloCollective` with its bytes defined
+as :mod:`meshplan.pure.search._cost` defines a collective's buffer ``B``, so the
+analytic model's :class:`~meshplan.pure.CommTerm` figures and the compiler's
+compare directly:
+
+- all-gather: the gathered result (operand bytes times the group size);
+- reduce-scatter, all-reduce: the operand (the unscattered buffer);
+- all-to-all, collective-permute: the operand (what each device sends from).
+
+The shapes in a partitioned (SPMD) module are per device, so every figure is
+per device. Combined collectives (XLA's all-gather / all-reduce combiners make
+one instruction of many, with a tuple of operands) count one call per operand,
+so counts do not depend on how much the combiners merged. Async pairs
+(``all-gather-start`` / ``-done``) count once, at the start.
+
+Loops: an instruction inside a ``while`` body is listed once, whatever the
+trip count (the same limit as XLA's ``cost_analysis``); compare on unrolled
+steps (the reference step with ``scan_layers=False``). Each record names its
+computation, so a caller can tell loop bodies apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Mapping
+
+from meshplan.pure.errors import MeshplanTypeError
+
+__all__ = ["HLO_COLLECTIVE_KINDS", "HloCollective", "collective_totals", "parse_hlo_collectives", "ratio_table"]
+
+HLO_COLLECTIVE_KINDS: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
+                                         "collective-permute")
+"""The collective opcodes read from HLO, in a fixed order."""
+
+_ITEMSIZE = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
+             "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+             "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
+# `%name = <type> <opcode>(<operands>), attributes`: the type is an array type or a (nested) tuple of them.
+_INSTR = re.compile(r"^\s+(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([a-z][\w\-]*)\((.*)$")
+_ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
+_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_GROUPS_LIST = re.compile(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}")
+_GROUPS_IOTA = re.compile(r"replica_groups=\[([\d,]+)\]<=\[")
+# `mesh['a'=2,'b'=4] {'b'}`, possibly with `, device_ids=([2,4]T(1,0))` (no braces) before the axes.
+_GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HloCollective:
+    """One collective instruction of a compiled program (per device).
+
+    Attributes:
+      kind: one of :data:`HLO_COLLECTIVE_KINDS`.
+      name: the instruction's name in the HLO.
+      computation: the computation it sits in (``while`` bodies are listed once).
+      dtypes: each operand's element type (``"bf16"``, ``"f32"``, ...).
+      operand_bytes: each operand's bytes per device.
+      group_size: devices per replica group (0 when the HLO names no groups, e.g. collective-permute).
+      nbytes: the full buffer ``B`` of the call, summed over operands (see the module docstring).
+      calls: operands (a combined collective is one call per operand).
+    """
+
+    kind: str
+    name: str
+    computation: str
+    dtypes: tuple[str, ...]
+    operand_bytes: tuple[int, ...]
+    group_size: int
+    nbytes: int
+    calls: int
+
+
+def _array_bytes(text: str) -> list[tuple[str, int]]:
+    """Every array type in ``text`` (a type, possibly a tuple) as ``(dtype, bytes)``."""
+    out = []
+    for dtype, dims in _ARRAY.findall(text):
+        if dtype in _ITEMSIZE:
+            out.append((dtype, _ITEMSIZE[dtype] * math.prod(int(d) for d in dims.split(",") if d)))
+    return out
+
+
+def _group_size(attrs: str) -> int:
+    m = _GROUPS_MESH.search(attrs)
+    if m:
+        sizes = dict(re.findall(r"'([^']+)'=(\d+)", m.group(1)))
+        return math.prod(int(sizes[a]) for a in re.findall(r"'([^']+)'", m.group(2)) if a in sizes)
+    m = _GROUPS_IOTA.search(attrs)
+    if m:
+        return int(m.group(1).split(",")[-1])
+    m = _GROUPS_LIST.search(attrs)
+    if m:
+        return len(m.group(1).split("}")[0].strip("{").split(","))
+    return 0
+
+
+def _operand_names(rest: str) -> list[str]:
+    """The ``%names`` in the operand list (up to the closing parenthesis at depth 0)."""
+    depth, end = 1, len(rest)
+    for k, ch in enumerate(rest):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            end = k
+            break
+    return re.findall(r"%([\w.\-]+)", re.sub(r"/\*.*?\*/", "", rest[:end]))
+
+
+def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
+    """The collectives of an HLO module's text, in program order.
+
+    Args:
+      text: HLO text, as ``jax.jit(f).lower(...).compile().as_text()`` returns it.
+
+    Returns:
+      One :class:`HloCollective` per collective instruction (``-done`` halves skipped).
+
+    Raises:
+      MeshplanTypeError: ``text`` is not a string.
+
+    Example:
+      >>> hlo = '''ENTRY %main (p: bf16[4,8]) -> bf16[32,8] {
+      ...   %p = bf16[4,8]{1,0} parameter(0)
+      ...   ROOT %ag = bf16[32,8]{1,0} all-gather(%p), replica_groups=[1,8]<=[8], dimensions={0}
+      ... }'''
+      >>> [(c.kind, c.nbytes, c.group_size) for c in parse_hlo_collectives(hlo)]
+      [('all-gather', 512, 8)]
+    """
+    if not isinstance(text, str):
+        raise MeshplanTypeError(f"text={text!r:.80} must be the HLO module's text (a str).")
+    types: dict[str, list[tuple[str, int]]] = {}
+    found: list[tuple[str, str, str, list[str], str]] = []
+    computation = ""
+    for line in text.splitlines():
+        m = _INSTR.match(line)
+        if m is None:
+            # Computation headers start at column 0 (instructions are indented) and open a block.
+            c = _COMPUTATION.match(line)
+            if c is not None and not line[:1].isspace():
+                computation = c.group(1)
+            continue
+        name, rtype, opcode, rest = m.groups()
+        types[name] = _array_bytes(rtype)
+        base = opcode[:-6] if opcode.endswith("-start") else opcode
+        if base in HLO_COLLECTIVE_KINDS:
+            found.append((base, name, computation, _operand_names(rest), rest))
+    out = []
+    for kind, name, comp, operands, attrs in found:
+        arrays = [a for op in operands for a in types.get(op, [])]
+        n = _group_size(attrs)
+        size = sum(b for _, b in arrays)
+        nbytes = size * n if kind == "all-gather" else size
+        out.append(HloCollective(kind, name, comp, tuple(d for d, _ in arrays), tuple(b for _, b in arrays),
+                                 n, nbytes, len(arrays)))
+    return tuple(out)
+
+
+def collective_totals(records: Iterable[HloCollective] | Iterable[object]) -> dict[str, tuple[int, int]]:
+    """``{kind: (bytes, calls)}`` per step, summed over records, kinds in :data:`HLO_COLLECTIVE_KINDS` order.
+
+    Takes :class:`HloCollective` records or :class:`~meshplan.pure.CommTerm`s (anything with
+    ``kind``, ``nbytes`` and ``calls``; a CommTerm's ``nbytes`` is per call, so it counts
+    ``nbytes * calls``; an HloCollective's ``nbytes`` already sums its operands). Kinds with no
+    record are left out.
+
+    Example:
+      >>> from meshplan.pure.search import CommTerm
+      >>> collective_totals([CommTerm("x", "all-reduce", ("tp",), 100, 4, "intra", 0.0)])
+      {'all-reduce': (400, 4)}
+    """
+    sums: dict[str, list[int]] = {}
+    for r in records:
+        kind, nbytes, calls = getattr(r, "kind", None), getattr(r, "nbytes", None), getattr(r, "calls", None)
+        if not isinstance(kind, str) or not isinstance(nbytes, int) or not isinstance(calls, int):
+            raise MeshplanTypeError(f"record {r!r:.80} must have a str kind and int nbytes and calls "
+                                    "(an HloCollective or a CommTerm).")
+        total = nbytes if isinstance(r, HloCollective) else nbytes * calls
+        acc = sums.setdefault(kind, [0, 0])
+        acc[0] += total
+        acc[1] += calls
+    order = {k: i for i, k in enumerate(HLO_COLLECTIVE_KINDS)}
+    return {k: (v[0], v[1]) for k, v in sorted(sums.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))}
+
+
+def ratio_table(analytic: Mapping[str, tuple[int, int]], compiled: Mapping[str, tuple[int, int]]
+                ) -> tuple[tuple[str, int, int, float], ...]:
+    """``(kind, analytic bytes, compiled bytes, ratio)`` for every kind in either, ratio = analytic / compiled.
+
+    Example:
+      >>> ratio_table({"all-reduce": (110, 1)}, {"all-reduce": (100, 2), "all-gather": (50, 1)})
+      (('all-gather', 0, 50, 0.0), ('all-reduce', 110, 100, 1.1))
+    """
+    order = {k: i for i, k in enumerate(HLO_COLLECTIVE_KINDS)}
+    kinds = sorted(set(analytic) | set(compiled), key=lambda k: (order.get(k, 99), k))
+    rows = []
+    for k in kinds:
+        a, c = analytic.get(k, (0, 0))[0], compiled.get(k, (0, 0))[0]
+        rows.append((k, a, c, a / c if c else (1.0 if a == 0 else math.inf)))
+    return tuple(rows)
