@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -30,6 +27,7 @@ from meshplan.pure.presets import (
     resolve_preset_name,
 )
 from meshplan.testing import model_specs
+from tests.hash_seed import outputs_under_two_hash_seeds
 
 PUBLISHED_TOTALS = {
     "gpt2": 124_439_808,
@@ -195,12 +193,8 @@ def test_leaf_order_does_not_depend_on_the_hash_seed() -> None:
         text = "|".join(jax.tree_util.keystr(p) + str(leaf.shape) for p, leaf in flat)
         print(hashlib.sha256(text.encode()).hexdigest())
     """)
-    outs = set()
-    for seed in ("0", "12345"):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "JAX_PLATFORMS": "cpu"}
-        outs.add(subprocess.run([sys.executable, "-c", script], env=env, check=True,
-                                capture_output=True, text=True).stdout.strip())
-    assert len(outs) == 1
+    here, there = outputs_under_two_hash_seeds(script)
+    assert here == there and here.strip()
 
 
 # --- registry -----------------------------------------------------------------------------------------

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,6 +15,7 @@ from meshplan.pure import AutoRule, LeafContext, plan_tree
 from meshplan.pure.rules import DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure.specs import canonical_entries
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
+from tests.hash_seed import outputs_under_two_hash_seeds
 from tests.pure.rules.common import assert_storable, axis_sizes, sds, shapes
 
 
@@ -119,13 +117,7 @@ _SEED_SCRIPT = textwrap.dedent(
 
 
 def test_plans_are_identical_under_different_python_hash_seeds():
-    outputs = []
-    for seed in ("0", "12345"):
-        env = dict(os.environ, PYTHONHASHSEED=seed, JAX_PLATFORMS="cpu")
-        run = subprocess.run([sys.executable, "-c", _SEED_SCRIPT], capture_output=True, text=True, env=env,
-                             timeout=120, check=False)
-        assert run.returncode == 0, run.stderr
-        outputs.append(run.stdout)
+    outputs = outputs_under_two_hash_seeds(_SEED_SCRIPT)
     assert outputs[0] == outputs[1]
     assert "a0" in outputs[0]
 
