@@ -12,13 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from meshplan.facade._context import require_mesh, x64_enabled
 from meshplan.pure._types import PyTree
-from meshplan.pure.specs._validate import check_specs
+from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.specs._tree import flatten, tree_facts
+from meshplan.pure.specs._validate import check_specs, leaf_specs
 
 __all__ = ["place"]
+
+
+# What device_put takes as data: arrays, numpy scalars and Python scalars (which become 0-d arrays).
+_PLACEABLE = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
 
 def _is_spec(x: Any) -> bool:
@@ -33,8 +40,8 @@ def place(tree: PyTree, specs: PyTree, mesh: jax.sharding.Mesh | None = None) ->
     """Put every array of ``tree`` on ``mesh`` as ``specs`` say, in one ``jax.device_put``.
 
     Args:
-      tree: arrays (jax or numpy), e.g. ``(params, opt_state)``; boxes that are
-        pytree nodes (flax ``nnx.Variable``) are kept.
+      tree: arrays (jax or numpy) and Python scalars, e.g. ``(params, opt_state)``; boxes that are
+        pytree nodes (flax ``nnx.Variable``) are kept; ``None`` stays ``None``.
       specs: a PartitionSpec (or NamedSharding) tree of the same structure,
         e.g. ``layout.state`` from :meth:`meshplan.MeshCandidate.training_layout`.
       mesh: the mesh to place on (default: the one set with ``jax.set_mesh``).
@@ -44,6 +51,8 @@ def place(tree: PyTree, specs: PyTree, mesh: jax.sharding.Mesh | None = None) ->
 
     Raises:
       SpecError: some spec does not fit its leaf or the mesh (every problem listed by leaf path).
+      MeshplanTypeError: a leaf that is not an array (a ``ShapeDtypeStruct``: nothing to place), a tree
+        jax cannot flatten, or a mesh that is not a concrete ``Mesh``.
       NoMeshError: no ``mesh`` given and none is current.
 
     Example:
@@ -56,9 +65,19 @@ def place(tree: PyTree, specs: PyTree, mesh: jax.sharding.Mesh | None = None) ->
       (P('dp', 'tp'), (4, 1))
     """
     live = require_mesh(mesh, "place", concrete=True)
-    assert live is not None  # concrete=True never returns None
-    plain = jax.tree_util.tree_map(_spec_of, specs, is_leaf=_is_spec)
+    if not isinstance(live, Mesh):  # concrete=True returns a Mesh or raises
+        raise MeshplanTypeError(f"place: mesh={mesh!r} must be a jax.sharding.Mesh with devices.")
+    spec_leaves, spec_def = flatten(specs, "specs", is_leaf=_is_spec)
+    plain = spec_def.unflatten([_spec_of(s) for s in spec_leaves])
     check_specs(tree, plain, dict(live.shape), x64=x64_enabled())
-    shardings = jax.tree_util.tree_map(lambda s: NamedSharding(live, s), plain,
-                                       is_leaf=lambda x: isinstance(x, PartitionSpec))
-    return jax.device_put(tree, shardings)
+    facts = tree_facts(tree, x64=x64_enabled())
+    per_leaf, _ = leaf_specs(facts, plain)  # also pairs a spec prefix tree with the leaves below it
+    leaves = facts.treedef.flatten_up_to(tree)
+    bad = [i for i, leaf in enumerate(leaves) if not isinstance(leaf, _PLACEABLE)]
+    if bad:
+        shown = ", ".join(f"{facts.path(i)!r} ({type(leaves[i]).__name__})" for i in bad[:5])
+        raise MeshplanTypeError(f"place needs arrays; {len(bad)} leaves are not: {shown}"
+                                f"{', ...' if len(bad) > 5 else ''}. Pass arrays (jax.Array, numpy) or Python "
+                                "scalars; a ShapeDtypeStruct has no data to place.")
+    shardings = [NamedSharding(live, s) for s in per_leaf]
+    return facts.unflatten(jax.device_put(leaves, shardings))

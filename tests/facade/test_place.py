@@ -67,3 +67,14 @@ def test_no_mesh_or_an_abstract_one_is_a_clear_error() -> None:
         meshplan.place(tree, {"w": P()})
     with pytest.raises(MeshplanTypeError, match="place"):
         meshplan.place(tree, {"w": P()}, AbstractMesh((8,), ("x",)))  # type: ignore[arg-type]
+
+
+def test_a_spec_prefix_covers_the_leaves_below_it_and_non_arrays_are_named() -> None:
+    mesh = mesh_for({"dp": 2, "tp": 4})
+    tree = {"a": {"x": np.zeros((8, 4), np.float32), "y": np.zeros((2,), np.float32)}, "n": None}
+    placed = meshplan.place(tree, {"a": P(), "n": None}, mesh)
+    assert placed["n"] is None and placed["a"]["x"].sharding == NamedSharding(mesh, P())
+    with pytest.raises(MeshplanTypeError, match=r"'w' \(ShapeDtypeStruct\)"):
+        meshplan.place({"w": jax.ShapeDtypeStruct((8,), jnp.float32)}, {"w": P("dp")}, mesh)
+    with pytest.raises(MeshplanTypeError, match="specs"):
+        meshplan.place(tree, {1: P(), "a": P()}, mesh)
