@@ -85,6 +85,12 @@ def as_sequence(value: Any, what: str) -> tuple[Any, ...]:
       >>> as_sequence(["dp", "tp"], "axis_names")
       ('dp', 'tp')
     """
+    # Fast paths first: planners check thousands of shapes, and isinstance against
+    # the Sequence ABC costs several times a type() test.
+    if type(value) is tuple:
+        return value
+    if type(value) is list:
+        return tuple(value)
     if isinstance(value, (str, bytes)):
         raise MeshplanTypeError(
             f"{what}={value!r} is a string; expected a sequence such as a tuple or list."
@@ -107,6 +113,8 @@ def as_int_tuple(value: Any, what: str) -> tuple[int, ...]:
       (2, -1)
     """
     items = as_sequence(value, what)
+    if all(type(v) is int for v in items):  # the common case, checked in one pass
+        return items
     try:
         return tuple(as_int(v, f"{what}[{i}]") for i, v in enumerate(items))
     except MeshplanTypeError as err:  # name the whole value too: "shape=(2.0,): shape[0]=2.0 ..."

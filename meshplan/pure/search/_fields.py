@@ -95,10 +95,18 @@ def check_fields(obj: Any, checks: dict[str, FieldCheck]) -> None:
       MeshplanTypeError: a field of the wrong type (with every other problem).
       PlanError: a field of the right type out of range.
     """
+    name = type(obj).__name__
+    try:  # the common case, all valid: one pass, no bookkeeping (the search builds thousands of records)
+        out = {field: check(getattr(obj, field), f"{name}.{field}") for field, check in checks.items()}
+    except MeshplanError:
+        pass
+    else:
+        for field, value in out.items():
+            object.__setattr__(obj, field, value)
+        return
     types: list[str] = []
     values: list[str] = []
-    out: dict[str, Any] = {}
-    name = type(obj).__name__
+    out = {}
     for field, check in checks.items():
         before = len(types) + len(values)
         result = collect(types, values, check, getattr(obj, field), f"{name}.{field}")
