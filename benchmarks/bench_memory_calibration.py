@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reprice", nargs="+", metavar="JSONL",
                         help="no compiling: re-price rows recorded earlier (e.g. on another machine) with the "
                              "current calibration and print the table")
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown (for RESULTS.md)")
     parser.add_argument("--only-mesh", type=int, help="run only this mesh (index into MESHES)")
     parser.add_argument("--quick", action="store_true", help="llama only, one shape")
     parser.add_argument("--families", default=",".join(FAMILIES))
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.reprice:
         _summary([_reprice(json.loads(line)) for path in args.reprice
-                  for line in open(path, encoding="utf-8") if line.strip()])
+                  for line in open(path, encoding="utf-8") if line.strip()], markdown=args.markdown)
         return
     backends = ("cpu", "tpu") if args.backend == "both" else (args.backend,)
     if "tpu" in backends and not libtpu_available():
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{backend} {family:8} {row['mesh']:16} {remat:5} {attention:11} b={batch} s={seq}: analytic "
               f"{row['analytic'] / 2**20:8.1f} MiB exact {row['exact'] / 2**20:8.1f} MiB "
               f"ratio {row['ratio']:.2f} ({row['phase']})", flush=True)
-    _summary(rows)
+    _summary(rows, markdown=args.markdown)
 
 
 def _reprice(row: dict[str, object]) -> dict[str, object]:
@@ -172,9 +173,23 @@ def _reprice(row: dict[str, object]) -> dict[str, object]:
             "phase": cand.memory.phase}
 
 
-def _summary(rows: list[dict[str, object]]) -> None:
+def _markdown(rows: list[dict[str, object]]) -> None:
+    print("| backend | family | mesh | remat | attention | b x s | analytic MiB | exact MiB | ratio | phase |")
+    print("|---|---|---|---|---|---|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['backend']} | {r['family']} | {r['mesh']} | {r['remat']} | {r['attention']} | "
+              f"{r['batch']}x{r['seq']} | {int(r['analytic']) / 2**20:.1f} | {int(r['exact']) / 2**20:.1f} | "  # type: ignore[call-overload]
+              f"{float(r['ratio']):.2f} | {r['phase']} |")  # type: ignore[arg-type]
+
+
+def _summary(rows: list[dict[str, object]], markdown: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    if markdown:
+        _markdown(rows)
+        _band(rows)
+        return
 
     table = Table(title="analytic / exact peak per device (exact: XLA memory_analysis in the same process)")
     for col in ("backend", "family", "mesh", "remat", "attention", "b x s", "analytic MiB", "exact MiB", "ratio",
@@ -185,6 +200,10 @@ def _summary(rows: list[dict[str, object]]) -> None:
                       f"{r['batch']}x{r['seq']}", f"{r['analytic'] / 2**20:.1f}",  # type: ignore[operator]
                       f"{r['exact'] / 2**20:.1f}", f"{r['ratio']:.2f}", str(r["phase"]))  # type: ignore[operator]
     Console(width=160).print(table)
+    _band(rows)
+
+
+def _band(rows: list[dict[str, object]]) -> None:
     for backend in sorted({str(r["backend"]) for r in rows}):
         ratios = sorted(float(r["ratio"]) for r in rows if r["backend"] == backend)  # type: ignore[arg-type]
         inside = sum(0.95 <= x <= 1.10 for x in ratios)
