@@ -80,9 +80,16 @@ def factorizations(n: int, num_axes: int) -> st.SearchStrategy[tuple[int, ...]]:
     """
     check_int(n, "n", minimum=1)
     check_int(num_axes, "num_axes", minimum=0)
+    if num_axes == 0 and n != 1:
+        raise InvalidArgument(f"n={n} devices cannot be spread over num_axes=0 axes.")
+    return _factorizations(n, num_axes)
+
+
+# cached: the mesh strategies build one per drawn device count, and building and
+# validating a strategy costs more than drawing from it
+@functools.lru_cache(maxsize=1024)
+def _factorizations(n: int, num_axes: int) -> st.SearchStrategy[tuple[int, ...]]:
     if num_axes == 0:
-        if n != 1:
-            raise InvalidArgument(f"n={n} devices cannot be spread over num_axes=0 axes.")
         return st.just(())
     primes = _prime_factors(n)
     where = st.lists(st.integers(0, num_axes - 1), min_size=len(primes), max_size=len(primes))
