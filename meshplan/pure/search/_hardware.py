@@ -17,7 +17,7 @@ import types
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from meshplan.pure._check import as_count, as_real, as_record, collect
+from meshplan.pure._check import as_choice, as_count, as_real, as_record, collect
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import ClusterError, MeshplanTypeError
 from meshplan.pure.search._cost import Link
@@ -87,8 +87,7 @@ class DeviceSpec:
         if self.peak_bf16_flops is not None:
             canonical["peak_bf16_flops"] = collect(type_errors, value_errors, as_real, self.peak_bf16_flops,
                                                    "peak_bf16_flops", error=ClusterError)
-        if self.ici_scope not in ("node", "slice"):
-            value_errors.append(f"ici_scope={self.ici_scope!r} must be 'node' or 'slice'")
+        collect(type_errors, value_errors, as_choice, self.ici_scope, "ici_scope", ("node", "slice"))
         _raise_collected(f"DeviceSpec {self.name!r}", type_errors, value_errors)
         for field, checked in canonical.items():
             object.__setattr__(self, field, checked)
