@@ -84,11 +84,12 @@ def test_the_charge_and_the_specs_agree_for_any_request(model_batch: tuple[str, 
 
 
 def test_the_readme_plan_applies_the_split_it_assumed() -> None:
-    best = search_meshes("llama3-70b", "8x8xH100", batch=64).best
+    # The README's kind of plan (tp inside a node, data axes outside); which one ranks first is the
+    # memory and cost models' business, so tp and the axes are fixed here.
+    best = search_meshes("llama3-70b", "8x8xH100", batch=64, axes=("dp", "fsdp", "tp"), fixed={"tp": 4}).best
     sizes = best.mesh_shape
     batch_axes = tuple(a for a in ("dp", "fsdp") if sizes[a] > 1)
     ways = sizes["dp"] * sizes["fsdp"]
-    assert sizes["tp"] > 1 and sizes["sp"] == 1  # the README's kind of plan: tp inside a node, no sp
     axes = batch_axes[0] if len(batch_axes) == 1 else batch_axes
     assert best.batch_spec == P(axes)
     assert best.activation_specs == {"residual": P(axes, None, "tp"), "logits": P(axes, None, "tp")}
