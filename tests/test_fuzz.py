@@ -63,8 +63,8 @@ _KNOWN_ESCAPES = {
 }
 # Public classes whose methods are not fuzzed yet for want of a factory in _instances() (same reason).
 _NO_INSTANCE_YET = {
-    "ActivationLayout", "ActivationSpec", "CompiledMemory", "LeafLayout", "LogicalExport", "LogicalRule",
-    "LogicalShardingRule", "ReferenceConfig", "ReferenceStep", "StepMemory", "TpuTopology", "TrainingLayout",
+    "CompiledMemory", "LeafLayout", "LogicalExport", "LogicalRule",
+    "LogicalShardingRule", "ReferenceConfig", "ReferenceStep", "StepMemory", "TpuTopology",
     "TrainingRecipe",
 }
 _DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
@@ -288,6 +288,9 @@ def _instances() -> dict[str, Callable[[], Any]]:
         "MemoryBreakdown": lambda: result().best.memory,
         "CommTerm": lambda: result().best.comm[0],
         "ParamGroup": lambda: result().best.groups[0],
+        "ActivationLayout": lambda: result().best.activations,
+        "ActivationSpec": lambda: result().best.activations["residual"],
+        "TrainingLayout": lambda: result().best.training_layout(pure.get_preset("gpt2").params),
         "ModelSpec": lambda: presets.MODEL_SPECS["gpt2"],
         "AxisKindRule": lambda: pure.AxisKindRule(num_heads=8, num_kv_heads=8),
         "CompositeRule": lambda: pure.CompositeRule((pure.AutoRule(),)),
