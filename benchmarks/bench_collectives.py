@@ -75,7 +75,7 @@ def compare(family: str, sizes: dict[str, int], mesh: object, backend: str
             for k, a, c, r in ratio_table(analytic, compiled)]
 
 
-def run_cases(backend: str, topology: str | None) -> list[dict[str, object]]:
+def run_cases(backend: str, topology: str | None, only: str = "") -> list[dict[str, object]]:
     import jax
     from jax.sharding import AxisType
 
@@ -83,11 +83,15 @@ def run_cases(backend: str, topology: str | None) -> list[dict[str, object]]:
 
     rows: list[dict[str, object]] = []
     for family, sizes in CASES:
+        if only and only not in f"{family} {','.join(f'{k}={v}' for k, v in sizes.items())}":
+            continue
         if topology is not None:
             mesh = meshplan.tpu_topology_mesh(topology, tuple(sizes), tuple(sizes.values()))
         else:
             mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), axis_types=(AxisType.Auto,) * len(sizes))
         case = f"{family} {','.join(f'{k}={v}' for k, v in sizes.items())}"
+        if only and only not in case:
+            continue
         start = time.perf_counter()
         try:
             table = compare(family, sizes, mesh, backend)
@@ -117,16 +121,17 @@ def print_rows(title: str, rows: list[dict[str, object]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tpu", default=None, help="also compile for this TPU topology (e.g. v5e-8; needs libtpu)")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this (e.g. 'llama fsdp=8')")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:  # the TPU run, LIBTPU_INIT_ARGS already set by the parent
-        print(json.dumps(run_cases("tpu", args.tpu)))
+        print(json.dumps(run_cases("tpu", args.tpu, args.only)))
         return
     print_rows("XLA:CPU, 8 simulated devices (unrolled, prevent_cse=True; reduce-scatter = all-reduce on CPU, "
-               "bf16 collectives run in f32)", run_cases("cpu", None))
+               "bf16 collectives run in f32)", run_cases("cpu", None, args.only))
     if args.tpu:
         env = dict(os.environ, LIBTPU_INIT_ARGS=WINDOWED_OFF, JAX_PLATFORMS="cpu")
-        out = subprocess.run([sys.executable, __file__, "--child", "--tpu", args.tpu], env=env,
+        out = subprocess.run([sys.executable, __file__, "--child", "--tpu", args.tpu, "--only", args.only], env=env,
                              capture_output=True, text=True, check=False)
         if out.returncode:
             print(f"\nTPU {args.tpu}: failed\n{out.stderr[-2000:]}")
