@@ -57,8 +57,8 @@ _KNOWN_ESCAPES = {
     for label in (
         "check_rule", "leaf_layout", "export_plan", "logical_export",
         "maxtext_settings", "logical_table_to_json", "resolve_logical_axes", "logical_names",
-        "TrainingRecipe.from_dict", "layer_dims", "step_memory", "LogicalShardingRule", "collective_totals",
-        "ratio_table",
+        "TrainingRecipe.from_dict", "layer_dims", "step_memory", "LogicalShardingRule",
+        "compiled_memory",
     )
 }
 # Public classes whose methods are not fuzzed yet for want of a factory in _instances() (same reason).

@@ -173,6 +173,8 @@ def collective_totals(records: Iterable[HloCollective] | Iterable[object]) -> di
       >>> collective_totals([CommTerm("x", "all-reduce", ("tp",), 100, 4, "intra", 0.0)])
       {'all-reduce': (400, 4)}
     """
+    if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Iterable):
+        raise MeshplanTypeError(f"records={records!r:.80} must be a sequence of HloCollective or CommTerm records.")
     sums: dict[str, list[int]] = {}
     for r in records:
         kind, nbytes, calls = getattr(r, "kind", None), getattr(r, "nbytes", None), getattr(r, "calls", None)
@@ -195,6 +197,14 @@ def ratio_table(analytic: Mapping[str, tuple[int, int]], compiled: Mapping[str, 
       >>> ratio_table({"all-reduce": (110, 1)}, {"all-reduce": (100, 2), "all-gather": (50, 1)})
       (('all-gather', 0, 50, 0.0), ('all-reduce', 110, 100, 1.1))
     """
+    for name, table in (("analytic", analytic), ("compiled", compiled)):
+        ok = isinstance(table, Mapping) and all(
+            isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+            for k, v in table.items())
+        if not ok:
+            raise MeshplanTypeError(f"{name}={table!r:.80} must map a collective kind to (bytes, calls), "
+                                    "as collective_totals returns.")
     order = {k: i for i, k in enumerate(HLO_COLLECTIVE_KINDS)}
     kinds = sorted(set(analytic) | set(compiled), key=lambda k: (order.get(k, 99), k))
     rows = []
