@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from meshplan.pure._check import as_int_tuple
+from meshplan.pure._check import as_flag, as_int_tuple
 from meshplan.pure.errors import MeshplanTypeError, MeshStringError
 from meshplan.pure.mesh._axes import validate_axis_names
 
@@ -177,6 +177,7 @@ def format_mesh_string(
     """
     axis_names = validate_axis_names(names)
     sizes = as_int_tuple(dims, "dims")
+    named = as_flag(named, "named")
     problems = []
     if len(axis_names) != len(sizes):
         problems.append(f"{len(sizes)} sizes {sizes} for {len(axis_names)} names {axis_names}")
