@@ -90,16 +90,16 @@ class Calibration:
 # 4 meshes of 8 devices, remat full/none, plain and dot_product attention, 2 shapes.
 CALIBRATIONS: dict[str, Calibration] = {
     "tpu": Calibration("XLA:TPU v6e-8 (libtpu AOT) peak_memory_in_bytes of the reference steps, 2026-11-22",
-                       none_scale=1.87, score_buffers=2.49, work_layers=0.5, work_scores=1.89, logits_buffers=2.5,
-                       head_buffers=1.26, gathered_layers=1.8, gathered_itemsize=0, update_state=0.81),
+                       none_scale=1.01, score_buffers=3.47, work_layers=0.85, work_scores=1.4, logits_buffers=2.11,
+                       head_buffers=2.6, gathered_layers=1.32, gathered_itemsize=0, update_state=0.96),
     "cpu": Calibration("XLA:CPU (jax 0.10.2, 8 devices) argument + output - alias + temp of the reference "
                        "steps, 2026-11-22",
                        none_scale=2.91, score_buffers=2.67, work_layers=3.37, work_scores=2.27, logits_buffers=2.0,
                        head_buffers=2.5, gathered_layers=2.27, gathered_itemsize=4, update_state=0.75),
     "gpu": Calibration("XLA:GPU H200 (jax 0.11.2, one device) peak_memory_in_bytes of the reference steps, "
                        "2026-11-22",
-                       none_scale=1.85, score_buffers=2.01, work_layers=1.13, work_scores=2.78, logits_buffers=0.7,
-                       head_buffers=4.41, gathered_layers=2.38, gathered_itemsize=0, update_state=0.74),
+                       none_scale=1.82, score_buffers=2.04, work_layers=1.22, work_scores=2.64, logits_buffers=2.0,
+                       head_buffers=2.5, gathered_layers=2.0, gathered_itemsize=0, update_state=0.74),
 }
 
 
