@@ -22,8 +22,9 @@ parallelism is not modelled), prices each mesh and ranks those that fit.
 4. **Plan** the parameters with the rule (default
    :class:`~meshplan.pure.AxisKindRule`), once per distinct sizes
    of the axes the rule reads (see :mod:`meshplan.pure.search._groups`), and
-   count params, grads and optimizer copies per device exactly; add the
-   approximate activation memory; reject meshes above the budget
+   count params, grads and optimizer copies per device exactly; price the
+   step's peak (:mod:`meshplan.pure.search._step_memory`: phases priced for the
+   ``recipe``, activations calibrated); reject meshes above the budget
    (``hbm * (1 - headroom)``). A mesh with a weight axis (fsdp, ep, tp) of
    size > 1 that splits no parameter is rejected with the rule's reason for
    the largest such leaf: it would only replicate while paying the axis's
