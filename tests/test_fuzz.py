@@ -58,7 +58,7 @@ _KNOWN_ESCAPES = {
         "export_plan", "logical_export",
         "maxtext_settings", "logical_table_to_json", "resolve_logical_axes", "logical_names",
         "TrainingRecipe.from_dict", "layer_dims", "step_memory", "LogicalShardingRule",
-        "compiled_memory", "ReferenceConfig",
+        "compiled_memory", "compiled_collectives", "ReferenceConfig",  # compiled_*: jit the caller's fn (types as fn)
     )
 }
 # Public classes whose methods are not fuzzed yet for want of a factory in _instances() (same reason).
