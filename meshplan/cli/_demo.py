@@ -76,9 +76,10 @@ def _mesh_rows(num_devices: int) -> list[tuple[str, str, str]]:
 def _cluster(num_devices: int, state_bytes: int) -> Any:
     from meshplan.pure import Cluster, DeviceSpec
 
-    # Memory: a third of the replicated training state per device, so the pure data-parallel
-    # meshes are rejected and the planner has to shard. Links: made-up but NVLink-like figures.
-    device = DeviceSpec("cpu-sim", hbm_bytes=max(state_bytes // 3, 1), intra_bandwidth=100e9,
+    # Memory: half the replicated training state per device, so the pure data-parallel meshes
+    # are rejected and the planner has to shard (and the sharded step's peak, activations and
+    # logits included, still fits). Links: made-up but NVLink-like figures.
+    device = DeviceSpec("cpu-sim", hbm_bytes=max(state_bytes // 2, 1), intra_bandwidth=100e9,
                         inter_bandwidth=10e9, intra_latency_s=5e-6, inter_latency_s=2e-5,
                         devices_per_node=num_devices)
     return Cluster(device, num_nodes=1, devices_per_node=num_devices)
