@@ -34,7 +34,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from meshplan.pure._types import FrozenAxisSizes
-from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError
+from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError, SpecError
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -264,18 +264,24 @@ def as_flag(value: Any, what: str) -> bool:
     raise MeshplanTypeError(f"{what}={_short(value)} must be True or False, not {type(value).__name__}.")
 
 
-def as_choice(value: Any, what: str, choices: Sequence[str]) -> str:
+def as_choice(
+    value: Any, what: str, choices: Sequence[str], *, error: type[MeshplanError] = SpecError
+) -> str:
     """``value`` as one of the strings ``choices`` (``padding="padded"``, ``severity="error"``).
 
     Compared as strings only: ``value in choices`` with a numpy array would
-    compare element-wise and raise numpy's own error.
+    compare element-wise and raise numpy's own error. A value that is not a
+    str is a :class:`~meshplan.errors.MeshplanTypeError`; a str that is not one
+    of ``choices`` is a wrong value, so ``error`` (a ValueError) names it.
 
     Example:
       >>> as_choice("actual", "padding", ("padded", "actual"))
       'actual'
     """
-    if not isinstance(value, str) or value not in choices:
-        raise MeshplanTypeError(f"{what}={_short(value)} must be one of {tuple(choices)}.")
+    if not isinstance(value, str):
+        raise MeshplanTypeError(f"{what}={_short(value)} must be one of {tuple(choices)}, not {type(value).__name__}.")
+    if value not in choices:
+        raise error(f"{what}={value!r} must be one of {tuple(choices)}.")
     return value
 
 

@@ -87,7 +87,7 @@ class DeviceSpec:
         if self.peak_bf16_flops is not None:
             canonical["peak_bf16_flops"] = collect(type_errors, value_errors, as_real, self.peak_bf16_flops,
                                                    "peak_bf16_flops", error=ClusterError)
-        collect(type_errors, value_errors, as_choice, self.ici_scope, "ici_scope", ("node", "slice"))
+        collect(type_errors, value_errors, as_choice, self.ici_scope, "ici_scope", ("node", "slice"), error=ClusterError)
         _raise_collected(f"DeviceSpec {self.name!r}", type_errors, value_errors)
         for field, checked in canonical.items():
             object.__setattr__(self, field, checked)

@@ -156,9 +156,12 @@ def test_non_array_and_none_leaves_take_no_memory():
     assert est.per_device == (4,) * 8 and est.num_arrays == 1
 
 
-def test_bad_padding_option_is_a_type_error():
-    with pytest.raises(MeshplanTypeError, match="padding"):
+def test_bad_padding_option_is_a_typed_error():
+    # An unknown word is a wrong value (SpecError, a ValueError); a non-str is a wrong type.
+    with pytest.raises(SpecError, match="padding='ceil'"):
         estimate_memory([np.zeros(4)], [P()], SIZES, padding="ceil")
+    with pytest.raises(MeshplanTypeError, match="padding"):
+        estimate_memory([np.zeros(4)], [P()], SIZES, padding=np.array(["padded"]))
 
 
 def test_estimates_add_per_device_and_refuse_other_meshes():

@@ -150,6 +150,8 @@ def test_bad_axis_sizes_are_type_errors(bad):
 
 
 def test_finding_rejects_unknown_kinds():
-    with pytest.raises(MeshplanTypeError):
+    with pytest.raises(SpecError, match="nonsense"):
         Finding("a", "nonsense", "msg")
+    with pytest.raises(MeshplanTypeError):
+        Finding("a", 3, "msg")  # type: ignore[arg-type]
     assert str(Finding("a", "rank", "the message")) == "the message"
