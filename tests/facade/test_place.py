@@ -9,6 +9,8 @@ import optax
 import pytest
 from flax import nnx
 from hypothesis import given, settings
+
+from tests.profiles import examples
 from jax.sharding import AbstractMesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -17,7 +19,7 @@ from meshplan.errors import MeshplanTypeError, NoMeshError, SpecError
 from meshplan.testing import assert_sharded_as, mesh_for, mesh_shapes, sharded_trees
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(sharded_trees(mesh_shape=mesh_shapes(num_devices=8), dtypes=("float32", "int8"), divisible=True))
 def test_every_leaf_lands_with_its_spec(case: object) -> None:
     tree, specs, sizes = case.tree, case.specs, case.axis_sizes  # type: ignore[attr-defined]

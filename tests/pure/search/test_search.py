@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.profiles import examples
 from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import (
@@ -123,7 +125,7 @@ def _gathered(params, specs, m: dict[str, int]) -> int:
 
 # The brute-force oracle is slow: 30 examples by default, the profile's count (>= 1000) under
 # HYPOTHESIS_PROFILE=deep.
-ORACLE = settings(max_examples=settings.default.max_examples if settings.default.max_examples >= 1000 else 30)
+ORACLE = settings(max_examples=examples(30))
 
 
 def _search(s: dict, **extra) -> SearchResult:

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.profiles import examples
 from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import get_preset, search_meshes
@@ -32,7 +34,7 @@ def test_a_preset_a_params_wrapper_and_fp32_leaves_get_the_searched_specs(best) 
     assert _leaves(best.specs_for(fp32)) == plain
 
 
-@settings(max_examples=10)
+@settings(max_examples=examples(10))
 @given(st.sampled_from(["params", "value"]), st.integers(0, 2))
 def test_prefixes_and_box_tails_never_change_the_specs(wrapper: str, depth: int) -> None:
     best = search_meshes("gpt2", "2xH100", batch=4, top_k=1).best

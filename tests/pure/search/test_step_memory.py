@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import examples
+
 from meshplan.pure import estimate_training_memory, search_meshes
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import MODEL_SPECS, get_preset
@@ -154,7 +156,7 @@ def test_a_bad_recipe_names_the_field_and_what_is_valid(bad: dict, word: str) ->
         TrainingRecipe(**bad)
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(st.sampled_from(REMAT_POLICIES), st.sampled_from(ATTENTION_KINDS), st.sampled_from(["float32", "bfloat16"]),
        st.integers(1, 8))
 def test_a_recipe_round_trips_through_a_dict(remat: str, attention: str, weights: str, micro: int) -> None:

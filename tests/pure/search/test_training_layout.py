@@ -19,6 +19,8 @@ import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.profiles import examples
 from jax.sharding import AbstractMesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -65,7 +67,7 @@ def test_a_step_that_does_not_split_the_residual_stream_gets_no_tp_constraint() 
         _assert_charged_as_emitted(c, "llama3-8b", batch=16, seq=4096, recipe=result.request.recipe)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.sampled_from([("llama3-8b", 8), ("mixtral-8x7b", 16), ("gpt2", 8)]),
        st.sampled_from(["8xH100", "2x8xH100", "v5p-32"]), st.sampled_from([1, 2, 4, 8]),
        st.sampled_from([512, 1000, 2048]))

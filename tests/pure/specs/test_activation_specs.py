@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.profiles import examples
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -103,7 +105,7 @@ def test_bytes_are_the_memory_models_formula_where_everything_divides(
     assert layout["batch"].shard_bytes(mesh) == b // ways * (s // sp) * 4
 
 
-@settings(max_examples=12)
+@settings(max_examples=examples(12))
 @given(cases())
 def test_shard_bytes_are_what_jax_places_and_constrains(case: tuple[dict[str, int], dict[str, int]]) -> None:
     mesh_sizes, dims = case

@@ -13,6 +13,8 @@ import optax
 import pytest
 from flax import nnx
 from hypothesis import given, settings
+
+from tests.profiles import examples
 from jax.sharding import PartitionSpec as P
 
 import meshplan
@@ -91,7 +93,7 @@ def test_the_longest_parameter_path_decides() -> None:
     assert got["0/mu/q/kernel"] == P(None, "tp") and got["0/mu/kernel"] == P("dp")
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(sharded_trees(mesh_shape=mesh_shapes(num_devices=8), dtypes=("float32", "bfloat16"), divisible=True))
 def test_placed_adam_state_holds_the_estimated_bytes_on_every_device(case: object) -> None:
     tree, specs, sizes = case.tree, case.specs, case.axis_sizes  # type: ignore[attr-defined]
