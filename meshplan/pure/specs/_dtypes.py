@@ -17,6 +17,8 @@ Strings and objects are not array dtypes jax can hold and raise.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -109,6 +111,14 @@ def dtype_bits(dtype: Any) -> int:
     dt = canonical_dtype(dtype)
     if not isinstance(dt, np.dtype):  # extended (PRNG key) dtype
         return int(dt.itemsize) * 8
+    return _numpy_dtype_bits(dt)
+
+
+@functools.lru_cache(maxsize=256)
+def _numpy_dtype_bits(dt: np.dtype) -> int:
+    # Cached: the search asks for the same few dtypes thousands of times, and
+    # ml_dtypes' iinfo/finfo construct a new object per call. The set of numpy
+    # dtypes met in practice is small; the bound keeps odd structured dtypes from growing it.
     if dt == np.dtype(bool):
         return 8
     if dt == jax.dtypes.float0:
