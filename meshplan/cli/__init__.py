@@ -81,6 +81,12 @@ def _demo_devices(text: str) -> int:
     return n
 
 
+def _params_ref(text: str) -> tuple[str, str]:
+    from meshplan.cli._params import params_ref  # lazily: the module imports numpy
+
+    return params_ref(text)
+
+
 def _efficiency(text: str) -> float:
     try:
         value = float(text)
@@ -106,6 +112,9 @@ def _plan(args: argparse.Namespace) -> int:
     from meshplan.pure import get_preset, search_meshes
 
     preset = get_preset(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
+    params = preset.params
+    if args.params is not None:
+        params = _user_params(args)
     rule = None
     if args.rules is not None:
         try:
@@ -121,7 +130,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.verify and args.format != "table":
         raise _UserError("--verify prints a table next to the ranking; use it without --format/--json.")
     result = search_meshes(
-        preset.spec, args.cluster, params=preset.params, axes=args.axes, fixed=fixed or None, rule=rule,
+        preset.spec, args.cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
         batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
         activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
         ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args, args.cluster),
@@ -131,7 +140,7 @@ def _plan(args: argparse.Namespace) -> int:
         sys.stdout.write(result.to_json() + "\n")
         return 0
     if args.format != "table":
-        sys.stdout.write(_export.render_export(result, args.format, preset.params, rule))
+        sys.stdout.write(_export.render_export(result, args.format, params, rule))
         return 0
     from meshplan.cli import _render
 
@@ -141,6 +150,22 @@ def _plan(args: argparse.Namespace) -> int:
 
         _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
+
+
+def _user_params(args: argparse.Namespace) -> Any:
+    """The tree ``--params`` names (the ``--model`` preset still gives the dims: activations, FLOPs)."""
+    from meshplan.cli import _params
+
+    if args.verify:
+        raise _UserError("--verify compiles meshplan's reference step of the --model preset, not your "
+                         "--params tree; run --verify without --params.")
+    if args.unstack_experts:
+        raise _UserError("--unstack-experts reshapes the preset's tree; with --params your tree is planned "
+                         "as it is.")
+    try:
+        return _params.load_params(args.params)
+    except _params.ParamsError as err:
+        raise _UserError(str(err)) from None
 
 
 def _recipe(args: argparse.Namespace, cluster: str) -> Any:
@@ -252,6 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
                           description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("--model", required=True, help="preset: gpt2, llama3-8b, llama3-70b, mixtral-8x7b, deepseek-v3")
     plan.add_argument("--cluster", required=True, help="e.g. 8x8xH100, 2xH200, v5p-256, 2xv5e-256")
+    plan.add_argument("--params", type=_params_ref, metavar="MODULE:ATTR",
+                      help="plan your own tree: a function/class (called abstractly, no arguments) or value in "
+                           "MODULE (dotted, or path/to/file.py) giving an nnx Module, linen variables, an "
+                           "equinox module or a pytree of arrays; --model still gives the dims")
     plan.add_argument("--batch", type=_positive, help="global batch in sequences (default: one per device)")
     plan.add_argument("--seq", type=_positive, help="tokens per sequence (default 4096)")
     plan.add_argument("--axes", help="comma-separated subset of dp,fsdp,ep,sp,tp (default: all; ep for MoE only)")
