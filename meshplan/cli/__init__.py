@@ -4,6 +4,10 @@
 cluster for training a model preset (see :func:`meshplan.pure.search_meshes`);
 ``--json`` prints the :class:`~meshplan.pure.SearchResult` as JSON only, which
 ``show-mesh --plan FILE`` and ``SearchResult.from_json`` read back.
+``--params my_pkg.model:make_model`` (or ``path/to/model.py:make_model``) plans
+your own tree instead of the preset's: an nnx Module, linen variables, an
+equinox module or a pytree of arrays, built under ``jax.eval_shape``; the
+``--model`` preset still gives the dims (activations, FLOPs).
 
 ``--rules FILE`` is JSON: a list of ``[regex, spec]`` pairs (or ``{"rules":
 [...]}``). Each regex is searched in the leaf path (``model/layers/0/mlp/
