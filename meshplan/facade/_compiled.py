@@ -31,6 +31,7 @@ from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import ClusterError, CompiledOutOfMemoryError, MeshplanTypeError, PlanError
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._topology import TpuTopology, tpu_topology
+from meshplan.pure.specs._tree import flatten_with_path, path_str
 
 __all__ = ["CompiledMemory", "compiled_memory", "libtpu_available", "tpu_topology_mesh"]
 
@@ -99,6 +100,63 @@ class CompiledMemory:
         return (f"peak {fmt_bytes(self.peak_bytes)} (arguments {fmt_bytes(self.argument_bytes)}, temp "
                 f"{fmt_bytes(self.temp_bytes)}, outputs {fmt_bytes(self.output_bytes)}, aliased "
                 f"{fmt_bytes(self.alias_bytes)}) on {self.num_devices} x {self.device_kind}")
+
+
+# jax's own words when it cannot read an argument of a jitted function (jax 0.10): the caller's
+# bad input, not the step failing to trace, so it becomes a typed error.
+_JAX_ARGUMENT_ERRORS = ("Error interpreting argument", "An overflow was encountered while parsing an argument")
+
+
+def jitted_step(step: Any, abstract_args: Any, compiler_options: Any) -> Any:
+    """``step`` jitted (as given when it already is), after the checks that need no tracing.
+
+    A class is refused although callable: jitting it would trace its constructor,
+    which is never a training step. For a plain function, every argument leaf must
+    be something jax traces (an array, a ShapeDtypeStruct, a scalar); a function
+    the caller jitted may take static arguments, so there jax's own refusal of an
+    argument is translated instead (:func:`lower_step`). Errors raised by the
+    step itself while tracing pass through untouched: they are the user's code.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> jitted_step(lambda a: a, ((jnp.zeros(2),), {}), None).lower(jnp.zeros(2)) is not None
+      True
+    """
+    if isinstance(step, type) or not callable(step):
+        raise MeshplanTypeError(f"step={step!r:.80} must be a function (ideally jax.jit-ed), not "
+                                f"{'a class' if isinstance(step, type) else type(step).__name__}.")
+    if compiler_options is not None and not (
+            isinstance(compiler_options, Mapping) and all(isinstance(k, str) for k in compiler_options)):
+        raise MeshplanTypeError(f"compiler_options={compiler_options!r:.80} must map XLA option names (str) "
+                                "to values, or be None.")
+    if hasattr(step, "lower"):
+        return step
+    flat, _ = flatten_with_path(abstract_args, "the step's arguments")
+    for keypath, leaf in flat:
+        try:
+            jax.typeof(leaf)
+        except (TypeError, ValueError, OverflowError) as err:
+            raise MeshplanTypeError(
+                f"argument {path_str(keypath) or '?'}={leaf!r:.60} is not something jax can trace "
+                f"({str(err).splitlines()[0][:120]}); pass arrays, jax.ShapeDtypeStructs or scalars "
+                "(or jit the step with static_argnums for static arguments).") from None
+    return jax.jit(step)
+
+
+def lower_step(jitted: Any, *args: Any, **kwargs: Any) -> Any:
+    """``jitted.lower(*args, **kwargs)``, with jax's refusal of an argument as a typed error.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> lower_step(jax.jit(lambda a: a), jnp.zeros(2)) is not None
+      True
+    """
+    try:
+        return jitted.lower(*args, **kwargs)
+    except (TypeError, OverflowError) as err:
+        if not str(err).startswith(_JAX_ARGUMENT_ERRORS):
+            raise  # the user's step failed while tracing: their error, unwrapped
+        raise MeshplanTypeError(f"the step's arguments: {str(err).splitlines()[0][:300]}") from None
 
 
 def _devices_of(args: Sequence[Any], mesh: Mesh | None) -> list[Any]:
@@ -170,17 +228,15 @@ def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
       >>> m.alias_bytes
       1024
     """
-    if not callable(step):
-        raise MeshplanTypeError(f"step={step!r} must be a function (ideally jax.jit-ed).")
+    jitted = jitted_step(step, (abstract_args, abstract_kwargs), compiler_options)
     if mesh is not None and not isinstance(mesh, Mesh):
-        raise MeshplanTypeError(f"mesh={mesh!r} must be a jax.sharding.Mesh or None.")
-    jitted = step if hasattr(step, "lower") else jax.jit(step)
+        raise MeshplanTypeError(f"mesh={mesh!r:.80} must be a jax.sharding.Mesh or None.")
     devices = _devices_of((abstract_args, abstract_kwargs), mesh)
     start = time.perf_counter()
     ctx = jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
     try:
         with ctx:
-            lowered = jitted.lower(*abstract_args, **abstract_kwargs)
+            lowered = lower_step(jitted, *abstract_args, **abstract_kwargs)
             compiled = lowered.compile(dict(compiler_options) if compiler_options else None)
     except Exception as err:  # XLA raises JaxRuntimeError; anything else is the user's step failing to trace
         if not _is_oom(err):

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import jax
-
+from meshplan.facade._compiled import jitted_step, lower_step
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search._hlo_collectives import HloCollective, parse_hlo_collectives
 
@@ -50,8 +49,8 @@ def compiled_collectives(step: Any, *abstract_args: Any, compiler_options: Mappi
         return parse_hlo_collectives(step.as_text())
     if not callable(step):
         raise MeshplanTypeError(f"step={step!r:.80} must be a compiled program or a function (ideally jax.jit-ed).")
-    jitted = step if hasattr(step, "lower") else jax.jit(step)
-    compiled = jitted.lower(*abstract_args, **abstract_kwargs).compile(
+    jitted = jitted_step(step, (abstract_args, abstract_kwargs), compiler_options)
+    compiled = lower_step(jitted, *abstract_args, **abstract_kwargs).compile(
         dict(compiler_options) if compiler_options else None)
     text = compiled.as_text()
     if not isinstance(text, str):

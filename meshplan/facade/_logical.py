@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 
 from meshplan.facade._context import require_mesh, x64_enabled
@@ -38,7 +37,8 @@ from meshplan.pure.rules._logical import (
     canonical_logical_names,
     logical_names_by_path,
 )
-from meshplan.pure.specs._tree import path_str
+from meshplan.pure._check import as_sequence
+from meshplan.pure.specs._tree import flatten_with_path, path_str
 
 __all__ = ["LogicalShardingRule", "logical_names"]
 
@@ -94,8 +94,8 @@ def logical_names(tree: Any) -> dict[str, LogicalNames]:
       >>> logical_names({"params": {"w": nn.Partitioned(np.zeros((2, 3)), names=("embed", "mlp"))}})
       {'w': ('embed', 'mlp')}
     """
-    flat, _ = jax.tree_util.tree_flatten_with_path(
-        tree, is_leaf=lambda x: _is_linen_box(x) or _is_nnx_variable(x) or _is_names(x))
+    flat, _ = flatten_with_path(
+        tree, "tree", is_leaf=lambda x: _is_linen_box(x) or _is_nnx_variable(x) or _is_names(x))
     out: dict[str, LogicalNames] = {}
     for keypath, leaf in flat:
         if _is_names(leaf):
@@ -107,7 +107,7 @@ def logical_names(tree: Any) -> dict[str, LogicalNames]:
         if raw is None:
             continue
         path = normalize_path(path_str(keypath))
-        out[path] = canonical_logical_names(tuple(raw), f"logical names of {path!r}")
+        out[path] = canonical_logical_names(raw, f"logical names of {path!r}")
     return out
 
 
@@ -155,7 +155,7 @@ class LogicalShardingRule(_MeshRule):
         if mesh_axes is None and self.mesh is not None:
             mesh_axes = tuple(_sizes_of(self.mesh))  # a row naming another axis is a typo, refused now
         self._rule = LogicalRule(rules, names=given, patterns=patterns, fallback=fallback,
-                                 mesh_axes=None if mesh_axes is None else tuple(mesh_axes))
+                                 mesh_axes=None if mesh_axes is None else as_sequence(mesh_axes, "mesh_axes"))
         self.rules = self._rule.table
 
     @property

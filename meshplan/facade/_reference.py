@@ -31,6 +31,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from meshplan.facade import _reference_model as rm
+from meshplan.pure._check import as_real, collect
 from meshplan.pure._types import make_spec, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import ModelSpec, build_params, get_preset
@@ -95,7 +96,8 @@ class ReferenceConfig:
         problems = []
         for name, allowed in (("remat", REMAT_POLICIES), ("attention", ATTENTION_KINDS),
                               ("optimizer", OPTIMIZERS)):
-            if getattr(self, name) not in allowed:
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in allowed:  # `in` on an array compares element-wise
                 problems.append(f"{name}={getattr(self, name)!r} must be one of {list(allowed)}")
         for name in ("micro_batches", "vocab_tiles"):
             v = getattr(self, name)
@@ -103,8 +105,8 @@ class ReferenceConfig:
                 problems.append(f"{name}={v!r} must be an int >= 1")
         if not isinstance(self.scan_layers, bool):
             problems.append(f"scan_layers={self.scan_layers!r} must be a bool")
-        if not isinstance(self.capacity_factor, int | float) or self.capacity_factor <= 0:
-            problems.append(f"capacity_factor={self.capacity_factor!r} must be > 0")
+        for name in ("capacity_factor", "learning_rate"):  # finite and > 0: nan, inf and 10**400 are refused
+            collect(problems, problems, as_real, getattr(self, name), name, error=PlanError)
         if problems:
             raise PlanError("ReferenceConfig: " + "; ".join(problems) + ".")
         for name in ("param_dtype", "compute_dtype", "optimizer_dtype"):

@@ -47,7 +47,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from meshplan.pure._check import as_count, as_sequence, as_shape
+from meshplan.pure._check import as_count, as_sequence, as_shape, as_str
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 
 __all__ = ["CONVENTIONS", "DIM_KINDS", "LeafLayout", "leaf_layout", "normalize_path"]
@@ -162,6 +162,7 @@ class LeafLayout:
 
     def dim(self, kind: str) -> int | None:
         """The first dim meaning ``kind``, or ``None``."""
+        kind = as_str(kind, "kind", error=ShardingRuleError)  # `in` on an array would compare element-wise
         return self.dims.index(kind) if kind in self.dims else None
 
 

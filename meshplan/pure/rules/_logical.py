@@ -37,6 +37,7 @@ from typing import Any, ClassVar, TypeAlias
 
 from jax.sharding import PartitionSpec
 
+from meshplan.pure._check import as_sequence, as_shape, as_str, canonical_axis_sizes
 from meshplan.pure._types import PyTree, Shape
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._check_tree import _problems
@@ -45,6 +46,7 @@ from meshplan.pure.rules._base import (
     Decision,
     LeafContext,
     Rule,
+    as_context,
     group_key_fn,
     reads_axes,
     rule_name,
@@ -120,6 +122,7 @@ def logical_table_to_json(table: LogicalTable) -> list[list[Any]]:
       >>> logical_table_to_json((("embed", ("fsdp",)), ("mlp", ("tp", "sp")), ("norm", ())))
       [['embed', 'fsdp'], ['mlp', ['tp', 'sp']], ['norm', None]]
     """
+    table = canonical_logical_table(table)  # a hand-written table is checked like any other
     return [[name, None if not axes else axes[0] if len(axes) == 1 else list(axes)] for name, axes in table]
 
 
@@ -218,6 +221,9 @@ def resolve_logical_axes(
       row #2 'embed'->'fsdp': dim 0 already decided
     """
     names = canonical_logical_names(names)
+    shape = as_shape(shape, "shape")
+    table = canonical_logical_table(table)
+    axis_sizes = canonical_axis_sizes(axis_sizes)
     if len(names) > len(shape):
         raise ShardingRuleError(
             f"logical names {names} have {len(names)} entries but the leaf has shape {tuple(shape)} "
@@ -338,8 +344,10 @@ class LogicalRule:
         object.__setattr__(self, "_compiled", tuple(re.compile(p) for p, _ in self.patterns))
         if self.fallback is not None and not callable(self.fallback):
             raise MeshplanTypeError(f"fallback={self.fallback!r} is not a rule (not callable).")
+        as_str(self.name, "name", error=ShardingRuleError)
         if self.mesh_axes is not None:
-            known = tuple(self.mesh_axes)
+            known = tuple(as_str(a, f"mesh_axes[{i}]", error=ShardingRuleError)
+                          for i, a in enumerate(as_sequence(self.mesh_axes, "mesh_axes")))
             object.__setattr__(self, "mesh_axes", known)
             unknown = [(k, n, a) for k, (n, axes) in enumerate(self.table) for a in axes if a not in known]
             if unknown:
@@ -362,7 +370,7 @@ class LogicalRule:
           >>> LogicalRule([], patterns=[("q_proj", ("heads", "embed"))]).names_for("layers/0/q_proj/weight")
           ('heads', 'embed')
         """
-        key = normalize_path(path)
+        key = normalize_path(as_str(path, "path", error=ShardingRuleError))
         found = self.names.get(key)
         if found is not None:
             return found
@@ -378,6 +386,14 @@ class LogicalRule:
         the axes when the rule was built), names or patterns that match no leaf,
         and names longer than their leaf's rank; then the fallback's problems.
         """
+        # A hook check_rule calls with checked values; called by hand, its arguments are checked here.
+        axis_names = tuple(as_str(a, f"axis_names[{i}]") for i, a in enumerate(as_sequence(axis_names, "axis_names")))
+        pairs = [as_sequence(leaf, f"leaves[{i}]") for i, leaf in enumerate(as_sequence(leaves, "leaves"))]
+        bad = [i for i, pair in enumerate(pairs) if len(pair) != 2]
+        if bad:
+            raise MeshplanTypeError(f"leaves[{bad[0]}]={pairs[bad[0]]!r:.80} must be a (path, shape) pair.")
+        leaves = [(as_str(p, f"leaves[{i}][0]"), as_shape(shape, f"leaves[{i}][1]"))
+                  for i, (p, shape) in enumerate(pairs)]
         where = f"rule {self.name!r}"
         out = []
         if self.mesh_axes is None:
@@ -404,6 +420,7 @@ class LogicalRule:
 
     def group_key(self, ctx: LeafContext) -> Hashable:
         """Equal keys, equal decisions: the leaf's names and shape (or the fallback's key)."""
+        ctx = as_context(ctx)
         names = self.names_for(ctx.path)
         if names is not None:
             return ("logical", names, ctx.shape)
@@ -459,4 +476,4 @@ def logical_rule_from_json(data: Any, *, fallback: Rule | None = None,
     names: Mapping[str, Any] = raw_names if isinstance(raw_names, Mapping) else {}
     patterns: Any = [] if isinstance(raw_names, Mapping) else raw_names
     return LogicalRule(data["logical_axis_rules"], names=dict(names), patterns=patterns, fallback=fallback,
-                       mesh_axes=None if mesh_axes is None else tuple(mesh_axes))
+                       mesh_axes=None if mesh_axes is None else as_sequence(mesh_axes, "mesh_axes"))

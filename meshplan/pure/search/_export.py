@@ -28,8 +28,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from meshplan.pure._check import as_choice, as_count
 from meshplan.pure._types import PyTree
-from meshplan.pure.errors import PlanError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.rules._engine import Plan
 from meshplan.pure.rules._logical import (
     LogicalNames,
@@ -126,12 +127,18 @@ def logical_export(plan: Plan, names: LogicalRule | Mapping[str, Any] | None = N
       >>> out.names
       {'k': ('heads', 'embed'), 'v': ('heads@none', 'embed')}
     """
+    if not isinstance(plan, Plan):
+        raise MeshplanTypeError(f"plan={plan!r:.80} must be a Plan (candidate.plan(tree), plan_tree(...)), "
+                                f"not {type(plan).__name__}.")
     lookup: Any
     if names is None:
         lookup = lambda path: None  # noqa: E731
     elif isinstance(names, LogicalRule):
         lookup = names.names_for
     else:
+        if not isinstance(names, Mapping) or not all(isinstance(p, str) for p in names):
+            raise MeshplanTypeError(f"names={names!r:.80} must be a LogicalRule, a mapping of leaf path (str) -> "
+                                    "logical names, or None.")
         table = {normalize_path(p): canonical_logical_names(n, f"logical names of {p!r}") for p, n in names.items()}
         lookup = lambda path: table.get(normalize_path(path))  # noqa: E731
     leaves: list[tuple[str, list[str | None], tuple[Any, ...]]] = []
@@ -196,6 +203,16 @@ def maxtext_settings(
       >>> best.text, s["ici_tensor_parallelism"], s["dcn_data_parallelism"] * s["dcn_fsdp_parallelism"]
       ('dp=2,tp=8', 8, 2)
     """
+    if not isinstance(candidate, MeshCandidate):
+        raise MeshplanTypeError(f"candidate={candidate!r:.80} must be a MeshCandidate (result.best), "
+                                f"not {type(candidate).__name__}.")
+    if logical is not None and not isinstance(logical, LogicalExport):
+        raise MeshplanTypeError(f"logical={logical!r:.80} must be a LogicalExport (logical_export(plan)) or None, "
+                                f"not {type(logical).__name__}.")
+    if not isinstance(axis_map, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in axis_map.items()):
+        raise MeshplanTypeError(f"axis_map={axis_map!r:.80} must map meshplan axis names (str) to MaxText axis "
+                                "names (str).")
     unknown = [a for a in candidate.axis_names if a not in axis_map]
     if unknown:
         raise PlanError(f"mesh axes {unknown} have no MaxText counterpart in axis_map={dict(axis_map)}; "
@@ -253,11 +270,17 @@ def export_plan(result: SearchResult, fmt: str, *, tree: PyTree = None,
       >>> print(export_plan(result, "maxtext").splitlines()[1])
       ici_data_parallelism: 8
     """
+    if not isinstance(result, SearchResult):
+        raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult (search_meshes(...)), "
+                                f"not {type(result).__name__}.")
+    if not isinstance(fmt, str):
+        as_choice(fmt, "format", EXPORT_FORMATS)  # the one type error for a non-str choice
     if fmt not in EXPORT_FORMATS:
         raise PlanError(f"format={fmt!r} is not one of {list(EXPORT_FORMATS)}.")
     if fmt == "json":
         return result.to_json()
-    if not 1 <= rank <= len(result.candidates):
+    rank = as_count(rank, "rank", error=PlanError)
+    if rank > len(result.candidates):
         raise PlanError(f"rank={rank}: the result has {len(result.candidates)} ranked meshes.")
     cand = result.candidates[rank - 1]
     logical = None if tree is None else logical_export(cand.plan(tree), names)

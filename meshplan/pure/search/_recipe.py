@@ -41,7 +41,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from meshplan.pure._check import as_count
+from meshplan.pure._check import as_count, as_record
 from meshplan.pure.errors import PlanError
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 
@@ -61,7 +61,7 @@ OPTIMIZER_COPIES: dict[str, int] = {"adamw": 2, "adam": 2, "lion": 1, "sgd": 1, 
 
 
 def _choice(value: Any, what: str, valid: tuple[str, ...]) -> str | None:
-    if value in valid:
+    if isinstance(value, str) and value in valid:  # `in` on an array would compare element-wise
         return None
     return f"{what}={value!r}: use one of {list(valid)}"
 
@@ -151,8 +151,5 @@ class TrainingRecipe:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainingRecipe:
         """Inverse of :meth:`to_dict`."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise PlanError(f"TrainingRecipe.from_dict: unknown keys {unknown}; expected {sorted(names)}.")
-        return cls(**data)
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**as_record(data, "TrainingRecipe.from_dict", fields=names, required=(), error=PlanError))

@@ -48,6 +48,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from meshplan.pure._check import as_count, as_real, canonical_axis_sizes
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.presets._spec import ModelSpec
 from meshplan.pure.search._recipe import TrainingRecipe
 
 __all__ = ["CALIBRATIONS", "Calibration", "LayerDims", "StepMemory", "layer_dims", "lower_bound", "step_memory"]
@@ -144,6 +147,10 @@ def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
       >>> d.q_width, d.kv_width, d.mlp_width, d.expert_width
       (4096, 1024, 14336.0, 0.0)
     """
+    if not isinstance(model, ModelSpec):
+        raise MeshplanTypeError(f"model={model!r:.80} must be a ModelSpec (MODEL_SPECS['llama3-8b']), "
+                                f"not {type(model).__name__}.")
+    capacity_factor = as_real(capacity_factor, "capacity_factor", error=PlanError)
     mla = getattr(model, "mla", None)
     q_head = mla.qk_head_dim if mla is not None else model.head_dim
     layers = max(model.num_layers, 1)
@@ -224,6 +231,14 @@ def step_memory(
       >>> [name for name, _ in m.phases], m.peak == max(b for _, b in m.phases) >= 12 * 10**9
       (['forward', 'backward', 'update'], True)
     """
+    if not isinstance(dims, LayerDims):
+        raise MeshplanTypeError(f"dims={dims!r:.80} must be a LayerDims (layer_dims(model)), not {type(dims).__name__}.")
+    if not isinstance(recipe, TrainingRecipe):
+        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
+    sizes = canonical_axis_sizes(sizes, "sizes")
+    batch, seq = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
+    params, grads, optimizer, gathered = (as_count(v, n, minimum=0, error=PlanError) for v, n in (
+        (params, "params"), (grads, "grads"), (optimizer, "optimizer"), (gathered, "gathered")))
     cal = CALIBRATIONS[recipe.backend]
     a = recipe.compute_itemsize
     tp, sp = sizes.get("tp", 1), sizes.get("sp", 1)
