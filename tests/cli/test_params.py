@@ -49,6 +49,7 @@ def boom():
     raise ValueError("the config file is missing")
 
 NOT_A_TREE = "hello"
+INSTANCE = Llama()  # a value, not a builder: planned as it is
 '''
 
 _LINEN = '''
@@ -114,8 +115,23 @@ def test_nnx_llama_file_plans_like_search_meshes(tmp_path: Path, capsys: pytest.
     path = _write(tmp_path, "llama.py", _NNX_LLAMA)
     got = _cli_json(capsys, f"{path}:make_model")
     _same_plan(got, nnx.state(_load(path).Llama(nnx.Rngs(0)), nnx.Param))
-    # A class is a builder too (called with no arguments, abstractly): the same plan.
+    # A class is a builder too (called with no arguments, abstractly), a module instance a value: the same plan.
     assert _cli_json(capsys, f"{path}:Llama").to_json() == got.to_json()
+    assert _cli_json(capsys, f"{path}:INSTANCE").to_json() == got.to_json()
+
+
+def test_builders_run_abstractly(tmp_path: Path) -> None:
+    from meshplan.cli._params import load_params
+
+    path = _write(tmp_path, "llama.py", _NNX_LLAMA)
+    for attr in ("Llama", "make_model"):
+        tree = load_params((str(path), attr))
+        leaves = jax.tree.leaves(tree)
+        assert leaves and all(isinstance(v, jax.ShapeDtypeStruct) for v in leaves), attr
+    # A value keeps its arrays (already allocated by the user); the paths are nnx.state's.
+    value = load_params((str(path), "INSTANCE"))
+    assert all(isinstance(v, jax.Array) for v in jax.tree.leaves(value))
+    assert jax.tree.structure(value) == jax.tree.structure(tree)
 
 
 def test_dotted_module_on_the_working_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -126,6 +142,18 @@ def test_dotted_module_on_the_working_directory(tmp_path: Path, capsys: pytest.C
     got = _cli_json(capsys, "h12_user_model:make_model")
     assert got.to_json() == _cli_json(capsys, f"{tmp_path / 'h12_user_model.py'}:make_model").to_json()
     sys.modules.pop("h12_user_model", None)
+
+
+def test_shape_tree_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "shapes.py", """
+        import jax, jax.numpy as jnp
+        S = jax.ShapeDtypeStruct
+        TREE = {"q_proj": {"kernel": S((64, 256), jnp.bfloat16)}, "o_proj": {"kernel": S((256, 64), jnp.bfloat16)},
+                "step": 3}
+        """)
+    tree = {"q_proj": {"kernel": jax.ShapeDtypeStruct((64, 256), "bfloat16")},
+            "o_proj": {"kernel": jax.ShapeDtypeStruct((256, 64), "bfloat16")}, "step": 3}
+    _same_plan(_cli_json(capsys, f"{path}:TREE", "--fix", "tp=8"), tree, {"tp": 8})
 
 
 def test_linen_and_equinox_trees(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
