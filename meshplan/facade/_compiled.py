@@ -131,16 +131,22 @@ def jitted_step(step: Any, abstract_args: Any, compiler_options: Any) -> Any:
                                 "to values, or be None.")
     if hasattr(step, "lower"):
         return step
-    flat, _ = flatten_with_path(abstract_args, "the step's arguments")
-    for keypath, leaf in flat:
-        try:
-            jax.typeof(leaf)
-        except (TypeError, ValueError, OverflowError) as err:
-            raise MeshplanTypeError(
-                f"argument {path_str(keypath) or '?'}={leaf!r:.60} is not something jax can trace "
-                f"({str(err).splitlines()[0][:120]}); pass arrays, jax.ShapeDtypeStructs or scalars "
-                "(or jit the step with static_argnums for static arguments).") from None
+    args, kwargs = abstract_args
+    named = [(f"args[{i}]", a) for i, a in enumerate(args)] + [(str(k), v) for k, v in kwargs.items()]
+    for where, tree in named:
+        for keypath, leaf in flatten_with_path(tree, f"the step's argument {where}")[0]:
+            _check_traceable(f"{where}/{path_str(keypath)}" if keypath else where, leaf)
     return jax.jit(step)
+
+
+def _check_traceable(where: str, leaf: Any) -> None:
+    try:
+        jax.typeof(leaf)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise MeshplanTypeError(
+            f"argument {where}={leaf!r:.60} is not something jax can trace "
+            f"({str(err).splitlines()[0][:120]}); pass arrays, jax.ShapeDtypeStructs or scalars "
+            "(or jit the step with static_argnums for static arguments).") from None
 
 
 def lower_step(jitted: Any, *args: Any, **kwargs: Any) -> Any:
