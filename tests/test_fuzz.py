@@ -15,7 +15,9 @@ The contract checked: a call returns, or raises a
 :class:`~meshplan.errors.MeshplanError` that is also a ``ValueError`` or
 ``TypeError``. The one exception is the user's own code: a rule or function
 the caller passed in (here :class:`_UserRule`, which raises :class:`_UserBug`)
-may raise, and its exception passes through unwrapped.
+may raise, and its exception passes through unwrapped (so does a step given to
+``compiled_memory`` / ``compiled_collectives`` that fails while jax traces it; a
+class as the step, or an argument jax cannot trace, is a typed error up front).
 
 Each call runs under a 5 s alarm (an absurd input must be refused, not
 computed). ``HYPOTHESIS_PROFILE=deep`` runs 40x the examples.
