@@ -149,6 +149,7 @@ class Comparison:
     best_step_s: float
     best_tokens_per_s: float
     alt_tokens_per_s: float | None  # the published layout under ALT_REMAT[run.remat]
+    micro_batches: int | None  # gradient-accumulation steps the search chose for the published layout
 
 
 ALT_REMAT: Mapping[str, str] = types.MappingProxyType({"dots": "full", "full": "dots", "offload": "dots"})
@@ -199,10 +200,11 @@ def compare(run: PublishedRun) -> Comparison:
     top = _estimate(best)
     if pinned is None:
         return Comparison(run, mem, None, None, None, rank, len(fitting), best.text,
-                          top.compute_s + top.exposed_s, top.tokens_per_s, alt)
+                          top.compute_s + top.exposed_s, top.tokens_per_s, alt, None)
     step = _estimate(pinned)
     return Comparison(run, mem, step.compute_s + step.exposed_s, step.tokens_per_s, step.mfu, rank,
-                      len(fitting), best.text, top.compute_s + top.exposed_s, top.tokens_per_s, alt)
+                      len(fitting), best.text, top.compute_s + top.exposed_s, top.tokens_per_s, alt,
+                      getattr(step, "micro_batches", 1))
 
 
 def _estimate(candidate: MeshCandidate) -> StepEstimate:
@@ -216,7 +218,7 @@ def _layout_text(layout: Mapping[str, int] | None) -> str:
 
 
 COLUMNS: tuple[str, ...] = (
-    "run", "cluster", "batch x seq", "published layout", "remat", "mem", "pred step", "pub step",
+    "run", "cluster", "batch x seq", "published layout", "remat", "mem", "micro", "pred step", "pub step",
     "pred tok/s/dev", "pub tok/s/dev", "pred/pub", "alt remat", "pred MFU", "pub MFU", "rank", "vs best",
     "meshplan best", "best tok/s/dev")
 
@@ -226,6 +228,7 @@ def row(run: PublishedRun, c: Comparison) -> tuple[str, ...]:
     pub_step = run.batch * run.seq / (run.tokens_per_s * _cluster(run.cluster).num_devices)
     return (
         run.key, run.cluster, f"{run.batch} x {run.seq}", _layout_text(run.layout), run.remat, c.mem,
+        "-" if c.micro_batches is None else str(c.micro_batches),
         "-" if c.pinned_step_s is None else f"{c.pinned_step_s:.2f} s", f"{pub_step:.2f} s",
         "-" if c.pinned_tokens_per_s is None else f"{c.pinned_tokens_per_s:,.0f}",
         f"{run.tokens_per_s:,.0f}",
@@ -244,7 +247,8 @@ LEGEND = (
     " per device of the published layout ('(best)': meshplan's best mesh, no pinned layout); alt remat ="
     " pred/pub under the other remat reading (ALT_REMAT); vs best = predicted step of the published layout /"
     " of meshplan's best; rank among the meshes that fit (mem 'over': the published layout does not fit"
-    " meshplan's memory model with activations, so the fit and the rank count state only).")
+    " meshplan's memory model with activations, so the fit and the rank count state only); micro = the"
+    " gradient-accumulation steps meshplan chose for the published layout.")
 
 
 def main() -> None:
