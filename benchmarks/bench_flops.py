@@ -7,9 +7,9 @@ layers unrolled so XLA's ``cost_analysis()`` sees every layer once; remat with
 printed next to ``step_flops(...).per_device`` (ratio analytic / XLA; 1.00 exact).
 
 XLA counts every floating-point op, elementwise ones included (norms, softmax,
-rope, the loss, the optimizer update); the analytic model counts matmuls only,
-so the ratio sits a little below 1 and approaches it as the matmuls grow
-(hidden size, head size). The scaled-down models keep the real families'
+rope, the loss, the optimizer update); the analytic ``per_device`` counts the
+matmuls plus ``StepFlops.elementwise`` (per-element counts derived from
+single-device compiles, see ``meshplan/pure/search/_flops.py``). The scaled-down models keep the real families'
 structure (GQA, gated MLP, routed experts with capacity-based dispatch, MLA).
 
     python benchmarks/bench_flops.py            # the grid (a few minutes on 2 cores)

@@ -36,25 +36,43 @@ router are replicated over ``tp``; so are the MoE dispatch/combine einsums (XLA
 finds no tp-split dim in them: measured, a 4-way tp Mixtral step ran them whole
 on each shard). K and V projections split ``gcd(tp, kv_heads)`` ways (whole
 heads; measured with 2 KV heads and tp=4).
-Elementwise work (norms, softmax, the optimizer update) is not counted; XLA's
-``cost_analysis()`` counts it, and ``benchmarks/bench_flops.py`` shows by how much.
+**Elementwise work** (:data:`ELEMENTWISE`; executed, never model FLOPs): norms, residual adds, biases,
+GELU/SiLU, rope, the softmax over the scores, the loss and the optimizer update, as XLA's
+``cost_analysis()`` counts them (one FLOP per element per elementwise op, converts included). Counts per
+element of four structural quantities, derived by differencing single-device compiles of the reference step
+(base, 2x batch, 2x seq, +1 layer, 2x vocab, +512 MLP width, 2x hidden: seven compiles per family, the four
+counts solved by least squares, each compile's elementwise FLOPs reproduced within 4.5%): per **parameter** (the AdamW update,
+19 on its own, plus the gradients' converts and sums), per **token x hidden x layer** (residual stream: norms,
+residual adds, biases, rope), per **token x MLP width x layer** (the activation and gating) and per **score**
+(``batch x heads x seq x seq x layer``: mask, scale, softmax and its gradient). Per device the residual stream
+splits over the batch axes and ``sp`` only (``tp`` shards repeat it: why GPT-2 with tp ran 3.5% under XLA
+before this term), the MLP width and the scores over every axis, the optimizer over all but ``dp``. Remat
+``full`` / ``offload`` rerun the layers' forward third of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure._check import as_count
+from meshplan.pure.presets import build_params
 from meshplan.pure.errors import PlanError
 
-__all__ = ["DEFAULT_EFFICIENCY", "RECOMPUTE", "LayerFlops", "StepFlops", "default_efficiency", "layer_flops",
+__all__ = ["DEFAULT_EFFICIENCY", "ELEMENTWISE", "RECOMPUTE", "LayerFlops", "StepFlops", "default_efficiency", "layer_flops",
            "step_flops"]
 
 RECOMPUTE: dict[str, float] = {"none": 0.0, "dots": 0.0, "full": 1.0, "offload": 1.0}
 """Forward passes of each layer rerun in the backward pass, per remat policy."""
+
+ELEMENTWISE: dict[str, tuple[float, float, float, float]] = {"gpt2": (32.0, 191.0, 88.0, 19.0),
+                                                            "gated": (30.0, 133.0, 59.0, 17.0)}
+"""XLA-counted elementwise FLOPs per (parameter, token x hidden x layer, token x MLP width x layer, score)
+of a training step with AdamW (see the module docstring): ``"gpt2"`` (LayerNorm, biases, GELU) and
+``"gated"`` (RMSNorm, rope, SiLU gate: Llama, Mixtral, DeepSeek)."""
 
 DEFAULT_EFFICIENCY: dict[str, float] = {"gpu": 0.4, "tpu": 0.5}
 """Fraction of peak bf16 FLOP/s a well-tuned step sustains on its matmuls, per device kind.
@@ -166,6 +184,8 @@ class StepFlops:
       layer_forward: executed forward FLOPs of one (average) layer on one device.
       layer_backward: executed backward FLOPs of one (average) layer on one device, recompute included.
       head: executed FLOPs of the output head on one device (forward + backward).
+      elementwise: executed elementwise FLOPs on one device (norms, softmax, activations, the optimizer
+        update; :data:`ELEMENTWISE`), included in ``per_device``, never in ``model``.
     """
 
     model: float
@@ -175,6 +195,7 @@ class StepFlops:
     layer_forward: float
     layer_backward: float
     head: float
+    elementwise: float = 0.0
 
     @property
     def executed(self) -> float:
@@ -204,7 +225,7 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
       >>> from meshplan.pure.presets import MODEL_SPECS
       >>> f = step_flops(MODEL_SPECS["llama3-70b"], {"fsdp": 8, "tp": 8}, batch=64, seq=4096)
       >>> f"{f.model:.2e}", f"{f.per_device:.2e}"
-      ('1.14e+17', '2.20e+15')
+      ('1.14e+17', '2.21e+15')
     """
     if remat not in RECOMPUTE:
         raise PlanError(f"remat={remat!r}: use one of {list(RECOMPUTE)}.")
@@ -231,8 +252,39 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
     replicated = sum(c * f.replicated for c, f in parts) * (3 + r)
     # The dispatch/combine einsums have no dim tp splits (the residual stream is whole): tp runs them whole.
     einsums = sum(c * f.einsum * (5 + r) for c, f in parts)
-    per_device = (model_flops + recompute + overhead) / n + (replicated + einsums * (tp - 1)) / n
+    matmuls = (model_flops + recompute + overhead) / n + (replicated + einsums * (tp - 1)) / n
+    elementwise = _elementwise(model, sizes, n, b, s, r)
+    per_device = matmuls + elementwise
     layers = max(model.num_layers, 1)
     layer_fwd = (fwd + sum(c * f.forward_overhead for c, f in parts)) / layers / n
     body = (per_device - head / n) / layers
-    return StepFlops(model_flops, recompute, overhead, per_device, layer_fwd, body - layer_fwd, head / n)
+    return StepFlops(model_flops, recompute, overhead, per_device, layer_fwd, body - layer_fwd, head / n,
+                     elementwise)
+
+
+def _elementwise(model: Any, sizes: Mapping[str, int], n: int, batch: int, seq: int, rerun: float) -> float:
+    """Elementwise FLOPs of one step on one device (:data:`ELEMENTWISE`, the module docstring)."""
+    per_param, per_hidden, per_width, per_score = ELEMENTWISE["gpt2" if model.family == "gpt2" else "gated"]
+    layers, moe = int(model.num_layers), int(model.num_moe_layers)
+    width = ((layers - moe) * model.intermediate_size
+             + moe * (model.moe_intermediate_size or 0) * (model.num_experts_per_tok + model.num_shared_experts))
+    tokens = batch * seq
+    stream = per_hidden * tokens * model.hidden_size * layers / (n // max(1, sizes.get("tp", 1)))
+    split = (per_width * tokens * width + per_score * batch * model.num_heads * seq * seq * layers) / n
+    params = float(model.num_params) if model.num_params else float(_param_count(model))
+    optimizer = per_param * params / (n // max(1, sizes.get("dp", 1)))
+    # The forward is about a third of the layers' elementwise work; remat reruns it.
+    return float((stream + split) * (1 + rerun / 3) + optimizer)
+
+
+@functools.lru_cache(maxsize=64)
+def _param_count(model: Any) -> int:
+    """Parameters of a spec without a published total (the shapes ``build_params`` gives)."""
+    return sum(math.prod(leaf.shape) for leaf in _leaves(build_params(model)))
+
+
+def _leaves(tree: Any) -> list[Any]:
+    """The array-like leaves of a nested dict of shapes."""
+    if isinstance(tree, Mapping):
+        return [leaf for key in sorted(tree) for leaf in _leaves(tree[key])]
+    return [tree]

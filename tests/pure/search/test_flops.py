@@ -41,8 +41,11 @@ def test_linear_in_tokens(case, remat, attention):
     spec, sizes, b, s = case
     one = step_flops(spec, sizes, batch=b, seq=s, remat=remat, attention=attention)
     two = step_flops(spec, sizes, batch=3 * b, seq=s, remat=remat, attention=attention)
-    for name in ("model", "recompute", "overhead", "per_device", "layer_forward", "layer_backward", "head"):
+    for name in ("model", "recompute", "overhead", "layer_forward", "head"):
         assert getattr(two, name) == pytest.approx(3 * getattr(one, name), rel=1e-12), name
+    # The matmuls scale with the tokens; the elementwise term only partly (the optimizer update does not).
+    assert two.per_device - two.elementwise == pytest.approx(3 * (one.per_device - one.elementwise), rel=1e-12)
+    assert one.elementwise < two.elementwise < 3 * one.elementwise
 
 
 @given(cases(), REMAT, ATTENTION)
@@ -52,7 +55,7 @@ def test_per_device_times_devices_covers_the_step(case, remat, attention):
     n = math.prod(sizes.values())
     assert f.per_device * n >= f.executed * (1 - 1e-12)
     if sizes["tp"] == 1:  # nothing is replicated without tp
-        assert f.per_device * n == pytest.approx(f.executed, rel=1e-12)
+        assert (f.per_device - f.elementwise) * n == pytest.approx(f.executed, rel=1e-12)
     # The per-layer split adds back up to the device's total.
     layers = spec.num_layers
     assert (f.layer_forward + f.layer_backward) * layers + f.head == pytest.approx(f.per_device, rel=1e-9)
@@ -108,6 +111,23 @@ def test_dense_weights_are_six_times_the_matmul_parameters(spec, b, s):
     f = step_flops(spec, {}, batch=b, seq=s, remat="none", attention="flash")
     attention = sum(3 * layer_flops(spec, moe_layer=False, batch=b, seq=s).attention for _ in range(spec.num_layers))
     assert f.model - attention == pytest.approx(6.0 * matmul * b * s, rel=1e-9)
+
+
+@given(cases(), REMAT, ATTENTION)
+def test_elementwise_is_executed_not_model_work(case, remat, attention):
+    spec, sizes, b, s = case
+    f = step_flops(spec, sizes, batch=b, seq=s, remat=remat, attention=attention)
+    alone = step_flops(spec, {}, batch=b, seq=s, remat=remat, attention=attention)
+    none = step_flops(spec, sizes, batch=b, seq=s, remat="none", attention=attention)
+    assert f.elementwise > 0 and f.model == none.model  # never in the MFU numerator
+    # Splitting over devices never adds elementwise work to one device; remat reruns the forward's share.
+    assert f.elementwise <= alone.elementwise
+    assert (f.elementwise > none.elementwise) == (RECOMPUTE[remat] > 0)
+    # tp repeats the residual stream's work on its shards; fsdp of the same size splits it (and the optimizer too).
+    if sizes["tp"] > 1:
+        flat = {**sizes, "tp": 1, "fsdp": sizes["fsdp"] * sizes["tp"]}
+        assert f.elementwise * math.prod(sizes.values()) > step_flops(
+            spec, flat, batch=b, seq=s, remat=remat, attention=attention).elementwise * math.prod(flat.values())
 
 
 def test_published_sizes():
