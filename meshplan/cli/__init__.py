@@ -138,7 +138,7 @@ def _plan(args: argparse.Namespace) -> int:
         batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
         activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
         ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args, args.cluster),
-        efficiency=args.efficiency, rank=args.rank,
+        efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
     )
     if args.format == "json":
         sys.stdout.write(result.to_json() + "\n")
@@ -152,6 +152,8 @@ def _plan(args: argparse.Namespace) -> int:
     if args.verify:
         from meshplan.cli import _verify
 
+        if args.micro_batches is None and result.best.step is not None:
+            args.micro_batches = result.best.step.micro_batches  # the reference step runs the best mesh's count
         _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
 
@@ -179,7 +181,7 @@ def _recipe(args: argparse.Namespace, cluster: str) -> Any:
 
     backend = "tpu" if parse_cluster(cluster).device.ici_scope == "slice" else "gpu"
     return TrainingRecipe(weight_dtype=args.dtype, optimizer=args.optimizer, master_weights=args.master_weights,
-                          remat=args.remat, attention=args.attention, micro_batches=args.micro_batches,
+                          remat=args.remat, attention=args.attention, micro_batches=args.micro_batches or 1,
                           vocab_tiles=args.vocab_tiles, backend=backend)
 
 

@@ -70,14 +70,15 @@ def render_plan(result: SearchResult, console: Any) -> None:
                   "--weight-dtype, --micro-batches, --vocab-tiles)")
     table = Table(title=f"Ranked meshes ({result.num_fitting} of {result.num_candidates} fit; top "
                         f"{len(result.candidates)})")
-    numbers = ("#", "memory/device", "step time", "MFU", "exposed comm", "step comm")
+    numbers = ("#", "memory/device", "micro-batches", "step time", "MFU", "exposed comm", "step comm")
     for col in ("#", "mesh", f"ICI (per {c.ici_domain_name})", f"DCN (across {c.ici_domain_name}s)", "memory/device",
-                "step time", "MFU", "exposed comm", "step comm", "verdict"):
+                "micro-batches", "step time", "MFU", "exposed comm", "step comm", "verdict"):
         table.add_column(col, justify="right" if col in numbers else "left")
     for cand in result.candidates:
         st = cand.step
         table.add_row(str(cand.rank), cand.text, _shape(cand, cand.ici_shape), _shape(cand, cand.dcn_shape),
-                      fmt_bytes(cand.memory.total), "-" if st is None else _seconds(st.step_s),
+                      fmt_bytes(cand.memory.total), "-" if st is None else str(st.micro_batches),
+                      "-" if st is None else _seconds(st.step_s),
                       "-" if st is None else f"{st.mfu:.1%}", "-" if st is None else _seconds(st.exposed_s),
                       _seconds(cand.step_comm_s), cand.verdict)
     console.print(table)

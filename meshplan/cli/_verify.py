@@ -66,7 +66,7 @@ def reference_config(args: Any, param_dtype: str) -> Any:
     from meshplan.facade._reference import ReferenceConfig
 
     return ReferenceConfig(remat=args.remat, attention=args.attention, optimizer=args.optimizer,
-                           micro_batches=args.micro_batches, vocab_tiles=args.vocab_tiles,
+                           micro_batches=args.micro_batches or 1, vocab_tiles=args.vocab_tiles,
                            param_dtype=param_dtype, scan_layers=True)
 
 
@@ -224,8 +224,9 @@ def add_reference_flags(parser: Any) -> None:
                         help="reference step's attention (default jax.nn.dot_product_attention)")
     parser.add_argument("--optimizer", choices=("adamw", "adafactor", "lion", "sgd"), default="adamw",
                         help="reference step's optax optimizer, state in fp32 (default adamw)")
-    parser.add_argument("--micro-batches", type=int, default=1, metavar="M",
-                        help="gradient accumulation steps in the reference step (default 1)")
+    parser.add_argument("--micro-batches", type=int, default=None, metavar="M",
+                        help="gradient accumulation steps (plan: default the fewest that fit, chosen per mesh; "
+                             "check: default 1)")
     parser.add_argument("--vocab-tiles", type=int, default=1, metavar="T",
                         help="loss computed in T sequence chunks (default 1)")
 

@@ -226,6 +226,7 @@ class StepEstimate:
       mfu: model FLOPs utilisation (model FLOPs without recompute / (step x peak)); 0 when the peak is unknown.
       flops: executed FLOPs per device per step (recompute included).
       efficiency: the fraction of peak FLOP/s assumed.
+      micro_batches: gradient-accumulation steps the step runs (chosen by the search or fixed; 1 = none).
     """
 
     compute_s: float
@@ -234,10 +235,11 @@ class StepEstimate:
     mfu: float
     flops: float
     efficiency: float
+    micro_batches: int = 1
 
     def __post_init__(self) -> None:
-        check_fields(self, dict.fromkeys(("compute_s", "exposed_s", "tokens_per_s", "mfu", "flops", "efficiency"),
-                                         as_seconds))
+        check_fields(self, {**dict.fromkeys(("compute_s", "exposed_s", "tokens_per_s", "mfu", "flops", "efficiency"),
+                                            as_seconds), "micro_batches": as_rank})
 
     @property
     def step_s(self) -> float:

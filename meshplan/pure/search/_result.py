@@ -76,6 +76,7 @@ class SearchRequest:
     recipe: TrainingRecipe = dataclasses.field(default_factory=TrainingRecipe)
     efficiency: float | None = None
     rank_by: str = "time"
+    choose_micro_batches: bool = False  # True: micro-batches chosen per mesh (the recipe's count is the first try)
 
     def __post_init__(self) -> None:
         if self.rank_by not in RANK_BY:
@@ -86,6 +87,7 @@ class SearchRequest:
             "optimizer_copies": as_nonneg, "optimizer_dtype": as_text, "activations": as_bool,
             "headroom": _headroom, "tp_within_domain": as_bool, "ep_within_domain": as_bool, "rule": as_text,
             "top_k": _count, "recipe": instance_of(TrainingRecipe), "efficiency": optional(_efficiency),
+            "choose_micro_batches": as_bool,
         })
 
     @property

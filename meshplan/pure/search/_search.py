@@ -93,7 +93,7 @@ from meshplan.pure.search._step_cost import (
 )
 from meshplan.pure.search._step_memory import layer_dims, lower_bound, step_memory
 from meshplan.pure.search._flops import StepFlops, default_efficiency, step_flops
-from meshplan.pure.search._step_time import StepTime, step_time
+from meshplan.pure.search._step_time import StepTime, accumulate, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import tree_facts
@@ -114,6 +114,7 @@ class _Scored:
     plan_key: tuple[Any, ...]
     memory: MemoryBreakdown
     pending: list[Pending]
+    micro_batches: int = 1  # gradient-accumulation steps (chosen per mesh or fixed)
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
     time: StepTime | None = None  # compute + exposed communication, from the same pass
 
@@ -140,6 +141,23 @@ class _Search:
         self.flops: dict[int, StepFlops] = {}  # per tp size: the FLOPs per device depend on n and tp only
         device = req.cluster.device
         self.efficiency = default_efficiency(device.ici_scope) if req.efficiency is None else req.efficiency
+        self.recipes: dict[int, TrainingRecipe] = {req.recipe.micro_batches: req.recipe}
+
+    def recipe(self, micro_batches: int) -> TrainingRecipe:
+        """The request's recipe with ``micro_batches`` accumulation steps."""
+        found = self.recipes.get(micro_batches)
+        if found is None:
+            found = self.recipes[micro_batches] = dataclasses.replace(self.req.recipe, micro_batches=micro_batches)
+        return found
+
+    def counts(self, mesh: dict[str, int]) -> list[int]:
+        """Micro-batch counts to try on ``mesh``, fewest first: the divisors of its per-replica batch
+        (``request.choose_micro_batches``), else the recipe's count when it divides (else none)."""
+        per_replica = self.req.batch // math.prod(mesh.get(a, 1) for a in BATCH_AXES)
+        if self.req.choose_micro_batches:
+            return divisors(per_replica)
+        m = self.req.recipe.micro_batches
+        return [m] if per_replica % m == 0 else []
 
     def step_time(self, s: _Scored, seconds: Any) -> StepTime:
         """Compute + exposed communication of one mesh, from its priced collectives."""
@@ -212,25 +230,37 @@ class _Search:
         ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
         if req.batch % ways:
             return "batch", f"{text}: dp*fsdp*ep={ways} does not divide batch={req.batch}"
+        counts = self.counts(mesh)
+        if not counts:
+            return "batch", (f"{text}: micro_batches={req.recipe.micro_batches} does not divide the per-replica "
+                             f"batch {req.batch // ways} (batch / dp*fsdp*ep)")
         placement = place(names, sizes, req)
         if placement is None:
             where = unit(req.cluster)
             return "dcn", (f"{text}: the {req.cluster.num_ici_domains} {where}s cannot all be spread over the "
                            f"axes allowed across {where}s (tp/ep kept inside a {where})")
-        bound = self._lower_bound(mesh)
+        bound = self._lower_bound(mesh, counts[0])
+        if bound > req.budget and len(counts) > 1 and self._state_bound(mesh) <= req.budget:
+            # More micro-batches shrink the activations (not the state): the bound at the most of them decides.
+            bound = self._lower_bound(mesh, counts[-1])
         if bound > req.budget:
             # Every leaf shards over at most the axes the rule reads, so no plan can beat this.
             self.bounded.append((bound, sizes, placement))
             return "memory", f"{text}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
         return self._exact(mesh, sizes, placement, fits, over)
 
-    def _lower_bound(self, mesh: dict[str, int]) -> float:
+    def _state_bound(self, mesh: dict[str, int]) -> float:
+        """Params + grads + optimizer per device can be no less than this (every leaf split over the rule's axes)."""
+        return 0.0 if self.reads is None else self.state_total / math.prod(mesh.get(a, 1) for a in self.reads)
+
+    def _lower_bound(self, mesh: dict[str, int], micro_batches: int) -> float:
         if self.reads is None:
             return 0.0
-        state = self.state_total / math.prod(mesh.get(a, 1) for a in self.reads)
+        state = self._state_bound(mesh)
         if not self.req.activations:
             return state
-        return lower_bound(self.dims, mesh, self.req.recipe, batch=self.req.batch, seq=self.req.seq, state=state)
+        return lower_bound(self.dims, mesh, self.recipe(micro_batches), batch=self.req.batch, seq=self.req.seq,
+                           state=state)
 
     def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement,
                fits: list[_Scored], over: list[_Scored]) -> tuple[str, str]:
@@ -242,25 +272,40 @@ class _Search:
         idle = self._idle(mesh, plan)
         if idle:
             return "idle", f"{text}: {idle}"
-        memory = self._memory(mesh, plan)
+        counts = self.counts(mesh)
+        m = counts[0]
+        memory = self._memory(mesh, plan, m)
+        if not memory.fits and len(counts) > 1:
+            # The fewest micro-batches that fit: check the most first (the leanest; a mesh that fits at none is
+            # reported there), then bisect: from 2 on, the peak only falls as the count grows (the activations
+            # shrink, the fp32 accumulator stays).
+            m, memory = counts[-1], self._memory(mesh, plan, counts[-1])
+            lo, hi = 1, len(counts) - 1  # counts[hi] fits; find the first that does in counts[lo:hi + 1]
+            while memory.fits and lo < hi:
+                mid = (lo + hi) // 2
+                trial = self._memory(mesh, plan, counts[mid])
+                if trial.fits:
+                    hi, m, memory = mid, counts[mid], trial
+                else:
+                    lo = mid + 1
         pending = param_terms(plan.traffic, placement, mesh, layers=max(self.model.num_layers, 1))
         pending += activation_terms(self.model, mesh, placement, batch=req.batch, seq=req.seq,
                                     itemsize=self.act_itemsize)
-        scored = _Scored(sizes, placement, key, memory, pending)
+        scored = _Scored(sizes, placement, key, memory, accumulate(pending, m), m)
         if memory.fits:
             fits.append(scored)
             return "", ""
         over.append(scored)
         return "memory", f"{text}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget"
 
-    def _memory(self, mesh: dict[str, int], plan: PlanEval) -> MemoryBreakdown:
+    def _memory(self, mesh: dict[str, int], plan: PlanEval, micro_batches: int) -> MemoryBreakdown:
         """The step's peak (see :mod:`meshplan.pure.search._step_memory`); the state alone without activations."""
         req = self.req
         if not req.activations:
             return MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, req.budget)
         gathered = sum(nbytes for axes, nbytes in plan.traffic.gather if any(mesh.get(x, 1) > 1 for x in axes))
-        step = step_memory(self.dims, mesh, req.recipe, batch=req.batch, seq=req.seq, params=plan.param_bytes,
-                           grads=plan.grad_bytes, optimizer=plan.optimizer_bytes, gathered=gathered)
+        step = step_memory(self.dims, mesh, self.recipe(micro_batches), batch=req.batch, seq=req.seq,
+                           params=plan.param_bytes, grads=plan.grad_bytes, optimizer=plan.optimizer_bytes, gathered=gathered)
         live = step.peak_phase != "forward"
         state = plan.param_bytes + plan.optimizer_bytes + (plan.grad_bytes if live else 0)
         return MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, step.peak - state,
@@ -315,13 +360,16 @@ class _Search:
                                 residual_split=self.req.recipe.residual_split)
         step = None if s.time is None else StepEstimate(
             s.time.compute_s, s.time.exposed_s, s.time.tokens_per_s, s.time.mfu,
-            self.flops[dict(zip(p.names, s.sizes, strict=True)).get("tp", 1)].per_device, self.efficiency)
+            self.flops[dict(zip(p.names, s.sizes, strict=True)).get("tp", 1)].per_device, self.efficiency,
+            s.micro_batches)
         return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups,
                              activations=acts, step=step)
 
 
 def _verdict(s: _Scored, best: _Scored, rank: int, budget: int, rank_by: str = "comm") -> str:
     room = f"{fmt_bytes(s.memory.total)} of {fmt_bytes(budget)} budget"
+    if s.micro_batches > 1:
+        room += f" with {s.micro_batches} micro-batches"
     if rank_by == "time" and s.time is not None and best.time is not None:
         t = s.time
         worst = max(t.terms, key=lambda e: e.exposed, default=None)
@@ -404,6 +452,7 @@ def search_meshes(
     recipe: TrainingRecipe | None = None,
     efficiency: float | None = None,
     rank: str = "time",
+    micro_batches: int | None = None,
 ) -> SearchResult:
     """Rank the meshes of ``cluster`` for training ``model`` (see the module docstring).
 
@@ -435,6 +484,11 @@ def search_meshes(
         per device kind, :data:`~meshplan.pure.search._flops.DEFAULT_EFFICIENCY`).
       rank: ``"time"`` ranks by predicted step time (compute + exposed communication, see
         :mod:`meshplan.pure.search._step_time`); ``"comm"`` by communication seconds alone.
+      micro_batches: gradient-accumulation steps. ``None`` (default) chooses per mesh the fewest
+        (the largest micro-batch) whose step peak fits, among the divisors of the mesh's per-replica
+        batch (``batch / (dp*fsdp*ep)``), priced with :func:`~meshplan.pure.search._step_time.accumulate`;
+        a count fixes it (meshes whose per-replica batch it does not divide are rejected). A ``recipe``
+        with ``micro_batches > 1`` fixes it too.
 
     Returns:
       A :class:`~meshplan.pure.SearchResult`, best mesh first.
@@ -497,6 +551,9 @@ def search_meshes(
                                 backend="tpu" if clus.device.ici_scope == "slice" else "gpu")
     else:
         recipe = dataclasses.replace(recipe, weight_dtype=weights)
+    choose = micro_batches is None and recipe.micro_batches == 1
+    if micro_batches is not None:
+        recipe = dataclasses.replace(recipe, micro_batches=_positive(micro_batches, "micro_batches"))
     req = SearchRequest(
         model=spec.name, cluster=clus, axes=names, fixed=_canonical_fixed(fixed, names, clus.num_devices),
         batch=clus.num_devices if batch is None else _positive(batch, "batch"),
@@ -506,7 +563,7 @@ def search_meshes(
         optimizer_copies=copies + int(flags["master_weights"]), optimizer_dtype=str(opt_dt),
         activations=flags["activations"], headroom=float(headroom), tp_within_domain=flags["tp_within_domain"],
         ep_within_domain=flags["ep_within_domain"], rule=rule_name(rule), top_k=_positive(top_k, "top_k"),
-        recipe=recipe, efficiency=efficiency, rank_by=rank)
+        recipe=recipe, efficiency=efficiency, rank_by=rank, choose_micro_batches=choose)
     why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
     if why is not None:
         raise PlanError(why)

@@ -16,6 +16,14 @@ device's peak bf16 FLOP/s times an efficiency) while the collectives of
   between the matmuls that produce and consume them: exposed whole (XLA:TPU's
   collective matmul can hide tp all-gathers; not modelled).
 
+**Gradient accumulation** (``m`` micro-batches, :func:`accumulate`): the
+FLOPs are the same; each micro-batch runs its own forward and backward, so
+the activation collectives (tp / sp / ep) are ``m`` times as many calls of
+``1 / m`` the bytes and the parameter all-gathers repeat ``m`` times (gathered
+weights are not kept between micro-batches); the gradients sync once, after
+the last micro-batch. The windows are the same layers' compute, summed over
+the micro-batches.
+
 Within a window, what exceeds the compute is exposed, shared among the
 collectives in proportion to their seconds. ``step = compute + exposed``;
 MFU = model FLOPs (no recompute, no MoE padding) / (step x devices x peak).
@@ -25,10 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
+from meshplan.pure._check import as_count
+from meshplan.pure.errors import PlanError
 from meshplan.pure.search._flops import StepFlops
 
-__all__ = ["CommExposure", "StepTime", "overlap_class", "step_time"]
+__all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_time"]
 
 
 def overlap_class(what: str, kind: str) -> str:
@@ -45,6 +56,35 @@ def overlap_class(what: str, kind: str) -> str:
     if "of grads" in what:
         return "grads"
     return "critical"
+
+
+def accumulate(pending: Sequence[Any], micro_batches: int) -> list[Any]:
+    """The step's collectives with ``micro_batches`` gradient-accumulation steps (see the module docstring).
+
+    ``pending`` holds ``(what, kind, axes, bytes per call, calls, ici, dcn)`` tuples for the whole batch in
+    one pass (:func:`~meshplan.pure.search._step_cost.price` prices them).
+
+    Example:
+      >>> accumulate([("tp all-reduce of activations", "all-reduce", ("tp",), 800, 4, 8, 1),
+      ...             ("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), 100, 2, 8, 1),
+      ...             ("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)], 4)
+      [('tp all-reduce of activations', 'all-reduce', ('tp',), 200.0, 16, 8, 1), \
+('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 100, 8, 8, 1), \
+('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 1, 1, 2)]
+    """
+    m = as_count(micro_batches, "micro_batches", error=PlanError)
+    if m == 1:
+        return list(pending)
+    out = []
+    for what, kind, axes, nbytes, calls, ici, dcn in pending:
+        where = overlap_class(what, kind)
+        if where == "critical":
+            out.append((what, kind, axes, nbytes / m, calls * m, ici, dcn))
+        elif where == "gather":
+            out.append((what, kind, axes, nbytes, calls * m, ici, dcn))
+        else:
+            out.append((what, kind, axes, nbytes, calls, ici, dcn))
+    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
