@@ -1,7 +1,8 @@
 """FLOPs of one training step, per device, for the preset families.
 
-Counts matrix multiplies only (``2 x m x n x k`` each), the way MFU is defined
-(PaLM, Appendix B; Megatron's ``6 x params x tokens``). For ``T`` tokens:
+Counts matrix multiplies (``2 x m x n x k`` each), the way MFU is defined
+(PaLM, Appendix B; Megatron's ``6 x params x tokens``), plus, as executed work
+only, the elementwise ops XLA counts (last item). For ``T`` tokens:
 
 - **weights**: ``2 x N x T`` forward and ``4 x N x T`` backward (input and
   weight gradients), ``N`` the *active* matmul weights of the layers plus the
