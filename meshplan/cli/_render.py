@@ -125,7 +125,7 @@ def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any) -> None:
     grads = "grads" if m.grads_live else "grads (not yet live at the peak)"
     peak = f"peak, {m.phase} phase" if m.phase else "total"
     for label, value in (("params (exact)", m.params), (f"{grads} (exact)", m.grads),
-                         ("optimizer (exact)", m.optimizer), ("activations (calibrated)", m.activations),
+                         ("optimizer (exact)", m.optimizer), (f"{m.label('activations')} (calibrated)", m.activations),
                          (peak, m.total), ("budget", m.budget)):
         mem.add_row(label, fmt_bytes(value))
     console.print(mem)

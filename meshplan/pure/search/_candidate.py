@@ -161,8 +161,18 @@ class MemoryBreakdown:
         """``'params 8.2 GiB, grads 8.2 GiB, optimizer 16.4 GiB, activations 8.4 GiB at the backward peak'``."""
         keys = ("params", "grads", "optimizer", "activations") if self.grads_live else (
             "params", "optimizer", "activations")
-        text = ", ".join(f"{k} {fmt_bytes(getattr(self, k))}" for k in keys)
+        text = ", ".join(f"{self.label(k)} {fmt_bytes(getattr(self, k))}" for k in keys)
         return text + (f" at the {self.phase} peak" if self.phase else "")
+
+    def label(self, part: str) -> str:
+        """The name of ``part`` as the peak phase holds it: at the update peak the bytes
+        beyond the state are the optimizer's temporaries, not activations.
+
+        Example:
+          >>> MemoryBreakdown(1, 1, 1, 1, 10, phase="update").label("activations")
+          'update temporaries'
+        """
+        return "update temporaries" if part == "activations" and self.phase == "update" else part
 
     def describe(self) -> str:
         """``'41.2 GiB (params 8.2, grads 8.2, optimizer 16.4, activations 8.4 GiB)'``."""
