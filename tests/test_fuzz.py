@@ -380,6 +380,12 @@ def test_every_public_class_with_methods_has_an_instance_to_fuzz() -> None:
     assert classes - set(_instances()) - set(_NO_INSTANCE_YET) == set()
 
 
+def _fuzzable_parameters(fn: Callable[..., Any]) -> list[str]:
+    """The parameters _call_args draws for (``self``, ``_private`` and ``**kwargs`` are never drawn)."""
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if not (p.name.startswith("_") or p.name == "self" or p.kind is p.VAR_KEYWORD)]
+
+
 def _params() -> list[Any]:
     out = []
     for label, fn, method in _TARGETS:
@@ -403,6 +409,11 @@ def test_garbage_in_gives_a_typed_meshplan_error_or_an_answer(label: str, fn: An
             _check_call(label, lambda: getattr(obj, method), [], {})
             return
         fn = getattr(obj, method)
+        if not _fuzzable_parameters(fn):
+            # Nothing to draw (ReferenceStep().lower): one call says all; 400 identical jax lowerings in the
+            # deep run only cost minutes and, interrupted by the alarm, exhaust CPython's C recursion depth.
+            _check_call(label, fn, [], {})
+            return
 
     @settings(max_examples=_EXAMPLES, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
