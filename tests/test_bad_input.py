@@ -246,6 +246,9 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("analyzer unsortable tree", lambda: meshplan.ShardingAnalyzer(_mesh()).validate_partition_specs({1: 0, "w": 1},
                                                                                                      {}),
      E.MeshplanTypeError, "dict keys"),
+    ("analyzer packed_subbyte struct", lambda: meshplan.ShardingAnalyzer(
+        _mesh(), packed_subbyte=jax.ShapeDtypeStruct((), np.float32)),  # bool() of it was jax's raw TypeError
+     E.MeshplanTypeError, "packed_subbyte=ShapeDtypeStruct"),
     # --- exports (pure.search._export), logical rules (pure.rules._logical, facade._logical) ---
     ("export_plan result None", lambda: search.export_plan(None, "json"), E.MeshplanTypeError, "result=None"),
     ("export_plan format array", lambda: search.export_plan(_result(), ARR), E.MeshplanTypeError, "format=array"),

@@ -26,6 +26,7 @@ import jax
 from jax.sharding import AbstractMesh, Mesh
 
 from meshplan.facade._context import require_mesh, x64_enabled
+from meshplan.pure._check import as_flag
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError
 from meshplan.pure.specs._memory import (
     MemoryEstimate,
@@ -68,7 +69,7 @@ class ShardingAnalyzer:
 
     def __init__(self, mesh: Mesh | AbstractMesh | None = None, *, packed_subbyte: bool = False) -> None:
         self.mesh = _resolve_mesh(mesh)
-        self.packed_subbyte = bool(packed_subbyte)
+        self.packed_subbyte = as_flag(packed_subbyte, "packed_subbyte")
         self._axis_sizes = dict(self.mesh.shape)
 
     @property
