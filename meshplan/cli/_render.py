@@ -74,12 +74,14 @@ def render_plan(result: SearchResult, console: Any) -> None:
     for col in ("#", "mesh", f"ICI (per {c.ici_domain_name})", f"DCN (across {c.ici_domain_name}s)", "memory/device",
                 "micro-batches", "step time", "MFU", "exposed comm", "step comm", "verdict"):
         table.add_column(col, justify="right" if col in numbers else "left")
+    priced = c.device.peak_bf16_flops is not None  # else compute is not priced and no MFU is claimed
     for cand in result.candidates:
         st = cand.step
         table.add_row(str(cand.rank), cand.text, _shape(cand, cand.ici_shape), _shape(cand, cand.dcn_shape),
                       fmt_bytes(cand.memory.total), "-" if st is None else str(st.micro_batches),
                       "-" if st is None else _seconds(st.step_s),
-                      "-" if st is None else f"{st.mfu:.1%}", "-" if st is None else _seconds(st.exposed_s),
+                      "-" if st is None or not priced else f"{st.mfu:.1%}",
+                      "-" if st is None else _seconds(st.exposed_s),
                       _seconds(cand.step_comm_s), cand.verdict)
     console.print(table)
     if result.rejected:
@@ -129,7 +131,10 @@ def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any) -> None:
                          (peak, m.total), ("budget", m.budget)):
         mem.add_row(label, fmt_bytes(value))
     console.print(mem)
-    if best.step is not None:
+    if best.step is not None and cluster.device.peak_bf16_flops is None:
+        console.print(f"Predicted step: {_seconds(best.step.step_s)} of exposed communication; compute not priced "
+                      f"(no peak FLOP/s for {cluster.device.name!r}: DeviceSpec(peak_bf16_flops=...))")
+    elif best.step is not None:
         st = best.step
         console.print(f"Predicted step: {_seconds(st.step_s)} = compute {_seconds(st.compute_s)} "
                       f"({st.flops:.3g} FLOPs/device at {st.efficiency:.0%} of peak) + exposed communication "

@@ -375,8 +375,14 @@ def _verdict(s: _Scored, best: _Scored, rank: int, budget: int, rank_by: str = "
         worst = max(t.terms, key=lambda e: e.exposed, default=None)
         exposed = (f"; most exposed: {worst.what} {worst.exposed:.3g} s"
                    if worst is not None and worst.exposed > 0 else "")
-        what = (f"{t.step_s:.3g} s = compute {t.compute_s:.3g} s + exposed communication {t.exposed_s:.3g} s "
-                f"(hidden {t.hidden_s:.3g} s), MFU {t.mfu:.0%}{exposed}")
+        if s.placement.cluster.device.peak_bf16_flops is None:
+            # No peak FLOP/s for this device: compute is not priced, so neither a compute
+            # time nor an MFU is claimed; the step is its exposed communication alone.
+            what = (f"{t.step_s:.3g} s of exposed communication; compute not priced: no peak FLOP/s for "
+                    f"{s.placement.cluster.device.name!r}{exposed}")
+        else:
+            what = (f"{t.step_s:.3g} s = compute {t.compute_s:.3g} s + exposed communication {t.exposed_s:.3g} s "
+                    f"(hidden {t.hidden_s:.3g} s), MFU {t.mfu:.0%}{exposed}")
         if rank == 1:
             return f"best: fastest predicted step ({what}); {room}"
         extra = f"{(t.step_s / best.step_s - 1) * 100:+.1f}%" if best.step_s > 0 else f"+{t.step_s:.3g} s"

@@ -69,3 +69,17 @@ def test_plan_json_round_trip_keeps_step_times():
     again = type(r).from_json(r.to_json())
     assert again == r
     assert again.best.step == r.best.step and again.best.comm[0].exposed is not None
+
+
+def test_a_device_without_a_peak_prices_no_compute_and_claims_no_mfu():
+    # The demo's simulated CPU has no peak FLOP/s: the verdict must not print "compute 0 s, MFU 0%".
+    from meshplan.pure.search import Cluster, DeviceSpec
+
+    device = DeviceSpec("no-peak", hbm_bytes=80 * 2**30, intra_bandwidth=100e9, inter_bandwidth=10e9,
+                        intra_latency_s=5e-6, inter_latency_s=2e-5, devices_per_node=8)
+    result = search_meshes("gpt2", Cluster(device, num_nodes=1, devices_per_node=8), batch=8, seq=256)
+    best = result.best
+    assert best.step is not None and best.step.compute_s == 0.0
+    assert "compute not priced" in best.verdict and "MFU" not in best.verdict
+    with_peak = search_meshes("gpt2", "1x8xH100", batch=8, seq=256).best
+    assert "MFU" in with_peak.verdict and "not priced" not in with_peak.verdict
