@@ -246,6 +246,8 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("analyzer unsortable tree", lambda: meshplan.ShardingAnalyzer(_mesh()).validate_partition_specs({1: 0, "w": 1},
                                                                                                      {}),
      E.MeshplanTypeError, "dict keys"),
+    ("shard_array int beyond int32", lambda: meshplan.MeshPartitionHelper(_mesh()).shard_array(2**31, None),
+     E.SpecError, "array=2147483648"),  # jax's raw OverflowError from device_put; found by the deep fuzz run
     ("analyzer packed_subbyte struct", lambda: meshplan.ShardingAnalyzer(
         _mesh(), packed_subbyte=jax.ShapeDtypeStruct((), np.float32)),  # bool() of it was jax's raw TypeError
      E.MeshplanTypeError, "packed_subbyte=ShapeDtypeStruct"),

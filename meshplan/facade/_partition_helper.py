@@ -23,7 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from meshplan.facade._context import x64_enabled
-from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.errors import MeshplanTypeError, SpecError
 from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure.rules._engine import Plan, plan_tree
 from meshplan.pure.rules._suggest import (
@@ -131,6 +131,13 @@ class MeshPartitionHelper:
                 f"array={array!r:.80} ({type(array).__name__}) is not an array with data; shard_array places one "
                 "jax.Array or numpy array (for a ShapeDtypeStruct, plan its spec with .plan() or "
                 "create_partition_spec, and place the real array).")
+        if isinstance(array, int):
+            # jax stores a Python int as int32 (int64 with x64) and raises a raw
+            # OverflowError from device_put when it does not fit.
+            bits = 64 if x64_enabled() else 32
+            if not -(2 ** (bits - 1)) <= array < 2 ** (bits - 1):
+                raise SpecError(f"array={array} does not fit jax's int{bits}; pass a numpy array with the dtype "
+                                "you mean" + ("" if bits == 64 else " (or enable jax_enable_x64)") + ".")
         if partition_spec is None:
             partition_spec = PartitionSpec()
         if not isinstance(partition_spec, PartitionSpec):
