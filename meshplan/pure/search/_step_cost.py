@@ -65,7 +65,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from meshplan.pure._check import as_count
+from meshplan.pure._check import as_choice, as_count, as_flag, canonical_axis_sizes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search._candidate import CommTerm
 from meshplan.pure.search._cluster import Cluster
@@ -387,10 +387,10 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
       >>> [(x.kind, x.nbytes, x.calls) for x in xla_collectives([t], backend="cpu", itemsize=2)]
       [('all-reduce', 2000, 2)]
     """
-    if backend not in XLA_BACKENDS:
-        raise PlanError(f"backend={backend!r} must be one of {list(XLA_BACKENDS)}.")
+    backend = as_choice(backend, "backend", tuple(XLA_BACKENDS), error=PlanError)
     size = as_count(itemsize, "itemsize", error=PlanError)
-    mesh = dict(sizes or {})
+    collective_matmul = as_flag(collective_matmul, "collective_matmul")
+    mesh = {} if sizes is None else dict(canonical_axis_sizes(sizes, "sizes"))
     if collective_matmul and backend == "tpu" and not mesh:
         raise PlanError("xla_collectives(collective_matmul=True) needs sizes= (the mesh axis sizes).")
     out = []
