@@ -95,8 +95,6 @@ def _target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], d
                  target: str) -> tuple[Any, str]:
     """The mesh to compile on, and the target's name."""
     import jax
-    import numpy as np
-    from jax.sharding import AxisType, Mesh
 
     n = cluster.num_devices
     if target == "cpu":
@@ -106,8 +104,7 @@ def _target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], d
             raise PlanError(f"--target cpu needs {n} CPU devices for {cluster.text}, this process has "
                             f"{len(cpus)}; run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (or "
                             f"verify a smaller cluster).")
-        return (Mesh(np.array(cpus[:n], dtype=object).reshape(tuple(sizes)), tuple(names),
-                     axis_types=(AxisType.Auto,) * len(names)), f"{n} x XLA:CPU")
+        return _local_mesh(cpus[:n], sizes, names), f"{n} x XLA:CPU"
     if cluster.device.ici_scope == "slice":
         from meshplan.facade._compiled import tpu_topology_mesh
         from meshplan.pure.search import tpu_topology
@@ -119,8 +116,16 @@ def _target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], d
         raise ClusterError(f"compiling for {cluster.text} needs {n} local {cluster.device.name} GPUs; this "
                            f"machine has {len(gpus)}. Run --verify on a machine with those GPUs, or pass "
                            f"--target cpu for XLA:CPU's figures (CPU lowers differently).")
-    return (Mesh(np.array(gpus[:n], dtype=object).reshape(tuple(sizes)), tuple(names),
-                 axis_types=(AxisType.Auto,) * len(names)), f"{n} x {gpus[0].device_kind}")
+    return _local_mesh(gpus[:n], sizes, names), f"{n} x {gpus[0].device_kind}"
+
+
+def _local_mesh(devices: Any, sizes: Any, names: Any) -> Any:
+    """A mesh of local devices in the order given (Auto axes, as the reference step's constraints need)."""
+    import numpy as np
+    from jax.sharding import AxisType, Mesh
+
+    return Mesh(np.array(devices, dtype=object).reshape(tuple(sizes)), tuple(names),
+                axis_types=(AxisType.Auto,) * len(names))
 
 
 def _compile_one(spec: ModelSpec, cluster: Cluster, names: Sequence[str], sizes: Sequence[int],
