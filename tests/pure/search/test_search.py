@@ -335,3 +335,45 @@ def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
             SearchResult.from_dict({**good, key: value})
     with pytest.raises(MeshplanTypeError, match="not a rule"):
         search_meshes("gpt2", "H100", rule="auto")
+
+
+# Fingerprints (sha256 of ``to_json(indent=None)``, or of the PlanError text) of whole search results,
+# pinned before the search's fast path (skipped re-validation, caches, cheaper bounds) was written: a
+# speed-up must not change a single candidate, its order, memory or step time. When the priced model
+# itself changes on purpose (memory calibration, collective or FLOP model), regenerate them with
+# ``python -c "from tests.pure.search.test_search import print_fingerprints; print_fingerprints()"``
+# and say so in the commit.
+FINGERPRINT_CASES = {
+    ("llama3-70b", "512x8xH100", ()): "94bfc269e9498d77",
+    ("mixtral-8x7b", "512x8xH100", ()): "fce39aafe92cc80b",
+    ("deepseek-v3", "512x8xH100", ()): "0225e1b658ace081",
+    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "892e7f9f0c992f93",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "73cc04c89fbe2fdb",
+    ("gpt2", "2x8xH100", (("batch", 64),)): "229400a51cc81ef2",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "6b87a3f00f0c042d",
+    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "",
+    ("deepseek-v3", "8x8xH100", ()): "6295c6551a9f226e",  # nothing fits: the message and its larger-cluster suggestion
+}
+
+
+def _fingerprint(name: str, cluster: str, extra: tuple) -> str:
+    import hashlib
+
+    try:
+        text = search_meshes(name, cluster, top_k=50, **dict(extra)).to_json(indent=None)
+    except PlanError as err:
+        text = f"PlanError: {err}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def print_fingerprints() -> None:
+    """Print the current fingerprints in FINGERPRINT_CASES' form (to regenerate them after a model change)."""
+    for key in FINGERPRINT_CASES:
+        print(f"    {key!r}: {_fingerprint(*key)!r},")
+
+
+@pytest.mark.parametrize("case", list(FINGERPRINT_CASES), ids=lambda c: f"{c[0]}-{c[1]}")
+def test_search_results_are_unchanged_by_speed_work(case: tuple) -> None:
+    assert _fingerprint(*case) == FINGERPRINT_CASES[case], (
+        f"search_meshes{case} answers differently from the pinned result; if the priced model changed on "
+        "purpose, regenerate FINGERPRINT_CASES (see the comment above it)")
