@@ -351,7 +351,7 @@ FINGERPRINT_CASES = {
     ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "73cc04c89fbe2fdb",
     ("gpt2", "2x8xH100", (("batch", 64),)): "229400a51cc81ef2",
     ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "6b87a3f00f0c042d",
-    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "",
+    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "357b02e712aec0b2",
     ("deepseek-v3", "8x8xH100", ()): "6295c6551a9f226e",  # nothing fits: the message and its larger-cluster suggestion
 }
 
