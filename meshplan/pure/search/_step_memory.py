@@ -53,7 +53,8 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._spec import ModelSpec
 from meshplan.pure.search._recipe import TrainingRecipe
 
-__all__ = ["CALIBRATIONS", "Calibration", "LayerDims", "StepMemory", "layer_dims", "lower_bound", "step_memory"]
+__all__ = ["CALIBRATIONS", "Calibration", "LayerDims", "StepMemory", "activation_floor", "layer_dims", "lower_bound",
+           "price_step", "step_memory"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -239,10 +240,31 @@ def step_memory(
     batch, seq = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
     params, grads, optimizer, gathered = (as_count(v, n, minimum=0, error=PlanError) for v, n in (
         (params, "params"), (grads, "grads"), (optimizer, "optimizer"), (gathered, "gathered")))
+    return price_step(dims, recipe, tp=sizes.get("tp", 1), sp=sizes.get("sp", 1),
+                      ways=sizes.get("dp", 1) * sizes.get("fsdp", 1) * sizes.get("ep", 1), batch=batch, seq=seq,
+                      params=params, grads=grads, optimizer=optimizer, gathered=gathered)
+
+
+def price_step(
+    dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: int, ways: int, batch: int, seq: int,
+    params: int, grads: int, optimizer: int, gathered: int,
+) -> StepMemory:
+    """:func:`step_memory` without its argument checks, for callers that built the arguments themselves.
+
+    The search prices thousands of meshes with values it already validated; checking them
+    again on every call cost a quarter of a search. The mesh is read only through ``tp``,
+    ``sp`` and ``ways`` (``dp * fsdp * ep``, the batch split), so a caller may cache by them.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> d = layer_dims(MODEL_SPECS["llama3-8b"])
+      >>> kw = dict(batch=8, seq=4096, params=2 * 10**9, grads=2 * 10**9, optimizer=8 * 10**9)
+      >>> price_step(d, TrainingRecipe(), tp=1, sp=1, ways=8, gathered=0, **kw) == step_memory(
+      ...     d, {"fsdp": 8}, TrainingRecipe(), **kw)
+      True
+    """
     cal = CALIBRATIONS[recipe.backend]
     a = recipe.compute_itemsize
-    tp, sp = sizes.get("tp", 1), sizes.get("sp", 1)
-    ways = sizes.get("dp", 1) * sizes.get("fsdp", 1) * sizes.get("ep", 1)
     b = max(batch // ways, 1) / recipe.micro_batches
     s = seq // sp
     t = b * s
@@ -295,6 +317,20 @@ def lower_bound(dims: LayerDims, sizes: dict[str, int], recipe: TrainingRecipe, 
       >>> lower_bound(d, {"fsdp": 8}, TrainingRecipe(), batch=8, seq=4096, state=0) > 0
       True
     """
-    m = step_memory(dims, sizes, recipe, batch=batch, seq=seq, params=0, grads=0, optimizer=0)
+    return state + activation_floor(step_memory(dims, sizes, recipe, batch=batch, seq=seq, params=0, grads=0,
+                                                optimizer=0))
+
+
+def activation_floor(m: StepMemory) -> int:
+    """The part of :func:`lower_bound` above the state: the backward phase's saved activations and
+    working set, without gathered weights (``m`` priced with any state; these parts ignore it).
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> d = layer_dims(MODEL_SPECS["llama3-8b"])
+      >>> m = step_memory(d, {"fsdp": 8}, TrainingRecipe(), batch=8, seq=4096, params=0, grads=0, optimizer=0)
+      >>> activation_floor(m) == lower_bound(d, {"fsdp": 8}, TrainingRecipe(), batch=8, seq=4096, state=0)
+      True
+    """
     parts = dict(m.parts)
-    return state + parts["saved"] + parts["work"]
+    return parts["saved"] + parts["work"]
