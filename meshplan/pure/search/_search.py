@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -91,7 +91,7 @@ from meshplan.pure.search._step_cost import (
     step_activations,
     to_terms,
 )
-from meshplan.pure.search._step_memory import layer_dims, lower_bound, step_memory
+from meshplan.pure.search._step_memory import StepMemory, activation_floor, layer_dims, price_step
 from meshplan.pure.search._flops import StepFlops, default_efficiency, step_flops
 from meshplan.pure.search._step_time import StepTime, accumulate, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
@@ -123,6 +123,10 @@ class _Scored:
         return self.seconds if self.time is None else self.time.step_s
 
 
+def _no_detail() -> str:
+    return ""
+
+
 class _Search:
     """One search: the canonical request, the leaf groups and the plan cache."""
 
@@ -142,6 +146,10 @@ class _Search:
         device = req.cluster.device
         self.efficiency = default_efficiency(device.ici_scope) if req.efficiency is None else req.efficiency
         self.recipes: dict[int, TrainingRecipe] = {req.recipe.micro_batches: req.recipe}
+        # (tp, sp, dp*fsdp*ep, micro-batches) -> the activation floor: price_step reads the mesh only
+        # through those, and a 4096-device search bounds ~1000 meshes with a few dozen distinct keys.
+        self.floors: dict[tuple[int, int, int, int], int] = {}
+        self.micro_counts: dict[int, list[int]] = {}  # per-replica batch -> counts (asked twice per mesh)
 
     def recipe(self, micro_batches: int) -> TrainingRecipe:
         """The request's recipe with ``micro_batches`` accumulation steps."""
@@ -154,10 +162,12 @@ class _Search:
         """Micro-batch counts to try on ``mesh``, fewest first: the divisors of its per-replica batch
         (``request.choose_micro_batches``), else the recipe's count when it divides (else none)."""
         per_replica = self.req.batch // math.prod(mesh.get(a, 1) for a in BATCH_AXES)
-        if self.req.choose_micro_batches:
-            return divisors(per_replica)
-        m = self.req.recipe.micro_batches
-        return [m] if per_replica % m == 0 else []
+        found = self.micro_counts.get(per_replica)
+        if found is None:
+            m = self.req.recipe.micro_batches
+            found = self.micro_counts[per_replica] = (divisors(per_replica) if self.req.choose_micro_batches
+                                                      else [m] if per_replica % m == 0 else [])
+        return found
 
     def step_time(self, s: _Scored, seconds: Any) -> StepTime:
         """Compute + exposed communication of one mesh, from its priced collectives."""
@@ -203,11 +213,18 @@ class _Search:
         for sizes in combos:
             kind, detail = self._score(names, sizes, fits, over)
             if kind:
-                counts.setdefault(kind, [0, detail])[0] += 1
+                found = counts.get(kind)
+                if found is None:  # the first rejection of each kind is the example: only it is written out
+                    counts[kind] = [1, detail()]
+                else:
+                    found[0] += 1
         for kind in ("batch", "dcn", "rule", "idle", "memory"):
             if kind in counts:
                 rejections.append(Rejection(kind, counts[kind][0], counts[kind][1]))
         self._fill_leanest(over)
+        over = self._leanest(over)
+        for s in over:
+            s.pending = self._pending(s)
         scored = fits + over
         flat = [p for s in scored for p in s.pending]
         seconds = price(flat, req.cluster)
@@ -223,22 +240,23 @@ class _Search:
         return fits, over, rejections, len(combos)
 
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list[_Scored],
-               over: list[_Scored]) -> tuple[str, str]:
+               over: list[_Scored]) -> tuple[str, Callable[[], str]]:
+        """Reject or price one mesh: ``(kind, detail)``, the detail written only when asked (the first of its kind
+        becomes the rejection's example; formatting every one cost more than pricing)."""
         req = self.req
         mesh = dict(zip(names, sizes, strict=True))
-        text = mesh_text(mesh)
         ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
         if req.batch % ways:
-            return "batch", f"{text}: dp*fsdp*ep={ways} does not divide batch={req.batch}"
+            return "batch", lambda: f"{mesh_text(mesh)}: dp*fsdp*ep={ways} does not divide batch={req.batch}"
         counts = self.counts(mesh)
         if not counts:
-            return "batch", (f"{text}: micro_batches={req.recipe.micro_batches} does not divide the per-replica "
-                             f"batch {req.batch // ways} (batch / dp*fsdp*ep)")
+            return "batch", lambda: (f"{mesh_text(mesh)}: micro_batches={req.recipe.micro_batches} does not divide "
+                                     f"the per-replica batch {req.batch // ways} (batch / dp*fsdp*ep)")
         placement = place(names, sizes, req)
         if placement is None:
             where = unit(req.cluster)
-            return "dcn", (f"{text}: the {req.cluster.num_ici_domains} {where}s cannot all be spread over the "
-                           f"axes allowed across {where}s (tp/ep kept inside a {where})")
+            return "dcn", lambda: (f"{mesh_text(mesh)}: the {req.cluster.num_ici_domains} {where}s cannot all be "
+                                   f"spread over the axes allowed across {where}s (tp/ep kept inside a {where})")
         bound = self._lower_bound(mesh, counts[0])
         if bound > req.budget and len(counts) > 1 and self._state_bound(mesh) <= req.budget:
             # More micro-batches shrink the activations (not the state): the bound at the most of them decides.
@@ -246,7 +264,7 @@ class _Search:
         if bound > req.budget:
             # Every leaf shards over at most the axes the rule reads, so no plan can beat this.
             self.bounded.append((bound, sizes, placement))
-            return "memory", f"{text}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
+            return "memory", lambda: f"{mesh_text(mesh)}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
         return self._exact(mesh, sizes, placement, fits, over)
 
     def _state_bound(self, mesh: dict[str, int]) -> float:
@@ -254,24 +272,35 @@ class _Search:
         return 0.0 if self.reads is None else self.state_total / math.prod(mesh.get(a, 1) for a in self.reads)
 
     def _lower_bound(self, mesh: dict[str, int], micro_batches: int) -> float:
+        """:func:`~meshplan.pure.search._step_memory.lower_bound`, its activation floor cached by what it reads."""
         if self.reads is None:
             return 0.0
         state = self._state_bound(mesh)
         if not self.req.activations:
             return state
-        return lower_bound(self.dims, mesh, self.recipe(micro_batches), batch=self.req.batch, seq=self.req.seq,
-                           state=state)
+        key = (mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES), micro_batches)
+        floor = self.floors.get(key)
+        if floor is None:
+            floor = self.floors[key] = activation_floor(self._price(key, 0, 0, 0, 0))
+        return state + floor
+
+    def _price(self, key: tuple[int, int, int, int], params: int, grads: int, optimizer: int,
+               gathered: int) -> StepMemory:
+        """:func:`~meshplan.pure.search._step_memory.step_memory` without re-checking what the search built."""
+        tp, sp, ways, micro_batches = key
+        return price_step(self.dims, self.recipe(micro_batches), tp=tp, sp=sp, ways=ways, batch=self.req.batch,
+                          seq=self.req.seq, params=params, grads=grads, optimizer=optimizer, gathered=gathered)
 
     def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement,
-               fits: list[_Scored], over: list[_Scored]) -> tuple[str, str]:
+               fits: list[_Scored], over: list[_Scored]) -> tuple[str, Callable[[], str]]:
         req = self.req
-        text = mesh_text(mesh)
         key, plan = self.plan(mesh)
         if plan.error is not None:
-            return "rule", f"{text}: {plan.error}"
+            error = plan.error
+            return "rule", lambda: f"{mesh_text(mesh)}: {error}"
         idle = self._idle(mesh, plan)
         if idle:
-            return "idle", f"{text}: {idle}"
+            return "idle", lambda: f"{mesh_text(mesh)}: {idle}"
         counts = self.counts(mesh)
         m = counts[0]
         memory = self._memory(mesh, plan, m)
@@ -288,28 +317,48 @@ class _Search:
                     hi, m, memory = mid, counts[mid], trial
                 else:
                     lo = mid + 1
-        pending = param_terms(plan.traffic, placement, mesh, layers=max(self.model.num_layers, 1))
-        pending += activation_terms(self.model, mesh, placement, batch=req.batch, seq=req.seq,
-                                    itemsize=self.act_itemsize)
-        scored = _Scored(sizes, placement, key, memory, accumulate(pending, m), m)
+        scored = _Scored(sizes, placement, key, memory, [], m)
         if memory.fits:
+            scored.pending = self._pending(scored)
             fits.append(scored)
-            return "", ""
-        over.append(scored)
-        return "memory", f"{text}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget"
+            return "", _no_detail
+        over.append(scored)  # its collectives are listed only if it is among the leanest (see _leanest)
+        return "memory", lambda: f"{mesh_text(mesh)}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget"
+
+    def _pending(self, s: _Scored) -> list[Pending]:
+        """The collectives of one step on ``s``'s mesh, with its micro-batches, not yet priced."""
+        mesh = dict(zip(self.req.axes, s.sizes, strict=True))
+        pending = param_terms(self.plans[s.plan_key].traffic, s.placement, mesh,
+                              layers=max(self.model.num_layers, 1))
+        pending += activation_terms(self.model, mesh, s.placement, batch=self.req.batch, seq=self.req.seq,
+                                    itemsize=self.act_itemsize)
+        return accumulate(pending, s.micro_batches)
+
+    def _leanest(self, over: list[_Scored]) -> list[_Scored]:
+        """The over-budget meshes that can be among the ``top_k`` leanest, the only ones shown.
+
+        They are ranked by (total, communication seconds, sizes): all with a total up to the
+        ``top_k``-th smallest (ties included) can be, no other can. Listing and pricing the
+        collectives of the hundreds of others cost a fifth of a search and changed nothing.
+        """
+        k = self.req.top_k
+        if len(over) <= k:
+            return over
+        cut = sorted(s.memory.total for s in over)[k - 1]
+        return [s for s in over if s.memory.total <= cut]
 
     def _memory(self, mesh: dict[str, int], plan: PlanEval, micro_batches: int) -> MemoryBreakdown:
         """The step's peak (see :mod:`meshplan.pure.search._step_memory`); the state alone without activations."""
         req = self.req
         if not req.activations:
-            return MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, req.budget)
+            return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, req.budget)
         gathered = sum(nbytes for axes, nbytes in plan.traffic.gather if any(mesh.get(x, 1) > 1 for x in axes))
-        step = step_memory(self.dims, mesh, self.recipe(micro_batches), batch=req.batch, seq=req.seq,
-                           params=plan.param_bytes, grads=plan.grad_bytes, optimizer=plan.optimizer_bytes, gathered=gathered)
+        key = (mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES), micro_batches)
+        step = self._price(key, plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, gathered)
         live = step.peak_phase != "forward"
         state = plan.param_bytes + plan.optimizer_bytes + (plan.grad_bytes if live else 0)
-        return MemoryBreakdown(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, step.peak - state,
-                               req.budget, step.peak_phase, live)
+        return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, step.peak - state,
+                                       req.budget, step.peak_phase, live)
 
     def _idle(self, mesh: dict[str, int], plan: PlanEval) -> str:
         """Why the mesh has a weight axis of size > 1 that splits no parameter ("" when it has none).
