@@ -19,6 +19,7 @@ import functools
 import math
 import os
 import re
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,6 +30,8 @@ from jax.sharding import Mesh
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import ClusterError, CompiledOutOfMemoryError, MeshplanTypeError, PlanError
+from meshplan.pure._check import as_count
+from meshplan.pure.search._buffer_report import LiveBuffer, parse_buffer_report
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._topology import TpuTopology, tpu_topology
 from meshplan.pure.specs._tree import flatten_with_path, path_str
@@ -59,8 +62,11 @@ class CompiledMemory:
       device_kind: e.g. ``"TPU v5 lite"``.
       num_devices: devices the step runs on.
       compile_seconds: lowering plus compilation time.
-      largest_buffers: XLA's largest allocations when it lists them (it does in
-        out-of-memory messages), else ``()``; ``largest_buffers_note`` says which.
+      largest: the biggest buffers in device memory live at XLA's peak, biggest
+        first (:class:`~meshplan.pure.search.LiveBuffer`: name, bytes, shape,
+        dtype, kind, source), read from XLA's buffer-assignment dump; ``()``
+        where there is none, and ``largest_note`` says why.
+      largest_note: where ``largest`` comes from, or why it is empty.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -83,12 +89,8 @@ class CompiledMemory:
     device_kind: str
     num_devices: int
     compile_seconds: float
-    largest_buffers: tuple[str, ...] = ()
-    # jax 0.10's serialized buffer assignment carries buffer sizes and instruction ids but no names and, on
-    # XLA:CPU, no heap-simulator traces (XLA:TPU's AOT compile returns none at all), so which buffers are live
-    # at the peak cannot be read back; XLA's out-of-memory text is the one place that lists them.
-    largest_buffers_note: str = ("not available: XLA's memory_analysis() gives totals only; it lists the largest "
-                                 "allocations when a step does not fit")
+    largest: tuple[LiveBuffer, ...] = ()
+    largest_note: str = ""
 
     @property
     def resident_bytes(self) -> int:
@@ -202,8 +204,65 @@ def _is_oom(err: Exception) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text or "out of memory" in text.lower()
 
 
+_MAX_TOP = 10_000
+_DUMP_SUFFIXES = ("live-range.txt", "buffer-assignment.txt", "buffer-assignment-values.txt",
+                  "memory-usage-report.txt")
+
+
+def _dump_options(directory: str) -> dict[str, Any]:
+    """XLA's debug options that write the buffer-assignment reports of the compiled module to ``directory``.
+
+    Text only and no per-pass snapshots (those need ``xla_dump_hlo_pass_re``): the
+    reports are written once, after optimisation. XLA also writes the module's
+    HLO (and on CPU its LLVM IR); the files last only as long as the directory.
+    """
+    return {"xla_dump_to": directory, "xla_dump_hlo_as_text": True}
+
+
+def _read_dump(directory: str) -> tuple[str, ...] | None:
+    """The texts of the live-range, buffer-assignment, values and memory-usage reports (None: no report)."""
+    lives = [name for name in os.listdir(directory) if name.endswith("-live-range.txt")]
+    if not lives:
+        return None
+    # One module per compile; should a backend write several, the program's own is the biggest report.
+    main = max(lives, key=lambda name: (os.path.getsize(os.path.join(directory, name)), name))
+    prefix = os.path.join(directory, main[: -len("live-range.txt")])
+    texts = []
+    for suffix in _DUMP_SUFFIXES:
+        try:
+            with open(prefix + suffix, encoding="utf-8", errors="replace") as f:
+                texts.append(f.read())
+        except FileNotFoundError:
+            texts.append("")
+    return tuple(texts)
+
+
+def _largest(dump_dir: str | None, top: int, options: Mapping[str, Any]) -> tuple[tuple[LiveBuffer, ...], str]:
+    """The ``top`` biggest device buffers live at the peak, and a note saying where they come from."""
+    if top == 0:
+        return (), "not asked for (top_buffers=0)"
+    if dump_dir is None:
+        return (), (f"not read: compiler_options sets xla_dump_to={str(options.get('xla_dump_to'))!r:.80}, "
+                    "where XLA writes its buffer-assignment reports")
+    try:
+        texts = _read_dump(dump_dir)
+    except OSError as err:
+        return (), f"not available: XLA's dump could not be read ({err})"
+    if texts is None:
+        return (), ("not available: XLA wrote no buffer-assignment report for this compile (an executable "
+                    "taken from jax's persistent compilation cache is not recompiled, so nothing is dumped)")
+    report = parse_buffer_report(*texts)
+    if report.moment < 0:
+        return (), "not available: XLA's live-range report states no peak"
+    device, largest = report.device_buffers, report.largest(top)
+    return largest, (
+        f"XLA's buffer assignment: the {len(largest)} biggest of the {len(device)} buffers in device memory live at its "
+        f"live-range peak (schedule step {report.moment}), {fmt_bytes(report.device_bytes)} in all")
+
+
 def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
-                    compiler_options: Mapping[str, Any] | None = None, **abstract_kwargs: Any) -> CompiledMemory:
+                    compiler_options: Mapping[str, Any] | None = None, top_buffers: int = 10,
+                    **abstract_kwargs: Any) -> CompiledMemory:
     """Compile ``step`` for its abstract arguments and return XLA's per-device memory figures.
 
     Args:
@@ -217,6 +276,11 @@ def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
       compiler_options: XLA options for ``compile()``; e.g. on CPU
         ``{"xla_backend_optimization_level": 0}`` halves the compile time (it
         changes code generation after buffer assignment, not the figures).
+      top_buffers: how many of the buffers live at the peak to list in
+        ``largest`` (0: none, and no dump is written). They are read from
+        XLA's buffer-assignment reports, dumped for this one compile into a
+        temporary directory that is removed afterwards; not when
+        ``compiler_options`` sets ``xla_dump_to`` itself.
       **abstract_kwargs: keyword arguments, likewise abstract.
 
     Returns:
@@ -237,23 +301,32 @@ def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
     jitted = jitted_step(step, (abstract_args, abstract_kwargs), compiler_options)
     if mesh is not None and not isinstance(mesh, Mesh):
         raise MeshplanTypeError(f"mesh={mesh!r:.80} must be a jax.sharding.Mesh or None.")
+    top = as_count(top_buffers, "top_buffers", minimum=0, maximum=_MAX_TOP, error=PlanError)
     devices = _devices_of((abstract_args, abstract_kwargs), mesh)
+    options = dict(compiler_options) if compiler_options else {}
     start = time.perf_counter()
     ctx = jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
-    try:
-        with ctx:
-            lowered = lower_step(jitted, *abstract_args, **abstract_kwargs)
-            compiled = lowered.compile(dict(compiler_options) if compiler_options else None)
-    except Exception as err:  # XLA raises JaxRuntimeError; anything else is the user's step failing to trace
-        if not _is_oom(err):
-            raise
-        required, available = _oom_figures(str(err))
-        where = f"{len(devices)} x {devices[0].device_kind}" if devices else "the target"
-        need = f" (needs {fmt_bytes(required)} of {fmt_bytes(available)})" if required and available else ""
-        raise CompiledOutOfMemoryError(
-            f"the step does not fit on {where}{need}; XLA: {str(err).strip()}",
-            xla_message=str(err), required_bytes=required, available_bytes=available) from None
-    seconds = time.perf_counter() - start
+    with contextlib.ExitStack() as stack:
+        dump_dir = None
+        if top and "xla_dump_to" not in options:
+            dump_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="meshplan-xla-dump-",
+                                                                       ignore_cleanup_errors=True))
+            options = {**_dump_options(dump_dir), **options}
+        try:
+            with ctx:
+                lowered = lower_step(jitted, *abstract_args, **abstract_kwargs)
+                compiled = lowered.compile(options or None)
+            seconds = time.perf_counter() - start  # the compile alone; reading the dump is not the compiler's
+        except Exception as err:  # XLA raises JaxRuntimeError; anything else is the user's step failing to trace
+            if not _is_oom(err):
+                raise
+            required, available = _oom_figures(str(err))
+            where = f"{len(devices)} x {devices[0].device_kind}" if devices else "the target"
+            need = f" (needs {fmt_bytes(required)} of {fmt_bytes(available)})" if required and available else ""
+            raise CompiledOutOfMemoryError(
+                f"the step does not fit on {where}{need}; XLA: {str(err).strip()}",
+                xla_message=str(err), required_bytes=required, available_bytes=available) from None
+        largest, largest_note = _largest(dump_dir, top, options)
     ma = compiled.memory_analysis()
     if ma is None:
         raise PlanError(f"the {devices[0].platform if devices else 'local'} backend gives no memory analysis "
@@ -273,7 +346,7 @@ def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
         peak_source=source, reported_peak_bytes=reported, generated_code_bytes=int(ma.generated_code_size_in_bytes),
         host_temp_bytes=int(getattr(ma, "host_temp_size_in_bytes", 0) or 0),
         platform=platform, device_kind=str(getattr(first, "device_kind", "unknown")),
-        num_devices=len(devices), compile_seconds=seconds)
+        num_devices=len(devices), compile_seconds=seconds, largest=largest, largest_note=largest_note)
 
 
 def libtpu_available() -> bool:

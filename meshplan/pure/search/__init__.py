@@ -2,6 +2,7 @@
 space, and the ranked result. Builds on :mod:`meshplan.pure.rules` and the presets.
 """
 
+from meshplan.pure.search._buffer_report import BUFFER_KINDS, BufferReport, LiveBuffer, parse_buffer_report
 from meshplan.pure.search._candidate import CommTerm, MemoryBreakdown, MeshCandidate, ParamGroup
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._cost import (
@@ -84,4 +85,8 @@ __all__ = [
     "parse_hlo_collectives",
     "ratio_table",
     "xla_collectives",
+    "BUFFER_KINDS",
+    "BufferReport",
+    "LiveBuffer",
+    "parse_buffer_report",
 ]

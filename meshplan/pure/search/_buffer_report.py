@@ -1,0 +1,295 @@
+"""The buffers live at a compiled program's memory peak, read from XLA's buffer-assignment dump.
+
+XLA writes, for a module compiled with ``xla_dump_to`` set (the facade,
+:func:`meshplan.compiled_memory`, asks for it per compile and reads the files
+back), three text reports this module parses; plain text in, records out:
+
+- ``*-live-range.txt``: the schedule, each value's live range, and the section
+  ``Live ranges at T (peak):`` listing every value live at XLA's peak moment
+  with its logical size (shape bytes, no layout padding) and a running total;
+- ``*-buffer-assignment.txt``: the allocations (parameter, output, constant,
+  thread-local, temp; their memory-space colour) and the values each holds,
+  with the bytes the value takes on the device (layout padding included; on TPU
+  an ``f32[2,32,32]`` tiled ``T(8,128)`` takes 32 KiB, not 8) and its shape;
+- ``*-buffer-assignment-values.txt`` (optional): the instruction defining each
+  value with its metadata; ``op_name`` is the jax source of a temporary
+  (``jit(step)/transpose(jvp(...))/dot_general``) or the argument's path for a
+  parameter (``state[0]['lm_head']['weight']``);
+- ``*-memory-usage-report.txt`` (optional): names the memory spaces
+  (``Memory Space: vmem (color=1)``).
+
+What "the peak" is: XLA's own live-range peak, the schedule step where the
+logical bytes of live values are largest (its file says which). On XLA:CPU the
+sizes are the device sizes; on TPU the peak moment is chosen by unpadded sizes
+while ``compiled.memory_analysis()`` reports the padded heap peak, so the list
+is what is live at XLA's stated moment, each buffer at its device size.
+Values that share a buffer (an in-place update, a loop-carried tuple element)
+are listed as XLA lists them, each once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+
+from meshplan.pure._check import as_count
+from meshplan.pure._format import fmt_bytes
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+
+__all__ = ["BUFFER_KINDS", "BufferReport", "LiveBuffer", "parse_buffer_report"]
+
+BUFFER_KINDS: tuple[str, ...] = ("parameter", "output", "temp", "constant", "thread-local")
+"""What an allocation holds, as XLA's buffer assignment labels it (temp: none of the others)."""
+
+DEFAULT_SPACE = "default"
+"""The memory space of colour 0: the device's main memory (HBM on TPU and GPU, RAM on CPU)."""
+
+_PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):\s*$")
+_PEAK_ITEM = re.compile(r"^\s+([\w.\-]+)(\{[\d,]*\})?: (\d+) bytes \(cumulative: (\d+) bytes\)\s*$")
+_PEAK_TOTAL = re.compile(r"^\s*Stack trace breakdown for peak usage: ([\d ]+) bytes\s*$")
+_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
+# `<ID NAME{INDEX} (phi) @COLOR>`: the index only for a tuple-shaped instruction, the colour only once assigned.
+_VALUE = re.compile(r"^\s+value: <(\d+) ([\w.\-]+)(\{[\d,]*\})?(?: \(phi\))?(?: @(\d+))?> "
+                    r"\(size=(\d+),offset=(\d+)\): (.*?)\s*$")
+_COLOR = re.compile(r", color (\d+)")
+_SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)\s*$")
+_DEFINED = re.compile(r"^\s*from instruction: %?([\w.\-]+) = .*?\bop_name=\"((?:[^\"\\]|\\.)*)\"")
+_ARRAY_SHAPE = re.compile(r"^([a-z][a-z0-9]*)\[([\d,]*)\]")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LiveBuffer:
+    """One value live at the peak of a compiled program, on one device.
+
+    Attributes:
+      name: XLA's value: the instruction, with the tuple index when its shape is a
+        tuple (``"fusion.7"``, ``"while.48{2}"``).
+      bytes: what it takes on the device (layout padding included).
+      shape: its type without layout (``"f32[2,32,32]"``).
+      dtype: the element type (``"f32"``; ``"tuple"`` / ``"token"`` for those).
+      kind: one of :data:`BUFFER_KINDS`.
+      source: the jax operation or argument path that made it (XLA's ``op_name``), ``""`` when unknown.
+      memory_space: ``"default"`` (device memory) or the space XLA names (``"vmem"``, ``"host"``, ...).
+      logical_bytes: its shape's bytes as XLA's live-range report counts them (no padding).
+
+    Example:
+      >>> b = LiveBuffer("fusion.7", 32768, "f32[2,32,32]", "f32", "temp", "jit(step)/dot_general")
+      >>> b.describe()
+      'fusion.7 32.0 KiB f32[2,32,32] temp (jit(step)/dot_general)'
+    """
+
+    name: str
+    bytes: int
+    shape: str
+    dtype: str
+    kind: str
+    source: str = ""
+    memory_space: str = DEFAULT_SPACE
+    logical_bytes: int = 0
+
+    def describe(self) -> str:
+        """``'fusion.7 32.0 KiB f32[2,32,32] temp (jit(step)/dot_general)'``."""
+        where = "" if self.memory_space == DEFAULT_SPACE else f" in {self.memory_space}"
+        src = f" ({self.source})" if self.source else ""
+        return f"{self.name} {_size_text(self.bytes)} {self.shape} {self.kind}{where}{src}"
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready fields."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BufferReport:
+    """Every value live at XLA's peak moment, biggest first (device bytes, then name).
+
+    Attributes:
+      moment: the schedule step of the peak (XLA's live-range report), -1 when the report has none.
+      buffers: the values live then, every memory space, biggest first.
+      stated_bytes: XLA's own total of their logical bytes (``Stack trace breakdown for
+        peak usage``), or the last running total; 0 when the report states none.
+
+    Example:
+      >>> r = BufferReport(3, (LiveBuffer("a", 64, "f32[16]", "f32", "parameter"),), 64)
+      >>> [b.name for b in r.largest(5)], r.device_bytes
+      (['a'], 64)
+    """
+
+    moment: int
+    buffers: tuple[LiveBuffer, ...]
+    stated_bytes: int = 0
+
+    @property
+    def device_buffers(self) -> tuple[LiveBuffer, ...]:
+        """The buffers in the device's main memory (colour 0), biggest first."""
+        return tuple(b for b in self.buffers if b.memory_space == DEFAULT_SPACE)
+
+    @property
+    def device_bytes(self) -> int:
+        """Their device bytes summed: what is live in device memory at the peak moment."""
+        return sum(b.bytes for b in self.device_buffers)
+
+    @property
+    def logical_bytes(self) -> int:
+        """Every listed buffer's logical bytes summed (equals ``stated_bytes`` for a whole report)."""
+        return sum(b.logical_bytes for b in self.buffers)
+
+    def largest(self, n: int) -> tuple[LiveBuffer, ...]:
+        """The ``n`` biggest buffers in device memory, biggest first (ties by name)."""
+        return self.device_buffers[: as_count(n, "n", minimum=0, error=PlanError)]
+
+
+def _size_text(nbytes: int) -> str:
+    # fmt_bytes starts at MiB; a small program's buffers would all read "0.0 MiB".
+    if nbytes >= 1 << 20:
+        return fmt_bytes(nbytes)
+    return f"{nbytes / 1024:.1f} KiB" if nbytes >= 1024 else f"{nbytes} B"
+
+
+def _text(value: object, what: str) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if not isinstance(value, str):
+        raise MeshplanTypeError(f"{what}={value!r:.60} must be the text of XLA's dump file (str or bytes), "
+                                f"not {type(value).__name__}.")
+    return value
+
+
+def _peak_values(live_range: str) -> tuple[int, list[tuple[str, int]], int]:
+    """(moment, [(value name, logical bytes)], XLA's stated total) from the live-range report."""
+    moment, items, stated, last = -1, [], 0, 0
+    inside = False
+    for line in live_range.splitlines():
+        header = _PEAK_HEADER.match(line)
+        if header:
+            moment, inside = int(header.group(1)), True
+            continue
+        total = _PEAK_TOTAL.match(line)
+        if total:
+            stated, inside = int(total.group(1).replace(" ", "")), False
+            continue
+        if not inside:
+            continue
+        item = _PEAK_ITEM.match(line)
+        if item is None:
+            inside = False  # the section ends at the first line of another shape
+            continue
+        index = item.group(2) or "{}"
+        items.append((item.group(1) + ("" if index == "{}" else index), int(item.group(3))))
+        last = int(item.group(4))
+    return moment, items, stated or last
+
+
+def _kind(flags: str) -> str:
+    """An allocation's kind from the flags after its size (``, parameter 3, shape |..| at ShapeIndex {}``)."""
+    if ", parameter " in flags:
+        return "parameter"
+    if ", output shape is " in flags or ", maybe-live-out" in flags:
+        return "output"
+    if ", constant" in flags:
+        return "constant"
+    if ", thread-local" in flags:
+        return "thread-local"
+    return "temp"
+
+
+def _assigned_values(buffer_assignment: str) -> dict[str, tuple[int, str, str, int]]:
+    """Value name -> (device bytes, shape text, kind, colour) from the buffer-assignment report."""
+    out: dict[str, tuple[int, str, str, int]] = {}
+    kind, alloc_color = "temp", 0
+    for line in buffer_assignment.splitlines():
+        alloc = _ALLOCATION.match(line)
+        if alloc:
+            # Shapes between |...| may hold anything but '|'; drop them before looking for flags.
+            flags = re.sub(r"\|[^|]*\|", "||", alloc.group(3))
+            kind = _kind(flags)
+            color = _COLOR.search(flags)
+            alloc_color = int(color.group(1)) if color else 0
+            continue
+        value = _VALUE.match(line)
+        if value is None:
+            continue
+        name = value.group(2) + (value.group(3) or "")
+        color_text = value.group(4)
+        out.setdefault(name, (int(value.group(5)), value.group(7), kind,
+                              int(color_text) if color_text is not None else alloc_color))
+    return out
+
+
+def _sources(values: str) -> dict[str, str]:
+    """Instruction name -> its ``op_name`` metadata, from the buffer-assignment values report."""
+    out: dict[str, str] = {}
+    for line in values.splitlines():
+        m = _DEFINED.match(line)
+        if m:
+            out.setdefault(m.group(1), re.sub(r"\\(.)", r"\1", m.group(2)))
+    return out
+
+
+def _spaces(report: str) -> dict[int, str]:
+    out = {0: DEFAULT_SPACE}
+    for line in report.splitlines():
+        m = _SPACE.match(line)
+        if m and int(m.group(2)) != 0:
+            out[int(m.group(2))] = m.group(1)
+    return out
+
+
+def _shape_and_dtype(text: str) -> tuple[str, str]:
+    """``'f32[2,32]{1,0:T(8,128)}'`` -> ``('f32[2,32]', 'f32')``; tuples and tokens keep their text."""
+    if text.startswith("("):
+        return re.sub(r"\{[^{}]*\}", "", text), "tuple"
+    m = _ARRAY_SHAPE.match(text)
+    if m is None:
+        return text, text.split("[", 1)[0] or "unknown"
+    return f"{m.group(1)}[{m.group(2)}]", m.group(1)
+
+
+def parse_buffer_report(live_range: str, buffer_assignment: str, values: str = "",
+                        memory_usage: str = "") -> BufferReport:
+    """The values live at XLA's peak, from its dump's text reports (see the module docstring).
+
+    Args:
+      live_range: the ``*-live-range.txt`` text.
+      buffer_assignment: the ``*-buffer-assignment.txt`` text (sizes, shapes, kinds).
+      values: the ``*-buffer-assignment-values.txt`` text, for each value's ``op_name`` (optional).
+      memory_usage: the ``*-memory-usage-report.txt`` text, for memory-space names (optional).
+
+    Returns:
+      A :class:`BufferReport`; no buffers when the live-range text has no peak section. A value
+      missing from the buffer assignment keeps its logical size and an unknown shape.
+
+    Raises:
+      MeshplanTypeError: an argument that is not text.
+
+    Example:
+      >>> live = ("  Live ranges at 5 (peak):\\n"
+      ...         "    a.1{}: 1024 bytes (cumulative: 1024 bytes)\\n"
+      ...         "    fusion{}: 4 bytes (cumulative: 1028 bytes)\\n")
+      >>> assign = ("allocation 0: size 1024, parameter 0, shape |f32[256]| at ShapeIndex {}:\\n"
+      ...           " value: <22 a.1 @0> (size=1024,offset=0): f32[256]{0}\\n"
+      ...           "allocation 1: size 4, preallocated-temp:\\n"
+      ...           " value: <25 fusion @0> (size=4,offset=0): f32[]\\n")
+      >>> r = parse_buffer_report(live, assign)
+      >>> [(b.name, b.bytes, b.shape, b.kind) for b in r.buffers], r.stated_bytes
+      ([('a.1', 1024, 'f32[256]', 'parameter'), ('fusion', 4, 'f32[]', 'temp')], 1028)
+    """
+    live_text = _text(live_range, "live_range")
+    assigned = _assigned_values(_text(buffer_assignment, "buffer_assignment"))
+    sources = _sources(_text(values, "values"))
+    spaces = _spaces(_text(memory_usage, "memory_usage"))
+    del live_range, buffer_assignment, values, memory_usage
+    moment, items, stated = _peak_values(live_text)
+    buffers = []
+    for name, logical in items:
+        size, shape_text, kind, color = assigned.get(name, (logical, "unknown", "temp", 0))
+        shape, dtype = _shape_and_dtype(shape_text)
+        buffers.append(LiveBuffer(name=name, bytes=size, shape=shape, dtype=dtype, kind=kind,
+                                  source=sources.get(name.split("{", 1)[0], ""),
+                                  memory_space=spaces.get(color, f"color {color}"), logical_bytes=logical))
+    return BufferReport(moment, _biggest_first(buffers), stated)
+
+
+def _biggest_first(buffers: Iterable[LiveBuffer]) -> tuple[LiveBuffer, ...]:
+    # Ties by name, so the order never depends on XLA's listing order.
+    return tuple(sorted(buffers, key=lambda b: (-b.bytes, b.name, b.logical_bytes)))

@@ -1,0 +1,179 @@
+"""parse_buffer_report: the buffers live at XLA's peak, from its dump's text reports.
+
+Two kinds of evidence: real dumps (``data/buffer_report``: one small train step
+compiled on XLA:CPU and ahead of time for a TPU v5e-4, see its README) checked
+against XLA's own totals and memory_analysis(); and a round trip, where buffers
+drawn by hypothesis are written in XLA's report format and parsed back.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshplan.errors import MeshplanTypeError, PlanError
+from meshplan.pure.search._buffer_report import BUFFER_KINDS, BufferReport, LiveBuffer, parse_buffer_report
+
+DATA = pathlib.Path(__file__).parent / "data" / "buffer_report"
+FILES = ("live-range.txt", "buffer-assignment.txt", "buffer-assignment-values.txt", "memory-usage-report.txt")
+# memory_analysis() of the dumped steps (data/buffer_report/README.md): meshplan's peak_bytes per device.
+PEAK = {"cpu": 71712, "tpu": 176640}
+ARGUMENT = {"cpu": 22528, "tpu": 45056}
+
+
+def _texts(platform: str) -> list[str]:
+    return [(DATA / platform / name).read_text() for name in FILES]
+
+
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
+def test_a_real_dump_lists_every_value_xla_counts_at_its_peak(platform):
+    texts = _texts(platform)
+    report = parse_buffer_report(*texts)
+    listed = sum(1 for line in texts[0].split("(peak):")[1].splitlines() if "(cumulative:" in line)
+    assert report.moment >= 0 and len(report.buffers) == listed > 0
+    # XLA's own total of the live set, in the file, equals what the records add up to.
+    assert report.stated_bytes == report.logical_bytes
+    # Every value was found in the buffer assignment (a miss would read shape 'unknown').
+    assert all(b.shape != "unknown" and b.kind in BUFFER_KINDS for b in report.buffers)
+    # Device bytes include layout padding, never less than the shape's bytes.
+    assert all(b.bytes >= b.logical_bytes for b in report.buffers)
+    # What is live in device memory at one moment fits under the whole program's peak.
+    assert 0 < report.device_bytes <= PEAK[platform]
+    params = [b for b in report.device_buffers if b.kind == "parameter"]
+    assert params and sum(b.bytes for b in params) <= ARGUMENT[platform]
+    # A parameter's source is the jitted function's argument path.
+    assert {b.source.split("[")[0] for b in params} <= {"w", "x"}
+
+
+def test_a_tpu_dump_shows_tiling_padding_and_other_memory_spaces():
+    report = parse_buffer_report(*_texts("tpu"))
+    w0 = next(b for b in report.buffers if b.source == "w[0]")
+    # f32[64,64] is 16 KiB of data; TPU's (8, 128) tiles pad its minor dim to 128.
+    assert (w0.shape, w0.logical_bytes, w0.bytes) == ("f32[64,64]", 16384, 32768)
+    assert {b.memory_space for b in report.buffers} >= {"default", "vmem"}
+    assert all(b.memory_space == "default" for b in report.largest(100))
+
+
+def test_the_cpu_dump_names_temporaries_by_their_jax_operation():
+    report = parse_buffer_report(*_texts("cpu"))
+    temps = [b for b in report.buffers if b.kind == "temp"]
+    assert temps and all("dot_general" in b.source or "add_any" in b.source for b in temps)
+    assert report.largest(2)[0].describe().startswith(report.buffers[0].name)
+
+
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
+def test_the_order_of_xlas_listing_does_not_change_the_report(platform):
+    live, *rest = _texts(platform)
+    head, peak = live.split("(peak):\n")
+    items, tail = peak.split("  Stack trace")
+    lines = items.splitlines(keepends=True)
+    random.Random(0).shuffle(lines)
+    shuffled = head + "(peak):\n" + "".join(lines) + "  Stack trace" + tail
+    assert parse_buffer_report(shuffled, *rest) == parse_buffer_report(live, *rest)
+
+
+def test_without_the_values_report_the_sources_are_empty_and_the_rest_is_the_same():
+    live, assign, values, usage = _texts("cpu")
+    full, bare = parse_buffer_report(live, assign, values, usage), parse_buffer_report(live, assign)
+    assert [(b.name, b.bytes, b.kind) for b in bare.buffers] == [(b.name, b.bytes, b.kind) for b in full.buffers]
+    assert all(b.source == "" for b in bare.buffers)
+
+
+# --- the round trip: buffers written in XLA's format and read back -------------------------------------------
+
+_DTYPES = {"f32": 4, "bf16": 2, "s32": 4, "pred": 1, "u8": 1}
+_SPACES = {1: "vmem", 2: "smem", 4: "host"}
+_names = st.from_regex(r"[a-z][a-z_\-]{0,8}(\.[0-9]{1,3})?", fullmatch=True)
+_sources = st.text(st.sampled_from('abc/()[]\'"\\ .-_'), max_size=20)
+
+
+@st.composite
+def _buffers(draw: st.DrawFn) -> list[LiveBuffer]:
+    names = draw(st.lists(_names, unique=True, max_size=12))
+    out = []
+    for name in names:
+        dtype = draw(st.sampled_from(sorted(_DTYPES)))
+        dims = draw(st.lists(st.integers(1, 64), max_size=3))
+        logical = _DTYPES[dtype] * math.prod(dims)
+        index = draw(st.sampled_from(["", "{0}", "{2}", "{1,0}"]))
+        color = draw(st.sampled_from([0, 0, 0, 1, 4]))
+        out.append(LiveBuffer(name=name + index, bytes=logical + draw(st.sampled_from([0, 0, 128, 4096])),
+                              shape=f"{dtype}[{','.join(map(str, dims))}]", dtype=dtype,
+                              kind=draw(st.sampled_from(BUFFER_KINDS)), source=draw(_sources),
+                              memory_space=_SPACES.get(color, "default"), logical_bytes=logical))
+    return out
+
+
+def _color(b: LiveBuffer) -> int:
+    return {v: k for k, v in _SPACES.items()}.get(b.memory_space, 0)
+
+
+def _write(buffers: list[LiveBuffer], moment: int) -> tuple[str, str, str, str]:
+    """The four reports as XLA writes them (jax 0.10.2's formats), holding ``buffers`` live at ``moment``."""
+    live = [f"HloLiveRange (max {moment + 2}):", "  InstructionSequence:", "    0:p.0", "  BufferLiveRange:"]
+    live += [f"    {b.name if '{' in b.name else b.name + '{}'}:0-{moment + 1}" for b in buffers]
+    live.append(f"  Live ranges at {moment} (peak):")
+    cumulative = 0
+    for b in buffers:
+        cumulative += b.logical_bytes
+        name = b.name if "{" in b.name else b.name + "{}"
+        live.append(f"    {name}: {b.logical_bytes} bytes (cumulative: {cumulative} bytes)")
+    live.append(f"  Stack trace breakdown for peak usage: {cumulative:,} bytes".replace(",", " "))
+    live.append(f"    main (100.0%, total: {cumulative:,} bytes, current: 0 bytes)".replace(",", " "))
+    assign, values = ["BufferAssignment:"], []
+    flags = {"parameter": ", parameter {i}, shape |{s}| at ShapeIndex {{}}, maybe-live-out",
+             "output": ", output shape is |({s})|, maybe-live-out", "constant": ", constant",
+             "thread-local": ", thread-local", "temp": ", preallocated-temp"}
+    for i, b in enumerate(buffers):
+        color = _color(b)
+        where = f", color {color}" if color else ""
+        assign.append(f"allocation {i}: size {b.bytes}{where}{flags[b.kind].format(i=i, s=b.shape)}:")
+        tag = f"<{100 + i} {b.name} @{color}>"
+        assign.append(f" value: {tag} (size={b.bytes},offset=0): {b.shape}{{0:T(8,128)}}")
+        inst = b.name.split("{")[0]
+        escaped = b.source.replace("\\", "\\\\").replace('"', '\\"')
+        values += [tag, " positions:", f"  {inst}", " uses:", "  (none)",
+                   f" from instruction: %{inst} = {b.shape} fusion(), metadata={{op_name=\"{escaped}\" "
+                   "stack_frame_id=1}"]
+    usage = ["Memory Space: default (color=0)", "Total bytes: 0 (0B)"]
+    usage += [f"Memory Space: {name} (color={c})" for c, name in sorted(_SPACES.items())]
+    return "\n".join(live) + "\n", "\n".join(assign) + "\n", "\n".join(values) + "\n", "\n".join(usage) + "\n"
+
+
+@given(_buffers(), st.integers(0, 10_000))
+def test_buffers_written_in_xlas_format_read_back_the_same(buffers, moment):
+    report = parse_buffer_report(*_write(buffers, moment))
+    assert sorted(report.buffers, key=repr) == sorted(buffers, key=repr)
+    assert report.moment == moment
+    assert report.stated_bytes == report.logical_bytes == sum(b.logical_bytes for b in buffers)
+
+
+@given(_buffers(), st.integers(0, 20))
+def test_a_report_is_biggest_first_and_largest_is_its_device_prefix(buffers, n):
+    report = parse_buffer_report(*_write(buffers, 1))
+    sizes = [b.bytes for b in report.buffers]
+    assert sizes == sorted(sizes, reverse=True)
+    top = report.largest(n)
+    assert top == report.device_buffers[:n] and len(top) <= n
+    assert all(b.memory_space == "default" for b in top)
+    assert sum(b.bytes for b in top) <= report.device_bytes <= sum(sizes)
+
+
+@given(st.text(max_size=400), st.text(max_size=400))
+def test_any_text_parses_to_a_report_and_never_raises(live, assign):
+    report = parse_buffer_report(live, assign, live, assign)
+    assert isinstance(report, BufferReport)
+    assert report.moment >= 0 or report.buffers == ()
+
+
+def test_text_that_is_not_text_is_a_typed_error_naming_it():
+    with pytest.raises(MeshplanTypeError, match="buffer_assignment=3"):
+        parse_buffer_report("", 3)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="n=-1"):
+        BufferReport(0, ()).largest(-1)
+    assert parse_buffer_report(b"", b"").buffers == ()
