@@ -17,6 +17,7 @@ Progress goes to stderr while compiling; the table to stdout.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import sys
 import time
@@ -29,6 +30,8 @@ from meshplan.pure.presets import ModelSpec
 from meshplan.pure.search import Cluster, MeshCandidate
 
 __all__ = ["VerifyRow", "check_layout", "reference_config", "verify_candidates"]
+
+_TOP_BUFFERS = 5  # buffers live at the peak shown per compiled mesh
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,6 +49,8 @@ class VerifyRow:
     peak_source: str = ""
     compile_seconds: float = 0.0
     error: str = ""
+    largest: tuple[Any, ...] = ()  # LiveBuffer records: the biggest buffers live at XLA's peak
+    largest_note: str = ""
 
     @property
     def ratio(self) -> float | None:
@@ -57,6 +62,7 @@ class VerifyRow:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (with the ratio)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["largest"] = [b.to_dict() for b in self.largest]
         out["analytic_over_exact"] = self.ratio
         return out
 
@@ -144,7 +150,7 @@ def _compile_one(spec: ModelSpec, cluster: Cluster, names: Sequence[str], sizes:
         ref = reference_step(spec, mesh, batch=batch, seq=seq, plan=plan, config=config)
         # XLA:CPU: less LLVM effort halves the compile; buffer assignment (the figures) comes before it.
         options = {"xla_backend_optimization_level": 0} if target == "cpu" else None
-        mem = compiled_memory(ref.fn, *ref.args, compiler_options=options)
+        mem = compiled_memory(ref.fn, *ref.args, compiler_options=options, top_buffers=_TOP_BUFFERS)
     except CompiledOutOfMemoryError as err:
         seconds = time.perf_counter() - start
         stream.write(f"meshplan:   does not fit ({seconds:.1f} s)\n")
@@ -156,7 +162,8 @@ def _compile_one(spec: ModelSpec, cluster: Cluster, names: Sequence[str], sizes:
     stream.flush()
     return dataclasses.replace(row, argument_bytes=mem.argument_bytes, temp_bytes=mem.temp_bytes,
                                peak_bytes=mem.peak_bytes, peak_source=mem.peak_source,
-                               compile_seconds=mem.compile_seconds)
+                               compile_seconds=mem.compile_seconds, largest=mem.largest,
+                               largest_note=mem.largest_note)
 
 
 def scaled_model(spec: ModelSpec, layers: int | None) -> ModelSpec:
@@ -214,6 +221,17 @@ def render_rows(rows: Sequence[VerifyRow], console: Any, *, title: str) -> None:
                   "(params + grads + optimizer + approximate activations).")
 
 
+def render_largest(row: VerifyRow, console: Any) -> None:
+    """The biggest buffers live at XLA's peak, one line each (or why there are none)."""
+    if not row.largest:
+        if row.largest_note:
+            console.print(f"largest buffers at the peak: {row.largest_note}", markup=False)
+        return
+    console.print(f"largest buffers live at the peak: {row.largest_note}", markup=False)
+    for b in row.largest:
+        console.print(f"  {b.describe()}", markup=False)
+
+
 def _b(n: int | None) -> str:
     return "-" if n is None else fmt_bytes(n)
 
@@ -250,6 +268,8 @@ def add_check_arguments(parser: Any, sizes: Any, positive: Any) -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"),
                         help="parameter dtype (default bfloat16)")
     parser.add_argument("--headroom", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)")
+    parser.add_argument("--json", dest="format", action="store_const", const="json", default="table",
+                        help="print the row as JSON only (XLA's figures, the estimate, the largest buffers)")
     add_reference_flags(parser)
 
 
@@ -294,8 +314,13 @@ def run_check(args: Any, console: Any) -> int:
     dcn_shape = tuple(dcn.get(n, 1) for n in names) if dcn else None
     row = _compile_one(spec, cluster, names, sizes, dcn_shape, plan, batch=batch, seq=seq, config=config,
                        target=args.target, rank=None, analytic=analytic, budget=budget, stream=sys.stderr)
+    if args.format == "json":
+        sys.stdout.write(json.dumps({**row.to_dict(), "model": spec.name, "cluster": cluster.text, "batch": batch,
+                                     "seq": seq, "config": config.text, "planner_note": note}) + "\n")
+        return 0 if not row.error else 1
     render_rows([row], console, title=f"meshplan check: {spec.name} on {cluster.text}, batch {batch} x seq {seq} "
                                       f"({config.text})")
+    render_largest(row, console)
     if note:
         console.print(note)
     return 0 if not row.error else 1

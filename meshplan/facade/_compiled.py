@@ -255,9 +255,9 @@ def _largest(dump_dir: str | None, top: int, options: Mapping[str, Any]) -> tupl
     if report.moment < 0:
         return (), "not available: XLA's live-range report states no peak"
     device, largest = report.device_buffers, report.largest(top)
-    return largest, (
-        f"XLA's buffer assignment: the {len(largest)} biggest of the {len(device)} buffers in device memory live at its "
-        f"live-range peak (schedule step {report.moment}), {fmt_bytes(report.device_bytes)} in all")
+    return largest, (f"XLA's buffer assignment: the {len(largest)} biggest of {len(device)} buffers in device "
+                     f"memory at its live-range peak (schedule step {report.moment}; "
+                     f"{fmt_bytes(report.device_bytes)} live then)")
 
 
 def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,

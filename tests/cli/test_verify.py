@@ -33,6 +33,24 @@ def test_check_compiles_one_layout_and_prints_xlas_figures(capsys, monkeypatch):
     assert all(re.fullmatch(r"[0-9.]+ [KMG]iB", c) for c in row[3:7]), row
     assert float(row[7]) > 0
     assert "XLA:CPU's peak_memory_in_bytes leaves temporaries out" in out
+    # The five biggest buffers live at XLA's peak, one line each: name, size, shape, kind, jax source.
+    assert "largest buffers live at the peak: XLA's buffer assignment: the 5 biggest" in out
+    listed = out.split("largest buffers live at the peak")[1].splitlines()[1:6]
+    assert all(re.match(r"  \S+ [0-9.]+ (B|KiB|MiB|GiB) [a-z0-9]+\[[0-9,]*\] \w", ln) for ln in listed), listed
+
+
+def test_check_json_carries_xlas_figures_and_the_largest_buffers(capsys):
+    import json
+
+    code = cli.main(["check", "--model", "gpt2", "--cluster", "H100", "--mesh", "dp=8", "--layers", "1",
+                     "--seq", "32", "--target", "cpu", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["mesh"] == "dp=8" and row["peak_bytes"] >= row["argument_bytes"] > 0
+    sizes = [b["bytes"] for b in row["largest"]]
+    assert len(sizes) == 5 and sizes == sorted(sizes, reverse=True) and sum(sizes) <= row["peak_bytes"]
+    assert {"name", "shape", "dtype", "kind", "source"} <= set(row["largest"][0])
 
 
 def test_verify_for_a_gpu_cluster_without_those_gpus_says_so(capsys):
