@@ -38,6 +38,7 @@ from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.rules._engine import plan_tree
 from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.specs._activation import layer_activation_specs
 from meshplan.pure.specs._dtypes import canonical_dtype
 from meshplan.pure.specs._training import optimizer_state_specs
 
@@ -384,9 +385,14 @@ def reference_step(
         return apply
 
     act = constrain_to(residual)
-    ep = "ep" if sizes.get("ep", 1) > 1 else None
-    other = tuple(a for a in axes if a != ep) or None
-    experts = constrain_to(make_spec(ep, other, None, None))
+    # The layer's inner activations (heads, MLP widths, dispatched experts) as pure code places them:
+    # only model and expert axes add constraints, so a step without tp or ep compiles as before.
+    inner_specs = layer_activation_specs(
+        sizes, bspec, heads=spec.num_heads,
+        kv_heads=spec.num_heads if spec.mla is not None else spec.num_kv_heads, mlp=spec.intermediate_size,
+        experts=spec.num_experts if spec.is_moe else 0, expert_mlp=spec.moe_intermediate_size if spec.is_moe else 0)
+    inner = {name: constrain_to(p) for name, p in inner_specs.items() if name != "experts"}
+    experts = constrain_to(inner_specs["experts"]) if "experts" in inner_specs else rm.same
     chunk = constrain_to(make_spec(None, baxes, sp, None))
     groups = _layer_groups(spec)
     heads = "tp" if sizes.get("tp", 1) > 1 and spec.num_heads % sizes["tp"] == 0 else None
@@ -394,7 +400,8 @@ def reference_step(
     layer_fns = {
         name: _remat(rm.layer_fn(spec, moe_layer=name == "moe", dtype=cdt, attention_kind=config.attention,
                                  capacity_factor=config.capacity_factor, constrain=act,
-                                 constrain_experts=experts, attend=attend), config.remat, scan=config.scan_layers)
+                                 constrain_experts=experts, attend=attend, inner=inner), config.remat,
+                         scan=config.scan_layers)
         for name, _, _ in groups
     }
 

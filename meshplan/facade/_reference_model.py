@@ -7,7 +7,9 @@ attention, the fp32 loss), over the Hugging Face weight layout of the presets
 ``(in, out)``) with the layers *stacked*: every per-layer leaf gets a leading
 layer dimension, so one ``lax.scan`` runs them. :mod:`meshplan.facade._reference`
 builds the step around these; nothing here knows about meshes except the
-activation-sharding callback ``constrain``.
+activation-sharding callbacks (``constrain`` for the residual stream, ``inner``
+for the heads, MLP widths and dispatched experts; the facade builds them from
+:func:`meshplan.pure.specs.layer_activation_specs`).
 
 The computation follows what production trainers compile (MaxText, GShard), so
 that the compiler's buffers are the ones a user's step would have: weights cast
@@ -17,17 +19,20 @@ to the compute dtype at use, fp32 attention scores and softmax, fp32 logits.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["ModelFns", "layer_fn", "loss_from_hidden", "embed"]
+__all__ = ["ModelFns", "Inner", "layer_fn", "loss_from_hidden", "embed", "same"]
 
 Tree = dict[str, Any]
 Constrain = Callable[[jax.Array], jax.Array]
 ModelFns = Callable[..., jax.Array]
+Inner = Mapping[str, Constrain]
+"""Constraints on a layer's inner activations by name (``heads``, ``kv_heads``, ``mlp``, ``experts``,
+``expert_mlp``; see :func:`meshplan.pure.specs.layer_activation_specs`); a missing name is left to XLA."""
 
 _EPS = 1e-6
 _NEG = float(-3.4028234663852886e38)  # the most negative float32: masked scores
@@ -103,8 +108,18 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, kind: str) -> jax.Array:
     return out.reshape(b, s, n, v.shape[-1])
 
 
-def _gated_mlp(x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, dtype: Any) -> jax.Array:
-    return _linear(jax.nn.silu(_linear(x, gate, dtype)) * _linear(x, up, dtype), down, dtype)
+def same(x: jax.Array) -> jax.Array:
+    """No constraint: XLA places ``x``."""
+    return x
+
+
+def _pin(inner: Inner, name: str) -> Constrain:
+    return inner.get(name, same)
+
+
+def _gated_mlp(x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, dtype: Any,
+               pin: Constrain = same) -> jax.Array:
+    return _linear(pin(jax.nn.silu(pin(_linear(x, gate, dtype))) * pin(_linear(x, up, dtype))), down, dtype)
 
 
 def _dispatch(select: jax.Array, scores: jax.Array, normalise: Callable[[jax.Array], jax.Array], top_k: int,
@@ -137,7 +152,7 @@ def _dispatch(select: jax.Array, scores: jax.Array, normalise: Callable[[jax.Arr
 
 
 def moe(x: jax.Array, p: Tree, spec: Any, dtype: Any, *, names: tuple[str, str, str], router: str,
-        capacity_factor: float, constrain_experts: Constrain) -> jax.Array:
+        capacity_factor: float, constrain_experts: Constrain, pin_hidden: Constrain = same) -> jax.Array:
     """Routed experts with capacity-based dispatch (GShard / MaxText's dropping path).
 
     ``router="softmax"``: Mixtral (softmax over all experts, top-k, renormalised).
@@ -160,23 +175,24 @@ def moe(x: jax.Array, p: Tree, spec: Any, dtype: Any, *, names: tuple[str, str, 
     up, gate_name, down = names
     ex = p["experts"]
     xin = constrain_experts(jnp.einsum("bsec,bsd->ebcd", dispatch.astype(dtype), x))
-    h = jax.nn.silu(jnp.einsum("ebcd,efd->ebcf", xin, ex[gate_name]["weight"].astype(dtype)))
-    h = h * jnp.einsum("ebcd,efd->ebcf", xin, ex[up]["weight"].astype(dtype))
+    h = jax.nn.silu(pin_hidden(jnp.einsum("ebcd,efd->ebcf", xin, ex[gate_name]["weight"].astype(dtype))))
+    h = pin_hidden(h * pin_hidden(jnp.einsum("ebcd,efd->ebcf", xin, ex[up]["weight"].astype(dtype))))
     out = constrain_experts(jnp.einsum("ebcf,edf->ebcd", h, ex[down]["weight"].astype(dtype)))
     return jnp.einsum("bsec,ebcd->bsd", combine.astype(dtype), out)
 
 
-def _llama_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str,
+def _llama_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str, inner: Inner,
                      attend: Callable[..., jax.Array]) -> jax.Array:
     b, s, _ = h.shape
     n, kv, hd = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    q = rope(_linear(h, p["q_proj"]["weight"], dtype).reshape(b, s, n, hd))
-    k = rope(_linear(h, p["k_proj"]["weight"], dtype).reshape(b, s, kv, hd))
-    v = _linear(h, p["v_proj"]["weight"], dtype).reshape(b, s, kv, hd)
-    return _linear(attend(q, k, v, kind).reshape(b, s, n * hd), p["o_proj"]["weight"], dtype)
+    heads, kvs = _pin(inner, "heads"), _pin(inner, "kv_heads")
+    q = heads(rope(heads(_linear(h, p["q_proj"]["weight"], dtype).reshape(b, s, n, hd))))
+    k = kvs(rope(kvs(_linear(h, p["k_proj"]["weight"], dtype).reshape(b, s, kv, hd))))
+    v = kvs(_linear(h, p["v_proj"]["weight"], dtype).reshape(b, s, kv, hd))
+    return _linear(heads(attend(q, k, v, kind)).reshape(b, s, n * hd), p["o_proj"]["weight"], dtype)
 
 
-def _mla_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str,
+def _mla_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str, inner: Inner,
                    attend: Callable[..., jax.Array]) -> jax.Array:
     b, s, _ = h.shape
     m, n = spec.mla, spec.num_heads
@@ -190,49 +206,61 @@ def _mla_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str,
     k = jnp.concatenate([kv[..., : m.qk_nope_head_dim],
                          jnp.broadcast_to(k_rope, (b, s, n, m.qk_rope_head_dim))], axis=-1)
     v = kv[..., m.qk_nope_head_dim:]
-    return _linear(attend(q, k, v, kind).reshape(b, s, n * m.v_head_dim), p["o_proj"]["weight"], dtype)
+    heads = _pin(inner, "heads")  # MLA: keys and values have as many heads as queries
+    q, k, v = heads(q), heads(k), heads(v)
+    return _linear(heads(attend(q, k, v, kind)).reshape(b, s, n * m.v_head_dim), p["o_proj"]["weight"], dtype)
 
 
-def _gpt2_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str,
+def _gpt2_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str, inner: Inner,
                     attend: Callable[..., jax.Array]) -> jax.Array:
     b, s, d = h.shape
     n, hd = spec.num_heads, spec.head_dim
     qkv = _conv1d(h, p["c_attn"], dtype)
-    q, k, v = (t.reshape(b, s, n, hd) for t in jnp.split(qkv, 3, axis=-1))
-    out = attend(q, k, v, kind).reshape(b, s, d)
+    heads = _pin(inner, "heads")
+    q, k, v = (heads(t.reshape(b, s, n, hd)) for t in jnp.split(qkv, 3, axis=-1))
+    out = heads(attend(q, k, v, kind)).reshape(b, s, d)
     return _conv1d(out, p["c_proj"], dtype)
 
 
 def layer_fn(spec: Any, *, moe_layer: bool, dtype: Any, attention_kind: str, capacity_factor: float,
              constrain: Constrain, constrain_experts: Constrain,
-             attend: Callable[..., jax.Array] = attention) -> Callable[[jax.Array, Tree], jax.Array]:
-    """One decoder layer ``(x, layer_params) -> x`` of ``spec.family``, residual stream in ``dtype``."""
+             attend: Callable[..., jax.Array] = attention,
+             inner: Inner | None = None) -> Callable[[jax.Array, Tree], jax.Array]:
+    """One decoder layer ``(x, layer_params) -> x`` of ``spec.family``, residual stream in ``dtype``.
+
+    ``inner`` pins the heads, MLP widths and expert hidden activations (see :data:`Inner`); the
+    dispatched experts take ``constrain_experts``.
+    """
     family = spec.family
+    inner = {} if inner is None else inner
+    mlp_pin = _pin(inner, "mlp")
 
     def gpt2(x: jax.Array, p: Tree) -> jax.Array:
         x = constrain(x)
         x = x + _gpt2_attention(layer_norm(x, p["ln_1"]["weight"], p["ln_1"]["bias"]), p["attn"], spec, dtype,
-                                attention_kind, attend)
+                                attention_kind, inner, attend)
         h = layer_norm(x, p["ln_2"]["weight"], p["ln_2"]["bias"])
         m = p["mlp"]
-        return x + _conv1d(jax.nn.gelu(_conv1d(h, m["c_fc"], dtype)), m["c_proj"], dtype)
+        return x + _conv1d(mlp_pin(jax.nn.gelu(mlp_pin(_conv1d(h, m["c_fc"], dtype)))), m["c_proj"], dtype)
 
     def decoder(x: jax.Array, p: Tree) -> jax.Array:
         x = constrain(x)
         attn = _mla_attention if family == "deepseek_v3" else _llama_attention
         x = x + attn(rms_norm(x, p["input_layernorm"]["weight"]), p["self_attn"], spec, dtype, attention_kind,
-                     attend)
+                     inner, attend)
         h = rms_norm(x, p["post_attention_layernorm"]["weight"])
         if not moe_layer:
             m = p["mlp"]
             return x + _gated_mlp(h, m["gate_proj"]["weight"], m["up_proj"]["weight"], m["down_proj"]["weight"],
-                                  dtype)
+                                  dtype, mlp_pin)
         if family == "mixtral":
             return x + moe(h, p["block_sparse_moe"], spec, dtype, names=("w3", "w1", "w2"), router="softmax",
-                           capacity_factor=capacity_factor, constrain_experts=constrain_experts)
+                           capacity_factor=capacity_factor, constrain_experts=constrain_experts,
+                           pin_hidden=_pin(inner, "expert_mlp"))
         m = p["mlp"]
         out = moe(h, m, spec, dtype, names=("up_proj", "gate_proj", "down_proj"), router="sigmoid",
-                  capacity_factor=capacity_factor, constrain_experts=constrain_experts)
+                  capacity_factor=capacity_factor, constrain_experts=constrain_experts,
+                  pin_hidden=_pin(inner, "expert_mlp"))
         if "shared_experts" in m:
             sh = m["shared_experts"]
             out = out + _gated_mlp(h, sh["gate_proj"]["weight"], sh["up_proj"]["weight"],

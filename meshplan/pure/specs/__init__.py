@@ -7,6 +7,8 @@ from meshplan.pure.specs._activation import (
     activation_layout,
     ActivationLayout,
     ActivationSpec,
+    LAYER_ACTIVATION_NAMES,
+    layer_activation_specs,
 )
 from meshplan.pure.specs._batch import batch_partition_spec, host_batch_slices, HostBatchSlice
 from meshplan.pure.specs._dtypes import array_bytes, canonical_dtype, dtype_bits, dtype_storage_bytes
@@ -34,6 +36,8 @@ __all__ = [
     "activation_layout",
     "ActivationLayout",
     "ActivationSpec",
+    "LAYER_ACTIVATION_NAMES",
+    "layer_activation_specs",
     "array_bytes",
     "batch_partition_spec",
     "canonical_dtype",

@@ -38,7 +38,8 @@ from meshplan.pure._types import AxisSizes, SpecEntry, make_spec
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.specs._geometry import canonical_entries, shard_shape, spec_from_entries
 
-__all__ = ["ACTIVATION_NAMES", "ActivationLayout", "ActivationSpec", "activation_layout"]
+__all__ = ["ACTIVATION_NAMES", "LAYER_ACTIVATION_NAMES", "ActivationLayout", "ActivationSpec", "activation_layout",
+           "layer_activation_specs"]
 
 ACTIVATION_NAMES: tuple[str, ...] = ("batch", "residual", "logits")
 """The tensors an :class:`ActivationLayout` places, in this order."""
@@ -244,3 +245,96 @@ def activation_layout(
         entries = _feature_entries(b, s, dims["seq"], width, sizes, axes, to_sequence=name == "residual")
         tensors.append(ActivationSpec(name, (*tokens, width), unit, spec_from_entries(entries)))
     return ActivationLayout(tuple(tensors))
+
+
+LAYER_ACTIVATION_NAMES: tuple[str, ...] = ("heads", "kv_heads", "mlp", "experts", "expert_mlp")
+"""The inner tensors of a layer :func:`layer_activation_specs` may place, in this order."""
+
+
+def layer_activation_specs(
+    axis_sizes: AxisSizes,
+    batch_spec: PartitionSpec,
+    *,
+    heads: int,
+    kv_heads: int,
+    mlp: int,
+    experts: int = 0,
+    expert_mlp: int = 0,
+    model_axes: Sequence[str] = ("tp",),
+    expert_axes: Sequence[str] = ("ep",),
+) -> dict[str, PartitionSpec]:
+    """The specs a step puts on a layer's inner activations, as production steps (MaxText) do.
+
+    A residual stream constrained at layer boundaries leaves XLA's partitioner
+    free to pick the layout of everything in between; with tensor parallelism it
+    then often moves whole activations where Megatron splits the heads and the
+    MLP width. These specs pin the split Megatron (and MaxText's
+    ``activation_heads`` / ``activation_mlp`` / ``activation_exp`` rules) use:
+
+    * ``"heads"`` ``(batch, seq, heads, head_dim)``: queries and the attention
+      output, heads over the model axes;
+    * ``"kv_heads"`` ``(batch, seq, kv_heads, head_dim)``: keys and values, likewise;
+    * ``"mlp"`` ``(batch, seq, mlp)``: the MLP's hidden activation, its width over the model axes;
+    * ``"experts"`` ``(experts, batch, capacity, hidden)``: dispatched tokens, experts over the
+      expert axes and the batch over the remaining batch axes;
+    * ``"expert_mlp"`` ``(experts, batch, capacity, expert_mlp)``: an expert's hidden
+      activation, like ``"experts"`` with its width over the model axes.
+
+    The batch and sequence dims keep ``batch_spec``'s entries (the step's token split).
+    A name is left out when the axes it would use are all of size 1 (nothing to pin, so a
+    step with no model or expert axis is constrained exactly as before) or when they do not
+    divide its dim (heads that tp does not divide stay for XLA to place): a returned spec
+    is always valid for storage. ``"experts"`` is the exception to the first rule: a
+    MoE model always gets it (it keeps the dispatched tokens split like the batch).
+
+    Args:
+      axis_sizes: ordered mapping mesh axis -> size, in mesh order.
+      batch_spec: the token batch's spec ``(batch, seq)`` (the plan's ``batch_spec``).
+      heads, kv_heads: query and key/value heads; mlp: the dense MLP width.
+      experts: routed experts (0: a dense model); expert_mlp: an expert's MLP width.
+      model_axes: the axes that split heads and widths; expert_axes: those that split experts.
+
+    Returns:
+      ``{name: spec}`` in :data:`LAYER_ACTIVATION_NAMES` order, only the names to constrain.
+
+    Raises:
+      MeshplanTypeError / PlanError: a size that is not a positive int, a bad spec or axis.
+
+    Example:
+      >>> from jax.sharding import PartitionSpec as P
+      >>> layer_activation_specs({"dp": 2, "tp": 4}, P("dp"), heads=8, kv_heads=2, mlp=256)
+      {'heads': P('dp', None, 'tp'), 'mlp': P('dp', None, 'tp')}
+      >>> layer_activation_specs({"fsdp": 8}, P("fsdp"), heads=8, kv_heads=8, mlp=256)
+      {}
+    """
+    sizes = canonical_axis_sizes(axis_sizes)
+    dims = {n: as_count(v, n, error=PlanError) for n, v in (("heads", heads), ("kv_heads", kv_heads), ("mlp", mlp))}
+    for n, v in (("experts", experts), ("expert_mlp", expert_mlp)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise PlanError(f"{n}={v!r} must be an int >= 0 (0: none).")
+    if not isinstance(batch_spec, PartitionSpec):
+        raise MeshplanTypeError(f"batch_spec={batch_spec!r:.80} must be a PartitionSpec (the token batch's).")
+    b, s = (tuple(canonical_entries(batch_spec, 2, where="batch_spec")) + ((), ()))[:2]
+    roles = {"model_axes": as_sequence(model_axes, "model_axes"), "expert_axes": as_sequence(expert_axes, "expert_axes")}
+    for role, axes in roles.items():
+        for a in axes:
+            if not isinstance(a, str):
+                raise MeshplanTypeError(f"{role} entry {a!r} must be an axis name (str).")
+    used = set(b) | set(s)
+    m = tuple(a for a in _in_mesh_order(roles["model_axes"], sizes) if sizes[a] > 1 and a not in used)
+    e = tuple(a for a in _in_mesh_order(roles["expert_axes"], sizes) if sizes[a] > 1)
+    tp = math.prod(sizes[a] for a in m)
+    out: dict[str, PartitionSpec] = {}
+    if m:
+        for name, width, rank in (("heads", dims["heads"], 4), ("kv_heads", dims["kv_heads"], 4),
+                                  ("mlp", dims["mlp"], 3)):
+            if width % tp == 0:
+                entries: list[SpecEntry] = [b, s, m] + [()] * (rank - 3)
+                out[name] = spec_from_entries(tuple(entries))
+    if experts:
+        ep = e if e and experts % math.prod(sizes[a] for a in e) == 0 else ()
+        other = tuple(a for a in b if a not in ep)
+        out["experts"] = spec_from_entries((ep, other, (), ()))
+        if m and expert_mlp and expert_mlp % tp == 0:
+            out["expert_mlp"] = spec_from_entries((ep, other, (), m))
+    return out
