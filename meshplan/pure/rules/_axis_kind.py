@@ -55,6 +55,8 @@ import re
 from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar
 
+from jax.sharding import PartitionSpec
+
 from meshplan.pure._check import as_count, as_int, as_shape, as_str, canonical_axis_sizes
 from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
@@ -135,6 +137,9 @@ class AxisKindRule:
         default_factory=dict, repr=False, compare=False)
     _dim_patterns: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = dataclasses.field(
         default=(), repr=False, compare=False)
+    # entries -> spec: the search builds a few dozen distinct specs thousands of times.
+    _specs: dict[tuple[tuple[str, ...], ...], PartitionSpec] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
     shape_only: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -198,7 +203,13 @@ class AxisKindRule:
         return found
 
     def __call__(self, ctx: LeafContext) -> Decision:
-        return self._decide(self.layout(ctx.path, ctx.shape), ctx.shape, ctx.axis_sizes)
+        path, shape = ctx.path, ctx.shape
+        # A leaf asked about before (the search asks one per group for every mesh) is read from
+        # the memo without re-checking its path and shape, which cost more than the decision. Only
+        # a plain str path and plain-int shape can equal a key that layout() checked.
+        found = (self._layouts.get((path, shape))
+                 if type(path) is str and all(type(d) is int for d in shape) else None)
+        return self._decide(self.layout(path, shape) if found is None else found, shape, ctx.axis_sizes)
 
     def decide(self, path: str, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
         """The decision for a leaf with this path (or path template) and shape (any dtype).
@@ -228,7 +239,10 @@ class AxisKindRule:
         fsdp = axis_sizes.get(self.fsdp_axis, 1)
         if fsdp > 1:
             steps.append(self._place_fsdp(lay, shape, fsdp, axis_sizes, entries))
-        spec = spec_from_entries(entries)
+        key = tuple(entries)
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = spec_from_entries(entries)
         text = "; ".join(s for s in steps if s)
         if not text:
             text = (f"not an expert weight; not split over ep={ep}; replicated" if ep > 1

@@ -69,11 +69,33 @@ class GeometryCache:
     Attributes:
       axes: spec -> the mesh axes it uses.
       geometry: (shape, spec, sizes of the spec's axes) -> its :class:`ShardGeometry`.
+      shares: (shape, spec, mesh axis names, sizes of the spec's axes) -> what one leaf adds to a plan (:class:`_Share`).
     """
 
     axes: dict[PartitionSpec, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     geometry: dict[tuple[Shape, PartitionSpec, tuple[int, ...]], ShardGeometry] = dataclasses.field(
         default_factory=dict)
+    shares: dict[tuple[Shape, PartitionSpec, tuple[str, ...], tuple[int, ...]], _Share] = dataclasses.field(
+        default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Share:
+    """What one leaf under one spec adds to a plan: its shard, where it is stored and replicated.
+
+    Attributes:
+      axes: the mesh axes the spec uses (spec order); ``padded``: the spec does not divide the shape.
+      elements: elements of one shard.
+      storage: the storage axes it is split over, ``ways`` their product (mesh order).
+      replicas: the data axes it is replicated over (mesh order).
+    """
+
+    axes: tuple[str, ...]
+    padded: bool
+    elements: int
+    storage: tuple[str, ...]
+    ways: int
+    replicas: tuple[str, ...]
 
 
 class _Paths:
@@ -212,25 +234,22 @@ def evaluate_plan(
         try:
             decision = ask(rule, ctx)
             spec = _REPLICATED if decision is None else decision.spec
-            axes, geometry = _geometry(info.shape, spec, sizes, ctx.path, cache)
+            share = _share(info.shape, spec, sizes, mesh_axes, ctx, cache)
         except LEAF_ERRORS as err:
             return _failed(str(err))
-        if geometry.padded:
+        if share.padded:
             return _failed(f"{ctx.path}: rule {rule_name(rule)!r} gave {spec} for shape {info.shape}, "
                            f"which does not divide evenly on {dict(sizes)}; jax cannot store it.")
         decisions.append(decision)
         specs.append(spec)
-        elements = geometry.num_elements
+        elements = share.elements
         p_unit, g_unit, o_unit = state.element_bytes(info.dtype)
         p, gr = elements * p_unit, elements * g_unit
         p_total += count * p
         g_total += count * gr
         o_total += count * elements * o_unit
-        used = set(axes)
-        all_used.update(used)
-        storage = tuple(a for a in mesh_axes if a in used and a in STORAGE_AXES)
-        replicas = tuple(a for a in mesh_axes if a in DATA_AXES and a not in used)
-        ways = math.prod(sizes[a] for a in storage)
+        all_used.update(share.axes)
+        storage, replicas, ways = share.storage, share.replicas, share.ways
         if storage:
             gather[storage] = gather.get(storage, 0) + count * p * ways
             scatter[storage] = scatter.get(storage, 0) + count * gr * ways
@@ -239,6 +258,34 @@ def evaluate_plan(
     traffic = ParamTraffic(tuple(gather.items()), tuple(scatter.items()), tuple(reduce.items()))
     return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic,
                     axes_used=tuple(a for a in mesh_axes if a in all_used))
+
+
+def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: tuple[str, ...],
+           ctx: LeafContext, cache: GeometryCache) -> _Share:
+    """:class:`_Share` of a leaf, memoized by (shape, spec, mesh axis names, sizes of the spec's axes):
+    the search meets the same few hundred of them in thousands of (group, mesh) pairs."""
+    try:
+        axes = cache.axes.get(spec)
+    except TypeError:  # an unhashable entry (a list): nothing to memoize by
+        return _new_share(shape, spec, sizes, names, ctx, cache)
+    if axes is None:
+        return _new_share(shape, spec, sizes, names, ctx, cache)
+    found = cache.shares.get((shape, spec, names, tuple(sizes.get(a, 0) for a in axes)))
+    return _new_share(shape, spec, sizes, names, ctx, cache) if found is None else found
+
+
+def _new_share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: tuple[str, ...],
+               ctx: LeafContext, cache: GeometryCache) -> _Share:
+    axes, geometry = _geometry(shape, spec, sizes, ctx.path, cache)
+    used = set(axes)
+    storage = tuple(a for a in names if a in used and a in STORAGE_AXES)
+    found = _Share(axes, geometry.padded, geometry.num_elements, storage, math.prod(sizes[a] for a in storage),
+                   tuple(a for a in names if a in DATA_AXES and a not in used))
+    try:
+        cache.shares[(shape, spec, names, tuple(sizes.get(a, 0) for a in axes))] = found
+    except TypeError:
+        pass
+    return found
 
 
 def _geometry(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], where: str,

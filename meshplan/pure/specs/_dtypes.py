@@ -67,6 +67,11 @@ def canonical_dtype(dtype: Any, *, what: str = "dtype") -> Any:
     """
     if isinstance(dtype, np.dtype):
         return dtype
+    if type(dtype) is str:
+        try:
+            return _named_dtype(dtype)
+        except MeshplanTypeError:
+            pass  # not a dtype name: the checks below say so, naming ``what``
     # numpy reads dicts, lists and tuples as *structured* dtype specs (and
     # raises ValueError/KeyError/... on junk ones); no array leaf jax can hold
     # has one, so they are refused before numpy sees them. None would be
@@ -79,6 +84,19 @@ def canonical_dtype(dtype: Any, *, what: str = "dtype") -> Any:
         return np.dtype(dtype)
     except (TypeError, ValueError, KeyError, SyntaxError, OverflowError) as err:
         raise MeshplanTypeError(_not_a_dtype(dtype, what)) from err
+
+
+@functools.lru_cache(maxsize=256)
+def _named_dtype(name: str) -> Any:
+    # Cached: records store dtypes by name (a TrainingRecipe's "bfloat16"), and the search reads
+    # them thousands of times; jax's issubdtype test cost more than the arithmetic around it.
+    # The set of names met in practice is small; the bound keeps junk names from growing it.
+    if _is_extended(name):
+        return name
+    try:
+        return np.dtype(name)
+    except (TypeError, ValueError, KeyError, SyntaxError, OverflowError):
+        raise MeshplanTypeError(_not_a_dtype(name, "dtype")) from None
 
 
 def _not_a_dtype(dtype: Any, what: str) -> str:
