@@ -33,7 +33,7 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
-from meshplan.pure._check import as_count
+from meshplan.pure._check import as_count, as_sequence, as_str
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 
@@ -88,6 +88,14 @@ class LiveBuffer:
     memory_space: str = DEFAULT_SPACE
     logical_bytes: int = 0
 
+    def __post_init__(self) -> None:
+        for field in ("name", "shape", "dtype", "source", "memory_space"):
+            object.__setattr__(self, field, as_str(getattr(self, field), field))
+        for field in ("bytes", "logical_bytes"):
+            object.__setattr__(self, field, as_count(getattr(self, field), field, minimum=0, error=PlanError))
+        if not isinstance(self.kind, str) or self.kind not in BUFFER_KINDS:
+            raise PlanError(f"kind={self.kind!r:.60} must be one of {', '.join(BUFFER_KINDS)}.")
+
     def describe(self) -> str:
         """``'fusion.7 32.0 KiB f32[2,32,32] temp (jit(step)/dot_general)'``."""
         where = "" if self.memory_space == DEFAULT_SPACE else f" in {self.memory_space}"
@@ -118,6 +126,16 @@ class BufferReport:
     moment: int
     buffers: tuple[LiveBuffer, ...]
     stated_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "moment", as_count(self.moment, "moment", minimum=-1, error=PlanError))
+        object.__setattr__(self, "stated_bytes", as_count(self.stated_bytes, "stated_bytes", minimum=0,
+                                                          error=PlanError))
+        buffers = as_sequence(self.buffers, "buffers")
+        for i, b in enumerate(buffers):
+            if not isinstance(b, LiveBuffer):
+                raise MeshplanTypeError(f"buffers[{i}]={b!r:.60} must be a LiveBuffer, not {type(b).__name__}.")
+        object.__setattr__(self, "buffers", buffers)
 
     @property
     def device_buffers(self) -> tuple[LiveBuffer, ...]:
