@@ -127,6 +127,17 @@ def test_path_template_stars_indices_only() -> None:
     assert path_template("h2/x1") == "h2/x1"
 
 
+@given(st.lists(st.text(alphabet="0123a/\n", max_size=4), max_size=6))
+def test_path_template_replaces_exactly_the_all_digit_components(parts: list[str]) -> None:
+    # The component-wise definition (a component matching ^[0-9]+$ becomes "*"), against the
+    # one-regex implementation the search uses for speed.
+    import re
+
+    path = "/".join(parts)
+    expected = "/".join("*" if re.match(r"^[0-9]+$", c) else c for c in path.split("/"))
+    assert path_template(path) == expected
+
+
 def test_path_rule_first_match_wins_and_the_rest_falls_back() -> None:
     rule = PathRule([("q_proj", P("tp")), ("proj", P(None, "tp"))], fallback=AxisKindRule())
     sizes = {"tp": 2, "fsdp": 2}
