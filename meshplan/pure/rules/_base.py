@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 from jax.sharding import PartitionSpec
 
 from meshplan.pure._check import as_int_tuple, as_sequence, canonical_axis_sizes
-from meshplan.pure._types import Shape
+from meshplan.pure._types import FrozenAxisSizes, Shape
 from meshplan.pure.errors import (
     MemoryBudgetError,
     MeshplanTypeError,
@@ -176,6 +176,29 @@ class LeafContext:
                 raise MeshplanTypeError(f"LeafContext.shape must be a tuple of ints, got {self.shape!r}.")
             object.__setattr__(self, "shape", tuple(self.shape))
         object.__setattr__(self, "axis_sizes", canonical_axis_sizes(self.axis_sizes))
+
+    @classmethod
+    def trusted(cls, shape: Shape, dtype: Any, axis_sizes: FrozenAxisSizes, index: int,
+                paths: LeafPaths | None) -> LeafContext:
+        """The context without :meth:`__post_init__`'s checks, for a caller whose ``shape`` is a
+        tuple and whose ``axis_sizes`` came from :func:`~meshplan.pure._check.canonical_axis_sizes`
+        (the mesh search asks its rule thousands of times with such values).
+
+        Example:
+          >>> import numpy as np
+          >>> from meshplan.pure._check import canonical_axis_sizes
+          >>> sizes = canonical_axis_sizes({"tp": 4})
+          >>> LeafContext.trusted((8,), np.dtype("float32"), sizes, 0, None) == LeafContext((8,), np.dtype("float32"), sizes)
+          True
+        """
+        out = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(out, "shape", shape)
+        setattr_(out, "dtype", dtype)
+        setattr_(out, "axis_sizes", axis_sizes)
+        setattr_(out, "index", index)
+        setattr_(out, "paths", paths)
+        return out
 
     @property
     def num_elements(self) -> int:

@@ -70,6 +70,8 @@ class GeometryCache:
       axes: spec -> the mesh axes it uses.
       geometry: (shape, spec, sizes of the spec's axes) -> its :class:`ShardGeometry`.
       shares: (shape, spec, mesh axis names, sizes of the spec's axes) -> what one leaf adds to a plan (:class:`_Share`).
+      checked: (shape, spec, mesh axis names) -> the spec's axes and canonical entries, once
+        :func:`shard_geometry` has accepted it there.
     """
 
     axes: dict[PartitionSpec, tuple[str, ...]] = dataclasses.field(default_factory=dict)
@@ -77,6 +79,8 @@ class GeometryCache:
         default_factory=dict)
     shares: dict[tuple[Shape, PartitionSpec, tuple[str, ...], tuple[int, ...]], _Share] = dataclasses.field(
         default_factory=dict)
+    checked: dict[tuple[Shape, PartitionSpec, tuple[str, ...]], tuple[tuple[str, ...], tuple[Any, ...]]] = (
+        dataclasses.field(default_factory=dict))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -230,7 +234,7 @@ def evaluate_plan(
     cache = GeometryCache() if geometry_cache is None else geometry_cache
     all_used: set[str] = set()
     for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True):
-        ctx = LeafContext(info.shape, info.dtype, sizes, index, groups.paths)
+        ctx = LeafContext.trusted(info.shape, info.dtype, sizes, index, groups.paths)  # checked by tree_facts
         try:
             decision = ask(rule, ctx)
             spec = _REPLICATED if decision is None else decision.spec
@@ -265,27 +269,36 @@ def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: t
     """:class:`_Share` of a leaf, memoized by (shape, spec, mesh axis names, sizes of the spec's axes):
     the search meets the same few hundred of them in thousands of (group, mesh) pairs."""
     try:
-        axes = cache.axes.get(spec)
+        checked = cache.checked.get((shape, spec, names))
     except TypeError:  # an unhashable entry (a list): nothing to memoize by
-        return _new_share(shape, spec, sizes, names, ctx, cache)
-    if axes is None:
-        return _new_share(shape, spec, sizes, names, ctx, cache)
-    found = cache.shares.get((shape, spec, names, tuple(sizes.get(a, 0) for a in axes)))
-    return _new_share(shape, spec, sizes, names, ctx, cache) if found is None else found
+        axes, geometry = _geometry(shape, spec, sizes, ctx.path, cache)
+        return _new_share(axes, geometry.padded, geometry.num_elements, sizes, names)
+    if checked is None:
+        # First sight of this spec on this shape and mesh: shard_geometry checks it (and raises
+        # the leaf's error); its canonical entries are kept for the other axis sizes.
+        axes, geometry = _geometry(shape, spec, sizes, ctx.path, cache)
+        cache.checked[(shape, spec, names)] = (axes, canonical_entries(spec, len(shape), where=ctx.path))
+        found = _new_share(axes, geometry.padded, geometry.num_elements, sizes, names)
+    else:
+        axes, entries = checked
+        hit = cache.shares.get((shape, spec, names, tuple(sizes[a] for a in axes)))
+        if hit is not None:
+            return hit
+        # shard_geometry's arithmetic, on entries it already checked for this shape and these axes
+        # (sizes are ints >= 1; UNCONSTRAINED was refused by _geometry).
+        splits = [math.prod(sizes[a] for a in e) for e in entries]
+        found = _new_share(axes, any(d % n for d, n in zip(shape, splits, strict=True)),
+                           math.prod(-(-d // n) for d, n in zip(shape, splits, strict=True)), sizes, names)
+    cache.shares[(shape, spec, names, tuple(sizes[a] for a in axes))] = found
+    return found
 
 
-def _new_share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: tuple[str, ...],
-               ctx: LeafContext, cache: GeometryCache) -> _Share:
-    axes, geometry = _geometry(shape, spec, sizes, ctx.path, cache)
+def _new_share(axes: tuple[str, ...], padded: bool, elements: int, sizes: Mapping[str, int],
+               names: tuple[str, ...]) -> _Share:
     used = set(axes)
     storage = tuple(a for a in names if a in used and a in STORAGE_AXES)
-    found = _Share(axes, geometry.padded, geometry.num_elements, storage, math.prod(sizes[a] for a in storage),
-                   tuple(a for a in names if a in DATA_AXES and a not in used))
-    try:
-        cache.shares[(shape, spec, names, tuple(sizes.get(a, 0) for a in axes))] = found
-    except TypeError:
-        pass
-    return found
+    return _Share(axes, padded, elements, storage, math.prod(sizes[a] for a in storage),
+                  tuple(a for a in names if a in DATA_AXES and a not in used))
 
 
 def _geometry(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], where: str,
