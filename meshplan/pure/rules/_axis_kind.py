@@ -139,9 +139,11 @@ class AxisKindRule:
         default_factory=dict, repr=False, compare=False)
     _dim_patterns: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = dataclasses.field(
         default=(), repr=False, compare=False)
-    # (layout id, shape, tp, ep) -> entries and reasons after placing tp and ep (see _decide).
-    _placed: dict[tuple[int, tuple[int, ...], int, int], tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]] = (
-        dataclasses.field(default_factory=dict, repr=False, compare=False))
+    # (layout id, shape, tp, ep) -> entries and reasons after placing tp and ep, and the order fsdp
+    # tries the dims in (see _decide).
+    _placed: dict[tuple[int, tuple[int, ...], int, int],
+                  tuple[tuple[tuple[str, ...], ...], tuple[str, ...], tuple[int, ...]]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
     # entries -> spec: the search builds a few dozen distinct specs thousands of times.
     _specs: dict[tuple[tuple[str, ...], ...], PartitionSpec] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
@@ -247,12 +249,14 @@ class AxisKindRule:
                 done.append(self._place_tp(lay, shape, tp, first))
             if ep > 1:
                 done.append(self._place_ep(lay, shape, ep, first))
-            placed = self._placed[placed_key] = (tuple(first), tuple(done))
+            # A scanned layer stack goes last for fsdp: splitting it puts whole layers on one device.
+            order = tuple(sorted(range(len(shape)), key=lambda d: (lay.dims[d] == "layers", -shape[d], d)))
+            placed = self._placed[placed_key] = (tuple(first), tuple(done), order)
         entries = list(placed[0])
         steps = list(placed[1])
         fsdp = axis_sizes.get(self.fsdp_axis, 1)
         if fsdp > 1:
-            steps.append(self._place_fsdp(lay, shape, fsdp, axis_sizes, entries))
+            steps.append(self._place_fsdp(shape, fsdp, axis_sizes, entries, placed[2]))
         key = tuple(entries)
         spec = self._specs.get(key)
         if spec is None:
@@ -297,11 +301,9 @@ class AxisKindRule:
         entries[dim] = (self.ep_axis,)
         return f"experts: dim {dim} ({shape[dim]}) <- {self.ep_axis!r}({ep})"
 
-    def _place_fsdp(self, lay: LeafLayout, shape: tuple[int, ...], fsdp: int, sizes: Mapping[str, int],
-                    entries: list[tuple[str, ...]]) -> str:
+    def _place_fsdp(self, shape: tuple[int, ...], fsdp: int, sizes: Mapping[str, int],
+                    entries: list[tuple[str, ...]], order: tuple[int, ...]) -> str:
         axis = self.fsdp_axis
-        # A scanned layer stack goes last: splitting it puts whole layers on one device.
-        order = sorted(range(len(shape)), key=lambda d: (lay.dims[d] == "layers", -shape[d], d))
         for d in order:
             if not entries[d] and shape[d] % fsdp == 0:
                 entries[d] = (axis,)
