@@ -152,7 +152,8 @@ def _dispatch(select: jax.Array, scores: jax.Array, normalise: Callable[[jax.Arr
 
 
 def moe(x: jax.Array, p: Tree, spec: Any, dtype: Any, *, names: tuple[str, str, str], router: str,
-        capacity_factor: float, constrain_experts: Constrain, pin_hidden: Constrain = same) -> jax.Array:
+        capacity_factor: float, constrain_experts: Constrain, pin_hidden: Constrain = same,
+        local: Constrain = same) -> jax.Array:
     """Routed experts with capacity-based dispatch (GShard / MaxText's dropping path).
 
     ``router="softmax"``: Mixtral (softmax over all experts, top-k, renormalised).
@@ -174,10 +175,13 @@ def moe(x: jax.Array, p: Tree, spec: Any, dtype: Any, *, names: tuple[str, str, 
                                       capacity)
     up, gate_name, down = names
     ex = p["experts"]
-    xin = constrain_experts(jnp.einsum("bsec,bsd->ebcd", dispatch.astype(dtype), x))
+    # GShard's order: dispatch each group's tokens where they are (``local``: the batch split as the
+    # tokens are), then move them to their experts' devices (``constrain_experts``: a reshard from the
+    # batch dim to the experts dim, which XLA emits as an all-to-all), and back the same way to combine.
+    xin = constrain_experts(local(jnp.einsum("bsec,bsd->ebcd", dispatch.astype(dtype), x)))
     h = jax.nn.silu(pin_hidden(jnp.einsum("ebcd,efd->ebcf", xin, ex[gate_name]["weight"].astype(dtype))))
     h = pin_hidden(h * pin_hidden(jnp.einsum("ebcd,efd->ebcf", xin, ex[up]["weight"].astype(dtype))))
-    out = constrain_experts(jnp.einsum("ebcf,edf->ebcd", h, ex[down]["weight"].astype(dtype)))
+    out = local(constrain_experts(jnp.einsum("ebcf,edf->ebcd", h, ex[down]["weight"].astype(dtype))))
     return jnp.einsum("bsec,ebcd->bsd", combine.astype(dtype), out)
 
 
@@ -256,11 +260,11 @@ def layer_fn(spec: Any, *, moe_layer: bool, dtype: Any, attention_kind: str, cap
         if family == "mixtral":
             return x + moe(h, p["block_sparse_moe"], spec, dtype, names=("w3", "w1", "w2"), router="softmax",
                            capacity_factor=capacity_factor, constrain_experts=constrain_experts,
-                           pin_hidden=_pin(inner, "expert_mlp"))
+                           pin_hidden=_pin(inner, "expert_mlp"), local=_pin(inner, "dispatch"))
         m = p["mlp"]
         out = moe(h, m, spec, dtype, names=("up_proj", "gate_proj", "down_proj"), router="sigmoid",
                   capacity_factor=capacity_factor, constrain_experts=constrain_experts,
-                  pin_hidden=_pin(inner, "expert_mlp"))
+                  pin_hidden=_pin(inner, "expert_mlp"), local=_pin(inner, "dispatch"))
         if "shared_experts" in m:
             sh = m["shared_experts"]
             out = out + _gated_mlp(h, sh["gate_proj"]["weight"], sh["up_proj"]["weight"],

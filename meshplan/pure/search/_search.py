@@ -143,6 +143,8 @@ class _Search:
         self.dims = layer_dims(model)
         self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
         self.flops: dict[int, StepFlops] = {}  # per tp size: the FLOPs per device depend on n and tp only
+        self.tp_index = req.axes.index("tp") if "tp" in req.axes else None
+        self.budget = req.budget  # a property of properties, read several times per mesh
         device = req.cluster.device
         self.efficiency = default_efficiency(device.ici_scope) if req.efficiency is None else req.efficiency
         self.recipes: dict[int, TrainingRecipe] = {req.recipe.micro_batches: req.recipe}
@@ -172,12 +174,12 @@ class _Search:
     def step_time(self, s: _Scored, seconds: Any) -> StepTime:
         """Compute + exposed communication of one mesh, from its priced collectives."""
         req = self.req
-        sizes = dict(zip(req.axes, s.sizes, strict=True))
-        tp = sizes.get("tp", 1)
+        tp = s.sizes[self.tp_index] if self.tp_index is not None else 1
         flops = self.flops.get(tp)
         if flops is None:
-            flops = self.flops[tp] = step_flops(self.model, sizes, batch=req.batch, seq=req.seq,
-                                                remat=req.recipe.remat, attention=req.recipe.attention)
+            flops = self.flops[tp] = step_flops(self.model, dict(zip(req.axes, s.sizes, strict=True)),
+                                                batch=req.batch, seq=req.seq, remat=req.recipe.remat,
+                                                attention=req.recipe.attention)
         terms = [(p[0], p[1], float(t)) for p, t in zip(s.pending, seconds, strict=True)]
         return step_time(flops, terms, layers=max(self.model.num_layers, 1), tokens=req.batch * req.seq,
                          devices=req.cluster.num_devices, peak_flops=req.cluster.device.peak_bf16_flops,
@@ -227,7 +229,7 @@ class _Search:
             s.pending = self._pending(s)
         scored = fits + over
         flat = [p for s in scored for p in s.pending]
-        seconds = price(flat, req.cluster)
+        seconds = price(flat, req.cluster).tolist()  # Python floats: float() of each is then free
         start = 0
         for s in scored:
             stop = start + len(s.pending)
@@ -236,7 +238,7 @@ class _Search:
         for s in scored:
             s.time = self.step_time(s, s.seconds)
             # Summed in term order with Python floats: identical on every platform and run.
-            s.seconds = float(sum(float(t) for t in s.seconds))
+            s.seconds = float(sum(s.seconds))
         return fits, over, rejections, len(combos)
 
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list[_Scored],
@@ -257,11 +259,12 @@ class _Search:
             where = unit(req.cluster)
             return "dcn", lambda: (f"{mesh_text(mesh)}: the {req.cluster.num_ici_domains} {where}s cannot all be "
                                    f"spread over the axes allowed across {where}s (tp/ep kept inside a {where})")
+        budget = self.budget
         bound = self._lower_bound(mesh, counts[0])
-        if bound > req.budget and len(counts) > 1 and self._state_bound(mesh) <= req.budget:
+        if bound > budget and len(counts) > 1 and self._state_bound(mesh) <= budget:
             # More micro-batches shrink the activations (not the state): the bound at the most of them decides.
             bound = self._lower_bound(mesh, counts[-1])
-        if bound > req.budget:
+        if bound > budget:
             # Every leaf shards over at most the axes the rule reads, so no plan can beat this.
             self.bounded.append((bound, sizes, placement))
             return "memory", lambda: f"{mesh_text(mesh)}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
@@ -330,8 +333,10 @@ class _Search:
         mesh = dict(zip(self.req.axes, s.sizes, strict=True))
         pending = param_terms(self.plans[s.plan_key].traffic, s.placement, mesh,
                               layers=max(self.model.num_layers, 1))
+        recipe = self.req.recipe
         pending += activation_terms(self.model, mesh, s.placement, batch=self.req.batch, seq=self.req.seq,
-                                    itemsize=self.act_itemsize)
+                                    itemsize=self.act_itemsize, remat=recipe.remat,
+                                    residual_split=recipe.residual_split, backend=recipe.backend)
         return accumulate(pending, s.micro_batches)
 
     def _leanest(self, over: list[_Scored]) -> list[_Scored]:
@@ -351,14 +356,15 @@ class _Search:
         """The step's peak (see :mod:`meshplan.pure.search._step_memory`); the state alone without activations."""
         req = self.req
         if not req.activations:
-            return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, req.budget)
+            return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, self.budget)
         gathered = sum(nbytes for axes, nbytes in plan.traffic.gather if any(mesh.get(x, 1) > 1 for x in axes))
         key = (mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES), micro_batches)
         step = self._price(key, plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, gathered)
-        live = step.peak_phase != "forward"
+        peak, phase = step.peak, step.peak_phase
+        live = phase != "forward"
         state = plan.param_bytes + plan.optimizer_bytes + (plan.grad_bytes if live else 0)
-        return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, step.peak - state,
-                                       req.budget, step.peak_phase, live)
+        return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, peak - state,
+                                       self.budget, phase, live)
 
     def _idle(self, mesh: dict[str, int], plan: PlanEval) -> str:
         """Why the mesh has a weight axis of size > 1 that splits no parameter ("" when it has none).

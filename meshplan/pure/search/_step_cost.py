@@ -22,15 +22,32 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
 
 **Activation collectives** (need the model's sizes):
 
-- ``tp``: Megatron's 2 all-reduces per layer forward and 2 backward of the
-  ``b*s*h*a`` activations: ``4L`` all-reduces over ``tp`` (with sequence
-  parallelism these become all-gather + reduce-scatter pairs: the same cost);
+- ``tp`` (per layer, ``X = b*s*h*a``, the residual stream's full buffer on a
+  device): Megatron's row-parallel outputs (attention ``o``, MLP ``down``) are
+  summed over ``tp``: 2 per layer forward, again in the recompute under remat
+  ``full`` / ``offload`` (1: the layer's last one is dead code there), and in
+  the backward the column-parallel projections' input gradients (Megatron: 2).
+  With the residual stream stored split over ``tp`` (the plan's activation
+  specs, ``residual_split``; MaxText's ``activation_embed``) the sums are
+  reduce-scatters and each block's input is all-gathered first (2 forward,
+  2 recompute, 2 backward); whole, they are all-reduces and nothing is
+  gathered. A vocabulary split over ``tp`` adds the embedding lookup's
+  all-reduce and the LM head's input gathers (forward) and gradient sum.
+  **XLA:CPU** (``backend="cpu"``, read from the compiled HLO of the reference
+  steps): the backward sums each column-parallel projection's input gradient
+  on its own (Llama 5: q, k, v, gate, up; GPT-2 2) and all-gathers 6 buffers
+  per layer (the output gradient twice per block, for its input and its weight
+  gradient, and the block input again for the weight gradient), plus the LM
+  head's input once more and, with GQA, the K and V gradients;
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
   sequence forward and reduce-scatters their gradients backward:
   ``B = b * seq * 2 * kv * a`` with ``kv = kv_heads * head_dim`` (divided by
   ``tp`` when ``tp`` divides the kv heads), ``L`` calls each;
-- ``ep``: dispatch and combine all-to-alls, forward and backward, per MoE
-  layer: ``4 L_moe`` calls of ``B = b*s*top_k*h*a``.
+- ``ep``: GShard's capacity-based dispatch moves each MoE layer's dispatched
+  tokens ``(experts, b, capacity, h)`` to the experts' devices and back:
+  2 all-to-alls forward, 2 backward, 2 more in the recompute under remat
+  ``full`` / ``offload``, ``B = b * E * capacity * h * a`` with
+  ``capacity = ceil(top_k * s * cf / E)`` (empty slots travel too).
 
 **Links.** A device group whose axes all lie inside ICI domains
 (``dcn == 1`` for each) runs on the fast link; one that lies wholly across
@@ -72,7 +89,8 @@ from meshplan.pure.search._cluster import Cluster
 from meshplan.pure.search._cost import CollectiveKind, collective_time
 from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
-__all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "STORAGE_AXES", "AxisPlacement", "ParamTraffic",
+__all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "RECOMPUTING", "STORAGE_AXES", "TP_BACKENDS", "AxisPlacement",
+           "ParamTraffic",
            "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "param_terms", "price",
            "step_activations", "to_terms", "xla_collectives"]
 
@@ -266,10 +284,28 @@ def _local_batch(sizes: Mapping[str, int], batch: int, seq: int) -> tuple[int, i
     return batch // ways, seq // sizes.get("sp", 1)
 
 
+TP_BACKENDS: tuple[str, ...] = ("cpu", "gpu", "tpu")
+"""Backends :func:`activation_terms` knows the tp collectives of (``cpu`` as XLA:CPU emits them, the
+others as Megatron's schedule has them)."""
+
+RECOMPUTING: tuple[str, ...] = ("full", "offload")
+"""Remat policies whose backward reruns the layer's forward, collectives included."""
+
+
+def _column_projections(model: Any, tp: int) -> int:
+    """Column-parallel projections per layer that read a block input (their input gradients are summed)."""
+    if model.family == "gpt2":
+        return 2  # c_attn, c_fc
+    kv = 2 if model.num_kv_heads % tp == 0 else 0  # k, v stay whole when tp does not divide their heads
+    attention = 0 if model.mla is not None else 1 + kv  # MLA: its down projections are whole over tp
+    return attention + 2  # gate, up
+
+
 def activation_terms(
-    model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int
+    model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
+    remat: str = "full", residual_split: bool = True, backend: str = "tpu", capacity_factor: float = 1.25,
 ) -> list[Pending]:
-    """The tp, sp and ep activation collectives of one step, not yet priced.
+    """The tp, sp and ep activation collectives of one step, not yet priced (see the module docstring).
 
     Args:
       model: a :class:`~meshplan.pure.ModelSpec`.
@@ -277,22 +313,56 @@ def activation_terms(
       placement: where the axes lie.
       batch: global batch in sequences; seq: tokens per sequence.
       itemsize: bytes per activation element.
+      remat: the remat policy (``full`` / ``offload`` rerun the forward's collectives).
+      residual_split: the residual stream is stored split over ``tp`` (gathers + reduce-scatters)
+        rather than whole (all-reduces).
+      backend: one of :data:`TP_BACKENDS`: ``cpu`` counts the tp collectives XLA:CPU emits.
+      capacity_factor: MoE expert capacity over the even share of tokens.
 
     Returns:
       The pending collectives (none when tp, sp and ep are all 1).
+
+    Example:
+      >>> from meshplan.pure import parse_cluster
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> p = AxisPlacement(("dp", "tp"), (2, 4), (1, 1), parse_cluster("H100"))
+      >>> [(t[1], t[4]) for t in activation_terms(MODEL_SPECS["llama3-8b"], {"dp": 2, "tp": 4}, p,
+      ...                                         batch=8, seq=1024, itemsize=2)]
+      [('reduce-scatter', 161), ('all-gather', 193), ('all-reduce', 1)]
     """
+    backend = as_choice(backend, "backend", TP_BACKENDS, error=PlanError)
+    recompute = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError) in RECOMPUTING
+    residual_split = as_flag(residual_split, "residual_split")
     b, s = _local_batch(sizes, batch, seq)
     tp, sp, ep = (sizes.get(a, 1) for a in ("tp", "sp", "ep"))
     h, layers = model.hidden_size, model.num_layers
     out: list[Pending] = []
 
-    def add(what: str, kind: CollectiveKind, axis: str, nbytes: int, calls: int) -> None:
-        i, d = placement.split((axis,))
-        out.append((what, kind, (axis,), nbytes, calls, i, d))
+    def add(what: str, kind: CollectiveKind, axis: str | tuple[str, ...], nbytes: int, calls: int) -> None:
+        axes = (axis,) if isinstance(axis, str) else axis
+        if calls and axes:
+            i, d = placement.split(axes)
+            out.append((what, kind, axes, nbytes, calls, i, d))
 
     if tp > 1:
-        add("tp all-reduce of activations (2 fwd + 2 bwd per layer)", "all-reduce", "tp",
-            b * s * h * itemsize, 4 * layers)
+        x = b * s * h * itemsize
+        split = residual_split and (h % tp == 0 or s % tp == 0)  # as step_activations lays the stream out
+        vocab = model.vocab_size % tp == 0  # the embedding and LM head split over the vocabulary
+        cpu = backend == "cpu"
+        bwd_sums = _column_projections(model, tp) if cpu else 2
+        sums = layers * (2 + (1 if recompute else 0) + bwd_sums) + (1 if vocab else 0)
+        kind: CollectiveKind = "reduce-scatter" if split else "all-reduce"
+        add(f"tp {kind} of activations (2 fwd + {bwd_sums} bwd per layer{', recompute' if recompute else ''})",
+            kind, "tp", x, sums)
+        if split:
+            gathers = layers * (2 + (2 if recompute else 0) + (6 if cpu else 2)) + ((2 if cpu else 1) if vocab else 0)
+            add("tp all-gather of activations (each block's input, fwd / recompute / bwd)", "all-gather", "tp", x,
+                gathers)
+            if cpu and model.mla is None and model.num_kv_heads < model.num_heads and model.num_kv_heads % tp == 0:
+                kv = b * s * model.num_kv_heads * model.head_dim * itemsize
+                add("tp all-gather of the K and V gradients (GQA, XLA:CPU)", "all-gather", "tp", kv, 2 * layers)
+        if vocab:
+            add("tp all-reduce of the vocab-split embedding lookup", "all-reduce", "tp", x, 1)
     if sp > 1:
         kv = model.num_kv_heads * model.head_dim
         kv_local = kv // tp if model.num_kv_heads % tp == 0 else kv
@@ -300,8 +370,15 @@ def activation_terms(
         add("sp all-gather of K,V (fwd)", "all-gather", "sp", nbytes, layers)
         add("sp reduce-scatter of dK,dV (bwd)", "reduce-scatter", "sp", nbytes, layers)
     if ep > 1 and model.num_moe_layers:
-        add("ep all-to-all of tokens (dispatch + combine, fwd + bwd)", "all-to-all", "ep",
-            b * s * model.num_experts_per_tok * h * itemsize, 4 * model.num_moe_layers)
+        e, k = model.num_experts, model.num_experts_per_tok
+        capacity = max(1, math.ceil(k * s * capacity_factor / e))
+        add(f"ep all-to-all of dispatched tokens (dispatch + combine, fwd + bwd{' + recompute' if recompute else ''})",
+            "all-to-all", "ep", b * e * capacity * h * itemsize, (6 if recompute else 4) * model.num_moe_layers)
+    if backend == "cpu" and model.num_moe_layers:
+        # XLA:CPU does not partition top_k over the batch: it gathers the fp32 router scores of every token.
+        ways = tuple(a for a in BATCH_AXES if sizes.get(a, 1) > 1)
+        add("router scores gathered for top_k (XLA:CPU, f32)", "all-gather", ways,
+            batch * s * model.num_experts * 4, (2 if recompute else 1) * model.num_moe_layers)
     return out
 
 
@@ -361,7 +438,8 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
     - ``"cpu"``: XLA:CPU has no reduce-scatter; the SPMD partitioner emits an all-reduce
       of the same buffer and a dynamic-slice, so reduce-scatters become all-reduces of
       ``B``. XLA:CPU also computes 16-bit floats in f32 and moves the convert ahead of
-      the collective, so a term priced at ``itemsize == 2`` moves twice the bytes.
+      the collective, so a term priced at ``itemsize == 2`` moves twice the bytes (except a term
+      whose ``what`` ends in ``f32)``, already counted in f32).
     - ``"tpu"`` with ``collective_matmul`` (XLA:TPU's windowed einsum, on by default for
       large enough matmuls): a tp all-gather or reduce-scatter that feeds a matmul runs as
       ``n - 1`` collective-permutes of ``B/n`` each, overlapped with the matmul's pieces;
@@ -401,7 +479,7 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
         if backend == "cpu":
             if kind == "reduce-scatter":
                 kind, what = "all-reduce", f"{what} (XLA:CPU: all-reduce + dynamic-slice)"
-            if size == 2:
+            if size == 2 and "f32)" not in what:  # a term named '... f32)' is priced in f32 already
                 nbytes *= 2
         elif backend == "tpu" and collective_matmul and "tp" in t.axes and kind in ("all-gather", "reduce-scatter"):
             # Windowed einsum: n - 1 permutes of one B/n chunk each per original call.

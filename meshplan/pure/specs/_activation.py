@@ -247,7 +247,7 @@ def activation_layout(
     return ActivationLayout(tuple(tensors))
 
 
-LAYER_ACTIVATION_NAMES: tuple[str, ...] = ("heads", "kv_heads", "mlp", "experts", "expert_mlp")
+LAYER_ACTIVATION_NAMES: tuple[str, ...] = ("heads", "kv_heads", "mlp", "dispatch", "experts", "expert_mlp")
 """The inner tensors of a layer :func:`layer_activation_specs` may place, in this order."""
 
 
@@ -275,8 +275,12 @@ def layer_activation_specs(
       output, heads over the model axes;
     * ``"kv_heads"`` ``(batch, seq, kv_heads, head_dim)``: keys and values, likewise;
     * ``"mlp"`` ``(batch, seq, mlp)``: the MLP's hidden activation, its width over the model axes;
-    * ``"experts"`` ``(experts, batch, capacity, hidden)``: dispatched tokens, experts over the
-      expert axes and the batch over the remaining batch axes;
+    * ``"dispatch"`` ``(experts, batch, capacity, hidden)``: tokens dispatched where they are
+      (GShard: each group of tokens is dispatched on its own devices), the batch as the batch spec
+      splits it and the experts whole; only with expert axes;
+    * ``"experts"`` ``(experts, batch, capacity, hidden)``: dispatched tokens on their experts' devices,
+      experts over the expert axes and the batch over the remaining batch axes (from ``"dispatch"``
+      to ``"experts"`` and back is the all-to-all of expert parallelism);
     * ``"expert_mlp"`` ``(experts, batch, capacity, expert_mlp)``: an expert's hidden
       activation, like ``"experts"`` with its width over the model axes.
 
@@ -334,6 +338,8 @@ def layer_activation_specs(
     if experts:
         ep = e if e and experts % math.prod(sizes[a] for a in e) == 0 else ()
         other = tuple(a for a in b if a not in ep)
+        if ep:
+            out["dispatch"] = spec_from_entries(((), b, (), ()))
         out["experts"] = spec_from_entries((ep, other, (), ()))
         if m and expert_mlp and expert_mlp % tp == 0:
             out["expert_mlp"] = spec_from_entries((ep, other, (), m))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from meshplan.pure import Cluster, DeviceInfo, get_preset, layout_device_ids, parse_cluster
 from meshplan.pure.mesh import split_mesh_shape
 from meshplan.pure.search import all_gather_time, all_reduce_time, axis_domain_counts
+from meshplan.errors import PlanError
 from meshplan.pure.search._groups import LeafGroups, evaluate_plan
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.search._step_cost import (
@@ -105,13 +106,66 @@ def test_activation_collectives_follow_the_documented_formulas() -> None:
     model = get_preset("mixtral-8x7b").spec
     sizes = {"dp": 2, "fsdp": 1, "ep": 2, "sp": 2, "tp": 2}
     p = AxisPlacement(tuple(sizes), tuple(sizes.values()), (1,) * 5, parse_cluster("4x8xH100"))
-    terms = {t[0].split()[0]: t for t in activation_terms(model, sizes, p, batch=8, seq=1024, itemsize=2)}
-    b, s, h = 8 // 4, 1024 // 2, model.hidden_size
-    assert terms["tp"][3:5] == (b * s * h * 2, 4 * model.num_layers)
-    assert terms["ep"][3:5] == (b * s * model.num_experts_per_tok * h * 2, 4 * model.num_moe_layers)
+    terms = {t[0].split()[0] + " " + t[1]: t for t in activation_terms(model, sizes, p, batch=8, seq=1024,
+                                                                       itemsize=2)}
+    b, s, h, L = 8 // 4, 1024 // 2, model.hidden_size, model.num_layers
+    # Megatron with the residual stream split over tp: 2 fwd + 1 recompute + 2 bwd reduce-scatters per
+    # layer and the LM head's gradient; 2 + 2 + 2 gathers per layer and the LM head's input.
+    assert terms["tp reduce-scatter"][3:5] == (b * s * h * 2, 5 * L + 1)
+    assert terms["tp all-gather"][3:5] == (b * s * h * 2, 6 * L + 1)
+    assert terms["tp all-reduce"][3:5] == (b * s * h * 2, 1)  # the vocab-split embedding lookup
+    capacity = math.ceil(model.num_experts_per_tok * s * 1.25 / model.num_experts)
+    assert terms["ep all-to-all"][3:5] == (b * model.num_experts * capacity * h * 2, 6 * model.num_moe_layers)
     kv = model.num_kv_heads * model.head_dim // 2
-    assert terms["sp"][3] == b * 1024 * 2 * kv * 2
+    assert terms["sp all-gather"][3] == b * 1024 * 2 * kv * 2
     assert activation_terms(model, {"dp": 8}, p, batch=8, seq=1024, itemsize=2) == []
+
+
+@st.composite
+def step_cases(draw: st.DrawFn) -> tuple[object, dict[str, int], str, bool]:
+    name = draw(st.sampled_from(("llama3-8b", "gpt2", "mixtral-8x7b", "deepseek-v3", "llama3-70b")))
+    tp, ep, dp = draw(st.sampled_from((1, 2, 4, 8))), draw(st.sampled_from((1, 2))), draw(st.sampled_from((1, 2)))
+    return (get_preset(name).spec, {"dp": dp, "ep": ep, "tp": tp}, draw(st.sampled_from(("none", "dots", "full",
+                                                                                          "offload"))),
+            draw(st.booleans()))
+
+
+def _calls(terms: list, kind: str, axis: str) -> int:
+    return sum(t[4] for t in terms if t[1] == kind and t[2] == (axis,))
+
+
+@given(step_cases())
+def test_activation_collectives_grow_with_recompute_and_xla_cpu_and_vanish_without_their_axis(case) -> None:
+    model, sizes, remat, split = case
+    p = AxisPlacement(tuple(sizes), tuple(sizes.values()), (1,) * 3, parse_cluster("4x8xH100"))
+
+    def terms(backend: str, policy: str = remat) -> list:
+        return activation_terms(model, sizes, p, batch=16, seq=512, itemsize=2, remat=policy,
+                                residual_split=split, backend=backend)
+
+    tpu, cpu, gpu = terms("tpu"), terms("cpu"), terms("gpu")
+    assert gpu == tpu  # only XLA:CPU's lowering is read from its HLO; the others follow Megatron
+    for kind in ("all-gather", "reduce-scatter", "all-reduce", "all-to-all"):
+        for axis in ("tp", "ep"):
+            assert _calls(cpu, kind, axis) >= _calls(tpu, kind, axis)
+            assert _calls(terms("tpu", "full"), kind, axis) >= _calls(terms("tpu", "none"), kind, axis)
+            assert _calls(terms("tpu", "offload"), kind, axis) == _calls(terms("tpu", "full"), kind, axis)
+            assert _calls(terms("tpu", "dots"), kind, axis) == _calls(terms("tpu", "none"), kind, axis)
+    assert all(t[4] > 0 and t[3] > 0 for t in cpu + tpu)
+    assert not any("tp" in t[2] for t in cpu) if sizes["tp"] == 1 else any("tp" in t[2] for t in tpu)
+    assert not any("ep" in t[2] for t in cpu) if sizes["ep"] == 1 or not model.num_moe_layers else True
+    # A residual stream stored whole is summed with all-reduces and never gathered.
+    if not split:
+        assert _calls(tpu, "all-gather", "tp") == _calls(tpu, "reduce-scatter", "tp") == 0
+
+
+def test_activation_terms_refuse_unknown_choices() -> None:
+    model = get_preset("llama3-8b").spec
+    p = AxisPlacement(("tp",), (2,), (1,), parse_cluster("H100"))
+    with pytest.raises(PlanError, match="backend"):
+        activation_terms(model, {"tp": 2}, p, batch=2, seq=8, itemsize=2, backend="rocm")
+    with pytest.raises(PlanError, match="remat"):
+        activation_terms(model, {"tp": 2}, p, batch=2, seq=8, itemsize=2, remat="some")
 
 
 def test_activation_memory_is_the_documented_sum() -> None:

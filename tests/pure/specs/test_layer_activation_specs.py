@@ -48,6 +48,7 @@ def _shapes(dims: dict[str, int]) -> dict[str, jax.ShapeDtypeStruct]:
     return {name: jax.ShapeDtypeStruct(shape, jnp.float32) for name, shape in (
         ("heads", (b, s, dims["heads"], d)), ("kv_heads", (b, s, dims["kv_heads"], d)),
         ("mlp", (b, s, dims["mlp"])), ("experts", (max(dims["experts"], 1), b, c, d)),
+        ("dispatch", (max(dims["experts"], 1), b, c, d)),
         ("expert_mlp", (max(dims["experts"], 1), b, c, dims["expert_mlp"])))}
 
 
@@ -106,6 +107,10 @@ def test_ep_splits_the_experts_and_leaves_the_batch_to_the_other_axes(
         return
     ep = mesh["ep"]
     assert _entry(specs["experts"], 0) == (("ep",) if ep > 1 and dims["experts"] % ep == 0 else ())
+    # GShard: tokens are dispatched where they are (experts whole, batch as the tokens), then moved.
+    assert ("dispatch" in specs) == (_entry(specs["experts"], 0) == ("ep",))
+    if "dispatch" in specs:
+        assert canonical_entries(specs["dispatch"], 4) == ((), _entry(bspec, 0), (), ())
     assert _entry(specs["experts"], 1) == tuple(a for a in _entry(bspec, 0) if a not in _entry(specs["experts"], 0))
     assert math.prod(mesh[a] for a in spec_axes(specs["experts"])) <= math.prod(mesh.values())
 
