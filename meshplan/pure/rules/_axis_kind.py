@@ -69,6 +69,9 @@ __all__ = ["AxisKindRule", "path_template"]
 
 # An all-digit path component (``$`` in ``^[0-9]+$`` also allowed one trailing newline, kept so).
 # One C-level substitution: the search templates every leaf path of a 1000-leaf tree twice.
+_Placed = tuple[tuple[tuple[str, ...], ...], tuple[str, ...], tuple[int, ...]]
+"""A leaf's entries and reasons after tp and ep are placed, and the order fsdp tries its dims in."""
+
 _DIGIT_PART = re.compile(r"(?<![^/])[0-9]+\n?(?![^/])")
 
 
@@ -141,8 +144,7 @@ class AxisKindRule:
         default=(), repr=False, compare=False)
     # (layout id, shape, tp, ep) -> entries and reasons after placing tp and ep, and the order fsdp
     # tries the dims in (see _decide).
-    _placed: dict[tuple[int, tuple[int, ...], int, int],
-                  tuple[tuple[tuple[str, ...], ...], tuple[str, ...], tuple[int, ...]]] = dataclasses.field(
+    _placed: dict[tuple[int, tuple[int, ...], int, int], _Placed | Decision] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
     # entries -> spec: the search builds a few dozen distinct specs thousands of times.
     _specs: dict[tuple[tuple[str, ...], ...], PartitionSpec] = dataclasses.field(
@@ -231,10 +233,6 @@ class AxisKindRule:
         return self._decide(self.layout(path, shape), shape, sizes)
 
     def _decide(self, lay: LeafLayout, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
-        n = math.prod(shape)
-        if n < self.min_shard_size:
-            return Decision(make_spec(), f"{n} elements < min_shard_size={self.min_shard_size}; "
-                            "replicated", self.name)
         tp = axis_sizes.get(self.tp_axis, 1)
         ep = axis_sizes.get(self.ep_axis, 1)
         # tp and ep are placed by (leaf, size) alone: memoized, since the search asks each leaf for
@@ -243,29 +241,42 @@ class AxisKindRule:
         placed_key = (id(lay), shape, tp, ep)
         placed = self._placed.get(placed_key)
         if placed is None:
-            first: list[tuple[str, ...]] = [()] * len(shape)
-            done: list[str] = []
-            if tp > 1:
-                done.append(self._place_tp(lay, shape, tp, first))
-            if ep > 1:
-                done.append(self._place_ep(lay, shape, ep, first))
-            # A scanned layer stack goes last for fsdp: splitting it puts whole layers on one device.
-            order = tuple(sorted(range(len(shape)), key=lambda d: (lay.dims[d] == "layers", -shape[d], d)))
-            placed = self._placed[placed_key] = (tuple(first), tuple(done), order)
-        entries = list(placed[0])
-        steps = list(placed[1])
+            placed = self._placed[placed_key] = self._place_tp_ep(lay, shape, tp, ep)
+        if isinstance(placed, Decision):  # below min_shard_size: replicated whatever the mesh
+            return placed
+        first, done, order = placed
         fsdp = axis_sizes.get(self.fsdp_axis, 1)
         if fsdp > 1:
-            steps.append(self._place_fsdp(shape, fsdp, axis_sizes, entries, placed[2]))
-        key = tuple(entries)
+            entries = list(first)
+            steps = [*done, self._place_fsdp(shape, fsdp, axis_sizes, entries, order)]
+            key = tuple(entries)
+        else:
+            steps, key = list(done), first
         spec = self._specs.get(key)
         if spec is None:
-            spec = self._specs[key] = spec_from_entries(entries)
+            spec = self._specs[key] = spec_from_entries(key)
         text = "; ".join(s for s in steps if s)
         if not text:
             text = (f"not an expert weight; not split over ep={ep}; replicated" if ep > 1
                     else "no axis of size > 1 to place; replicated")
         return Decision(spec, text, self.name)
+
+    def _place_tp_ep(self, lay: LeafLayout, shape: tuple[int, ...], tp: int, ep: int) -> _Placed | Decision:
+        """The entries and reasons after placing tp and ep, and the order fsdp tries the dims in;
+        the whole decision for a leaf below ``min_shard_size``."""
+        n = math.prod(shape)
+        if n < self.min_shard_size:
+            return Decision(make_spec(), f"{n} elements < min_shard_size={self.min_shard_size}; replicated",
+                            self.name)
+        first: list[tuple[str, ...]] = [()] * len(shape)
+        done: list[str] = []
+        if tp > 1:
+            done.append(self._place_tp(lay, shape, tp, first))
+        if ep > 1:
+            done.append(self._place_ep(lay, shape, ep, first))
+        # A scanned layer stack goes last for fsdp: splitting it puts whole layers on one device.
+        order = tuple(sorted(range(len(shape)), key=lambda d: (lay.dims[d] == "layers", -shape[d], d)))
+        return tuple(first), tuple(done), order
 
     def _place_tp(self, lay: LeafLayout, shape: tuple[int, ...], tp: int, entries: list[tuple[str, ...]]) -> str:
         axis, module = self.tp_axis, lay.module
