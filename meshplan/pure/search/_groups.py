@@ -154,11 +154,12 @@ class LeafGroups:
         counts: list[int] = []
         leaf_group: list[int] = []
         display: dict[_DisplayKey, dict[int, int]] = {}
+        names: dict[Any, str] = {}  # dtype -> its name (numpy formats it anew on every str())
         for i, info in enumerate(facts.infos):
             if info is None:
                 leaf_group.append(-1)
                 continue
-            ctx = LeafContext(info.shape, info.dtype, no_axes, i, paths)
+            ctx = LeafContext.trusted(info.shape, info.dtype, no_axes, i, paths)  # checked by tree_facts
             key = key_of(ctx)
             g = ids.get(key)
             if g is None:
@@ -168,7 +169,10 @@ class LeafGroups:
                 counts.append(0)
             counts[g] += 1
             leaf_group.append(g)
-            where = display.setdefault((path_template(paths.path(i)), info.shape, str(info.dtype)), {})
+            dtype = names.get(info.dtype)
+            if dtype is None:
+                dtype = names[info.dtype] = str(info.dtype)
+            where = display.setdefault((path_template(paths.path(i)), info.shape, dtype), {})
             where[g] = where.get(g, 0) + 1
         shown = tuple((k, tuple(v.items())) for k, v in display.items())
         return cls(facts, paths, tuple(first), tuple(infos), tuple(counts), tuple(leaf_group), shown)
