@@ -38,9 +38,14 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   on its own (Llama 5: q, k, v, gate, up; GPT-2 2) and all-gathers 6 buffers
   per layer (the output gradient twice per block, for its input and its weight
   gradient, and the block input again for the weight gradient), plus the LM
-  head's input once more and, with GQA, the K and V gradients;
+  head's input once more and, with GQA, the K and V gradients. In a MoE layer
+  the experts' MLP works on the dispatched buffer ``E = b*E*capacity*h*a``:
+  its block input is not gathered, the dispatched tokens are (fwd, recompute,
+  bwd) and their sums are ``E``-sized (output fwd and recompute, 2 input
+  gradients bwd). DeepSeek's MLA keeps Megatron's counts (not read from HLO);
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
-  sequence forward and reduce-scatters their gradients backward:
+  sequence forward (again in the recompute under remat ``full`` / ``offload``)
+  and reduce-scatters their gradients backward:
   ``B = b * seq * 2 * kv * a`` with ``kv = kv_heads * head_dim`` (divided by
   ``tp`` when ``tp`` divides the kv heads), ``L`` calls each;
 - ``ep``: GShard's capacity-based dispatch moves each MoE layer's dispatched
@@ -292,13 +297,14 @@ RECOMPUTING: tuple[str, ...] = ("full", "offload")
 """Remat policies whose backward reruns the layer's forward, collectives included."""
 
 
-def _column_projections(model: Any, tp: int) -> int:
-    """Column-parallel projections per layer that read a block input (their input gradients are summed)."""
+def _column_projections(model: Any, tp: int) -> tuple[int, int]:
+    """Column-parallel projections per layer that read a block input, (attention, MLP): their input
+    gradients are summed over tp. K and V count where tp splits their heads, also over a subgroup
+    (``gcd(tp, kv_heads) > 1``: XLA splits them that far and replicates the rest)."""
     if model.family == "gpt2":
-        return 2  # c_attn, c_fc
-    kv = 2 if model.num_kv_heads % tp == 0 else 0  # k, v stay whole when tp does not divide their heads
-    attention = 0 if model.mla is not None else 1 + kv  # MLA: its down projections are whole over tp
-    return attention + 2  # gate, up
+        return 1, 1  # c_attn, c_fc
+    kv = 2 if math.gcd(model.num_kv_heads, tp) > 1 else 0
+    return (0 if model.mla is not None else 1 + kv), 2  # MLA: its down projections are whole over tp
 
 
 def activation_terms(
@@ -348,26 +354,41 @@ def activation_terms(
         x = b * s * h * itemsize
         split = residual_split and (h % tp == 0 or s % tp == 0)  # as step_activations lays the stream out
         vocab = model.vocab_size % tp == 0  # the embedding and LM head split over the vocabulary
-        cpu = backend == "cpu"
-        bwd_sums = _column_projections(model, tp) if cpu else 2
-        sums = layers * (2 + (1 if recompute else 0) + bwd_sums) + (1 if vocab else 0)
+        cpu = backend == "cpu" and model.mla is None  # MLA's lowering was not read: Megatron's counts
+        r = 1 if recompute else 0
+        moe = model.num_moe_layers
+        dense = layers - moe
+        if cpu:  # per layer, as XLA:CPU's partitioner emits them (see the module docstring)
+            attn, mlp = _column_projections(model, tp)
+            sums = dense * (2 + r + attn + mlp) + moe * (1 + r + attn)
+            gathers = dense * (2 + 2 * r + 6) + moe * (1 + r + 4)
+        else:
+            sums, gathers = layers * (4 + r), layers * (4 + 2 * r)
         kind: CollectiveKind = "reduce-scatter" if split else "all-reduce"
-        add(f"tp {kind} of activations (2 fwd + {bwd_sums} bwd per layer{', recompute' if recompute else ''})",
-            kind, "tp", x, sums)
+        add(f"tp {kind} of activations (row-parallel outputs, column-parallel input grads"
+            f"{', recompute' if recompute else ''})", kind, "tp", x, sums + (1 if vocab else 0))
         if split:
-            gathers = layers * (2 + (2 if recompute else 0) + (6 if cpu else 2)) + ((2 if cpu else 1) if vocab else 0)
             add("tp all-gather of activations (each block's input, fwd / recompute / bwd)", "all-gather", "tp", x,
-                gathers)
-            if cpu and model.mla is None and model.num_kv_heads < model.num_heads and model.num_kv_heads % tp == 0:
+                gathers + ((2 if cpu else 1) if vocab else 0))
+            if cpu and model.num_kv_heads < model.num_heads and model.num_kv_heads % tp == 0:
                 kv = b * s * model.num_kv_heads * model.head_dim * itemsize
                 add("tp all-gather of the K and V gradients (GQA, XLA:CPU)", "all-gather", "tp", kv, 2 * layers)
         if vocab:
             add("tp all-reduce of the vocab-split embedding lookup", "all-reduce", "tp", x, 1)
+        if cpu and moe:
+            # The experts' MLP split over tp works on the dispatched buffer, not the residual stream.
+            e, k = model.num_experts, model.num_experts_per_tok
+            buffer = b * e * max(1, math.ceil(k * s * capacity_factor / e)) * h * itemsize
+            add("tp all-reduce of expert outputs and input grads (MoE, XLA:CPU)", "all-reduce", "tp", buffer,
+                moe * (1 + r + 2))
+            if split:
+                add("tp all-gather of dispatched tokens (MoE, XLA:CPU)", "all-gather", "tp", buffer, moe * (2 + r))
     if sp > 1:
         kv = model.num_kv_heads * model.head_dim
         kv_local = kv // tp if model.num_kv_heads % tp == 0 else kv
         nbytes = b * seq * 2 * kv_local * itemsize
-        add("sp all-gather of K,V (fwd)", "all-gather", "sp", nbytes, layers)
+        add(f"sp all-gather of K,V (fwd{' + recompute' if recompute else ''})", "all-gather", "sp", nbytes,
+            (2 if recompute else 1) * layers)
         add("sp reduce-scatter of dK,dV (bwd)", "reduce-scatter", "sp", nbytes, layers)
     if ep > 1 and model.num_moe_layers:
         e, k = model.num_experts, model.num_experts_per_tok

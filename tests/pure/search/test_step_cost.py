@@ -117,7 +117,7 @@ def test_activation_collectives_follow_the_documented_formulas() -> None:
     capacity = math.ceil(model.num_experts_per_tok * s * 1.25 / model.num_experts)
     assert terms["ep all-to-all"][3:5] == (b * model.num_experts * capacity * h * 2, 6 * model.num_moe_layers)
     kv = model.num_kv_heads * model.head_dim // 2
-    assert terms["sp all-gather"][3] == b * 1024 * 2 * kv * 2
+    assert terms["sp all-gather"][3:5] == (b * 1024 * 2 * kv * 2, 2 * L)  # forward + recompute
     assert activation_terms(model, {"dp": 8}, p, batch=8, seq=1024, itemsize=2) == []
 
 
