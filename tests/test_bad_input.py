@@ -87,6 +87,8 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      E.MeshplanTypeError, "leaf 'a': dtype=<U1"),
     # --- trees (pure.specs._tree) ---
     ("tree with unsortable keys", lambda: pure.tree_facts({1: 0, "w": 1}), E.MeshplanTypeError, "dict keys"),
+    ("tree with unsortable keys nested", lambda: pure.tree_facts([[{0: 1, "a": 2}]]), E.MeshplanTypeError,
+     "the keys [0, 'a'] of tree do not sort"),
     ("spec tree with unsortable keys", lambda: pure.validate_specs(TREE, {1: P(), "w": P()}, {"dp": 2}),
      E.MeshplanTypeError, "specs is not a pytree"),
     ("x64 an array", lambda: pure.tree_facts(TREE, x64=ARR), E.MeshplanTypeError, "x64=array"),
@@ -400,3 +402,29 @@ def test_a_users_own_rule_raising_passes_through_unwrapped() -> None:
 
     with pytest.raises(_UserBug, match="mine"):
         pure.plan_tree(TREE, my_rule, {"dp": 2})
+
+
+def _recursion_budget() -> int:
+    depth = 0
+
+    def down() -> None:
+        nonlocal depth
+        depth += 1
+        down()
+
+    try:
+        down()
+    except RecursionError:
+        pass
+    return depth
+
+
+def test_refusing_unsortable_keys_leaks_no_recursion_budget() -> None:
+    # jaxlib 0.10's flatten of such a nested dict leaks the interpreter's recursion budget by its depth each time;
+    # meshplan refuses the tree before jax sees it (the deep fuzz run drained the budget and ended in
+    # RecursionErrors everywhere).
+    budget = _recursion_budget()
+    for _ in range(300):
+        with pytest.raises(E.MeshplanTypeError):
+            pure.tree_facts([[{0: 1, "a": 2}]])
+    assert _recursion_budget() == budget

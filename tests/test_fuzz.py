@@ -422,8 +422,34 @@ def _params() -> list[Any]:
     return out
 
 
+def _recursion_budget() -> int:
+    """How many more Python frames fit on the stack from here before a RecursionError."""
+    depth = 0
+
+    def down() -> None:
+        nonlocal depth
+        depth += 1
+        down()
+
+    try:
+        down()
+    except RecursionError:
+        pass
+    return depth
+
+
 @pytest.mark.parametrize("label,fn,method", _params())
 def test_garbage_in_gives_a_typed_meshplan_error_or_an_answer(label: str, fn: Any, method: str | None) -> None:
+    # Measured twice from this frame, the budget must not shrink: a C extension that fails without
+    # releasing its recursion guard (jaxlib's flatten of a dict whose keys do not sort did) leaks it for
+    # good, and a long run then fails every later call with a RecursionError far from the culprit.
+    budget = _recursion_budget()
+    _fuzz(label, fn, method)
+    lost = budget - _recursion_budget()
+    assert lost <= 0, f"{label}: its calls leaked {lost} levels of the interpreter's recursion budget"
+
+
+def _fuzz(label: str, fn: Any, method: str | None) -> None:
     if method is not None:
         obj = _instance(label.split("()")[0])
         raw = inspect.getattr_static(type(obj), method)

@@ -20,6 +20,8 @@ error (:class:`~meshplan.errors.MeshplanTypeError`, naming the leaf).
 
 from __future__ import annotations
 
+import collections
+
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -91,8 +93,9 @@ def flatten(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[Any], Any]:
       >>> flatten({1: 0, "w": 1}, "params")
       Traceback (most recent call last):
       ...
-      meshplan.pure.errors.MeshplanTypeError: params is not a pytree jax can flatten (Comparator raised exception while sorting pytree dictionary keys.); dict keys must be sortable (all str, or all int).
+      meshplan.pure.errors.MeshplanTypeError: params is not a pytree jax can flatten (the keys [1, 'w'] of params do not sort); dict keys must be sortable (all str, or all int).
     """
+    _refuse_unsortable_keys(tree, what)
     try:
         return jax.tree_util.tree_flatten(tree, **kwargs)
     except MeshplanError:
@@ -103,12 +106,41 @@ def flatten(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[Any], Any]:
 
 def flatten_with_path(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[tuple[Any, Any]], Any]:
     """:func:`flatten` with key paths (``jax.tree_util.tree_flatten_with_path``)."""
+    _refuse_unsortable_keys(tree, what)
     try:
         return jax.tree_util.tree_flatten_with_path(tree, **kwargs)
     except MeshplanError:
         raise
     except (ValueError, TypeError) as err:
         raise _unflattenable(what, err) from None
+
+
+def _refuse_unsortable_keys(tree: PyTree, what: str) -> None:
+    """Refuse a dict whose keys do not sort before jax sees it.
+
+    jaxlib 0.10's flatten fails on such a dict with a ValueError, but leaks the
+    interpreter's recursion budget by the dict's nesting depth each time; a
+    long process (a fuzz run) then fails every deep-enough call with a
+    RecursionError. Builtin containers are walked iteratively, custom nodes left to jax.
+    """
+    stack, seen = [tree], set()
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (dict, list, tuple)):
+            if id(node) in seen:  # a container holding itself: jax's own refusal names it
+                continue
+            seen.add(id(node))
+        if isinstance(node, dict):
+            if type(node) is dict or isinstance(node, collections.defaultdict):  # the dicts jax sorts
+                try:
+                    sorted(node)
+                except (TypeError, ValueError):
+                    raise MeshplanTypeError(
+                        f"{what} is not a pytree jax can flatten (the keys {list(node)!r:.80} of {what} do not "
+                        "sort); dict keys must be sortable (all str, or all int).") from None
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
 
 
 def _unflattenable(what: str, err: Exception) -> MeshplanTypeError:
