@@ -142,8 +142,11 @@ class _Search:
         self.state_total = state_bytes(self.groups, self.state)
         self.dims = layer_dims(model)
         self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
-        self.flops: dict[int, StepFlops] = {}  # per tp size: the FLOPs per device depend on n and tp only
+        # The FLOPs per device depend on the mesh through its device count, tp and dp alone
+        # (tests/pure/search/test_search.py holds step_flops to that): cached by (tp, dp).
+        self.flops: dict[tuple[int, int], StepFlops] = {}
         self.tp_index = req.axes.index("tp") if "tp" in req.axes else None
+        self.dp_index = req.axes.index("dp") if "dp" in req.axes else None
         self.budget = req.budget  # a property of properties, read several times per mesh
         device = req.cluster.device
         self.efficiency = default_efficiency(device.ici_scope) if req.efficiency is None else req.efficiency
@@ -171,15 +174,22 @@ class _Search:
                                                       else [m] if per_replica % m == 0 else [])
         return found
 
+    def _flops(self, s: _Scored) -> StepFlops:
+        """The step's FLOPs on ``s``'s mesh (see ``self.flops``)."""
+        key = (s.sizes[self.tp_index] if self.tp_index is not None else 1,
+               s.sizes[self.dp_index] if self.dp_index is not None else 1)
+        found = self.flops.get(key)
+        if found is None:
+            req = self.req
+            found = self.flops[key] = step_flops(self.model, dict(zip(req.axes, s.sizes, strict=True)),
+                                                 batch=req.batch, seq=req.seq, remat=req.recipe.remat,
+                                                 attention=req.recipe.attention)
+        return found
+
     def step_time(self, s: _Scored, seconds: Any) -> StepTime:
         """Compute + exposed communication of one mesh, from its priced collectives."""
         req = self.req
-        tp = s.sizes[self.tp_index] if self.tp_index is not None else 1
-        flops = self.flops.get(tp)
-        if flops is None:
-            flops = self.flops[tp] = step_flops(self.model, dict(zip(req.axes, s.sizes, strict=True)),
-                                                batch=req.batch, seq=req.seq, remat=req.recipe.remat,
-                                                attention=req.recipe.attention)
+        flops = self._flops(s)
         terms = [(p[0], p[1], float(t)) for p, t in zip(s.pending, seconds, strict=True)]
         return step_time(flops, terms, layers=max(self.model.num_layers, 1), tokens=req.batch * req.seq,
                          devices=req.cluster.num_devices, peak_flops=req.cluster.device.peak_bf16_flops,
@@ -415,7 +425,7 @@ class _Search:
                                 residual_split=self.req.recipe.residual_split)
         step = None if s.time is None else StepEstimate(
             s.time.compute_s, s.time.exposed_s, s.time.tokens_per_s, s.time.mfu,
-            self.flops[dict(zip(p.names, s.sizes, strict=True)).get("tp", 1)].per_device, self.efficiency,
+            self._flops(s).per_device, self.efficiency,
             s.micro_batches)
         return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups,
                              activations=acts, step=step)
@@ -595,7 +605,7 @@ def search_meshes(
         ("tp_within_domain", tp_within_domain), ("ep_within_domain", ep_within_domain))}
     grad_dt = None if grad_dtype is None else canonical_dtype(grad_dtype, what="grad_dtype")
     opt_dt = canonical_dtype(optimizer_dtype, what="optimizer_dtype")
-    dtypes = sorted({str(i.dtype) for i in tree_facts(params).infos if i is not None})
+    dtypes = sorted({str(d) for d in {i.dtype for i in tree_facts(params).infos if i is not None}})
     if not dtypes:
         raise PlanError(f"params={params!r:.80} holds no arrays (no leaf has a shape and dtype); pass the "
                         "parameter tree (arrays or ShapeDtypeStructs), or None for the model's own.")

@@ -344,14 +344,14 @@ def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
 # ``python -c "from tests.pure.search.test_search import print_fingerprints; print_fingerprints()"``
 # and say so in the commit.
 FINGERPRINT_CASES = {
-    ("llama3-70b", "512x8xH100", ()): "e36795f4597d6315",
-    ("mixtral-8x7b", "512x8xH100", ()): "25c5ed563e1c32e2",
-    ("deepseek-v3", "512x8xH100", ()): "e6b98831b8482229",
-    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "25631db5522d3845",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "62f0876425530c4d",
-    ("gpt2", "2x8xH100", (("batch", 64),)): "16796f49384e5947",
-    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "b61c27f76aa0dc2c",
-    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "878953ebf142db20",
+    ("llama3-70b", "512x8xH100", ()): "1023031f0abba68b",
+    ("mixtral-8x7b", "512x8xH100", ()): "049b36acee8e8feb",
+    ("deepseek-v3", "512x8xH100", ()): "b7b6bc10e16755e3",
+    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "d3486e10c7b791b8",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "91fc7c1070ea4690",
+    ("gpt2", "2x8xH100", (("batch", 64),)): "96c7019c960497f8",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "e74581fa9a4c50a9",
+    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "884b319e92fcd160",
     ("deepseek-v3", "8x8xH100", ()): "6295c6551a9f226e",  # nothing fits: the message and its larger-cluster suggestion
 }
 
@@ -377,3 +377,56 @@ def test_search_results_are_unchanged_by_speed_work(case: tuple) -> None:
     assert _fingerprint(*case) == FINGERPRINT_CASES[case], (
         f"search_meshes{case} answers differently from the pinned result; if the priced model changed on "
         "purpose, regenerate FINGERPRINT_CASES (see the comment above it)")
+
+
+@ORACLE
+@given(setups(), st.integers(1, 4), st.sampled_from(["time", "comm"]))
+def test_the_top_k_is_the_head_of_the_full_ranking(s: dict, k: int, rank: str) -> None:
+    # With a small top_k the search prices only the meshes that can rank (_contenders, _leanest);
+    # with a huge one it prices every mesh. Both must agree on everything shown.
+    try:
+        full = _search(s, top_k=10_000, rank=rank)
+    except PlanError as err:
+        with pytest.raises(PlanError) as again:
+            _search(s, top_k=k, rank=rank)
+        assert str(again.value) == str(err)
+        return
+    few = _search(s, top_k=k, rank=rank)
+    assert few.candidates == full.candidates[:k]
+    assert few.rejected == full.rejected[:k]
+    assert (few.num_fitting, few.num_candidates, few.rejections) == (
+        full.num_fitting, full.num_candidates, full.rejections)
+
+
+@given(st.floats(1e9, 1e18), st.floats(1e6, 1e15), st.floats(1e6, 1e15), st.integers(1, 128),
+       st.lists(st.tuples(st.sampled_from([
+           ("fsdp all-gather of params (fwd + bwd)", "all-gather"), ("fsdp reduce-scatter of grads", "reduce-scatter"),
+           ("dp all-reduce of grads", "all-reduce"), ("tp all-reduce of activations", "all-reduce"),
+           ("ep all-to-all of tokens", "all-to-all")]), st.floats(0, 100)), max_size=6),
+       st.sampled_from([None, 1e15]), st.floats(0.05, 1.0))
+def test_collectives_never_make_a_step_faster(per_device: float, fwd: float, bwd: float, layers: int,
+                                              terms: list, peak: float | None, efficiency: float) -> None:
+    # The search prices a tp class only if its step with no collectives (the floor) can rank: it
+    # relies on this, exactly (not approximately), in floats.
+    from meshplan.pure.search._flops import StepFlops
+    from meshplan.pure.search._step_time import step_time
+
+    flops = StepFlops(per_device, 0.0, 0.0, per_device, fwd, bwd, 0.0)
+    kw = dict(layers=layers, tokens=1 << 20, devices=8, peak_flops=peak, efficiency=efficiency)
+    priced = [(what, kind, t) for (what, kind), t in terms]
+    assert step_time(flops, priced, **kw).step_s >= step_time(flops, [], **kw).step_s
+
+
+@given(st.sampled_from(["llama3-70b", "mixtral-8x7b", "deepseek-v3", "gpt2"]), st.sampled_from([1, 2, 4]),
+       st.sampled_from([1, 2, 4]), st.permutations([1, 2, 2, 4]))
+def test_step_flops_read_only_the_device_count_tp_and_dp(name: str, tp: int, dp: int, rest: list[int]) -> None:
+    # The search caches step_flops by (tp, dp) on one cluster: another split of the other axes over
+    # the same devices must give the same FLOPs (a new dependency must change that cache's key).
+    from meshplan.pure.presets import MODEL_SPECS
+    from meshplan.pure.search._flops import step_flops
+
+    fsdp, ep, sp = rest[0] * rest[1], rest[2], rest[3]
+    other = {"dp": dp, "fsdp": ep * sp, "ep": fsdp, "sp": 1, "tp": tp}
+    mesh = {"dp": dp, "fsdp": fsdp, "ep": ep, "sp": sp, "tp": tp}
+    kw = dict(batch=4096, seq=4096)
+    assert step_flops(MODEL_SPECS[name], mesh, **kw) == step_flops(MODEL_SPECS[name], other, **kw)
