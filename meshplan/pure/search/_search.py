@@ -188,9 +188,11 @@ class _Search:
 
     def step_time(self, s: _Scored, seconds: Any) -> StepTime:
         """Compute + exposed communication of one mesh, from its priced collectives."""
+        return self._step_time(s, [(p[0], p[1], float(t)) for p, t in zip(s.pending, seconds, strict=True)])
+
+    def _step_time(self, s: _Scored, terms: Sequence[tuple[str, str, float]]) -> StepTime:
         req = self.req
         flops = self._flops(s)
-        terms = [(p[0], p[1], float(t)) for p, t in zip(s.pending, seconds, strict=True)]
         return step_time(flops, terms, layers=max(self.model.num_layers, 1), tokens=req.batch * req.seq,
                          devices=req.cluster.num_devices, peak_flops=req.cluster.device.peak_bf16_flops,
                          efficiency=self.efficiency)
@@ -203,7 +205,10 @@ class _Search:
                                                     geometry_cache=self.geometry)
         return key, found
 
-    def run(self) -> tuple[list[_Scored], list[_Scored], list[Rejection], int]:
+    def run(self) -> tuple[list[_Scored], list[_Scored], list[Rejection], int, int]:
+        """Price every mesh: (the fitting meshes that can rank in the ``top_k``, priced; the over-budget
+        ones that can be among the ``top_k`` leanest, priced; rejections; meshes enumerated; meshes
+        that fit)."""
         req, names = self.req, self.req.axes
         n = req.cluster.num_devices
         fixed = dict(req.fixed)
@@ -235,11 +240,15 @@ class _Search:
                 rejections.append(Rejection(kind, counts[kind][0], counts[kind][1]))
         self._fill_leanest(over)
         over = self._leanest(over)
-        for s in over:
+        self._price_steps(over)
+        return self._contenders(fits), over, rejections, len(combos), len(fits)
+
+    def _price_steps(self, scored: list[_Scored]) -> None:
+        """List and price the collectives of ``scored`` (one vectorized pass) and their step times."""
+        for s in scored:
             s.pending = self._pending(s)
-        scored = fits + over
         flat = [p for s in scored for p in s.pending]
-        seconds = price(flat, req.cluster).tolist()  # Python floats: float() of each is then free
+        seconds = price(flat, self.req.cluster).tolist()  # Python floats: float() of each is then free
         start = 0
         for s in scored:
             stop = start + len(s.pending)
@@ -249,7 +258,30 @@ class _Search:
             s.time = self.step_time(s, s.seconds)
             # Summed in term order with Python floats: identical on every platform and run.
             s.seconds = float(sum(s.seconds))
-        return fits, over, rejections, len(combos)
+
+    def _contenders(self, fits: list[_Scored]) -> list[_Scored]:
+        """The fitting meshes that can rank in the ``top_k``, priced; the others are only counted.
+
+        Ranked by step time, no mesh's step is faster than its step with no collectives (its
+        compute; a test holds step_time to that): the ``top_k`` meshes of least such floor are
+        priced first, then every other whose floor is not above the ``top_k``-th best step among
+        them. Any mesh left has a floor, so a step, strictly above that step, which can only fall
+        as more meshes are priced: it cannot rank. For Mixtral on 4096 GPUs 505 of 685 fitting
+        meshes (tp > 1, whose replicated work alone outlasts the best steps) were listed, priced
+        and timed for nothing. Ranked by communication, every mesh is priced.
+        """
+        k = self.req.top_k
+        if self.req.rank_by != "time" or len(fits) <= k:
+            self._price_steps(fits)
+            return fits
+        floor = [self._step_time(s, ()).step_s for s in fits]
+        order = sorted(range(len(fits)), key=lambda i: (floor[i], fits[i].sizes))
+        first = [fits[i] for i in order[:k]]
+        self._price_steps(first)
+        cut = sorted(s.step_s for s in first)[k - 1]
+        rest = [fits[i] for i in order[k:] if floor[i] <= cut]
+        self._price_steps(rest)
+        return first + rest
 
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list[_Scored],
                over: list[_Scored]) -> tuple[str, Callable[[], str]]:
@@ -330,9 +362,8 @@ class _Search:
                     hi, m, memory = mid, counts[mid], trial
                 else:
                     lo = mid + 1
-        scored = _Scored(sizes, placement, key, memory, [], m)
+        scored = _Scored(sizes, placement, key, memory, [], m)  # collectives listed if it can rank (_contenders)
         if memory.fits:
-            scored.pending = self._pending(scored)
             fits.append(scored)
             return "", _no_detail
         over.append(scored)  # its collectives are listed only if it is among the leanest (see _leanest)
@@ -644,7 +675,7 @@ def search_meshes(
 def _run(req: SearchRequest, model: ModelSpec, params: PyTree, rule: Rule, *, batch_given: bool,
          suggest: bool) -> SearchResult:
     search = _Search(req, model, params, rule)
-    fits, over, rejections, total = search.run()
+    fits, over, rejections, total, num_fitting = search.run()
     if req.rank_by == "time":
         fits.sort(key=lambda s: (s.step_s, s.memory.total, s.sizes))
     else:
@@ -659,7 +690,7 @@ def _run(req: SearchRequest, model: ModelSpec, params: PyTree, rule: Rule, *, ba
         search.candidate(s, f"rejected: {fmt_bytes(s.memory.total)}/device > {fmt_bytes(req.budget)} budget "
                             f"({s.memory.parts()})", None)
         for s in over[:k])
-    return SearchResult(req, ranked, rejected, tuple(rejections), total, len(fits))
+    return SearchResult(req, ranked, rejected, tuple(rejections), total, num_fitting)
 
 
 def _nothing_fits(search: _Search, over: list[_Scored], rejections: list[Rejection], batch_given: bool,
