@@ -28,9 +28,14 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from meshplan.pure._format import fmt_bytes
-from meshplan.pure.errors import ClusterError, CompiledOutOfMemoryError, MeshplanTypeError, PlanError
 from meshplan.pure._check import as_count
+from meshplan.pure._format import fmt_bytes
+from meshplan.pure.errors import (
+    ClusterError,
+    CompiledOutOfMemoryError,
+    MeshplanTypeError,
+    PlanError,
+)
 from meshplan.pure.search._buffer_report import LiveBuffer, parse_buffer_report
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._topology import TpuTopology, tpu_topology
@@ -280,7 +285,9 @@ def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
         ``largest`` (0: none, and no dump is written). They are read from
         XLA's buffer-assignment reports, dumped for this one compile into a
         temporary directory that is removed afterwards; not when
-        ``compiler_options`` sets ``xla_dump_to`` itself.
+        ``compiler_options`` sets ``xla_dump_to`` itself. The directory is
+        part of the compile options, so such a compile always runs (jax's
+        in-memory cache never serves it).
       **abstract_kwargs: keyword arguments, likewise abstract.
 
     Returns:

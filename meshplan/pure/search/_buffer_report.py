@@ -68,7 +68,8 @@ class LiveBuffer:
       bytes: what it takes on the device (layout padding included).
       shape: its type without layout (``"f32[2,32,32]"``).
       dtype: the element type (``"f32"``; ``"tuple"`` / ``"token"`` for those).
-      kind: one of :data:`BUFFER_KINDS`.
+      kind: one of :data:`BUFFER_KINDS`: the allocation it lives in (an output written in place
+        into a donated argument lives in that argument's buffer, so it reads ``"parameter"``).
       source: the jax operation or argument path that made it (XLA's ``op_name``), ``""`` when unknown.
       memory_space: ``"default"`` (device memory) or the space XLA names (``"vmem"``, ``"host"``, ...).
       logical_bytes: its shape's bytes as XLA's live-range report counts them (no padding).

@@ -21,7 +21,6 @@ error (:class:`~meshplan.errors.MeshplanTypeError`, naming the leaf).
 from __future__ import annotations
 
 import collections
-
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -30,9 +29,9 @@ import jax
 import numpy as np
 
 from meshplan.pure._check import as_flag
+from meshplan.pure._types import PyTree, Shape
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_bits
-from meshplan.pure._types import PyTree, Shape
 
 __all__ = ["LeafInfo", "TreeFacts", "flatten", "flatten_with_path", "leaf_info", "tree_facts", "path_str"]
 

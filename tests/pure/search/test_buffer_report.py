@@ -17,7 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplan.errors import MeshplanTypeError, PlanError
-from meshplan.pure.search._buffer_report import BUFFER_KINDS, BufferReport, LiveBuffer, parse_buffer_report
+from meshplan.pure.search._buffer_report import (
+    BUFFER_KINDS,
+    BufferReport,
+    LiveBuffer,
+    parse_buffer_report,
+)
 
 DATA = pathlib.Path(__file__).parent / "data" / "buffer_report"
 FILES = ("live-range.txt", "buffer-assignment.txt", "buffer-assignment-values.txt", "memory-usage-report.txt")
