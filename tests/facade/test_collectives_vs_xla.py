@@ -85,6 +85,27 @@ def test_parser_reads_kind_bytes_and_groups_of_any_collective(drawn):
     assert list(totals) == [k for k in HLO_COLLECTIVE_KINDS if k in totals]
 
 
+@given(st.integers(1, 5), st.sampled_from([2, 4, 8]), st.integers(1, 64))
+def test_an_xla_tpu_async_chain_counts_once_and_its_all_reduce_scatter_is_a_reduce_scatter(continuations, n, rows):
+    # XLA:TPU: the start fusion, `continuations` fusions advancing it and the done fusion each hold a copy
+    # of the all-gather with one chain_id; a reduce-scatter is an all-reduce + dynamic-slice fusion.
+    gather = (f"  %ag.{{k}} = bf16[{rows * n},128] all-gather(%p.{{k}}), replica_groups=[1,{n}]<=[{n}], "
+              'dimensions={{0}}, frontend_attributes={{chain_id="7"}}')
+    parts = []
+    for k, name in enumerate(["fused_computation.1"] + [f"async_collective_fusion.{i}" for i in range(continuations)]
+                             + ["fused_computation.9"]):
+        parts += [f"%{name} (p.{k}: bf16[{rows},128]) -> bf16[{rows * n},128] {{",
+                  f"  %p.{k} = bf16[{rows},128] parameter(0)", gather.format(k=k), "}", ""]
+    parts += [f"%all-reduce-scatter.3 (input: f32[{rows * n},128]) -> f32[{rows},128] {{",
+              f"  %input = f32[{rows * n},128] parameter(0)",
+              f"  %ar = f32[{rows * n},128] all-reduce(%input), replica_groups=[1,{n}]<=[{n}], to_apply=%add",
+              f"  ROOT %ds = f32[{rows},128] dynamic-slice(%ar, %i, %j), dynamic_slice_sizes={{{rows},128}}", "}"]
+    got = parse_hlo_collectives("\n".join(parts))
+    assert [(c.kind, c.nbytes, c.computation) for c in got] == [
+        ("all-gather", rows * n * 128 * 2, "fused_computation.1"),
+        ("reduce-scatter", rows * n * 128 * 4, "all-reduce-scatter.3")]
+
+
 def _prod(dims: tuple[int, ...]) -> int:
     out = 1
     for d in dims:

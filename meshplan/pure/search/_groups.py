@@ -237,6 +237,11 @@ def evaluate_plan(
     reduce: dict[tuple[str, ...], int] = {}
     cache = GeometryCache() if geometry_cache is None else geometry_cache
     all_used: set[str] = set()
+    embed: dict[tuple[str, ...], int] = {}
+    head: dict[tuple[str, ...], int] = {}
+    head_scatter: dict[tuple[str, ...], int] = {}
+    head_f32: dict[tuple[str, ...], int] = {}
+    roles = _embedding_roles(groups)
     for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True):
         ctx = LeafContext.trusted(info.shape, info.dtype, sizes, index, groups.paths)  # checked by tree_facts
         try:
@@ -261,11 +266,43 @@ def evaluate_plan(
         if storage:
             gather[storage] = gather.get(storage, 0) + count * p * ways
             scatter[storage] = scatter.get(storage, 0) + count * gr * ways
+            role = roles.get(index)
+            if role == "embed":
+                embed[storage] = embed.get(storage, 0) + count * p * ways
+            elif role == "head":
+                head[storage] = head.get(storage, 0) + count * p * ways
+                head_scatter[storage] = head_scatter.get(storage, 0) + count * gr * ways
+                head_f32[storage] = head_f32.get(storage, 0) + count * elements * 4 * ways
         if replicas:
             reduce[replicas] = reduce.get(replicas, 0) + count * gr
-    traffic = ParamTraffic(tuple(gather.items()), tuple(scatter.items()), tuple(reduce.items()))
+    traffic = ParamTraffic(tuple(gather.items()), tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
+                           tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()))
     return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic,
                     axes_used=tuple(a for a in mesh_axes if a in all_used))
+
+
+_EMBEDDINGS = ("embed_tokens", "wte")
+_HEADS = ("lm_head",)
+
+
+def _embedding_roles(groups: LeafGroups) -> dict[int, str]:
+    """``{group's first leaf: "embed" | "head"}`` for the input embedding and the output head, by name.
+
+    The compiled steps gather them differently from the layers' weights (see ``ParamTraffic``); a
+    tree without an output head uses its embedding as the head (tied weights). A group whose leaves
+    do not all share one role gets none."""
+    leaf: dict[int, str] = {}
+    for i, g in enumerate(groups.leaf_group):
+        if g >= 0:
+            path = groups.paths.path(i)
+            leaf[i] = "head" if any(n in path for n in _HEADS) else "embed" if any(
+                n in path for n in _EMBEDDINGS) else ""
+    if "head" not in leaf.values():
+        leaf = {i: "head" if r == "embed" else r for i, r in leaf.items()}
+    by_group: dict[int, set[str]] = {}
+    for i, r in leaf.items():
+        by_group.setdefault(groups.leaf_group[i], set()).add(r)
+    return {groups.first[g]: next(iter(r)) for g, r in by_group.items() if len(r) == 1 and "" not in r}
 
 
 def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: tuple[str, ...],

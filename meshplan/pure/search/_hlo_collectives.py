@@ -17,6 +17,12 @@ one instruction of many, with a tuple of operands) count one call per operand,
 so counts do not depend on how much the combiners merged. Async pairs
 (``all-gather-start`` / ``-done``) count once, at the start.
 
+XLA:TPU runs a collective asynchronously as a chain of fusions (the start, continuations that
+advance it, the done), each holding a copy of the instruction with the same ``chain_id``: a
+chain counts once, in the computation that starts it. XLA:TPU also writes a reduce-scatter as
+an ``all-reduce-scatter`` fusion (all-reduce + dynamic-slice): its all-reduce is read as the
+reduce-scatter it is.
+
 Loops: an instruction inside a ``while`` body is listed once, whatever the
 trip count (the same limit as XLA's ``cost_analysis``); compare on unrolled
 steps (the reference step with ``scan_layers=False``). Each record names its
@@ -48,6 +54,7 @@ _COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _GROUPS_LIST = re.compile(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}")
 _GROUPS_IOTA = re.compile(r"replica_groups=\[([\d,]+)\]<=\[")
 # `mesh['a'=2,'b'=4] {'b'}`, possibly with `, device_ids=([2,4]T(1,0))` (no braces) before the axes.
+_CHAIN = re.compile(r'chain_id="([^"]+)"')
 _GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}")
 
 
@@ -135,6 +142,7 @@ def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
         raise MeshplanTypeError(f"text={text!r:.80} must be the HLO module's text (a str).")
     types: dict[str, list[tuple[str, int]]] = {}
     found: list[tuple[str, str, str, list[str], str]] = []
+    chain_home: dict[str, str] = {}  # XLA:TPU async chain id -> the computation that starts it
     computation = ""
     for line in text.splitlines():
         m = _INSTR.match(line)
@@ -148,6 +156,11 @@ def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
         types[name] = _array_bytes(rtype)
         base = opcode[:-6] if opcode.endswith("-start") else opcode
         if base in HLO_COLLECTIVE_KINDS:
+            chain = _CHAIN.search(rest)
+            if chain is not None and chain_home.setdefault(chain.group(1), computation) != computation:
+                continue  # a continuation or the done half of an async collective already counted
+            if base == "all-reduce" and computation.startswith("all-reduce-scatter"):
+                base = "reduce-scatter"  # XLA:TPU's reduce-scatter: an all-reduce + dynamic-slice fusion
             found.append((base, name, computation, _operand_names(rest), rest))
     out = []
     for kind, name, comp, operands, attrs in found:

@@ -372,9 +372,9 @@ class _Search:
     def _pending(self, s: _Scored) -> list[Pending]:
         """The collectives of one step on ``s``'s mesh, with its micro-batches, not yet priced."""
         mesh = dict(zip(self.req.axes, s.sizes, strict=True))
-        pending = param_terms(self.plans[s.plan_key].traffic, s.placement, mesh,
-                              layers=max(self.model.num_layers, 1))
         recipe = self.req.recipe
+        pending = param_terms(self.plans[s.plan_key].traffic, s.placement, mesh,
+                              layers=max(self.model.num_layers, 1), backend=recipe.backend)
         pending += activation_terms(self.model, mesh, s.placement, batch=self.req.batch, seq=self.req.seq,
                                     itemsize=self.act_itemsize, remat=recipe.remat,
                                     residual_split=recipe.residual_split, backend=recipe.backend)
@@ -439,7 +439,7 @@ class _Search:
         k = self.req.top_k
         for bound, sizes, placement in self.bounded:
             totals = sorted(s.memory.total for s in over)
-            if len(totals) >= k and bound >= totals[k - 1]:
+            if len(totals) >= k and bound > totals[k - 1]:  # strictly: a mesh at the bound may tie
                 break
             self._exact(dict(zip(self.req.axes, sizes, strict=True)), sizes, placement, [], over)
 

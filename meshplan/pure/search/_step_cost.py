@@ -244,16 +244,28 @@ class ParamTraffic:
 
     ``gather[S]``: gathered bytes of the leaves stored split over ``S`` (per
     all-gather); ``scatter[S]``: their gradient bytes; ``reduce[R]``: gradient
-    shard bytes all-reduced over the replica axes ``R``.
+    shard bytes all-reduced over the replica axes ``R``. Two parts of ``gather``
+    are named apart, because compiled steps gather them differently from the
+    layers' weights: ``embed[S]``, the input embedding (its backward is a
+    scatter-add that needs no weights: gathered once), and ``head[S]``, the
+    output head (or the tied embedding; outside the layers' remat, XLA:TPU
+    keeps it gathered from the forward to the backward and reduce-scatters its
+    gradient in fp32, as the fp32 logits make it).
     """
 
     gather: tuple[tuple[tuple[str, ...], int], ...]
     scatter: tuple[tuple[tuple[str, ...], int], ...]
     reduce: tuple[tuple[tuple[str, ...], int], ...]
+    embed: tuple[tuple[tuple[str, ...], int], ...] = ()
+    head: tuple[tuple[tuple[str, ...], int], ...] = ()
+    head_scatter: tuple[tuple[tuple[str, ...], int], ...] = ()
+    head_grad_f32: tuple[tuple[tuple[str, ...], int], ...] = ()
+    """``head_scatter``: the head's share of ``scatter`` (its gradient dtype); ``head_grad_f32``: the same in fp32."""
 
 
 def param_terms(
-    traffic: ParamTraffic, placement: AxisPlacement, sizes: Mapping[str, int], *, layers: int
+    traffic: ParamTraffic, placement: AxisPlacement, sizes: Mapping[str, int], *, layers: int,
+    backend: str = "gpu",
 ) -> list[Pending]:
     """The parameter collectives of one step, not yet priced (see the module docstring).
 
@@ -262,16 +274,34 @@ def param_terms(
       placement: where the axes lie.
       sizes: mesh axis sizes.
       layers: calls per step of each fused collective (the layer count).
+      backend: ``"tpu"`` gathers the output head once and reduce-scatters its gradient in fp32
+        (read from XLA:TPU's HLO); elsewhere the head is gathered forward and backward.
 
     Returns:
       One pending collective per (kind, axis group) that spans more than one device.
     """
     out: list[Pending] = []
-    kinds: tuple[tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int], ...] = (
-             ("all-gather", "all-gather of params (fwd + bwd)", traffic.gather, 2),
-             ("reduce-scatter", "reduce-scatter of grads", traffic.scatter, 1),
-             ("all-reduce", "all-reduce of grads", traffic.reduce, 1))
-    for kind, what, table, per_layer in kinds:
+    tpu = backend == "tpu"
+
+    def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
+              ) -> tuple[tuple[tuple[str, ...], int], ...]:
+        left = dict(table)
+        for part in parts:
+            for axes, nbytes in part:
+                left[axes] = left.get(axes, 0) - nbytes
+        return tuple(left.items())
+
+    once = traffic.embed + (traffic.head if tpu else ())
+    # (kind, what, bytes per axis group, passes, fused per layer)
+    kinds: tuple[tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int, bool], ...] = (
+             ("all-gather", "all-gather of params (fwd + bwd)", minus(traffic.gather, once), 2, True),
+             ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False),
+             ("reduce-scatter", "reduce-scatter of grads",
+              minus(traffic.scatter, traffic.head_scatter) if tpu else traffic.scatter, 1, True),
+             ("reduce-scatter", "reduce-scatter of grads (head, f32)", traffic.head_grad_f32 if tpu else (), 1,
+              False),
+             ("all-reduce", "all-reduce of grads", traffic.reduce, 1, True))
+    for kind, what, table, passes, fused in kinds:
         # Groups that differ only in size-1 axes are the same devices: one collective.
         merged: dict[tuple[str, ...], int] = {}
         for axes, nbytes in table:
@@ -280,7 +310,8 @@ def param_terms(
                 merged[shown] = merged.get(shown, 0) + nbytes
         for shown, nbytes in merged.items():
             i, d = placement.split(shown)
-            out.append((f"{'+'.join(shown)} {what}", kind, shown, nbytes / layers, per_layer * layers, i, d))
+            per = layers if fused else 1
+            out.append((f"{'+'.join(shown)} {what}", kind, shown, nbytes / per, passes * per, i, d))
     return out
 
 

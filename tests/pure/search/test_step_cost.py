@@ -98,8 +98,31 @@ def test_fsdp_traffic_moves_exactly_the_sharded_parameter_bytes() -> None:
     assert reduced == plan.grad_bytes == total // 8  # the grad shard is all-reduced over dp
     terms = param_terms(plan.traffic, AxisPlacement(("dp", "fsdp"), (1, 8), (2, 1), H100x2), {"dp": 2, "fsdp": 8},
                         layers=32)
-    assert [(t[1], t[2], t[4]) for t in terms] == [("all-gather", ("fsdp",), 64), ("reduce-scatter", ("fsdp",), 32),
-                                                   ("all-reduce", ("dp",), 32)]
+    # Per layer fwd + bwd; the input embedding once (its backward is a scatter-add).
+    assert [(t[1], t[2], t[4]) for t in terms] == [("all-gather", ("fsdp",), 64), ("all-gather", ("fsdp",), 1),
+                                                   ("reduce-scatter", ("fsdp",), 32), ("all-reduce", ("dp",), 32)]
+
+
+@pytest.mark.parametrize("name,tied", [("llama3-8b", False), ("gpt2", True)])
+@pytest.mark.parametrize("backend", ["tpu", "gpu", "cpu"])
+def test_embedding_is_gathered_once_and_the_head_once_on_tpu_with_an_f32_gradient(name, tied, backend) -> None:
+    preset = get_preset(name)
+    rule = AxisKindRule.for_model(preset.spec)
+    groups = LeafGroups.build(tree_facts(preset.params), rule)
+    state = TrainingState(grad_dtype=None, optimizer_dtype=np.dtype(np.float32), optimizer_copies=2)
+    sizes = {"dp": 1, "fsdp": 8}
+    traffic = evaluate_plan(groups, rule, sizes, state=state).traffic
+    vh = preset.spec.vocab_size * preset.spec.hidden_size * 2  # bf16 (vocab, hidden)
+    assert dict(traffic.head) == {("fsdp",): vh}
+    assert dict(traffic.embed) == ({} if tied else {("fsdp",): vh})  # tied: the embedding is the head
+    assert dict(traffic.head_grad_f32) == {("fsdp",): 2 * vh}
+    terms = param_terms(traffic, AxisPlacement(("dp", "fsdp"), (1, 8), (1, 1), H100x2), sizes, layers=4,
+                        backend=backend)
+    total = {k: sum(t[3] * t[4] for t in terms if t[1] == k) for k in ("all-gather", "reduce-scatter")}
+    gather, scatter = dict(traffic.gather)[("fsdp",)], dict(traffic.scatter)[("fsdp",)]
+    once = (0 if tied else vh) + (vh if backend == "tpu" else 0)
+    assert total["all-gather"] == pytest.approx(2 * gather - once)
+    assert total["reduce-scatter"] == pytest.approx(scatter + (vh if backend == "tpu" else 0))
 
 
 def test_activation_collectives_follow_the_documented_formulas() -> None:
