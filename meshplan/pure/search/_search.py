@@ -307,8 +307,10 @@ class _Search:
             # More micro-batches shrink the activations (not the state): the bound at the most of them decides.
             bound = self._lower_bound(mesh, counts[-1])
         if bound > budget:
-            # Every leaf shards over at most the axes the rule reads, so no plan can beat this.
-            self.bounded.append((bound, sizes, placement))
+            # Every leaf shards over at most the axes the rule reads, so no plan can beat this. An
+            # over-budget mesh is shown at its leanest (the most micro-batches): _fill_leanest orders
+            # by the bound there (the bound at the fewest is no bound of that total).
+            self.bounded.append((self._lower_bound(mesh, counts[-1]), sizes, placement))
             return "memory", lambda: f"{mesh_text(mesh)}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
         return self._exact(mesh, sizes, placement, fits, over)
 
