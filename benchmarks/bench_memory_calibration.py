@@ -40,7 +40,7 @@ from meshplan import compiled_memory  # noqa: E402
 from meshplan.facade._compiled import libtpu_available, tpu_topology_mesh  # noqa: E402
 from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
 from meshplan.pure import MeshCandidate, search_meshes  # noqa: E402
-from meshplan.pure.presets import MODEL_SPECS  # noqa: E402
+from meshplan.pure.presets import MODEL_SPECS, ModelSpec  # noqa: E402
 from meshplan.pure.search._recipe import TrainingRecipe  # noqa: E402
 
 _SMALL = {"num_layers": 4, "hidden_size": 512, "num_heads": 8, "head_dim": 64, "vocab_size": 4096,
@@ -57,13 +57,21 @@ MESHES = ({"fsdp": 8}, {"dp": 2, "fsdp": 4}, {"fsdp": 4, "tp": 2}, {"dp": 2, "fs
 REMATS = ("full", "none")
 ATTENTIONS = ("plain", "dot_product")
 SHAPES = ((16, 256), (16, 512))
+# On TPU the shapes are larger: XLA:TPU's peak_memory_in_bytes also counts tens of MiB of on-chip
+# scratch (VMEM, the program), which swamps the activations of the small shapes (a 4-layer model at
+# 16 x 256 peaks at 45-160 MiB, up to 100 MiB of it scratch); at these shapes the step's HBM
+# buffers are hundreds of MiB to GiBs, as in real runs.
+TPU_SHAPES = ((32, 1024), (32, 2048))
+# On TPU jax.nn.dot_product_attention compiles to the same peak as the plain form (XLA has no
+# fused kernel there), so the TPU grid's second kind is the Pallas flash kernel.
+TPU_ATTENTIONS = ("plain", "flash")
 CLUSTER = "v6e-8"
 
 
-def _mesh_for(sizes: dict[str, int], backend: str) -> jax.sharding.Mesh:
+def _mesh_for(sizes: dict[str, int], backend: str, cluster: str = CLUSTER) -> jax.sharding.Mesh:
     names, dims = tuple(sizes), tuple(sizes.values())
     if backend == "tpu":
-        return tpu_topology_mesh(CLUSTER, names, dims)
+        return tpu_topology_mesh(cluster, names, dims)
     devices = jax.devices(backend)[: int(np.prod(dims))]
     return jax.sharding.Mesh(np.array(devices).reshape(dims), names,
                              axis_types=(jax.sharding.AxisType.Auto,) * len(dims))
@@ -72,27 +80,39 @@ def _mesh_for(sizes: dict[str, int], backend: str) -> jax.sharding.Mesh:
 def analytic(family: str, sizes: dict[str, int], remat: str, attention: str, batch: int, seq: int,
              backend: str) -> tuple[MeshCandidate, dict[str, int]]:
     """The search's candidate for exactly this mesh (its memory is the analytic figure), and the mesh."""
-    spec = FAMILIES[family]
+    spec = _spec(family)
     if backend == "gpu":  # one local GPU: the whole step on it
         sizes = {"fsdp": 1}
     if spec.is_moe:
-        sizes = {**sizes, "ep": 1}
+        sizes = {"ep": 1, **sizes}
     axes = tuple(a for a in ("dp", "fsdp", "ep", "sp", "tp") if a in sizes)
     recipe = TrainingRecipe(remat=remat, attention=attention, backend=backend, residual_split=False)
     # A large-memory device, so the search returns this mesh whether or not it fits a v6e.
-    cluster = "1x1xH200" if backend == "gpu" else "v5p-16"
+    devices = int(np.prod(list(sizes.values())))
+    cluster = "1x1xH200" if backend == "gpu" else f"v5p-{max(16, 2 * devices)}"
     cand = search_meshes(spec, cluster, axes=axes, fixed=sizes, batch=batch, seq=seq, recipe=recipe, headroom=0.0,
                          top_k=1).best
     return cand, {a: sizes[a] for a in axes}
 
 
+def _spec(family: str) -> ModelSpec:
+    """A grid family, or a preset (``"llama3-8b"``; ``"mixtral-8x7b/4L"`` cut to 4 layers) for full-size rows."""
+    if family in FAMILIES:
+        return FAMILIES[family]
+    name, _, layers = family.partition("/")
+    spec = MODEL_SPECS[name]
+    if layers:
+        spec = dataclasses.replace(spec, num_layers=int(layers.rstrip("L")), num_params=None)
+    return spec
+
+
 def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, batch: int, seq: int,
-             backend: str, run: bool = False) -> dict[str, object]:
+             backend: str, run: bool = False, cluster: str = CLUSTER) -> dict[str, object]:
     """One row: analytic and exact peak bytes per device, and what the model said."""
-    spec = FAMILIES[family]
+    spec = _spec(family)
     cand, sizes = analytic(family, sizes, remat, attention, batch, seq, backend)
     axes = tuple(sizes)
-    mesh = _mesh_for({a: sizes[a] for a in axes}, backend)
+    mesh = _mesh_for({a: sizes[a] for a in axes}, backend, cluster)
     config = ReferenceConfig(remat=remat, attention=attention)
     start = time.perf_counter()
     ref = reference_step(spec, mesh, batch=batch, seq=seq, plan=cand, config=config)
@@ -102,7 +122,11 @@ def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, bat
             "seq": seq, "backend": backend, "analytic": cand.memory.total, "exact": exact.peak_bytes,
             "ratio": cand.memory.total / exact.peak_bytes, "phase": cand.memory.phase,
             "state_exact": exact.argument_bytes, "state_analytic": cand.memory.params + cand.memory.optimizer,
-            "temp": exact.temp_bytes, "seconds": time.perf_counter() - start}
+            "temp": exact.temp_bytes, "seconds": time.perf_counter() - start,
+            "cluster": cluster if backend == "tpu" else backend,
+            # XLA's biggest buffers live at its peak (where compiled_memory can read them), for finding
+            # which phase the peak is in and what it holds.
+            "largest": [[b.bytes, b.shape, b.kind, b.source[-90:]] for b in getattr(exact, "largest", ())[:12]]}
 
 
 def _run_once(ref: object) -> int:
@@ -124,7 +148,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="also run one step on real buffers and record the device's peak_bytes_in_use "
                              "(GPU; run one case per process, the peak only grows)")
     parser.add_argument("--only-case", type=int, help="run only this case (index into the grid)")
-    parser.add_argument("--attentions", default=",".join(ATTENTIONS), help="attention kinds to run")
+    parser.add_argument("--attentions", help="attention kinds to run (default: plain,dot_product; on TPU "
+                                               "plain,flash)")
+    parser.add_argument("--tpu", default=CLUSTER, metavar="CLUSTER",
+                        help="the TPU slice to compile for (8 devices: v6e-8, v5p-16, v5e-8)")
+    parser.add_argument("--mesh-indices", help="comma-separated indices into MESHES, in this order")
+    parser.add_argument("--shape-indices", help="comma-separated indices into SHAPES, in this order")
     parser.add_argument("--reprice", nargs="+", metavar="JSONL",
                         help="no compiling: re-price rows recorded earlier (e.g. on another machine) with the "
                              "current calibration and print the table")
@@ -145,16 +174,31 @@ def main(argv: list[str] | None = None) -> None:
         print("libtpu is not installed: TPU rows skipped (pip install 'meshplan[tpu]')", file=sys.stderr)
         backends = tuple(b for b in backends if b != "tpu")
     families = ["llama"] if args.quick else args.families.split(",")
-    shapes = SHAPES[:1] if args.quick else SHAPES[: args.shapes]
+    all_shapes = TPU_SHAPES if backends == ("tpu",) else SHAPES
+    shapes = all_shapes[:1] if args.quick else all_shapes[: args.shapes]
     meshes = MESHES[: args.meshes] if args.only_mesh is None else MESHES[args.only_mesh: args.only_mesh + 1]
+    if args.mesh_indices:
+        meshes = tuple(MESHES[int(i)] for i in args.mesh_indices.split(","))
+    if args.shape_indices:
+        shapes = tuple(all_shapes[int(i)] for i in args.shape_indices.split(","))
     meshes = meshes[:1] if backends == ("gpu",) else meshes
     rows = []
     out = open(args.jsonl, "a", encoding="utf-8") if args.jsonl else None
-    grid = list(itertools.product(backends, families, meshes, shapes, REMATS, args.attentions.split(",")))
+    grid = [(backend, family, sizes, shape, remat, attention)
+            for backend in backends
+            for family, sizes, shape, remat in itertools.product(families, meshes, shapes, REMATS)
+            for attention in (args.attentions.split(",") if args.attentions
+                              else TPU_ATTENTIONS if backend == "tpu" else ATTENTIONS)]
     if args.only_case is not None:
         grid = grid[args.only_case: args.only_case + 1]
     for backend, family, sizes, (batch, seq), remat, attention in grid:
-        row = run_case(family, dict(sizes), remat, attention, batch, seq, backend, run=args.run)
+        try:
+            row = run_case(family, dict(sizes), remat, attention, batch, seq, backend, run=args.run,
+                           cluster=args.tpu)
+        except Exception as err:  # noqa: BLE001 -- one case that does not compile must not end the grid
+            print(f"{backend} {family} {sizes} {remat} {attention} b={batch} s={seq}: FAILED "
+                  f"{type(err).__name__}: {str(err)[:300]}", flush=True)
+            continue
         rows.append(row)
         if out is not None:
             out.write(json.dumps(row) + "\n")
@@ -174,10 +218,10 @@ def _reprice(row: dict[str, object]) -> dict[str, object]:
 
 
 def _markdown(rows: list[dict[str, object]]) -> None:
-    print("| backend | family | mesh | remat | attention | b x s | analytic MiB | exact MiB | ratio | phase |")
+    print("| target | family | mesh | remat | attention | b x s | analytic MiB | exact MiB | ratio | phase |")
     print("|---|---|---|---|---|---|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['backend']} | {r['family']} | {r['mesh']} | {r['remat']} | {r['attention']} | "
+        print(f"| {r.get('cluster', r['backend'])} | {r['family']} | {r['mesh']} | {r['remat']} | {r['attention']} | "
               f"{r['batch']}x{r['seq']} | {int(r['analytic']) / 2**20:.1f} | {int(r['exact']) / 2**20:.1f} | "  # type: ignore[call-overload]
               f"{float(r['ratio']):.2f} | {r['phase']} |")  # type: ignore[arg-type]
 
@@ -204,8 +248,9 @@ def _summary(rows: list[dict[str, object]], markdown: bool = False) -> None:
 
 
 def _band(rows: list[dict[str, object]]) -> None:
-    for backend in sorted({str(r["backend"]) for r in rows}):
-        ratios = sorted(float(r["ratio"]) for r in rows if r["backend"] == backend)  # type: ignore[arg-type]
+    for backend in sorted({str(r.get("cluster", r["backend"])) for r in rows}):
+        ratios = sorted(float(r["ratio"]) for r in rows  # type: ignore[arg-type]
+                        if r.get("cluster", r["backend"]) == backend)
         inside = sum(0.95 <= x <= 1.10 for x in ratios)
         print(f"{backend}: {len(ratios)} cases, ratio min {ratios[0]:.2f} median {ratios[len(ratios) // 2]:.2f} "
               f"max {ratios[-1]:.2f}; {inside} within 0.95-1.10")
