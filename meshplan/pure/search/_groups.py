@@ -132,6 +132,8 @@ class LeafGroups:
       leaf_group: per flattened leaf, its group (``-1`` for non-array leaves).
       display: ``(template, shape, dtype name)`` -> the groups with leaves there,
         with how many of their leaves each.
+      roles: group's first leaf -> ``"embed"`` / ``"head"`` (see :func:`_embedding_roles`), read
+        once here: a plan per mesh would read every leaf path again.
     """
 
     facts: TreeFacts
@@ -141,6 +143,7 @@ class LeafGroups:
     counts: tuple[int, ...]
     leaf_group: tuple[int, ...]
     display: tuple[tuple[_DisplayKey, tuple[tuple[int, int], ...]], ...]
+    roles: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def build(cls, facts: TreeFacts, rule: Rule) -> LeafGroups:
@@ -175,7 +178,8 @@ class LeafGroups:
             where = display.setdefault((path_template(paths.path(i)), info.shape, dtype), {})
             where[g] = where.get(g, 0) + 1
         shown = tuple((k, tuple(v.items())) for k, v in display.items())
-        return cls(facts, paths, tuple(first), tuple(infos), tuple(counts), tuple(leaf_group), shown)
+        return cls(facts, paths, tuple(first), tuple(infos), tuple(counts), tuple(leaf_group), shown,
+                   _embedding_roles(leaf_group, first, paths))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -241,7 +245,7 @@ def evaluate_plan(
     head: dict[tuple[str, ...], int] = {}
     head_scatter: dict[tuple[str, ...], int] = {}
     head_f32: dict[tuple[str, ...], int] = {}
-    roles = _embedding_roles(groups)
+    roles = groups.roles
     for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True):
         ctx = LeafContext.trusted(info.shape, info.dtype, sizes, index, groups.paths)  # checked by tree_facts
         try:
@@ -285,24 +289,24 @@ _EMBEDDINGS = ("embed_tokens", "wte")
 _HEADS = ("lm_head",)
 
 
-def _embedding_roles(groups: LeafGroups) -> dict[int, str]:
+def _embedding_roles(leaf_group: list[int], first: list[int], paths: _Paths) -> dict[int, str]:
     """``{group's first leaf: "embed" | "head"}`` for the input embedding and the output head, by name.
 
     The compiled steps gather them differently from the layers' weights (see ``ParamTraffic``); a
     tree without an output head uses its embedding as the head (tied weights). A group whose leaves
     do not all share one role gets none."""
     leaf: dict[int, str] = {}
-    for i, g in enumerate(groups.leaf_group):
+    for i, g in enumerate(leaf_group):
         if g >= 0:
-            path = groups.paths.path(i)
+            path = paths.path(i)
             leaf[i] = "head" if any(n in path for n in _HEADS) else "embed" if any(
                 n in path for n in _EMBEDDINGS) else ""
     if "head" not in leaf.values():
         leaf = {i: "head" if r == "embed" else r for i, r in leaf.items()}
     by_group: dict[int, set[str]] = {}
     for i, r in leaf.items():
-        by_group.setdefault(groups.leaf_group[i], set()).add(r)
-    return {groups.first[g]: next(iter(r)) for g, r in by_group.items() if len(r) == 1 and "" not in r}
+        by_group.setdefault(leaf_group[i], set()).add(r)
+    return {first[g]: next(iter(r)) for g, r in by_group.items() if len(r) == 1 and "" not in r}
 
 
 def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: tuple[str, ...],
