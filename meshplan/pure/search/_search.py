@@ -41,6 +41,7 @@ leanest mesh misses and which larger cluster of the same devices would fit.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import re
@@ -263,12 +264,14 @@ class _Search:
         """The fitting meshes that can rank in the ``top_k``, priced; the others are only counted.
 
         Ranked by step time, no mesh's step is faster than its step with no collectives (its
-        compute; a test holds step_time to that): the ``top_k`` meshes of least such floor are
-        priced first, then every other whose floor is not above the ``top_k``-th best step among
-        them. Any mesh left has a floor, so a step, strictly above that step, which can only fall
-        as more meshes are priced: it cannot rank. For Mixtral on 4096 GPUs 505 of 685 fitting
-        meshes (tp > 1, whose replicated work alone outlasts the best steps) were listed, priced
-        and timed for nothing. Ranked by communication, every mesh is priced.
+        compute; a test holds step_time to that). Meshes are priced in the order of that floor,
+        in chunks of ``top_k``, twice that, and so on (one vectorized pass each; once ``top_k``
+        are priced, only meshes whose floor is not above the ``top_k``-th best step), until the
+        next floor is strictly above that step: every mesh left has a floor, so a step, above it,
+        and that step can only fall as more are priced, so none can rank. For
+        Mixtral on 4096 GPUs the 505 of 685 fitting meshes with tp > 1 (whose replicated work alone
+        outlasts the best steps) were listed, priced and timed for nothing. Ranked by
+        communication, every mesh is priced.
         """
         k = self.req.top_k
         if self.req.rank_by != "time" or len(fits) <= k:
@@ -276,12 +279,22 @@ class _Search:
             return fits
         floor = [self._step_time(s, ()).step_s for s in fits]
         order = sorted(range(len(fits)), key=lambda i: (floor[i], fits[i].sizes))
-        first = [fits[i] for i in order[:k]]
-        self._price_steps(first)
-        cut = sorted(s.step_s for s in first)[k - 1]
-        rest = [fits[i] for i in order[k:] if floor[i] <= cut]
-        self._price_steps(rest)
-        return first + rest
+        floors = [floor[i] for i in order]  # ascending
+        priced: list[_Scored] = []
+        best: list[float] = []  # the k least step times priced so far, ascending
+        start, size = 0, k
+        while start < len(order):
+            if len(best) == k:
+                # Only meshes whose floor is not above the k-th best step can still rank.
+                size = min(size, bisect.bisect_right(floors, best[-1], lo=start) - start)
+                if size == 0:
+                    break
+            chunk = [fits[i] for i in order[start:start + size]]
+            self._price_steps(chunk)
+            priced += chunk
+            best = sorted(best + [s.step_s for s in chunk])[:k]
+            start, size = start + size, 2 * size
+        return priced
 
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list[_Scored],
                over: list[_Scored]) -> tuple[str, Callable[[], str]]:
