@@ -28,7 +28,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from meshplan.pure._check import as_count
+from meshplan.pure._check import as_count, as_sequence, as_str
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import (
     ClusterError,
@@ -411,14 +411,23 @@ def tpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_si
     if not libtpu_available():
         raise ClusterError(f"compiling for {clus.text} needs libtpu, which is not installed; "
                            "pip install 'meshplan[tpu]' (or jax[tpu] matching your jax).")
-    names, sizes = tuple(axis_names), tuple(int(s) for s in axis_sizes)
+    names = tuple(as_str(n, f"axis_names[{i}]", nonempty=True, error=PlanError)
+                  for i, n in enumerate(as_sequence(axis_names, "axis_names")))
+    sizes = tuple(as_count(n, f"axis_sizes[{i}]", error=PlanError)
+                  for i, n in enumerate(as_sequence(axis_sizes, "axis_sizes")))
+    if len(set(names)) != len(names):
+        raise PlanError(f"axis_names={names!r:.80} must not repeat a name.")
     if len(names) != len(sizes) or math.prod(sizes) != topology.num_devices:
         raise PlanError(f"mesh {dict(zip(names, sizes, strict=False))} must have one size per axis, multiplying "
                         f"to the {topology.num_devices} devices of {clus.text}.")
     devices = list(_topology_devices(topology))
     from jax.experimental import mesh_utils
 
-    dcn = tuple(int(d) for d in dcn_shape) if dcn_shape is not None else None
+    dcn = None if dcn_shape is None else tuple(
+        as_count(d, f"dcn_shape[{i}]", error=PlanError)
+        for i, d in enumerate(as_sequence(dcn_shape, "dcn_shape")))
+    if dcn is not None and (len(dcn) != len(sizes) or any(s % d for s, d in zip(sizes, dcn, strict=False))):
+        raise PlanError(f"dcn_shape={dcn} must have one entry per axis, each dividing its size {sizes}.")
     if dcn is not None and math.prod(dcn) > 1:
         ici = tuple(s // d for s, d in zip(sizes, dcn, strict=True))
         grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, allow_split_physical_axes=True)

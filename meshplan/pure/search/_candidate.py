@@ -189,6 +189,8 @@ class MemoryBreakdown:
           >>> MemoryBreakdown(1, 1, 1, 1, 10, phase="update").label("activations")
           'update temporaries'
         """
+        if not isinstance(part, str):  # an array would compare elementwise below
+            raise MeshplanTypeError(f"part={part!r:.60} must be a str naming a part (e.g. 'activations').")
         return "update temporaries" if part == "activations" and self.phase == "update" else part
 
     def describe(self) -> str:

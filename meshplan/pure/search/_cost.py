@@ -157,6 +157,11 @@ def _ring_one_pass(nbytes: _ArrayLike, n: _ArrayLike, link: Link) -> float | np.
     link = _check_link(link)
     b = _check_bytes(nbytes)
     k = _check_count(n)
+    try:
+        np.broadcast_shapes(b.shape, k.shape)
+    except ValueError:
+        raise PlanError(f"nbytes={nbytes!r:.60} (shape {b.shape}) and n={n!r:.60} (shape {k.shape}) do not "
+                        "broadcast together; pass arrays of one shape, or a scalar for either.") from None
     steps = k - 1.0
     result = steps * link.latency + (steps / k) * b / link.bandwidth
     return _finish(result, nbytes, n)
