@@ -118,6 +118,9 @@ class _Scored:
     micro_batches: int = 1  # gradient-accumulation steps (chosen per mesh or fixed)
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
     time: StepTime | None = None  # compute + exposed communication, from the same pass
+    # Seconds of each pending collective, from that pass (numpy's elementwise arithmetic gives each
+    # the same value whatever else is priced with it, so candidates reuse them).
+    term_seconds: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def step_s(self) -> float:
@@ -253,12 +256,12 @@ class _Search:
         start = 0
         for s in scored:
             stop = start + len(s.pending)
-            s.seconds = seconds[start:stop]
+            s.term_seconds = seconds[start:stop]
             start = stop
         for s in scored:
-            s.time = self.step_time(s, s.seconds)
+            s.time = self.step_time(s, s.term_seconds)
             # Summed in term order with Python floats: identical on every platform and run.
-            s.seconds = float(sum(s.seconds))
+            s.seconds = float(sum(s.term_seconds))
 
     def _contenders(self, fits: list[_Scored]) -> list[_Scored]:
         """The fitting meshes that can rank in the ``top_k``, priced; the others are only counted.
@@ -461,7 +464,7 @@ class _Search:
     def candidate(self, s: _Scored, verdict: str, rank: int | None) -> MeshCandidate:
         groups = param_groups(self.groups, self.plans[s.plan_key], self.rule)
         p = s.placement
-        terms = to_terms(s.pending, price(s.pending, self.req.cluster))
+        terms = to_terms(s.pending, s.term_seconds)
         if s.time is not None:
             terms = tuple(dataclasses.replace(t, exposed=e.exposed) for t, e in zip(terms, s.time.terms,
                                                                                      strict=True))
@@ -498,7 +501,7 @@ def _verdict(s: _Scored, best: _Scored, rank: int, budget: int, rank_by: str = "
             return f"best: fastest predicted step ({what}); {room}"
         extra = f"{(t.step_s / best.step_s - 1) * 100:+.1f}%" if best.step_s > 0 else f"+{t.step_s:.3g} s"
         return f"rank {rank}: {extra} step time vs best ({what}); {room}"
-    top = max(to_terms(s.pending, price(s.pending, s.placement.cluster)), key=lambda t: t.seconds, default=None)
+    top = max(to_terms(s.pending, s.term_seconds), key=lambda t: t.seconds, default=None)
     largest = f"; largest: {top.what} {top.seconds:.3g} s" if top is not None and top.seconds > 0 else ""
     if rank == 1:
         return f"best: least step communication ({s.seconds:.3g} s{largest}); {room}"
