@@ -39,8 +39,13 @@ Mixtral; see ``benchmarks/bench_memory_calibration.py`` and the table in
 the backend is part of the recipe: XLA:CPU upcasts bf16 matmul operands to
 fp32 (its gathered weights are fp32: ``gathered_itemsize=4``) and all-reduces
 gradients whole before slicing them, so it has its own coefficients; an H200
-(XLA:GPU) has its own too. Parameters, gradients and optimizer state are exact;
-everything else is calibrated, and only as good as the grid it was fitted on.
+(XLA:GPU) has its own too. XLA:TPU tiles arrays ``(8, 128)``, so a head dim
+of 64 takes 128 lanes (``lane_pad``); the Pallas flash kernel (TPU) keeps its
+own q/k/v/o copies and broadcasts its row statistics to 128 lanes; GShard's
+fp32 one-hot slot tensor ``(b, s, top_k, experts, capacity)`` is kept for the
+backward pass (``routing_per_choice``). Parameters, gradients and optimizer
+state are exact; everything else is calibrated, and only as good as the grid
+it was fitted on.
 """
 
 from __future__ import annotations
@@ -75,6 +80,12 @@ class Calibration:
       gathered_itemsize: bytes per gathered weight element (0: the compute dtype).
       update_state: fraction of the resident state the update phase writes anew before
         the old buffers are released.
+      lane_pad: the lanes a minor dimension is padded to (XLA:TPU tiles arrays ``(8, 128)``:
+        a head dim of 64 takes 128); 0: no padding.
+      flash_buffers: the Pallas flash kernel's backward buffers live at once (its q, k, v, o
+        copies and 128-lane row statistics; 1 = all of them).
+      routing_per_choice: whether the MoE routing priced is GShard's fp32 one-hot slot tensor
+        (``top_k`` routing tensors, what XLA:TPU keeps for the backward pass) rather than one.
     """
 
     source: str
@@ -87,15 +98,26 @@ class Calibration:
     gathered_layers: float
     gathered_itemsize: int
     update_state: float
+    lane_pad: int = 0
+    flash_buffers: float = 1.0
+    routing_per_choice: bool = False
 
 
 # Fitted (least squares on log(analytic / exact)) to the reference steps of
 # benchmarks/bench_memory_calibration.py: GPT-2, Llama and Mixtral scaled down to 4 layers,
-# 4 meshes of 8 devices, remat full/none, plain and dot_product attention, 2 shapes.
+# meshes of 8 devices, remat full/none; CPU and GPU: plain and dot_product attention at
+# 16 x 256 (2026-11-22; 16 x 512 held out); TPU as said below. Recorded rows in benchmarks/data/.
 CALIBRATIONS: dict[str, Calibration] = {
-    "tpu": Calibration("XLA:TPU v6e-8 (libtpu AOT) peak_memory_in_bytes of the reference steps, 2026-11-22",
-                       none_scale=1.01, score_buffers=3.47, work_layers=0.85, work_scores=1.4, logits_buffers=2.11,
-                       head_buffers=2.6, gathered_layers=1.32, gathered_itemsize=0, update_state=0.96),
+    # TPU: fitted 2026-11-23 to the 12 v6e-8 rows at 32 x 1024 on fsdp=8 (3 families x remat x plain/flash);
+    # score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash kernel's buffers
+    # and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak;
+    # head_buffers, gathered_layers and update_state are the 2026-11-22 values (no row of the grid
+    # peaks where they matter; update_state is checked by the full-size llama3-8b v5p row).
+    "tpu": Calibration("XLA:TPU v6e-8 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
+                       "32 x 1024, 2026-11-23",
+                       none_scale=1.59, score_buffers=1.5, work_layers=0.27, work_scores=1.39, logits_buffers=1.09,
+                       head_buffers=2.6, gathered_layers=1.32, gathered_itemsize=0, update_state=0.96,
+                       lane_pad=128, flash_buffers=0.5, routing_per_choice=True),
     "cpu": Calibration("XLA:CPU (jax 0.10.2, 8 devices) argument + output - alias + temp of the reference "
                        "steps, 2026-11-22",
                        none_scale=2.91, score_buffers=2.67, work_layers=3.37, work_scores=2.27, logits_buffers=2.0,
@@ -124,6 +146,8 @@ class LayerDims:
       head: elements of the output head (``vocab x hidden``).
       routing: MoE dispatch/combine elements per token per token of its sequence, averaged
         over layers (GShard's ``(b, s, experts, capacity)`` tensors: ``top_k x capacity_factor``).
+      top_k: routed experts per token (0 without MoE layers); GShard's one-hot slot tensor
+        ``(b, s, top_k, experts, capacity)`` is ``top_k`` routing tensors.
     """
 
     layers: int
@@ -137,6 +161,7 @@ class LayerDims:
     vocab: int
     head: int
     routing: float = 0.0
+    top_k: int = 0
 
 
 def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
@@ -164,7 +189,8 @@ def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
                      model.num_kv_heads * model.head_dim, (layers - n_moe) * dense / layers, n_moe * moe / layers,
                      model.vocab_size,
                      model.vocab_size * model.hidden_size,
-                     model.num_experts_per_tok * capacity_factor * n_moe / layers if n_moe else 0.0)
+                     model.num_experts_per_tok * capacity_factor * n_moe / layers if n_moe else 0.0,
+                     model.num_experts_per_tok if n_moe else 0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -199,6 +225,15 @@ class StepMemory:
         """The name of the fullest phase (the first, on ties)."""
         peak = self.peak
         return next(n for n, b in self.phases if b == peak)
+
+
+# jax.experimental.pallas.ops.tpu.flash_attention.MIN_BLOCK_SIZE: the lanes its row statistics fill.
+_FLASH_LANES = 128
+
+
+def _padded(width: float, lanes: int) -> float:
+    """``width`` rounded up to a multiple of ``lanes`` (unchanged when ``lanes`` is 0)."""
+    return -(-width // lanes) * lanes if lanes else width
 
 
 def _split(n: int, k: int) -> int:
@@ -272,26 +307,37 @@ def price_step(
     # activation specs lay it out; q/k/v heads and the MLP split where tp divides them.
     r = (_split(dims.hidden, tp) if dims.hidden % tp == 0 else _split(s, tp)) if recipe.residual_split else 1
     x = t * dims.hidden * a / r
-    q = dims.q_width / _split(dims.heads, tp)
-    kv = dims.kv_width / _split(dims.kv_heads, tp)
+    # Per-head widths as the device lays them out: XLA:TPU pads a minor head dim to its lanes.
+    heads = dims.heads / _split(dims.heads, tp)
+    q_head = _padded(dims.q_width / dims.heads, cal.lane_pad)
+    q = heads * q_head
+    kv = dims.kv_heads / _split(dims.kv_heads, tp) * _padded(dims.kv_width / dims.kv_heads, cal.lane_pad)
     proj = t * a * (2 * q + 2 * kv)
     mlp = 3 * t * a * (dims.mlp_width / tp + dims.expert_width)
     scores = 0.0
     if recipe.attention != "flash":
         # XLA's jax.nn.dot_product_attention materialises fp32 scores like the plain form
         # (measured on CPU, TPU and H200: the same peak).
-        scores = b * (dims.heads / _split(dims.heads, tp)) * s * seq * 4
+        scores = b * heads * s * seq * 4
     # MoE routing tensors grow with the sequence like scores, whatever the attention.
-    scores += b * s * s * dims.routing * 4
+    scores += b * s * s * dims.routing * 4 * (max(dims.top_k, 1) if cal.routing_per_choice else 1)
     none_layer = 5 * x + proj + mlp
-    saved_layer = {"none": cal.none_scale * none_layer + cal.score_buffers * scores,
+    flash = lanes = 0.0
+    if recipe.attention == "flash":
+        # The Pallas flash kernel keeps its own q, k, v (one head per query head) and output in
+        # its (b, heads, s, head dim) layout for the backward pass (their gradients take as much
+        # there), and the backward broadcasts its row statistics (max, sum, sum(o * do)) to 128
+        # lanes: three fp32 (b, heads, s, 128).
+        flash = 4 * t * a * q
+        lanes = 3 * b * heads * s * _FLASH_LANES * 4
+    saved_layer = {"none": cal.none_scale * none_layer + cal.score_buffers * scores + flash,
                    "dots": 3 * x + proj - t * a * q + 2 * mlp / 3,
                    "full": x, "offload": 0.0}[recipe.remat]
     saved = dims.layers * saved_layer
     vocab_split = _split(dims.vocab, tp)
     logits = cal.logits_buffers * t * dims.vocab * 4 / vocab_split / recipe.vocab_tiles
     head = cal.head_buffers * dims.head * a / vocab_split
-    work = cal.work_layers * none_layer + cal.work_scores * scores
+    work = cal.work_layers * none_layer + cal.work_scores * scores + cal.flash_buffers * (flash + lanes)
     itemsize = cal.gathered_itemsize or a
     gathered_now = cal.gathered_layers * gathered / dims.layers * itemsize / recipe.weight_itemsize
     accum = grads * 4 / recipe.grad_itemsize if recipe.micro_batches > 1 else 0
