@@ -33,7 +33,10 @@ parallelism is not modelled), prices each mesh and ranks those that fit.
    and its compute (:mod:`meshplan.pure.search._flops`), overlap them
    (:mod:`meshplan.pure.search._step_time`) and rank by predicted step time
    (``rank="comm"``: by communication seconds alone), then by memory, then by
-   the axis sizes (a total, deterministic order).
+   the axis sizes (a total, deterministic order). Only meshes that can be
+   shown are priced: fitting ones in the order of their step with no
+   collectives until that floor exceeds the ``top_k``-th best step, and the
+   over-budget ones that can be among the ``top_k`` leanest; the rest are counted.
 
 If nothing fits, :class:`~meshplan.pure.PlanError` says by how much the
 leanest mesh misses and which larger cluster of the same devices would fit.
