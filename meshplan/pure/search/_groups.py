@@ -245,6 +245,7 @@ def evaluate_plan(
     head: dict[tuple[str, ...], int] = {}
     head_scatter: dict[tuple[str, ...], int] = {}
     head_f32: dict[tuple[str, ...], int] = {}
+    head_reduce: dict[tuple[str, ...], int] = {}
     roles = groups.roles
     for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True):
         ctx = LeafContext.trusted(info.shape, info.dtype, sizes, index, groups.paths)  # checked by tree_facts
@@ -279,8 +280,11 @@ def evaluate_plan(
                 head_f32[storage] = head_f32.get(storage, 0) + count * elements * 4 * ways
         if replicas:
             reduce[replicas] = reduce.get(replicas, 0) + count * gr
+            if roles.get(index) == "head":  # its fp32 gradient is all-reduced in fp32 too (see ParamTraffic)
+                head_reduce[replicas] = head_reduce.get(replicas, 0) + count * max(elements * 4 - gr, 0)
     traffic = ParamTraffic(tuple(gather.items()), tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
-                           tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()))
+                           tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
+                           tuple(head_reduce.items()))
     return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic,
                     axes_used=tuple(a for a in mesh_axes if a in all_used))
 

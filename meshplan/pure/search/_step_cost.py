@@ -260,7 +260,10 @@ class ParamTraffic:
     head: tuple[tuple[tuple[str, ...], int], ...] = ()
     head_scatter: tuple[tuple[tuple[str, ...], int], ...] = ()
     head_grad_f32: tuple[tuple[tuple[str, ...], int], ...] = ()
-    """``head_scatter``: the head's share of ``scatter`` (its gradient dtype); ``head_grad_f32``: the same in fp32."""
+    head_reduce_excess: tuple[tuple[tuple[str, ...], int], ...] = ()
+    """``head_scatter``: the head's share of ``scatter`` (its gradient dtype); ``head_grad_f32``: the same in
+    fp32; ``head_reduce_excess``: what the head's gradient shard, all-reduced over its replica axes in fp32,
+    moves beyond its share of ``reduce``."""
 
 
 def param_terms(
@@ -300,7 +303,10 @@ def param_terms(
               minus(traffic.scatter, traffic.head_scatter) if tpu else traffic.scatter, 1, True),
              ("reduce-scatter", "reduce-scatter of grads (head, f32)", traffic.head_grad_f32 if tpu else (), 1,
               False),
-             ("all-reduce", "all-reduce of grads", traffic.reduce, 1, True))
+             ("all-reduce", "all-reduce of grads", traffic.reduce, 1, True),
+             # XLA:TPU all-reduces the head's gradient in fp32: the bytes beyond its grad-dtype share.
+             ("all-reduce", "all-reduce of grads (head in f32, beyond its grad dtype)",
+              traffic.head_reduce_excess if tpu else (), 1, False))
     for kind, what, table, passes, fused in kinds:
         # Groups that differ only in size-1 axes are the same devices: one collective.
         merged: dict[tuple[str, ...], int] = {}

@@ -110,15 +110,18 @@ def test_embedding_is_gathered_once_and_the_head_once_on_tpu_with_an_f32_gradien
     rule = AxisKindRule.for_model(preset.spec)
     groups = LeafGroups.build(tree_facts(preset.params), rule)
     state = TrainingState(grad_dtype=None, optimizer_dtype=np.dtype(np.float32), optimizer_copies=2)
-    sizes = {"dp": 1, "fsdp": 8}
+    sizes = {"dp": 2, "fsdp": 4}
     traffic = evaluate_plan(groups, rule, sizes, state=state).traffic
     vh = preset.spec.vocab_size * preset.spec.hidden_size * 2  # bf16 (vocab, hidden)
     assert dict(traffic.head) == {("fsdp",): vh}
     assert dict(traffic.embed) == ({} if tied else {("fsdp",): vh})  # tied: the embedding is the head
     assert dict(traffic.head_grad_f32) == {("fsdp",): 2 * vh}
-    terms = param_terms(traffic, AxisPlacement(("dp", "fsdp"), (1, 8), (1, 1), H100x2), sizes, layers=4,
+    assert dict(traffic.head_reduce_excess) == {("dp",): vh // 4}  # the fp32 shard (vh/2) less its bf16 (vh/4)
+    terms = param_terms(traffic, AxisPlacement(("dp", "fsdp"), (2, 4), (1, 1), H100x2), sizes, layers=4,
                         backend=backend)
-    total = {k: sum(t[3] * t[4] for t in terms if t[1] == k) for k in ("all-gather", "reduce-scatter")}
+    total = {k: sum(t[3] * t[4] for t in terms if t[1] == k) for k in ("all-gather", "reduce-scatter", "all-reduce")}
+    excess = vh // 4 if backend == "tpu" else 0
+    assert total["all-reduce"] == pytest.approx(sum(dict(traffic.reduce).values()) + excess)
     gather, scatter = dict(traffic.gather)[("fsdp",)], dict(traffic.scatter)[("fsdp",)]
     once = (0 if tied else vh) + (vh if backend == "tpu" else 0)
     assert total["all-gather"] == pytest.approx(2 * gather - once)
