@@ -246,6 +246,7 @@ def evaluate_plan(
     head_scatter: dict[tuple[str, ...], int] = {}
     head_f32: dict[tuple[str, ...], int] = {}
     head_reduce: dict[tuple[str, ...], int] = {}
+    embed_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
     roles = groups.roles
     for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True):
         ctx = LeafContext.trusted(info.shape, info.dtype, sizes, index, groups.paths)  # checked by tree_facts
@@ -278,13 +279,15 @@ def evaluate_plan(
                 head[storage] = head.get(storage, 0) + count * p * ways
                 head_scatter[storage] = head_scatter.get(storage, 0) + count * gr * ways
                 head_f32[storage] = head_f32.get(storage, 0) + count * elements * 4 * ways
+        if storage and replicas and roles.get(index) == "embed":
+            embed_whole.append((storage, replicas, count * gr * ways, count * gr))
         if replicas:
             reduce[replicas] = reduce.get(replicas, 0) + count * gr
             if roles.get(index) == "head":  # its fp32 gradient is all-reduced in fp32 too (see ParamTraffic)
                 head_reduce[replicas] = head_reduce.get(replicas, 0) + count * max(elements * 4 - gr, 0)
     traffic = ParamTraffic(tuple(gather.items()), tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
                            tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
-                           tuple(head_reduce.items()))
+                           tuple(head_reduce.items()), tuple(embed_whole))
     return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic,
                     axes_used=tuple(a for a in mesh_axes if a in all_used))
 

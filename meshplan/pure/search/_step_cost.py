@@ -261,6 +261,10 @@ class ParamTraffic:
     head_scatter: tuple[tuple[tuple[str, ...], int], ...] = ()
     head_grad_f32: tuple[tuple[tuple[str, ...], int], ...] = ()
     head_reduce_excess: tuple[tuple[tuple[str, ...], int], ...] = ()
+    embed_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
+    """Input embeddings stored split and also replicated: ``(storage, replicas, scatter bytes, reduce bytes)``.
+    XLA:TPU all-reduces such an embedding's gradient (a scatter-add of every token) whole over both groups
+    instead of reduce-scattering it and all-reducing the shard."""
     """``head_scatter``: the head's share of ``scatter`` (its gradient dtype); ``head_grad_f32``: the same in
     fp32; ``head_reduce_excess``: what the head's gradient shard, all-reduced over its replica axes in fp32,
     moves beyond its share of ``reduce``."""
@@ -295,15 +299,21 @@ def param_terms(
         return tuple(left.items())
 
     once = traffic.embed + (traffic.head if tpu else ())
+    whole = traffic.embed_whole if tpu else ()
+    order = {a: k for k, a in enumerate(sizes)}
+    embed_ar = tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in whole)
     # (kind, what, bytes per axis group, passes, fused per layer)
     kinds: tuple[tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int, bool], ...] = (
              ("all-gather", "all-gather of params (fwd + bwd)", minus(traffic.gather, once), 2, True),
              ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False),
              ("reduce-scatter", "reduce-scatter of grads",
-              minus(traffic.scatter, traffic.head_scatter) if tpu else traffic.scatter, 1, True),
+              minus(traffic.scatter, traffic.head_scatter, tuple((st, sb) for st, _, sb, _ in whole))
+              if tpu else traffic.scatter, 1, True),
              ("reduce-scatter", "reduce-scatter of grads (head, f32)", traffic.head_grad_f32 if tpu else (), 1,
               False),
-             ("all-reduce", "all-reduce of grads", traffic.reduce, 1, True),
+             ("all-reduce", "all-reduce of grads", minus(traffic.reduce, tuple((rep, rb) for _, rep, _, rb in whole)),
+              1, True),
+             ("all-reduce", "all-reduce of grads (input embedding, whole)", embed_ar, 1, False),
              # XLA:TPU all-reduces the head's gradient in fp32: the bytes beyond its grad-dtype share.
              ("all-reduce", "all-reduce of grads (head in f32, beyond its grad dtype)",
               traffic.head_reduce_excess if tpu else (), 1, False))

@@ -348,9 +348,9 @@ FINGERPRINT_CASES = {
     ("mixtral-8x7b", "512x8xH100", ()): "615b61d888740b1f",
     ("deepseek-v3", "512x8xH100", ()): "a34f7e0a8b265624",
     ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "f514858105fccb36",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "3ffa58941c47ebaf",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "b100fca9775cf4ac",
     ("gpt2", "2x8xH100", (("batch", 64),)): "96c7019c960497f8",
-    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "ff21189f65f9ca55",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "81535aa77f4039c4",
     ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "836d7863b826bdd3",
     ("deepseek-v3", "8x8xH100", ()): "6295c6551a9f226e",  # nothing fits: the message and its larger-cluster suggestion
 }
