@@ -338,9 +338,14 @@ def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: t
             return hit
         # shard_geometry's arithmetic, on entries it already checked for this shape and these axes
         # (sizes are ints >= 1; UNCONSTRAINED was refused by _geometry).
-        splits = [math.prod(sizes[a] for a in e) for e in entries]
-        found = _new_share(axes, any(d % n for d, n in zip(shape, splits, strict=True)),
-                           math.prod(-(-d // n) for d, n in zip(shape, splits, strict=True)), sizes, names)
+        padded, elements = False, 1
+        for d, entry in zip(shape, entries, strict=True):
+            n = 1
+            for a in entry:
+                n *= sizes[a]
+            padded = padded or d % n != 0
+            elements *= -(-d // n)
+        found = _new_share(axes, padded, elements, sizes, names)
     cache.shares[(shape, spec, names, tuple(sizes[a] for a in axes))] = found
     return found
 
