@@ -1,6 +1,8 @@
 """The analytic step memory next to XLA's: analytic / exact peak per case, on CPU and TPU (AOT).
 
-Run: ``python benchmarks/bench_memory_calibration.py [--backend cpu|tpu|both] [--quick] [--jsonl FILE]``.
+Run: ``python benchmarks/bench_memory_calibration.py [--backend cpu|tpu|gpu|both] [--tpu v6e-8|v5p-16]
+[--mesh-indices 0,1] [--shape-indices 0] [--jsonl FILE]``; ``--reprice benchmarks/data/*.jsonl`` re-prices
+recorded rows (no compiling).
 
 For every case (family x mesh x remat x attention x shape) it
 
@@ -10,14 +12,16 @@ For every case (family x mesh x remat x attention x shape) it
 - builds the reference train step with the candidate's own parameter specs
   (:func:`meshplan.facade._reference.reference_step`: scanned layers, donated state,
   AdamW with fp32 state, fp32-logits cross-entropy) and compiles it with
-  :func:`meshplan.compiled_memory` on 8 XLA:CPU devices or for a TPU v6e-8 slice
-  (libtpu, ahead of time): the *exact* peak is XLA's (on CPU: argument + output -
-  alias + temp, since XLA:CPU's own peak leaves temporaries out);
+  :func:`meshplan.compiled_memory` on 8 XLA:CPU devices or for an 8-device TPU slice
+  (``--tpu``; libtpu, ahead of time): the *exact* peak is XLA's (on CPU: argument +
+  output - alias + temp, since XLA:CPU's own peak leaves temporaries out);
 - prints analytic, exact, their ratio and the phase the model put the peak in.
 
 The baseline ("exact") is measured in the same process. Models are scaled down
-(4 layers, hidden 512, vocab 4096) so a case compiles in seconds on CPU and in about
-a minute for TPU on a 2-core machine.
+(4 layers, hidden 512, vocab 4096) so a case compiles in seconds on CPU and in
+12-50 s for TPU on an idle machine (minutes on a loaded 2-core one). On TPU the
+attention kinds are plain and the Pallas flash kernel (``dot_product`` compiles to
+the plain form's peak there) and the shapes are ``TPU_SHAPES``.
 """
 
 from __future__ import annotations
@@ -57,10 +61,10 @@ MESHES = ({"fsdp": 8}, {"dp": 2, "fsdp": 4}, {"fsdp": 4, "tp": 2}, {"dp": 2, "fs
 REMATS = ("full", "none")
 ATTENTIONS = ("plain", "dot_product")
 SHAPES = ((16, 256), (16, 512))
-# On TPU the shapes are larger: XLA:TPU's peak_memory_in_bytes also counts tens of MiB of on-chip
-# scratch (VMEM, the program), which swamps the activations of the small shapes (a 4-layer model at
-# 16 x 256 peaks at 45-160 MiB, up to 100 MiB of it scratch); at these shapes the step's HBM
-# buffers are hundreds of MiB to GiBs, as in real runs.
+# On TPU the shapes are larger: at 16 x 256 XLA:TPU's peak_memory_in_bytes is mostly not the step's
+# HBM buffers (GPT-2, remat none, flash: 159 MiB reported, 53 MiB of arguments + temporaries, with a
+# 96 MiB preallocated temp in VMEM in its buffer assignment); at these shapes the step's HBM buffers
+# are hundreds of MiB to GiBs, as in real runs.
 TPU_SHAPES = ((32, 1024), (32, 2048))
 # On TPU jax.nn.dot_product_attention compiles to the same peak as the plain form (XLA has no
 # fused kernel there), so the TPU grid's second kind is the Pallas flash kernel.
