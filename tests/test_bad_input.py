@@ -190,6 +190,7 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      E.PlanError, "CommTerm.seconds=-1.0"),
     ("ParamGroup str count", lambda: search.ParamGroup("w", (4,), "float32", "x", P(), "r", "why"),
      E.MeshplanTypeError, "ParamGroup.count='x'"),
+    ("SearchRequest rank_by array", lambda: _replace(_result().request, rank_by=ARR), E.PlanError, "rank=array"),
     ("MemoryBreakdown.label array", lambda: search.MemoryBreakdown(1, 1, 1, 1, 10).label(ARR), E.MeshplanTypeError,
      "part=array([1, 2])"),
     ("reduce_scatter_time shapes that do not broadcast",
@@ -436,3 +437,16 @@ def test_refusing_unsortable_keys_leaks_no_recursion_budget() -> None:
         with pytest.raises(E.MeshplanTypeError):
             pure.tree_facts([[{0: 1, "a": 2}]])
     assert _recursion_budget() == budget
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def test_a_domain_wider_than_any_device_id_is_one_domain() -> None:
+    # 2**63 does not fit the ids' int64: numpy raised a raw OverflowError (found by the deep fuzz run).
+    ids = np.arange(16).reshape(2, 8)
+    assert search.axis_domain_counts(ids, 2**63) == search.axis_domain_counts(ids, 16) == (1, 1)
+    assert search.axis_domain_counts(0, 2**63) == ()

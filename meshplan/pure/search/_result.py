@@ -79,8 +79,8 @@ class SearchRequest:
     choose_micro_batches: bool = False  # True: micro-batches chosen per mesh (the recipe's count is the first try)
 
     def __post_init__(self) -> None:
-        if self.rank_by not in RANK_BY:
-            raise PlanError(f"rank={self.rank_by!r}: use one of {list(RANK_BY)}.")
+        if not isinstance(self.rank_by, str) or self.rank_by not in RANK_BY:  # an array compares elementwise
+            raise PlanError(f"rank={self.rank_by!r:.60}: use one of {list(RANK_BY)}.")
         check_fields(self, {
             "model": as_text, "cluster": instance_of(Cluster), "axes": as_texts, "fixed": tuple_of(_fixed_pair),
             "batch": _count, "seq": _count, "param_dtype": as_text, "grad_dtype": as_text,

@@ -142,7 +142,11 @@ def axis_domain_counts(device_ids: np.ndarray, ici_domain_size: int) -> tuple[in
         raise MeshplanTypeError(f"device_ids={device_ids!r:.80} must be an integer array (the mesh's device ids).")
     del ici_domain_size
     ici_domain_size = size
-    domains = ids // ici_domain_size
+    if ici_domain_size > int(np.iinfo(ids.dtype).max):
+        # Floor division by a divisor beyond every id the dtype holds (numpy cannot even convert it).
+        domains = np.where(ids < 0, -1, 0)
+    else:
+        domains = ids // ici_domain_size
     out = []
     for axis in range(domains.ndim):
         rows = np.moveaxis(domains, axis, -1).reshape(-1, domains.shape[axis])
