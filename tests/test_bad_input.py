@@ -191,6 +191,8 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("ParamGroup str count", lambda: search.ParamGroup("w", (4,), "float32", "x", P(), "r", "why"),
      E.MeshplanTypeError, "ParamGroup.count='x'"),
     ("SearchRequest rank_by array", lambda: _replace(_result().request, rank_by=ARR), E.PlanError, "rank=array"),
+    ("collective_totals 0-d array", lambda: search.collective_totals(np.array("x")), E.MeshplanTypeError,
+     "records=array('x'"),
     ("MemoryBreakdown.label array", lambda: search.MemoryBreakdown(1, 1, 1, 1, 10).label(ARR), E.MeshplanTypeError,
      "part=array([1, 2])"),
     ("reduce_scatter_time shapes that do not broadcast",

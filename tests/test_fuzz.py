@@ -88,7 +88,9 @@ class _UserRule:
 
     name = "users-rule"
 
-    def __call__(self, ctx: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Any arguments: also given as a step to compiled_memory, it must fail as the user's code, not on
+        # its signature (a TypeError from calling it with the wrong arguments read as meshplan's escape).
         raise _UserBug("the user's rule failed")
 
 

@@ -188,8 +188,13 @@ def collective_totals(records: Iterable[HloCollective] | Iterable[object]) -> di
     """
     if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Iterable):
         raise MeshplanTypeError(f"records={records!r:.80} must be a sequence of HloCollective or CommTerm records.")
+    try:
+        items = list(records)
+    except TypeError:  # iterable by type but not in fact (a 0-d numpy array)
+        raise MeshplanTypeError(f"records={records!r:.80} must be a sequence of HloCollective or CommTerm "
+                                "records.") from None
     sums: dict[str, list[int]] = {}
-    for r in records:
+    for r in items:
         kind, nbytes, calls = getattr(r, "kind", None), getattr(r, "nbytes", None), getattr(r, "calls", None)
         if not isinstance(kind, str) or not isinstance(nbytes, int) or not isinstance(calls, int):
             raise MeshplanTypeError(f"record {r!r:.80} must have a str kind and int nbytes and calls "
