@@ -72,9 +72,14 @@ class PlanRule:
         rule._by_pattern = {}
         if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
             raise MeshplanTypeError(f"records={records!r:.80} must be an iterable of (pattern key, Decision).")
-        for i, item in enumerate(records):
+        try:
+            items = list(records)
+        except TypeError:  # iterable by type but not in fact (a 0-d numpy array)
+            raise MeshplanTypeError(
+                f"records={records!r:.80} must be an iterable of (pattern key, Decision).") from None
+        for i, item in enumerate(items):
             if not (isinstance(item, tuple | list) and len(item) == 2 and isinstance(item[1], Decision)
-                    and isinstance(item[0], tuple) and len(item[0]) == 3):
+                    and isinstance(item[0], tuple) and len(item[0]) == 3 and _hashable(item[0])):
                 raise MeshplanTypeError(f"records[{i}]={item!r:.80} must be ((pattern, shape, dtype name), "
                                         "Decision).")
             key, decision = item
@@ -110,3 +115,11 @@ class PlanRule:
                 f"{dtype}; the plan was made for a different parameter tree (model or dtype)."
             )
         return found
+
+
+def _hashable(key: object) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
