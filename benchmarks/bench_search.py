@@ -129,7 +129,9 @@ def cpu_rows() -> None:
 
 def _measure(checkout: str) -> dict[str, tuple[float, float]]:
     code = "import bench_search; bench_search.cpu_rows()"
-    env = {**os.environ, "PYTHONPATH": checkout, "JAX_PLATFORMS": "cpu"}
+    # Absolute: the child runs in benchmarks/, where a relative CHECKOUT would name nothing and the
+    # installed meshplan (this tree) would be measured against itself.
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout), "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)), env=env,
                          capture_output=True, text=True, check=True).stdout
     return {n: (float(a), float(b)) for n, a, b in (line.split() for line in out.splitlines())}
