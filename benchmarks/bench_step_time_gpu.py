@@ -21,17 +21,16 @@ default is from what XLA:GPU sustains on these steps.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from bench_compiled import scaled  # the compiled-memory table's scaled-down presets
 
 from meshplan.facade._reference import ReferenceConfig, reference_step
 from meshplan.pure import search_meshes
-from meshplan.pure.presets import MODEL_SPECS, ModelSpec
 from meshplan.pure.search import DEVICE_SPECS
 from meshplan.pure.search._recipe import TrainingRecipe
 
@@ -48,15 +47,6 @@ CASES: tuple[tuple[str, int | None, int, int, str, str], ...] = (
     ("gpt2", None, 16, 1024, "full", "dot_product"),
     ("gpt2", None, 16, 1024, "none", "plain"),
 )
-
-
-def scaled(name: str, layers: int | None) -> ModelSpec:
-    spec = MODEL_SPECS[name]
-    if layers is None:
-        return spec
-    dense = min(spec.num_dense_layers, layers - 1) if spec.is_moe else 0
-    return dataclasses.replace(spec, name=f"{name}/{layers}L", num_layers=layers, num_dense_layers=dense,
-                               num_params=None)
 
 
 def measure(ref: Any, steps: int = 5) -> float:

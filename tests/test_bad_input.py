@@ -22,6 +22,7 @@ from meshplan import errors as E
 from meshplan import pure
 from meshplan.pure import mesh as pmesh
 from meshplan.pure import presets, rules, search, specs
+from tests.recursion import recursion_budget
 
 SDS = jax.ShapeDtypeStruct
 TREE = {"w": SDS((64, 32), np.float32), "b": SDS((32,), np.float32)}
@@ -420,30 +421,15 @@ def test_a_users_own_rule_raising_passes_through_unwrapped() -> None:
         pure.plan_tree(TREE, my_rule, {"dp": 2})
 
 
-def _recursion_budget() -> int:
-    depth = 0
-
-    def down() -> None:
-        nonlocal depth
-        depth += 1
-        down()
-
-    try:
-        down()
-    except RecursionError:
-        pass
-    return depth
-
-
 def test_refusing_unsortable_keys_leaks_no_recursion_budget() -> None:
     # jaxlib 0.10's flatten of such a nested dict leaks the interpreter's recursion budget by its depth each time;
     # meshplan refuses the tree before jax sees it (the deep fuzz run drained the budget and ended in
     # RecursionErrors everywhere).
-    budget = _recursion_budget()
+    budget = recursion_budget()
     for _ in range(300):
         with pytest.raises(E.MeshplanTypeError):
             pure.tree_facts([[{0: 1, "a": 2}]])
-    assert _recursion_budget() == budget
+    assert recursion_budget() == budget
 
 
 def _replace(obj: Any, **changes: Any) -> Any:

@@ -56,6 +56,7 @@ from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
 from meshplan.errors import MeshplanError
+from tests.recursion import recursion_budget
 
 _MODULES = ("meshplan", "meshplan.pure", "meshplan.pure.mesh", "meshplan.pure.specs", "meshplan.pure.rules",
             "meshplan.pure.presets", "meshplan.pure.search")
@@ -424,30 +425,14 @@ def _params() -> list[Any]:
     return out
 
 
-def _recursion_budget() -> int:
-    """How many more Python frames fit on the stack from here before a RecursionError."""
-    depth = 0
-
-    def down() -> None:
-        nonlocal depth
-        depth += 1
-        down()
-
-    try:
-        down()
-    except RecursionError:
-        pass
-    return depth
-
-
 @pytest.mark.parametrize("label,fn,method", _params())
 def test_garbage_in_gives_a_typed_meshplan_error_or_an_answer(label: str, fn: Any, method: str | None) -> None:
     # Measured twice from this frame, the budget must not shrink: a C extension that fails without
     # releasing its recursion guard (jaxlib's flatten of a dict whose keys do not sort did) leaks it for
     # good, and a long run then fails every later call with a RecursionError far from the culprit.
-    budget = _recursion_budget()
+    budget = recursion_budget()
     _fuzz(label, fn, method)
-    lost = budget - _recursion_budget()
+    lost = budget - recursion_budget()
     assert lost <= 0, f"{label}: its calls leaked {lost} levels of the interpreter's recursion budget"
 
 
