@@ -19,11 +19,18 @@ preset and the one-plan baseline, as the least CPU time (``time.process_time``) 
 moves less than wall time on a loaded machine. With ``--compare``, the same measurement also runs in
 a fresh process importing meshplan from another checkout (e.g. ``git worktree`` of an older commit),
 alternating with this one twice, and prints each search's after / before CPU time.
+
+``python benchmarks/bench_search.py --check-against CHECKOUT``: no timing; runs :func:`equivalence_rows`
+(every preset on GPU and TPU clusters of 8 to 4096 devices, under several recipes, fixed meshes and
+rankings) here and, in a fresh process, with meshplan imported from CHECKOUT, and says how many
+``SearchResult.to_json()`` texts (or ``PlanError`` messages) are byte-identical. A speed-up must
+change no answer.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import math
 import os
@@ -128,13 +135,62 @@ def cpu_rows() -> None:
 
 
 def _measure(checkout: str) -> dict[str, tuple[float, float]]:
-    code = "import bench_search; bench_search.cpu_rows()"
+    out = _rows(checkout, "import bench_search; bench_search.cpu_rows()")
+    return {n: (float(a), float(b)) for n, a, b in (line.split() for line in out.splitlines())}
+
+
+CHECK_CLUSTERS = ("1x8xH100", "8x8xH100", "32x8xH100", "512x8xH100", "v5p-128", "2xv5p-256", "v5p-8192")
+
+
+def _check_options() -> list[tuple[str, dict[str, object]]]:
+    from meshplan.pure.search import TrainingRecipe
+
+    return [("default", {}), ("remat=full", {"recipe": TrainingRecipe(remat="full")}),
+            ("remat=none", {"recipe": TrainingRecipe(remat="none", attention="flash")}),
+            ("micro_batches=2", {"micro_batches": 2}), ("fixed tp=8", {"fixed": {"tp": 8}}),
+            ("fixed fsdp=8,tp=4", {"fixed": {"fsdp": 8, "tp": 4}}), ("rank=comm", {"rank": "comm"}),
+            ("no activations", {"activations": False}), ("top_k=12,batch=2x", {"top_k": 12, "batch": "2x"}),
+            ("sgd, fp32 grads", {"optimizer_copies": 1, "grad_dtype": np.float32})]
+
+
+def equivalence_rows() -> None:
+    """Print ``case sha256`` per search of :data:`CHECK_CLUSTERS` x presets x :func:`_check_options`: the
+    hash of ``to_json()``, or of ``PlanError: message`` when nothing fits."""
+    for cluster in CHECK_CLUSTERS:
+        n = parse_cluster(cluster).num_devices
+        for name in MODELS:
+            for label, options in _check_options():
+                kwargs = dict(options)
+                if kwargs.get("batch") == "2x":
+                    kwargs["batch"] = 2 * n
+                try:
+                    text = search_meshes(name, cluster, **kwargs).to_json()  # type: ignore[arg-type]
+                except ValueError as err:
+                    text = f"{type(err).__name__}: {err}"
+                digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+                print(f"{cluster}|{name}|{label}\t{digest}", flush=True)
+
+
+def _rows(checkout: str, code: str) -> str:
     # Absolute: the child runs in benchmarks/, where a relative CHECKOUT would name nothing and the
     # installed meshplan (this tree) would be measured against itself.
     env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout), "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)), env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return {n: (float(a), float(b)) for n, a, b in (line.split() for line in out.splitlines())}
+    return subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.abspath(__file__)), env=env,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def check_against(before: str) -> None:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = "import bench_search; bench_search.equivalence_rows()"
+    old = dict(line.split("\t") for line in _rows(before, code).splitlines())
+    new = dict(line.split("\t") for line in _rows(here, code).splitlines())
+    differ = [case for case in new if old.get(case) != new[case]]
+    for case in differ:
+        print(f"DIFFERS: {case}")
+    print(f"{len(new) - len(differ)} of {len(new)} searches byte-identical to {before} "
+          f"({len(old)} cases there)")
+    if differ or len(old) != len(new):
+        sys.exit(1)
 
 
 def compare(before: str) -> None:
@@ -153,8 +209,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="4096-device searches and one plan, CPU time only")
     parser.add_argument("--compare", metavar="CHECKOUT", help="with --cpu: also measure meshplan from CHECKOUT")
+    parser.add_argument("--check-against", metavar="CHECKOUT",
+                        help="compare every search's JSON with meshplan from CHECKOUT (no timing)")
     args = parser.parse_args()
-    if args.cpu and args.compare:
+    if args.check_against:
+        check_against(args.check_against)
+    elif args.cpu and args.compare:
         compare(args.compare)
     elif args.cpu:
         cpu_rows()
