@@ -212,13 +212,36 @@ class AxisKindRule:
         return found
 
     def __call__(self, ctx: LeafContext) -> Decision:
+        return self._decide(self._layout_of(ctx), ctx.shape, ctx.axis_sizes)
+
+    def spec(self, ctx: LeafContext) -> PartitionSpec:
+        """``self(ctx).spec``, without writing the reason.
+
+        The mesh search prices a few hundred plans and shows a few: it asks this for every plan
+        and the whole decision only for the plans it shows (writing the reasons cost a third of
+        the decisions). Raises what ``self(ctx)`` raises.
+
+        Example:
+          >>> import numpy as np
+          >>> from meshplan.pure import tree_facts
+          >>> facts = tree_facts({"mlp": {"up_proj": {"weight": np.zeros((64, 32))}}})
+          >>> AxisKindRule().spec(LeafContext((64, 32), np.dtype("float32"), {"fsdp": 4, "tp": 2}, 0, facts))
+          P('tp', 'fsdp')
+        """
+        shape, sizes = ctx.shape, ctx.axis_sizes
+        placed = self._placed_for(self._layout_of(ctx), shape, sizes)
+        if isinstance(placed, Decision):
+            return placed.spec
+        return self._spec_of(self._entries(placed, shape, sizes)[0])
+
+    def _layout_of(self, ctx: LeafContext) -> LeafLayout:
         path, shape = ctx.path, ctx.shape
         # A leaf asked about before (the search asks one per group for every mesh) is read from
         # the memo without re-checking its path and shape, which cost more than the decision. Only
         # a plain str path and plain-int shape can equal a key that layout() checked.
         found = (self._layouts.get((path, shape))
                  if type(path) is str and all(type(d) is int for d in shape) else None)
-        return self._decide(self.layout(path, shape) if found is None else found, shape, ctx.axis_sizes)
+        return self.layout(path, shape) if found is None else found
 
     def decide(self, path: str, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
         """The decision for a leaf with this path (or path template) and shape (any dtype).
@@ -233,33 +256,61 @@ class AxisKindRule:
         return self._decide(self.layout(path, shape), shape, sizes)
 
     def _decide(self, lay: LeafLayout, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> Decision:
+        placed = self._placed_for(lay, shape, axis_sizes)
+        if isinstance(placed, Decision):  # below min_shard_size: replicated whatever the mesh
+            return placed
+        key, where = self._entries(placed, shape, axis_sizes)
+        steps = list(placed[1])
+        fsdp = axis_sizes.get(self.fsdp_axis, 1)
+        if fsdp > 1:
+            axis = self.fsdp_axis
+            if where is None:
+                steps.append(f"fsdp: no dim of {shape} divisible by fsdp={fsdp}; not split over fsdp")
+            elif not placed[0][where[0]]:  # a dim nothing else splits
+                d = where[0]
+                steps.append(f"fsdp: dim {d} ({shape[d]}) <- {axis!r}({fsdp})")
+            else:  # joined a tp/ep-split dim
+                d, split = where
+                steps.append(f"fsdp: dim {d} ({shape[d]}) <- {key[d]!r} ({split} ways)")
+        text = "; ".join(s for s in steps if s)
+        if not text:
+            ep = axis_sizes.get(self.ep_axis, 1)
+            text = (f"not an expert weight; not split over ep={ep}; replicated" if ep > 1
+                    else "no axis of size > 1 to place; replicated")
+        return Decision(self._spec_of(key), text, self.name)
+
+    def _placed_for(self, lay: LeafLayout, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> _Placed | Decision:
+        """:meth:`_place_tp_ep` for the mesh's tp and ep, memoized: the search asks each leaf for
+        every (fsdp, tp, ep) and only fsdp's placement reads the other two."""
         tp = axis_sizes.get(self.tp_axis, 1)
         ep = axis_sizes.get(self.ep_axis, 1)
-        # tp and ep are placed by (leaf, size) alone: memoized, since the search asks each leaf for
-        # every (fsdp, tp, ep) and only fsdp's placement reads the other two. Layouts live in
-        # self._layouts for the rule's lifetime, so id() names one for as long as the memo exists.
+        # Layouts live in self._layouts for the rule's lifetime, so id() names one for as long as
+        # the memo exists.
         placed_key = (id(lay), shape, tp, ep)
         placed = self._placed.get(placed_key)
         if placed is None:
             placed = self._placed[placed_key] = self._place_tp_ep(lay, shape, tp, ep)
-        if isinstance(placed, Decision):  # below min_shard_size: replicated whatever the mesh
-            return placed
-        first, done, order = placed
+        return placed
+
+    def _entries(self, placed: _Placed, shape: tuple[int, ...], axis_sizes: Mapping[str, int]
+                 ) -> tuple[tuple[tuple[str, ...], ...], tuple[int, int] | None]:
+        """The leaf's entries with fsdp placed, and where it went: ``(dim, ways that dim is then
+        split)``, ``None`` when fsdp is 1 or no dim can take it."""
+        first, _, order = placed
         fsdp = axis_sizes.get(self.fsdp_axis, 1)
-        if fsdp > 1:
-            entries = list(first)
-            steps = [*done, self._place_fsdp(shape, fsdp, axis_sizes, entries, order)]
-            key = tuple(entries)
-        else:
-            steps, key = list(done), first
+        if fsdp <= 1:
+            return first, None
+        where = self._fsdp_dim(shape, fsdp, axis_sizes, first, order)
+        if where is None:
+            return first, None
+        d = where[0]
+        return first[:d] + (first[d] + (self.fsdp_axis,),) + first[d + 1:], where
+
+    def _spec_of(self, key: tuple[tuple[str, ...], ...]) -> PartitionSpec:
         spec = self._specs.get(key)
         if spec is None:
             spec = self._specs[key] = spec_from_entries(key)
-        text = "; ".join(s for s in steps if s)
-        if not text:
-            text = (f"not an expert weight; not split over ep={ep}; replicated" if ep > 1
-                    else "no axis of size > 1 to place; replicated")
-        return Decision(spec, text, self.name)
+        return spec
 
     def _place_tp_ep(self, lay: LeafLayout, shape: tuple[int, ...], tp: int, ep: int) -> _Placed | Decision:
         """The entries and reasons after placing tp and ep, and the order fsdp tries the dims in;
@@ -312,20 +363,20 @@ class AxisKindRule:
         entries[dim] = (self.ep_axis,)
         return f"experts: dim {dim} ({shape[dim]}) <- {self.ep_axis!r}({ep})"
 
-    def _place_fsdp(self, shape: tuple[int, ...], fsdp: int, sizes: Mapping[str, int],
-                    entries: list[tuple[str, ...]], order: tuple[int, ...]) -> str:
-        axis = self.fsdp_axis
+    @staticmethod
+    def _fsdp_dim(shape: tuple[int, ...], fsdp: int, sizes: Mapping[str, int], first: tuple[tuple[str, ...], ...],
+                  order: tuple[int, ...]) -> tuple[int, int] | None:
+        """Where fsdp goes: the first free dim it divides in ``order``, else the first tp/ep-split
+        dim that can take both; ``(dim, ways that dim is then split)``, or ``None``."""
         for d in order:
-            if not entries[d] and shape[d] % fsdp == 0:
-                entries[d] = (axis,)
-                return f"fsdp: dim {d} ({shape[d]}) <- {axis!r}({fsdp})"
+            if not first[d] and shape[d] % fsdp == 0:
+                return d, fsdp
         for d in order:
-            if entries[d]:
-                split = math.prod(sizes[a] for a in entries[d]) * fsdp
+            if first[d]:
+                split = math.prod(sizes[a] for a in first[d]) * fsdp
                 if shape[d] % split == 0:
-                    entries[d] = entries[d] + (axis,)
-                    return f"fsdp: dim {d} ({shape[d]}) <- {entries[d]!r} ({split} ways)"
-        return f"fsdp: no dim of {shape} divisible by fsdp={fsdp}; not split over fsdp"
+                    return d, split
+        return None
 
 
 def _compile_dims(dims: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]:

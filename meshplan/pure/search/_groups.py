@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from jax.sharding import PartitionSpec
 
 from meshplan.pure._check import canonical_axis_sizes
-from meshplan.pure._types import Shape, make_spec
+from meshplan.pure._types import FrozenAxisSizes, Shape, make_spec
 from meshplan.pure.errors import SpecError
-from meshplan.pure.rules._axis_kind import path_template
+from meshplan.pure.rules._axis_kind import AxisKindRule, path_template
 from meshplan.pure.rules._base import (
     LEAF_ERRORS,
     Decision,
@@ -56,7 +56,7 @@ from meshplan.pure.specs._geometry import (
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import LeafInfo, TreeFacts
 
-__all__ = ["GeometryCache", "LeafGroups", "PlanEval", "evaluate_plan", "param_groups", "state_bytes"]
+__all__ = ["GeometryCache", "LeafGroups", "PlanEval", "Planner", "evaluate_plan", "param_groups", "state_bytes"]
 
 _REPLICATED = make_spec()
 _DisplayKey = tuple[str, Shape, str]  # (path template, shape, dtype name)
@@ -182,26 +182,128 @@ class LeafGroups:
                    _embedding_roles(leaf_group, first, paths))
 
 
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class PlanEval:
-    """One plan of the tree for one set of axis sizes: decisions, bytes and traffic.
+    """One plan of the tree for one set of axis sizes: specs, bytes and traffic.
 
-    ``error`` is set (and the rest empty) when the rule refused the mesh;
-    ``axes_used`` are the mesh axes some leaf is split over (mesh order).
+    Attributes:
+      specs: per group, its spec.
+      param_bytes, grad_bytes, optimizer_bytes: per device, summed over the tree.
+      gather: ``(storage axes, gathered bytes)`` of the leaves stored split over them (mesh order),
+        what the step's peak reads; the rest of :attr:`traffic` is summed when first read.
+      error: set (and the rest empty) when the rule refused the mesh.
+      axes_used: the mesh axes some leaf is split over (mesh order).
+
+    :attr:`decisions` (with their reasons) and :attr:`traffic` are worked out when first read:
+    a search plans a few hundred meshes, prices a few dozen and shows a few.
     """
 
-    decisions: tuple[Decision | None, ...]
-    specs: tuple[PartitionSpec, ...]
-    param_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
-    traffic: ParamTraffic
-    error: str | None = None
-    axes_used: tuple[str, ...] = ()
+    __slots__ = ("specs", "param_bytes", "grad_bytes", "optimizer_bytes", "gather", "error", "axes_used",
+                 "_decisions", "_explain", "_rows", "_shares", "_traffic")
+
+    def __init__(self, specs: tuple[PartitionSpec, ...], param_bytes: int, grad_bytes: int, optimizer_bytes: int,
+                 gather: tuple[tuple[tuple[str, ...], int], ...], *, error: str | None = None,
+                 axes_used: tuple[str, ...] = (), decisions: tuple[Decision | None, ...] | None = (),
+                 explain: Callable[[], tuple[Decision | None, ...]] | None = None,
+                 rows: tuple[_Row, ...] = (), shares: tuple[_Share, ...] = ()) -> None:
+        self.specs, self.param_bytes, self.grad_bytes, self.optimizer_bytes = specs, param_bytes, grad_bytes, \
+            optimizer_bytes
+        self.gather, self.error, self.axes_used = gather, error, axes_used
+        self._decisions, self._explain = decisions, explain
+        self._rows, self._shares = rows, shares
+        self._traffic: ParamTraffic | None = None
+
+    @property
+    def decisions(self) -> tuple[Decision | None, ...]:
+        """Per group, the rule's decision (``None``: no opinion, replicated)."""
+        if self._decisions is None:
+            assert self._explain is not None  # set whenever the decisions are not
+            self._decisions = self._explain()
+        return self._decisions
+
+    @property
+    def traffic(self) -> ParamTraffic:
+        """The parameter bytes each collective moves (see :class:`ParamTraffic`)."""
+        if self._traffic is None:
+            self._traffic = _traffic(self.gather, self._rows, self._shares)
+        return self._traffic
 
 
 def _failed(message: str) -> PlanEval:
-    return PlanEval((), (), 0, 0, 0, ParamTraffic((), (), ()), message)
+    return PlanEval((), 0, 0, 0, (), error=message)
+
+
+_Row = tuple[int, Shape, Any, int, int, int, int, str]
+"""What a plan reads of one group: (first leaf, shape, dtype, leaves, bytes per element of the parameter,
+gradient and optimizer copies, role: "embed", "head" or "")."""
+
+
+class Planner:
+    """Plans of one tree for one rule and training state, on many meshes (what one search asks).
+
+    ``planner(sizes)`` is :func:`evaluate_plan`; the planner keeps what does not depend on the
+    mesh (per group: shape, dtype, bytes per element, role) and the shard sizes seen.
+    """
+
+    __slots__ = ("groups", "rule", "cache", "_rows", "_spec")
+
+    def __init__(self, groups: LeafGroups, rule: Rule, *, state: TrainingState,
+                 geometry_cache: GeometryCache | None = None) -> None:
+        self.groups, self.rule = groups, rule
+        self.cache = GeometryCache() if geometry_cache is None else geometry_cache
+        roles = groups.roles
+        self._rows: tuple[_Row, ...] = tuple(
+            (index, info.shape, info.dtype, count, *state.element_bytes(info.dtype), roles.get(index, ""))
+            for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True))
+        # The default rule gives its spec without its reason (the decisions are asked again only
+        # for the plans read); a subclass may decide otherwise, so only the class itself.
+        self._spec = rule.spec if type(rule) is AxisKindRule else None
+
+    def __call__(self, sizes: Mapping[str, int]) -> PlanEval:
+        sizes = canonical_axis_sizes(sizes)  # once per plan: leaf contexts then take it as is
+        mesh_axes = tuple(sizes)
+        rule, paths, cache, fast = self.rule, self.groups.paths, self.cache, self._spec
+        decisions: list[Decision | None] = []
+        specs: list[PartitionSpec] = []
+        shares: list[_Share] = []
+        p_total = g_total = o_total = 0
+        gather: dict[tuple[str, ...], int] = {}
+        all_used: set[str] = set()
+        for index, shape, dtype, count, p_unit, g_unit, o_unit, _ in self._rows:
+            ctx = LeafContext.trusted(shape, dtype, sizes, index, paths)  # checked by tree_facts
+            try:
+                if fast is not None:
+                    spec = fast(ctx)
+                else:
+                    decision = ask(rule, ctx)
+                    decisions.append(decision)
+                    spec = _REPLICATED if decision is None else decision.spec
+                share = _share(shape, spec, sizes, mesh_axes, ctx, cache)
+            except LEAF_ERRORS as err:
+                return _failed(str(err))
+            if share.padded:
+                return _failed(f"{ctx.path}: rule {rule_name(rule)!r} gave {spec} for shape {shape}, "
+                               f"which does not divide evenly on {dict(sizes)}; jax cannot store it.")
+            specs.append(spec)
+            shares.append(share)
+            elements = share.elements
+            p = elements * p_unit
+            p_total += count * p
+            g_total += count * elements * g_unit
+            o_total += count * elements * o_unit
+            all_used.update(share.axes)
+            storage = share.storage
+            if storage:
+                gather[storage] = gather.get(storage, 0) + count * p * share.ways
+        explain = None if fast is None else self._explainer(sizes)
+        return PlanEval(tuple(specs), p_total, g_total, o_total, tuple(gather.items()),
+                        axes_used=tuple(a for a in mesh_axes if a in all_used),
+                        decisions=tuple(decisions) if fast is None else None, explain=explain,
+                        rows=self._rows, shares=tuple(shares))
+
+    def _explainer(self, sizes: FrozenAxisSizes) -> Callable[[], tuple[Decision | None, ...]]:
+        """The rule's whole decisions on this mesh, asked when first read."""
+        rule, paths, rows = self.rule, self.groups.paths, self._rows
+        return lambda: tuple(ask(rule, LeafContext.trusted(row[1], row[2], sizes, row[0], paths)) for row in rows)
 
 
 def evaluate_plan(
@@ -217,6 +319,8 @@ def evaluate_plan(
     The arithmetic is :func:`~meshplan.pure.estimate_training_memory`'s: each
     group's shard is :func:`~meshplan.pure.shard_geometry`'s (padded) shard
     shape, and its bytes per element are ``state.element_bytes(dtype)``.
+    A search asks a :class:`Planner` instead, which keeps what does not
+    depend on the mesh.
 
     Args:
       groups: the tree's leaf groups for ``rule``.
@@ -231,65 +335,41 @@ def evaluate_plan(
       A :class:`PlanEval` (with ``error`` set when the rule refused a leaf or
       gave a spec that cannot store it on this mesh).
     """
-    sizes = canonical_axis_sizes(sizes)  # once per plan: leaf contexts then take it as is
-    mesh_axes = tuple(sizes)
-    decisions: list[Decision | None] = []
-    specs: list[PartitionSpec] = []
-    p_total = g_total = o_total = 0
-    gather: dict[tuple[str, ...], int] = {}
+    return Planner(groups, rule, state=state, geometry_cache=geometry_cache)(sizes)
+
+
+def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, ...],
+             shares: tuple[_Share, ...]) -> ParamTraffic:
+    """The plan's :class:`ParamTraffic`: per group, its shard's bytes by where it is stored and replicated."""
     scatter: dict[tuple[str, ...], int] = {}
     reduce: dict[tuple[str, ...], int] = {}
-    cache = GeometryCache() if geometry_cache is None else geometry_cache
-    all_used: set[str] = set()
     embed: dict[tuple[str, ...], int] = {}
     head: dict[tuple[str, ...], int] = {}
     head_scatter: dict[tuple[str, ...], int] = {}
     head_f32: dict[tuple[str, ...], int] = {}
     head_reduce: dict[tuple[str, ...], int] = {}
     embed_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
-    roles = groups.roles
-    for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True):
-        ctx = LeafContext.trusted(info.shape, info.dtype, sizes, index, groups.paths)  # checked by tree_facts
-        try:
-            decision = ask(rule, ctx)
-            spec = _REPLICATED if decision is None else decision.spec
-            share = _share(info.shape, spec, sizes, mesh_axes, ctx, cache)
-        except LEAF_ERRORS as err:
-            return _failed(str(err))
-        if share.padded:
-            return _failed(f"{ctx.path}: rule {rule_name(rule)!r} gave {spec} for shape {info.shape}, "
-                           f"which does not divide evenly on {dict(sizes)}; jax cannot store it.")
-        decisions.append(decision)
-        specs.append(spec)
+    for (_, _, _, count, p_unit, g_unit, _, role), share in zip(rows, shares, strict=True):
         elements = share.elements
-        p_unit, g_unit, o_unit = state.element_bytes(info.dtype)
         p, gr = elements * p_unit, elements * g_unit
-        p_total += count * p
-        g_total += count * gr
-        o_total += count * elements * o_unit
-        all_used.update(share.axes)
         storage, replicas, ways = share.storage, share.replicas, share.ways
         if storage:
-            gather[storage] = gather.get(storage, 0) + count * p * ways
             scatter[storage] = scatter.get(storage, 0) + count * gr * ways
-            role = roles.get(index)
             if role == "embed":
                 embed[storage] = embed.get(storage, 0) + count * p * ways
             elif role == "head":
                 head[storage] = head.get(storage, 0) + count * p * ways
                 head_scatter[storage] = head_scatter.get(storage, 0) + count * gr * ways
                 head_f32[storage] = head_f32.get(storage, 0) + count * elements * 4 * ways
-        if storage and replicas and roles.get(index) == "embed":
+        if storage and replicas and role == "embed":
             embed_whole.append((storage, replicas, count * gr * ways, count * gr))
         if replicas:
             reduce[replicas] = reduce.get(replicas, 0) + count * gr
-            if roles.get(index) == "head":  # its fp32 gradient is all-reduced in fp32 too (see ParamTraffic)
+            if role == "head":  # its fp32 gradient is all-reduced in fp32 too (see ParamTraffic)
                 head_reduce[replicas] = head_reduce.get(replicas, 0) + count * max(elements * 4 - gr, 0)
-    traffic = ParamTraffic(tuple(gather.items()), tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
-                           tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
-                           tuple(head_reduce.items()), tuple(embed_whole))
-    return PlanEval(tuple(decisions), tuple(specs), p_total, g_total, o_total, traffic,
-                    axes_used=tuple(a for a in mesh_axes if a in all_used))
+    return ParamTraffic(gather, tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
+                        tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
+                        tuple(head_reduce.items()), tuple(embed_whole))
 
 
 _EMBEDDINGS = ("embed_tokens", "wte")

@@ -64,10 +64,9 @@ from meshplan.pure.rules._check_tree import check_rule
 from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, StepEstimate
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._groups import (
-    GeometryCache,
     LeafGroups,
     PlanEval,
-    evaluate_plan,
+    Planner,
     param_groups,
     state_bytes,
 )
@@ -142,11 +141,11 @@ class _Search:
         self.groups = LeafGroups.build(tree_facts(params), rule)
         self.reads = reads_axes(rule)
         self.plans: dict[tuple[Any, ...], PlanEval] = {}
-        self.geometry = GeometryCache()
         self.act_itemsize = dtype_storage_bytes(canonical_dtype(req.param_dtype)) if req.param_dtype != "mixed" else 2
         self.state = TrainingState(None if req.grad_dtype == "param" else canonical_dtype(req.grad_dtype),
                                    canonical_dtype(req.optimizer_dtype), req.optimizer_copies)
         self.state_total = state_bytes(self.groups, self.state)
+        self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
         self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
         # The FLOPs per device depend on the mesh through its device count, tp and dp alone
@@ -208,8 +207,7 @@ class _Search:
         key = tuple(sizes.items()) if self.reads is None else tuple(sizes.get(a, 1) for a in self.reads)
         found = self.plans.get(key)
         if found is None:
-            found = self.plans[key] = evaluate_plan(self.groups, self.rule, sizes, state=self.state,
-                                                    geometry_cache=self.geometry)
+            found = self.plans[key] = self.planner(sizes)
         return key, found
 
     def run(self) -> tuple[list[_Scored], list[_Scored], list[Rejection], int, int]:
@@ -419,7 +417,7 @@ class _Search:
         req = self.req
         if not req.activations:
             return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, self.budget)
-        gathered = sum(nbytes for axes, nbytes in plan.traffic.gather if any(mesh.get(x, 1) > 1 for x in axes))
+        gathered = sum(nbytes for axes, nbytes in plan.gather if any(mesh.get(x, 1) > 1 for x in axes))
         key = (mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES), micro_batches)
         step = self._price(key, plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, gathered)
         peak, phase = step.peak, step.peak_phase
