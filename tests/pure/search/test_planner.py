@@ -1,0 +1,76 @@
+"""The search's fast paths change no answer: AxisKindRule.spec and the Planner's lazy plans.
+
+The search prices the default rule's plans from specs alone and works out the
+reasons and the full parameter traffic only for the plans it reads. These
+properties hold both to the slow path: the rule's whole decision, and a plan
+of an identical rule the planner does not know (a subclass), which it asks
+for every decision as it does any user rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meshplan.pure import AxisKindRule, get_preset, tree_facts
+from meshplan.pure.errors import ShardingRuleError
+from meshplan.pure.search._groups import LeafGroups, Planner, evaluate_plan
+from meshplan.pure.specs._training import TrainingState
+from tests.profiles import examples
+from tests.pure.rules.common import shapes
+from tests.pure.rules.test_axis_kind_and_path import TEMPLATES, _ctx
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Eager(AxisKindRule):
+    """The same rule under another class: the planner cannot take its spec-only path."""
+
+
+sizes_st = st.fixed_dictionaries({a: st.sampled_from([1, 2, 3, 4, 8, 16]) for a in ("dp", "fsdp", "ep", "tp")})
+
+
+@given(st.sampled_from(TEMPLATES), shapes(max_rank=3), sizes_st, st.sampled_from([None, 4, 6, 8]),
+       st.sampled_from([None, 4, 8]), st.sampled_from([0, 64]))
+def test_spec_is_the_decisions_spec(template, shape, sizes, heads, experts, min_size) -> None:
+    rule = AxisKindRule(num_heads=heads, num_kv_heads=heads, num_experts=experts, min_shard_size=min_size)
+    ctx = _ctx(template.replace("*", "0"), shape, sizes)
+    assert rule.spec(ctx) == rule(ctx).spec
+    assert rule.spec(ctx) == AxisKindRule(num_heads=heads, num_kv_heads=heads, num_experts=experts,
+                                          min_shard_size=min_size)(ctx).spec  # asked first, before any memo
+
+
+def test_spec_refuses_what_the_decision_refuses() -> None:
+    rule = AxisKindRule(dims=(("q_proj", ("in", "out")),))  # rank 2 named for a rank-3 leaf
+    ctx = _ctx("model/layers/0/self_attn/q_proj/weight", (4, 8, 16), {"tp": 2})
+    with pytest.raises(ShardingRuleError) as slow:
+        rule(ctx)
+    with pytest.raises(ShardingRuleError) as fast:
+        AxisKindRule(dims=rule.dims).spec(ctx)
+    assert str(fast.value) == str(slow.value)
+
+
+_STATE = TrainingState(grad_dtype=None, optimizer_dtype=np.dtype(np.float32), optimizer_copies=2)
+_TREES = {name: tree_facts(get_preset(name).params) for name in ("gpt2", "mixtral-8x7b")}
+
+
+@settings(max_examples=examples(40))
+@given(st.sampled_from(sorted(_TREES)), sizes_st)
+def test_lazy_plans_equal_the_plans_that_ask_every_decision(name, sizes) -> None:
+    spec = get_preset(name).spec
+    fast_rule = AxisKindRule.for_model(spec)
+    slow_rule = _Eager.for_model(spec)
+    groups = LeafGroups.build(_TREES[name], fast_rule)
+    planner = Planner(groups, fast_rule, state=_STATE)
+    fast = planner(sizes)
+    slow = evaluate_plan(LeafGroups.build(_TREES[name], slow_rule), slow_rule, sizes, state=_STATE)
+    assert slow.decisions and all(type(d).__name__ == "Decision" for d in slow.decisions)
+    for field in ("specs", "param_bytes", "grad_bytes", "optimizer_bytes", "gather", "error", "axes_used",
+                  "traffic"):
+        assert getattr(fast, field) == getattr(slow, field), field
+    assert fast.decisions == slow.decisions  # worked out when read, reasons included
+    assert fast.traffic.gather == fast.gather
+    assert planner(sizes).traffic == fast.traffic  # the planner's caches give the same plan again
