@@ -44,6 +44,8 @@ from meshplan import compiled_memory  # noqa: E402
 from meshplan.facade._compiled import libtpu_available, tpu_topology_mesh  # noqa: E402
 from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
 from meshplan.pure import MeshCandidate, search_meshes  # noqa: E402
+from meshplan.pure.search._cluster import Cluster, parse_cluster  # noqa: E402
+from meshplan.pure.search._hardware import DEVICE_SPECS  # noqa: E402
 from meshplan.pure.presets import MODEL_SPECS, ModelSpec  # noqa: E402
 from meshplan.pure.search._recipe import TrainingRecipe  # noqa: E402
 
@@ -93,7 +95,12 @@ def analytic(family: str, sizes: dict[str, int], remat: str, attention: str, bat
     recipe = TrainingRecipe(remat=remat, attention=attention, backend=backend, residual_split=False)
     # A large-memory device, so the search returns this mesh whether or not it fits a v6e.
     devices = int(np.prod(list(sizes.values())))
-    cluster = "1x1xH200" if backend == "gpu" else f"v5p-{max(16, 2 * devices)}"
+    cluster: str | Cluster = f"v5p-{max(8, 2 * devices)}"
+    if backend == "gpu":
+        # An H200 with room for any step, so a step the model prices above 141 GB (full-size
+        # Llama-3-8B) still gets its figure instead of "does not fit".
+        cluster = parse_cluster("1x1xH200", devices={
+            "H200": dataclasses.replace(DEVICE_SPECS["H200"], hbm_bytes=2**50)})
     cand = search_meshes(spec, cluster, axes=axes, fixed=sizes, batch=batch, seq=seq, recipe=recipe, headroom=0.0,
                          top_k=1).best
     return cand, {a: sizes[a] for a in axes}
@@ -120,7 +127,7 @@ def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, bat
     config = ReferenceConfig(remat=remat, attention=attention)
     start = time.perf_counter()
     ref = reference_step(spec, mesh, batch=batch, seq=seq, plan=cand, config=config)
-    exact = compiled_memory(ref.fn, *ref.args)
+    exact = compiled_memory(ref.fn, *ref.args, top_buffers=24)
     measured = _run_once(ref) if run else 0
     return {"measured": measured, "family": family, "mesh": cand.text, "remat": remat, "attention": attention, "batch": batch,
             "seq": seq, "backend": backend, "analytic": cand.memory.total, "exact": exact.peak_bytes,
@@ -130,7 +137,7 @@ def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, bat
             "cluster": cluster if backend == "tpu" else backend,
             # XLA's biggest buffers live at its peak (where compiled_memory can read them), for finding
             # which phase the peak is in and what it holds.
-            "largest": [[b.bytes, b.shape, b.kind, b.source[-90:]] for b in getattr(exact, "largest", ())[:12]]}
+            "largest": [[b.bytes, b.shape, b.kind, b.source[-90:]] for b in getattr(exact, "largest", ())[:24]]}
 
 
 def _run_once(ref: object) -> int:
@@ -168,6 +175,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--meshes", type=int, default=len(MESHES), help="how many of the meshes")
     parser.add_argument("--shapes", type=int, default=len(SHAPES), help="how many of the (batch, seq) shapes")
     parser.add_argument("--jsonl", help="append each row as JSON to this file")
+    parser.add_argument("--case", action="append", metavar="FAMILY:MESH:REMAT:ATTENTION:BxS",
+                        help="compile this one case instead of the grid (repeatable), e.g. "
+                             "'llama3-8b:fsdp=4:full:flash:4x2048' (a preset, '/NL' cuts it to N layers)")
     args = parser.parse_args(argv)
     if args.reprice:
         _summary([_reprice(json.loads(line)) for path in args.reprice
@@ -195,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
                               else TPU_ATTENTIONS if backend == "tpu" else ATTENTIONS)]
     if args.only_case is not None:
         grid = grid[args.only_case: args.only_case + 1]
+    if args.case:
+        grid = [_parse_case(text, backends[0]) for text in args.case]
     for backend, family, sizes, (batch, seq), remat, attention in grid:
         try:
             row = run_case(family, dict(sizes), remat, attention, batch, seq, backend, run=args.run,
@@ -211,6 +223,14 @@ def main(argv: list[str] | None = None) -> None:
               f"{row['analytic'] / 2**20:8.1f} MiB exact {row['exact'] / 2**20:8.1f} MiB "
               f"ratio {row['ratio']:.2f} ({row['phase']})", flush=True)
     _summary(rows, markdown=args.markdown)
+
+
+def _parse_case(text: str, backend: str) -> tuple[str, str, dict[str, int], tuple[int, int], str, str]:
+    """``FAMILY:MESH:REMAT:ATTENTION:BxS`` -> a grid entry (``llama3-8b:fsdp=4:full:flash:4x2048``)."""
+    family, mesh, remat, attention, shape = text.split(":")
+    sizes = {k: int(v) for k, v in (kv.split("=") for kv in mesh.split(","))}
+    batch, seq = (int(v) for v in shape.split("x"))
+    return backend, family, sizes, (batch, seq), remat, attention
 
 
 def _reprice(row: dict[str, object]) -> dict[str, object]:

@@ -16,8 +16,17 @@ and optimizer state, exact from the plan), and takes the maximum:
   plus an fp32 accumulator with micro-batches; ``work``: one layer's
   recomputed intermediates and their gradients; ``gathered``: fsdp-gathered
   weights of about two layers (the one in use, the prefetched one);
-- ``update``: the optimizer update: ``R + G + update`` (new state and fp32
-  temporaries written before the donated old buffers are released).
+- ``update``: the optimizer update: ``R + G + update``. XLA updates the
+  leaves one after another, and for the leaf being updated it writes the new
+  fp32 moments before the donated old ones are released, so ``update`` is
+  ``update_leaf`` fp32 copies of the **largest stacked leaf** (scanned layers
+  stack each projection over the layers: Llama-3-8B's ``32 x 4096 x 14336``
+  MLP weights, 7.0 GiB in fp32 on one device; its per-device size is taken as
+  its share of the parameters, :attr:`LayerDims.largest_share`, times this
+  device's parameters) plus ``update_state`` x ``R`` for what small leaves
+  updated together add. Measured on an H200: full-size Llama-3-8B peaks at
+  104.16 GiB = arguments 74.79 + gradients 14.96 + 14.41 (2.06 copies of
+  that leaf); a fixed fraction of the state priced it at 145.1 GiB.
 
 A layer's activations per device (``t`` = micro-batch x local sequence tokens,
 ``a`` = compute itemsize, ``r`` = the residual stream's split over tp) are
@@ -86,6 +95,10 @@ class Calibration:
         copies and 128-lane row statistics; 1 = all of them).
       routing_per_choice: whether the MoE routing priced is GShard's fp32 one-hot slot tensor
         (``top_k`` routing tensors, what XLA:TPU keeps for the backward pass) rather than one.
+      update_leaf: fp32 copies of the largest stacked parameter leaf the update phase holds
+        besides the state and the gradients (the new moments of the leaf being updated are
+        written before its old ones are released); ``update_state`` then prices what the
+        many small leaves add.
     """
 
     source: str
@@ -101,6 +114,7 @@ class Calibration:
     lane_pad: int = 0
     flash_buffers: float = 1.0
     routing_per_choice: bool = False
+    update_leaf: float = 0.0
 
 
 # Fitted (least squares on log(analytic / exact)) to the reference steps of
@@ -111,21 +125,28 @@ CALIBRATIONS: dict[str, Calibration] = {
     # TPU: fitted 2026-11-23 to the 12 v6e-8 rows at 32 x 1024 on fsdp=8 (3 families x remat x plain/flash);
     # score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash kernel's buffers
     # and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak;
-    # head_buffers, gathered_layers and update_state are the 2026-11-22 values (no row of the grid
-    # peaks where they matter; update_state is checked by the full-size llama3-8b v5p row).
+    # head_buffers and gathered_layers are the 2026-11-22 values (no row of the grid peaks where they
+    # matter). The update (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8
+    # (8 x 1024) peak at arguments + gradients + 0.6 / 0.4 GiB: XLA:TPU updates the moments in place, so
+    # update_leaf is bounded by those rows (at most 0.34 / 0.48 copies of the 1.75 / 0.88 GiB fp32 leaf),
+    # not identified by them (the backward phase is their peak); 0.96 x the state priced them at 1.75x.
     "tpu": Calibration("XLA:TPU v6e-8 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
                        "32 x 1024, 2026-11-23",
                        none_scale=1.59, score_buffers=1.5, work_layers=0.27, work_scores=1.39, logits_buffers=1.09,
-                       head_buffers=2.6, gathered_layers=1.32, gathered_itemsize=0, update_state=0.96,
-                       lane_pad=128, flash_buffers=0.5, routing_per_choice=True),
+                       head_buffers=2.6, gathered_layers=1.32, gathered_itemsize=0, update_state=0.0,
+                       lane_pad=128, flash_buffers=0.5, routing_per_choice=True, update_leaf=0.3),
     "cpu": Calibration("XLA:CPU (jax 0.10.2, 8 devices) argument + output - alias + temp of the reference "
                        "steps, 2026-11-22",
                        none_scale=2.91, score_buffers=2.67, work_layers=3.37, work_scores=2.27, logits_buffers=2.0,
                        head_buffers=2.5, gathered_layers=2.27, gathered_itemsize=4, update_state=0.75),
+    # GPU update (2026-11-23): two fp32 copies of the largest stacked leaf (the new moments written before
+    # the old are released), fitted to the full-size H200 rows (Llama-3-8B 2 x 4096: 2.06 copies at the
+    # peak; Mixtral-8x7B/2L 4 x 2048 1.30x before); the 4-layer rows never peak in the update.
     "gpu": Calibration("XLA:GPU H200 (jax 0.11.2, one device) peak_memory_in_bytes of the reference steps, "
                        "2026-11-22",
                        none_scale=1.82, score_buffers=2.04, work_layers=1.22, work_scores=2.64, logits_buffers=2.0,
-                       head_buffers=2.5, gathered_layers=2.0, gathered_itemsize=0, update_state=0.74),
+                       head_buffers=2.5, gathered_layers=2.0, gathered_itemsize=0, update_state=0.0,
+                       update_leaf=2.0),
 }
 
 
@@ -148,6 +169,14 @@ class LayerDims:
         over layers (GShard's ``(b, s, experts, capacity)`` tensors: ``top_k x capacity_factor``).
       top_k: routed experts per token (0 without MoE layers); GShard's one-hot slot tensor
         ``(b, s, top_k, experts, capacity)`` is ``top_k`` routing tensors.
+      largest_share: the largest stacked parameter leaf's share of the parameter elements
+        (``_stacked_leaves``: scanned layers stack a projection over the layers, so the
+        largest leaf is e.g. Llama's ``layers x hidden x mlp`` MLP weight, or Mixtral's
+        ``layers x experts x hidden x moe_width``); the update phase prices fp32 copies of it.
+      mlp_inputs: a dense MLP's projections into its width: 2 when gated (gate and up: Llama,
+        Mixtral, DeepSeek), 1 for GPT-2. Remat ``dots`` saves their outputs. (The activations
+        with remat ``none`` stay 3 pieces for both: GPT-2's tanh GELU keeps as many
+        MLP-width intermediates as SiLU x up, 5 stacked bf16 buffers on the H200 16 x 256 row.)
     """
 
     layers: int
@@ -162,6 +191,8 @@ class LayerDims:
     head: int
     routing: float = 0.0
     top_k: int = 0
+    largest_share: float = 0.0
+    mlp_inputs: int = 2
 
 
 def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
@@ -185,12 +216,47 @@ def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
     if model.num_experts:
         moe = (model.num_experts_per_tok * capacity_factor + model.num_shared_experts) * model.moe_intermediate_size
     n_moe = model.num_moe_layers if model.num_experts else 0
+    leaves = _stacked_leaves(model)
     return LayerDims(layers, model.hidden_size, model.num_heads, model.num_kv_heads, model.num_heads * q_head,
                      model.num_kv_heads * model.head_dim, (layers - n_moe) * dense / layers, n_moe * moe / layers,
                      model.vocab_size,
                      model.vocab_size * model.hidden_size,
                      model.num_experts_per_tok * capacity_factor * n_moe / layers if n_moe else 0.0,
-                     model.num_experts_per_tok if n_moe else 0)
+                     model.num_experts_per_tok if n_moe else 0,
+                     max(leaves) / sum(leaves),
+                     1 if model.family == "gpt2" else 2)
+
+
+def _stacked_leaves(model: ModelSpec) -> list[int]:
+    """Elements of each weight matrix as a scanned step stacks it (one leaf per projection over the
+    layers that share its shape; dense and MoE layers stacked apart). Norms and biases are left out:
+    under a thousandth of any preset's parameters.
+    """
+    h, layers = model.hidden_size, max(model.num_layers, 1)
+    n_moe = model.num_moe_layers if model.num_experts else 0
+    leaves = [model.vocab_size * h] * (1 if model.tied_embeddings else 2)
+    if model.max_position_embeddings:
+        leaves.append(model.max_position_embeddings * h)
+    mla = model.mla
+    if mla is not None:
+        heads = model.num_heads
+        attention = [h * mla.q_lora_rank, mla.q_lora_rank * heads * mla.qk_head_dim,
+                     h * (mla.kv_lora_rank + mla.qk_rope_head_dim),
+                     mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim), heads * mla.v_head_dim * h]
+    elif model.family == "gpt2":  # one fused q/k/v projection
+        attention = [h * 3 * h, h * h]
+    else:
+        q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+        attention = [h * q, h * kv, h * kv, q * h]
+    leaves += [layers * a for a in attention]
+    gated = 2 if model.family == "gpt2" else 3
+    leaves += [(layers - n_moe) * h * model.intermediate_size] * gated
+    if n_moe:
+        leaves += [n_moe * model.num_experts * h * model.moe_intermediate_size] * 3
+        leaves += [n_moe * h * model.num_experts]
+        if model.num_shared_experts:
+            leaves += [n_moe * h * model.moe_intermediate_size * model.num_shared_experts] * 3
+    return [n for n in leaves if n]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -331,7 +397,8 @@ def price_step(
         flash = 4 * t * a * q
         lanes = 3 * b * heads * s * _FLASH_LANES * 4
     saved_layer = {"none": cal.none_scale * none_layer + cal.score_buffers * scores + flash,
-                   "dots": 3 * x + proj - t * a * q + 2 * mlp / 3,
+                   "dots": 3 * x + proj - t * a * q + t * a * (dims.mlp_inputs * dims.mlp_width / tp
+                                                               + 2 * dims.expert_width),
                    "full": x, "offload": 0.0}[recipe.remat]
     saved = dims.layers * saved_layer
     vocab_split = _split(dims.vocab, tp)
@@ -343,7 +410,11 @@ def price_step(
     accum = grads * 4 / recipe.grad_itemsize if recipe.micro_batches > 1 else 0
     resident = params + optimizer
     live_grads = grads + accum
-    update = cal.update_state * resident
+    # The update writes the new moments of the largest stacked leaf (fp32) before releasing the old
+    # ones; its per-device size is its share of this device's parameters (exact when the plan splits
+    # it like the average leaf; a leaf split over more axes than the rest is over-priced).
+    largest = dims.largest_share * params / recipe.weight_itemsize * 4
+    update = cal.update_leaf * largest + cal.update_state * resident
     phases = (("forward", int(resident + saved + logits + head)),
               ("backward", int(resident + live_grads + saved + work + gathered_now)),
               ("update", int(resident + live_grads + update)))
