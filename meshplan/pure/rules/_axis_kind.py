@@ -52,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
@@ -146,6 +146,9 @@ class AxisKindRule:
     # tries the dims in (see _decide).
     _placed: dict[tuple[int, tuple[int, ...], int, int], _Placed | Decision] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
+    # (layout id, shape) -> the order fsdp tries the dims in, which reads no axis size.
+    _orders: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False)
     # entries -> spec: the search builds a few dozen distinct specs thousands of times.
     _specs: dict[tuple[tuple[str, ...], ...], PartitionSpec] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
@@ -215,11 +218,7 @@ class AxisKindRule:
         return self._decide(self._layout_of(ctx), ctx.shape, ctx.axis_sizes)
 
     def spec(self, ctx: LeafContext) -> PartitionSpec:
-        """``self(ctx).spec``, without writing the reason.
-
-        The mesh search prices a few hundred plans and shows a few: it asks this for every plan
-        and the whole decision only for the plans it shows (writing the reasons cost a third of
-        the decisions). Raises what ``self(ctx)`` raises.
+        """``self(ctx).spec``, without writing the reason (see :meth:`spec_function`).
 
         Example:
           >>> import numpy as np
@@ -228,11 +227,47 @@ class AxisKindRule:
           >>> AxisKindRule().spec(LeafContext((64, 32), np.dtype("float32"), {"fsdp": 4, "tp": 2}, 0, facts))
           P('tp', 'fsdp')
         """
-        shape, sizes = ctx.shape, ctx.axis_sizes
-        placed = self._placed_for(self._layout_of(ctx), shape, sizes)
+        return self.spec_function(ctx)[0](ctx.axis_sizes)
+
+    def spec_function(self, ctx: LeafContext) -> tuple[Callable[[Mapping[str, int]], PartitionSpec], tuple[str, ...]]:
+        """``sizes -> self(ctx on a mesh of those axis sizes).spec`` (without writing the reason),
+        and the axes whose sizes that spec reads: meshes that agree on them give this leaf one spec.
+
+        The mesh search prices a few hundred plans and shows a few: it asks this once per leaf
+        group, reuses a group's spec and shard on every mesh that agrees on the axes it reads
+        (dense leaves ignore ep, norms ignore tp), and asks for whole decisions only for the
+        plans it shows (writing the reasons cost a third of the decisions). Raises what
+        ``self(ctx)`` raises about the leaf's path and shape, whatever the mesh.
+
+        Example:
+          >>> import numpy as np
+          >>> from meshplan.pure import tree_facts
+          >>> facts = tree_facts({"mlp": {"down_proj": {"weight": np.zeros((32, 64))}}})
+          >>> f, reads = AxisKindRule().spec_function(LeafContext((32, 64), np.dtype("float32"), {}, 0, facts))
+          >>> f({"fsdp": 4, "tp": 2}), f({"fsdp": 8}), reads
+          (P('fsdp', 'tp'), P(None, 'fsdp'), ('fsdp', 'tp'))
+        """
+        lay, shape = self._layout_of(as_context(ctx)), ctx.shape
+        return (lambda sizes: self._spec_for(lay, shape, sizes)), self._leaf_reads(lay, shape)
+
+    def _leaf_reads(self, lay: LeafLayout, shape: tuple[int, ...]) -> tuple[str, ...]:
+        """The axes :meth:`_spec_for` reads for this leaf: none below ``min_shard_size``; else fsdp,
+        tp unless :meth:`_place_tp` never splits its role, ep where :meth:`_place_ep` finds stacked
+        experts (fsdp joining a split dim reads only the axes already there)."""
+        if math.prod(shape) < self.min_shard_size:
+            return ()
+        reads = [self.fsdp_axis]
+        if lay.role != "other":
+            reads.append(self.tp_axis)
+        if not lay.per_expert and lay.dim("experts") is not None:
+            reads.append(self.ep_axis)
+        return tuple(reads)
+
+    def _spec_for(self, lay: LeafLayout, shape: tuple[int, ...], axis_sizes: Mapping[str, int]) -> PartitionSpec:
+        placed = self._placed_for(lay, shape, axis_sizes)
         if isinstance(placed, Decision):
             return placed.spec
-        return self._spec_of(self._entries(placed, shape, sizes)[0])
+        return self._spec_of(self._entries(placed, shape, axis_sizes)[0])
 
     def _layout_of(self, ctx: LeafContext) -> LeafLayout:
         path, shape = ctx.path, ctx.shape
@@ -326,7 +361,10 @@ class AxisKindRule:
         if ep > 1:
             done.append(self._place_ep(lay, shape, ep, first))
         # A scanned layer stack goes last for fsdp: splitting it puts whole layers on one device.
-        order = tuple(sorted(range(len(shape)), key=lambda d: (lay.dims[d] == "layers", -shape[d], d)))
+        order = self._orders.get((id(lay), shape))
+        if order is None:
+            order = self._orders[(id(lay), shape)] = tuple(
+                sorted(range(len(shape)), key=lambda d: (lay.dims[d] == "layers", -shape[d], d)))
         return tuple(first), tuple(done), order
 
     def _place_tp(self, lay: LeafLayout, shape: tuple[int, ...], tp: int, entries: list[tuple[str, ...]]) -> str:

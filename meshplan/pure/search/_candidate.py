@@ -61,6 +61,16 @@ def _records(where: str, from_dict: Callable[[Any], R], items: Any) -> tuple[R, 
 
 
 
+def _unchecked(cls: type[R], values: tuple[Any, ...]) -> R:
+    """A frozen record of ``cls`` holding ``values`` in field order, without ``__post_init__``'s checks:
+    for figures the search built itself, already of the canonical types."""
+    out = object.__new__(cls)
+    # A slots dataclass's __slots__ are its field names in order (dataclasses.fields costs more than the record).
+    for name, value in zip(cls.__slots__, values, strict=True):  # type: ignore[attr-defined]
+        object.__setattr__(out, name, value)
+    return out
+
+
 def _fields(cls: type, data: Any, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
     return record(cls, data, ignore=ignore)
 
@@ -97,6 +107,20 @@ class ParamGroup:
     def __post_init__(self) -> None:
         check_fields(self, {"pattern": as_text, "shape": as_shape, "dtype": as_text, "count": as_nonneg,
                             "spec": _spec, "rule": as_text, "reason": as_text})
+
+    @classmethod
+    def trusted(cls, pattern: str, shape: tuple[int, ...], dtype: str, count: int, spec: PartitionSpec, rule: str,
+                reason: str) -> ParamGroup:
+        """The record from values the search took from a checked tree and checked decisions (strs,
+        a tuple of Python ints, an int >= 0, a PartitionSpec), without :meth:`__post_init__`'s
+        checks: a shown search builds a few hundred. Everything else goes through the checks.
+
+        Example:
+          >>> ParamGroup.trusted("w", (4,), "float32", 1, PartitionSpec(), "r", "why") == ParamGroup(
+          ...     "w", (4,), "float32", 1, PartitionSpec(), "r", "why")
+          True
+        """
+        return _unchecked(cls, (pattern, shape, dtype, count, spec, rule, reason))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -148,10 +172,7 @@ class MemoryBreakdown:
           >>> MemoryBreakdown.trusted(1, 1, 1, 1, 10, "update") == MemoryBreakdown(1, 1, 1, 1, 10, "update")
           True
         """
-        out = object.__new__(cls)
-        for name, value in zip(_MEMORY_FIELDS, (params, grads, optimizer, activations, budget, phase, grads_live)):
-            object.__setattr__(out, name, value)
-        return out
+        return _unchecked(cls, (params, grads, optimizer, activations, budget, phase, grads_live))
 
     @property
     def total(self) -> int:
@@ -198,9 +219,6 @@ class MemoryBreakdown:
         return f"{fmt_bytes(self.total)} ({self.parts()})"
 
 
-_MEMORY_FIELDS = tuple(f.name for f in dataclasses.fields(MemoryBreakdown))
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class CommTerm:
     """One kind of collective a training step runs, priced by the alpha-beta model.
@@ -230,6 +248,17 @@ class CommTerm:
         check_fields(self, {"what": as_text, "kind": as_text, "axes": as_texts, "nbytes": as_nonneg,
                             "calls": as_nonneg, "link": as_text, "seconds": as_seconds,
                             "exposed": optional(as_seconds)})
+
+    def with_exposed(self, exposed: float) -> CommTerm:
+        """This term with ``exposed`` seconds of it not hidden (a float in ``[0, seconds]``, from
+        :func:`~meshplan.pure.search._step_time.step_time`), without checking the other fields again.
+
+        Example:
+          >>> CommTerm("x", "all-gather", ("fsdp",), 8, 1, "intra", 0.5).with_exposed(0.25).hidden
+          0.25
+        """
+        return _unchecked(CommTerm, (self.what, self.kind, self.axes, self.nbytes, self.calls, self.link,
+                                     self.seconds, float(exposed)))
 
     @property
     def hidden(self) -> float | None:

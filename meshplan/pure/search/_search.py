@@ -136,9 +136,9 @@ def _no_detail() -> str:
 class _Search:
     """One search: the canonical request, the leaf groups and the plan cache."""
 
-    def __init__(self, req: SearchRequest, model: ModelSpec, params: PyTree, rule: Rule) -> None:
+    def __init__(self, req: SearchRequest, model: ModelSpec, groups: LeafGroups, rule: Rule) -> None:
         self.req, self.model, self.rule = req, model, rule
-        self.groups = LeafGroups.build(tree_facts(params), rule)
+        self.groups = groups  # built once per tree and rule (the larger clusters' searches reuse them)
         self.reads = reads_axes(rule)
         self.plans: dict[tuple[Any, ...], PlanEval] = {}
         self.act_itemsize = dtype_storage_bytes(canonical_dtype(req.param_dtype)) if req.param_dtype != "mixed" else 2
@@ -151,6 +151,7 @@ class _Search:
         # The FLOPs per device depend on the mesh through its device count, tp and dp alone
         # (tests/pure/search/test_search.py holds step_flops to that): cached by (tp, dp).
         self.flops: dict[tuple[int, int], StepFlops] = {}
+        self.floors_s: dict[tuple[int, int], float] = {}  # the same key -> the step with no collectives
         self.tp_index = req.axes.index("tp") if "tp" in req.axes else None
         self.dp_index = req.axes.index("dp") if "dp" in req.axes else None
         self.budget = req.budget  # a property of properties, read several times per mesh
@@ -180,10 +181,13 @@ class _Search:
                                                       else [m] if per_replica % m == 0 else [])
         return found
 
+    def _flops_key(self, s: _Scored) -> tuple[int, int]:
+        return (s.sizes[self.tp_index] if self.tp_index is not None else 1,
+                s.sizes[self.dp_index] if self.dp_index is not None else 1)
+
     def _flops(self, s: _Scored) -> StepFlops:
         """The step's FLOPs on ``s``'s mesh (see ``self.flops``)."""
-        key = (s.sizes[self.tp_index] if self.tp_index is not None else 1,
-               s.sizes[self.dp_index] if self.dp_index is not None else 1)
+        key = self._flops_key(s)
         found = self.flops.get(key)
         if found is None:
             req = self.req
@@ -281,7 +285,7 @@ class _Search:
         if self.req.rank_by != "time" or len(fits) <= k:
             self._price_steps(fits)
             return fits
-        floor = [self._step_time(s, ()).step_s for s in fits]
+        floor = [self._floor(s) for s in fits]
         order = sorted(range(len(fits)), key=lambda i: (floor[i], fits[i].sizes))
         floors = [floor[i] for i in order]  # ascending
         priced: list[_Scored] = []
@@ -299,6 +303,14 @@ class _Search:
             best = sorted(best + [s.step_s for s in chunk])[:k]
             start, size = start + size, 2 * size
         return priced
+
+    def _floor(self, s: _Scored) -> float:
+        """``s``'s step with no collectives (its compute), which reads the mesh only through its FLOPs."""
+        key = self._flops_key(s)
+        found = self.floors_s.get(key)
+        if found is None:
+            found = self.floors_s[key] = self._step_time(s, ()).step_s
+        return found
 
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list[_Scored],
                over: list[_Scored]) -> tuple[str, Callable[[], str]]:
@@ -467,8 +479,7 @@ class _Search:
         p = s.placement
         terms = to_terms(s.pending, s.term_seconds)
         if s.time is not None:
-            terms = tuple(dataclasses.replace(t, exposed=e.exposed) for t, e in zip(terms, s.time.terms,
-                                                                                     strict=True))
+            terms = tuple(t.with_exposed(e.exposed) for t, e in zip(terms, s.time.terms, strict=True))
         # The specs the activation memory was charged for, so the plan can apply them.
         acts = step_activations(self.model, dict(zip(p.names, s.sizes, strict=True)), batch=self.req.batch,
                                 seq=self.req.seq, itemsize=self.req.recipe.compute_itemsize,
@@ -655,7 +666,8 @@ def search_meshes(
         ("tp_within_domain", tp_within_domain), ("ep_within_domain", ep_within_domain))}
     grad_dt = None if grad_dtype is None else canonical_dtype(grad_dtype, what="grad_dtype")
     opt_dt = canonical_dtype(optimizer_dtype, what="optimizer_dtype")
-    dtypes = sorted({str(d) for d in {i.dtype for i in tree_facts(params).infos if i is not None}})
+    facts = tree_facts(params)
+    dtypes = sorted({str(d) for d in {i.dtype for i in facts.infos if i is not None}})
     if not dtypes:
         raise PlanError(f"params={params!r:.80} holds no arrays (no leaf has a shape and dtype); pass the "
                         "parameter tree (arrays or ShapeDtypeStructs), or None for the model's own.")
@@ -688,12 +700,12 @@ def search_meshes(
     why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
     if why is not None:
         raise PlanError(why)
-    return _run(req, spec, params, rule, batch_given=batch is not None, suggest=True)
+    return _run(req, spec, LeafGroups.build(facts, rule), rule, batch_given=batch is not None, suggest=True)
 
 
-def _run(req: SearchRequest, model: ModelSpec, params: PyTree, rule: Rule, *, batch_given: bool,
+def _run(req: SearchRequest, model: ModelSpec, groups: LeafGroups, rule: Rule, *, batch_given: bool,
          suggest: bool) -> SearchResult:
-    search = _Search(req, model, params, rule)
+    search = _Search(req, model, groups, rule)
     fits, over, rejections, total, num_fitting = search.run()
     if req.rank_by == "time":
         fits.sort(key=lambda s: (s.step_s, s.memory.total, s.sizes))
@@ -745,7 +757,7 @@ def _fitting_cluster(search: _Search, batch_given: bool) -> Cluster | None:
             break
         trial = dataclasses.replace(req, cluster=bigger, batch=req.batch if batch_given else bigger.num_devices)
         try:
-            _run(trial, search.model, search.groups.facts.source, search.rule, batch_given=batch_given,
+            _run(trial, search.model, search.groups, search.rule, batch_given=batch_given,
                  suggest=False)
         except PlanError:
             continue

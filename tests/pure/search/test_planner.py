@@ -43,6 +43,19 @@ def test_spec_is_the_decisions_spec(template, shape, sizes, heads, experts, min_
                                           min_shard_size=min_size)(ctx).spec  # asked first, before any memo
 
 
+@given(st.sampled_from(TEMPLATES), shapes(max_rank=3), sizes_st, sizes_st, st.sampled_from([None, 4, 8]),
+       st.sampled_from([0, 64]))
+def test_spec_function_reads_only_the_axes_it_names(template, shape, a, b, experts, min_size) -> None:
+    rule = AxisKindRule(num_heads=8, num_experts=experts, min_shard_size=min_size)
+    ctx = _ctx(template.replace("*", "0"), shape, a)
+    f, reads = rule.spec_function(ctx)
+    assert set(reads) <= set(rule.reads_axes)
+    for axis in reads:
+        b[axis] = a[axis]
+    assert f(a) == rule(ctx).spec
+    assert f(b) == f(a)  # meshes that agree on the axes it reads give the leaf one spec
+
+
 def test_spec_refuses_what_the_decision_refuses() -> None:
     rule = AxisKindRule(dims=(("q_proj", ("in", "out")),))  # rank 2 named for a rank-3 leaf
     ctx = _ctx("model/layers/0/self_attn/q_proj/weight", (4, 8, 16), {"tp": 2})
@@ -57,15 +70,29 @@ _STATE = TrainingState(grad_dtype=None, optimizer_dtype=np.dtype(np.float32), op
 _TREES = {name: tree_facts(get_preset(name).params) for name in ("gpt2", "mixtral-8x7b")}
 
 
+_RULES = {name: AxisKindRule.for_model(get_preset(name).spec) for name in _TREES}
+# One planner per tree for every example: its memos (spec and shard per group, per sizes of the axes
+# the group reads) are reused across meshes, as in a search.
+_PLANNERS = {name: Planner(LeafGroups.build(_TREES[name], _RULES[name]), _RULES[name], state=_STATE)
+             for name in _TREES}
+
+
+def test_spec_function_names_the_axes_of_each_leaf_kind() -> None:
+    rule = AxisKindRule(num_experts=8)
+    reads = {path: rule.spec_function(_ctx(path, shape, {}))[1] for path, shape in (
+        ("model/layers/0/block_sparse_moe/experts/w1/weight", (8, 64, 32)),
+        ("model/layers/0/block_sparse_moe/experts/3/w1/weight", (64, 32)),
+        ("model/layers/0/mlp/down_proj/weight", (64, 32)), ("model/norm/weight", (4096,)),
+        ("model/layers/0/input_layernorm/weight", (8,)))}
+    assert list(reads.values()) == [("fsdp", "tp", "ep"), ("fsdp", "tp"), ("fsdp", "tp"), ("fsdp",), ()]
+
+
 @settings(max_examples=examples(40))
 @given(st.sampled_from(sorted(_TREES)), sizes_st)
 def test_lazy_plans_equal_the_plans_that_ask_every_decision(name, sizes) -> None:
-    spec = get_preset(name).spec
-    fast_rule = AxisKindRule.for_model(spec)
-    slow_rule = _Eager.for_model(spec)
-    groups = LeafGroups.build(_TREES[name], fast_rule)
-    planner = Planner(groups, fast_rule, state=_STATE)
+    planner = _PLANNERS[name]
     fast = planner(sizes)
+    slow_rule = _Eager.for_model(get_preset(name).spec)
     slow = evaluate_plan(LeafGroups.build(_TREES[name], slow_rule), slow_rule, sizes, state=_STATE)
     assert slow.decisions and all(type(d).__name__ == "Decision" for d in slow.decisions)
     for field in ("specs", "param_bytes", "grad_bytes", "optimizer_bytes", "gather", "error", "axes_used",
