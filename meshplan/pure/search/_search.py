@@ -79,7 +79,7 @@ from meshplan.pure.search._space import (
     mesh_count,
     mesh_text,
     num_factorizations,
-    place,
+    Placer,
     unit,
 )
 from meshplan.pure.search._recipe import OPTIMIZER_COPIES, TrainingRecipe
@@ -147,7 +147,8 @@ class _Search:
         self.state_total = state_bytes(self.groups, self.state)
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
-        self.bounded: list[tuple[float, tuple[int, ...], AxisPlacement]] = []
+        self.bounded: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []  # (bound, sizes, DCN split)
+        self.placer = Placer(req.axes, req)
         # The FLOPs per device depend on the mesh through its device count, tp and dp alone
         # (tests/pure/search/test_search.py holds step_flops to that): cached by (tp, dp).
         self.flops: dict[tuple[int, int], StepFlops] = {}
@@ -173,7 +174,9 @@ class _Search:
     def counts(self, mesh: dict[str, int]) -> list[int]:
         """Micro-batch counts to try on ``mesh``, fewest first: the divisors of its per-replica batch
         (``request.choose_micro_batches``), else the recipe's count when it divides (else none)."""
-        per_replica = self.req.batch // math.prod(mesh.get(a, 1) for a in BATCH_AXES)
+        return self._counts(self.req.batch // math.prod(mesh.get(a, 1) for a in BATCH_AXES))
+
+    def _counts(self, per_replica: int) -> list[int]:
         found = self.micro_counts.get(per_replica)
         if found is None:
             m = self.req.recipe.micro_batches
@@ -321,40 +324,43 @@ class _Search:
         ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
         if req.batch % ways:
             return "batch", lambda: f"{mesh_text(mesh)}: dp*fsdp*ep={ways} does not divide batch={req.batch}"
-        counts = self.counts(mesh)
+        counts = self._counts(req.batch // ways)
         if not counts:
             return "batch", lambda: (f"{mesh_text(mesh)}: micro_batches={req.recipe.micro_batches} does not divide "
                                      f"the per-replica batch {req.batch // ways} (batch / dp*fsdp*ep)")
-        placement = place(names, sizes, req)
-        if placement is None:
+        dcn = self.placer.split(sizes)
+        if dcn is None:
             where = unit(req.cluster)
             return "dcn", lambda: (f"{mesh_text(mesh)}: the {req.cluster.num_ici_domains} {where}s cannot all be "
                                    f"spread over the axes allowed across {where}s (tp/ep kept inside a {where})")
         budget = self.budget
-        bound = self._lower_bound(mesh, counts[0])
-        if bound > budget and len(counts) > 1 and self._state_bound(mesh) <= budget:
+        state = self._state_bound(mesh)
+        tp, sp = mesh.get("tp", 1), mesh.get("sp", 1)
+        bound = self._lower_bound(state, tp, sp, ways, counts[0])
+        over_at_fewest = bound > budget
+        if bound > budget and len(counts) > 1 and state <= budget:
             # More micro-batches shrink the activations (not the state): the bound at the most of them decides.
-            bound = self._lower_bound(mesh, counts[-1])
+            bound = self._lower_bound(state, tp, sp, ways, counts[-1])
         if bound > budget:
             # Every leaf shards over at most the axes the rule reads, so no plan can beat this. An
             # over-budget mesh is shown at its leanest (the most micro-batches): _fill_leanest orders
             # by the bound there (the bound at the fewest is no bound of that total).
-            self.bounded.append((self._lower_bound(mesh, counts[-1]), sizes, placement))
+            self.bounded.append((self._lower_bound(state, tp, sp, ways, counts[-1]), sizes, dcn))
             return "memory", lambda: f"{mesh_text(mesh)}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
-        return self._exact(mesh, sizes, placement, fits, over)
+        return self._exact(mesh, sizes, self.placer.placement(sizes, dcn), fits, over, over_at_fewest=over_at_fewest)
 
     def _state_bound(self, mesh: dict[str, int]) -> float:
         """Params + grads + optimizer per device can be no less than this (every leaf split over the rule's axes)."""
         return 0.0 if self.reads is None else self.state_total / math.prod(mesh.get(a, 1) for a in self.reads)
 
-    def _lower_bound(self, mesh: dict[str, int], micro_batches: int) -> float:
-        """:func:`~meshplan.pure.search._step_memory.lower_bound`, its activation floor cached by what it reads."""
+    def _lower_bound(self, state: float, tp: int, sp: int, ways: int, micro_batches: int) -> float:
+        """:func:`~meshplan.pure.search._step_memory.lower_bound` of a mesh with this :meth:`_state_bound`, tp, sp and
+        dp*fsdp*ep, its activation floor cached by what it reads."""
         if self.reads is None:
             return 0.0
-        state = self._state_bound(mesh)
         if not self.req.activations:
             return state
-        key = (mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES), micro_batches)
+        key = (tp, sp, ways, micro_batches)
         floor = self.floors.get(key)
         if floor is None:
             floor = self.floors[key] = activation_floor(self._price(key, 0, 0, 0, 0))
@@ -368,19 +374,22 @@ class _Search:
                           seq=self.req.seq, params=params, grads=grads, optimizer=optimizer, gathered=gathered)
 
     def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement,
-               fits: list[_Scored], over: list[_Scored]) -> tuple[str, Callable[[], str]]:
+               fits: list[_Scored], over: list[_Scored], *, over_at_fewest: bool = False
+               ) -> tuple[str, Callable[[], str]]:
+        """Plan and fit one mesh; ``over_at_fewest``: its memory bound at the fewest micro-batches is over
+        the budget (so is its peak there, which is then not priced)."""
         req = self.req
         key, plan = self.plan(mesh)
         if plan.error is not None:
             error = plan.error
             return "rule", lambda: f"{mesh_text(mesh)}: {error}"
-        idle = self._idle(mesh, plan)
-        if idle:
-            return "idle", lambda: f"{mesh_text(mesh)}: {idle}"
+        idle = [a for a in WEIGHT_AXES if mesh.get(a, 1) > 1 and a not in plan.axes_used]
+        if idle:  # written out only for the example: it reads the plan's reasons
+            return "idle", lambda: f"{mesh_text(mesh)}: {self._idle(mesh, plan, idle)}"
         counts = self.counts(mesh)
         m = counts[0]
-        memory = self._memory(mesh, plan, m)
-        if not memory.fits and len(counts) > 1:
+        memory = None if over_at_fewest and len(counts) > 1 else self._memory(mesh, plan, m)
+        if memory is None or (not memory.fits and len(counts) > 1):
             # The fewest micro-batches that fit: check the most first (the leanest; a mesh that fits at none is
             # reported there), then bisect: from 2 on, the peak only falls as the count grows (the activations
             # shrink, the fp32 accumulator stays).
@@ -438,16 +447,13 @@ class _Search:
         return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, peak - state,
                                        self.budget, phase, live)
 
-    def _idle(self, mesh: dict[str, int], plan: PlanEval) -> str:
-        """Why the mesh has a weight axis of size > 1 that splits no parameter ("" when it has none).
+    def _idle(self, mesh: dict[str, int], plan: PlanEval, idle: list[str]) -> str:
+        """Why the mesh has weight axes of size > 1 that split no parameter (``idle``, mesh order).
 
         Such a mesh only replicates over that axis while paying its collectives (and a
         ranked ``tp=8`` plan whose weights are all replicated misleads), so it is rejected
         with the reason the rule gave for the largest leaf.
         """
-        idle = [a for a in WEIGHT_AXES if mesh.get(a, 1) > 1 and a not in plan.axes_used]
-        if not idle:
-            return ""
         infos = self.groups.infos
         reasons = ["no opinion; replicated" if d is None else d.reason for d in plan.decisions]
         # The largest leaf whose reason speaks of the axis says best why it is idle.
@@ -468,11 +474,12 @@ class _Search:
         """Plan exactly the bound-pruned meshes that could be among the ``top_k`` leanest over budget."""
         self.bounded.sort(key=lambda b: (b[0], b[1]))
         k = self.req.top_k
-        for bound, sizes, placement in self.bounded:
+        for bound, sizes, dcn in self.bounded:
             totals = sorted(s.memory.total for s in over)
             if len(totals) >= k and bound > totals[k - 1]:  # strictly: a mesh at the bound may tie
                 break
-            self._exact(dict(zip(self.req.axes, sizes, strict=True)), sizes, placement, [], over)
+            self._exact(dict(zip(self.req.axes, sizes, strict=True)), sizes, self.placer.placement(sizes, dcn), [],
+                        over)
 
     def candidate(self, s: _Scored, verdict: str, rank: int | None) -> MeshCandidate:
         groups = param_groups(self.groups, self.plans[s.plan_key], self.rule)
