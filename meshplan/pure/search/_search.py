@@ -474,9 +474,14 @@ class _Search:
         """Plan exactly the bound-pruned meshes that could be among the ``top_k`` leanest over budget."""
         self.bounded.sort(key=lambda b: (b[0], b[1]))
         k = self.req.top_k
+        least: list[int] = []  # the k least totals over budget so far, ascending
+        seen = 0
         for bound, sizes, dcn in self.bounded:
-            totals = sorted(s.memory.total for s in over)
-            if len(totals) >= k and bound > totals[k - 1]:  # strictly: a mesh at the bound may tie
+            for s in over[seen:]:  # what the last _exact added
+                bisect.insort(least, s.memory.total)
+                del least[k:]
+            seen = len(over)
+            if len(least) >= k and bound > least[k - 1]:  # strictly: a mesh at the bound may tie
                 break
             self._exact(dict(zip(self.req.axes, sizes, strict=True)), sizes, self.placer.placement(sizes, dcn), [],
                         over)
