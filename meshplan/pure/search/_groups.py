@@ -30,7 +30,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from jax.sharding import PartitionSpec
 
@@ -85,17 +85,20 @@ class GeometryCache:
         dataclasses.field(default_factory=dict))
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Share:
+class _Share(NamedTuple):
     """What one leaf under one spec adds to a plan: its shard, where it is stored and replicated.
 
+    A named tuple: the search builds hundreds and keeps them (memoized), so they are made at C speed.
+
     Attributes:
+      spec: the spec.
       axes: the mesh axes the spec uses (spec order); ``padded``: the spec does not divide the shape.
       elements: elements of one shard.
       storage: the storage axes it is split over, ``ways`` their product (mesh order).
       replicas: the data axes it is replicated over (mesh order).
     """
 
+    spec: PartitionSpec
     axes: tuple[str, ...]
     padded: bool
     elements: int
@@ -202,33 +205,34 @@ class PlanEval:
     """
 
     __slots__ = ("specs", "param_bytes", "grad_bytes", "optimizer_bytes", "gather", "error", "axes_used",
-                 "_decisions", "_explain", "_rows", "_shares", "_traffic")
+                 "_decisions", "_planner", "_sizes", "_shares", "_traffic")
 
     def __init__(self, specs: tuple[PartitionSpec, ...], param_bytes: int, grad_bytes: int, optimizer_bytes: int,
                  gather: tuple[tuple[tuple[str, ...], int], ...], *, error: str | None = None,
                  axes_used: tuple[str, ...] = (), decisions: tuple[Decision | None, ...] | None = (),
-                 explain: Callable[[], tuple[Decision | None, ...]] | None = None,
-                 rows: tuple[_Row, ...] = (), shares: tuple[_Share, ...] = ()) -> None:
+                 planner: Planner | None = None, sizes: FrozenAxisSizes | None = None,
+                 shares: tuple[_Share, ...] = ()) -> None:
         self.specs, self.param_bytes, self.grad_bytes, self.optimizer_bytes = specs, param_bytes, grad_bytes, \
             optimizer_bytes
         self.gather, self.error, self.axes_used = gather, error, axes_used
-        self._decisions, self._explain = decisions, explain
-        self._rows, self._shares = rows, shares
+        # The planner and sizes it came from (a reference each, not a closure: the search keeps ~200 plans).
+        self._decisions, self._planner, self._sizes, self._shares = decisions, planner, sizes, shares
         self._traffic: ParamTraffic | None = None
 
     @property
     def decisions(self) -> tuple[Decision | None, ...]:
         """Per group, the rule's decision (``None``: no opinion, replicated)."""
         if self._decisions is None:
-            assert self._explain is not None  # set whenever the decisions are not
-            self._decisions = self._explain()
+            assert self._planner is not None and self._sizes is not None  # set whenever the decisions are not
+            self._decisions = self._planner.explain(self._sizes)
         return self._decisions
 
     @property
     def traffic(self) -> ParamTraffic:
         """The parameter bytes each collective moves (see :class:`ParamTraffic`)."""
         if self._traffic is None:
-            self._traffic = _traffic(self.gather, self._rows, self._shares)
+            rows = () if self._planner is None else self._planner.rows
+            self._traffic = _traffic(self.gather, rows, self._shares)
         return self._traffic
 
 
@@ -242,7 +246,7 @@ gradient and optimizer copies, role: "embed", "head" or "")."""
 
 
 _SpecFn = Callable[[Mapping[str, int]], PartitionSpec]
-_Memo = tuple[Callable[[Mapping[str, int]], Hashable], dict[Hashable, tuple[PartitionSpec, _Share]]]
+_Memo = tuple[Callable[[Mapping[str, int]], Hashable], dict[Hashable, _Share]]
 
 
 class Planner:
@@ -256,14 +260,14 @@ class Planner:
     distinct (fsdp, tp) among them.
     """
 
-    __slots__ = ("groups", "rule", "cache", "_rows", "_paths", "_specs", "_memos")
+    __slots__ = ("groups", "rule", "cache", "rows", "_paths", "_specs", "_memos")
 
     def __init__(self, groups: LeafGroups, rule: Rule, *, state: TrainingState,
                  geometry_cache: GeometryCache | None = None) -> None:
         self.groups, self.rule = groups, rule
         self.cache = GeometryCache() if geometry_cache is None else geometry_cache
         roles = groups.roles
-        self._rows: tuple[_Row, ...] = tuple(
+        self.rows: tuple[_Row, ...] = tuple(
             (index, info.shape, info.dtype, count, *state.element_bytes(info.dtype), roles.get(index, ""))
             for index, info, count in zip(groups.first, groups.infos, groups.counts, strict=True))
         self._paths = tuple(groups.paths.path(index) for index in groups.first)
@@ -275,7 +279,7 @@ class Planner:
             no_axes = canonical_axis_sizes({})
             self._specs = tuple(_spec_function(rule, LeafContext.trusted(row[1], row[2], no_axes, row[0],
                                                                          groups.paths))
-                                for row in self._rows)
+                                for row in self.rows)
         # mesh axis names -> per group: (sizes -> the sizes of the axes it reads, those -> (spec, share)).
         self._memos: dict[tuple[str, ...], tuple[_Memo | None, ...]] = {}
 
@@ -290,7 +294,7 @@ class Planner:
         p_total = g_total = o_total = 0
         gather: dict[tuple[str, ...], int] = {}
         all_used: set[str] = set()
-        for g, (index, shape, dtype, count, p_unit, g_unit, o_unit, _) in enumerate(self._rows):
+        for g, (index, shape, dtype, count, p_unit, g_unit, o_unit, _) in enumerate(self.rows):
             path = self._paths[g]
             try:
                 if memos is not None:
@@ -298,14 +302,14 @@ class Planner:
                     if memo is None:  # refused whatever the mesh
                         return _failed(str(fast[g]))  # type: ignore[index]
                     key = memo[0](sizes)
-                    hit = memo[1].get(key)
-                    if hit is None:
+                    found = memo[1].get(key)
+                    if found is None:
                         spec = fast[g][0](sizes)  # type: ignore[index]
                         share = _share(shape, spec, sizes, mesh_axes, path, cache)
                         if not share.padded:
-                            memo[1][key] = (spec, share)
+                            memo[1][key] = share
                     else:
-                        spec, share = hit
+                        spec, share = found.spec, found
                 else:
                     decision = ask(rule, LeafContext.trusted(shape, dtype, sizes, index, paths))  # checked by tree_facts
                     decisions.append(decision)
@@ -327,11 +331,10 @@ class Planner:
             storage = share.storage
             if storage:
                 gather[storage] = gather.get(storage, 0) + count * p * share.ways
-        explain = None if fast is None else self._explainer(sizes)
         return PlanEval(tuple(specs), p_total, g_total, o_total, tuple(gather.items()),
                         axes_used=tuple(a for a in mesh_axes if a in all_used),
-                        decisions=tuple(decisions) if fast is None else None, explain=explain,
-                        rows=self._rows, shares=tuple(shares))
+                        decisions=tuple(decisions) if fast is None else None, planner=self, sizes=sizes,
+                        shares=tuple(shares))
 
     def _new_memos(self, mesh_axes: tuple[str, ...],
                    fast: tuple[tuple[_SpecFn, tuple[str, ...]] | Exception, ...]) -> tuple[_Memo | None, ...]:
@@ -346,10 +349,10 @@ class Planner:
         self._memos[mesh_axes] = memos = tuple(out)
         return memos
 
-    def _explainer(self, sizes: FrozenAxisSizes) -> Callable[[], tuple[Decision | None, ...]]:
-        """The rule's whole decisions on this mesh, asked when first read."""
-        rule, paths, rows = self.rule, self.groups.paths, self._rows
-        return lambda: tuple(ask(rule, LeafContext.trusted(row[1], row[2], sizes, row[0], paths)) for row in rows)
+    def explain(self, sizes: FrozenAxisSizes) -> tuple[Decision | None, ...]:
+        """The rule's whole decisions on a mesh of these (canonical) sizes, one per group."""
+        rule, paths = self.rule, self.groups.paths
+        return tuple(ask(rule, LeafContext.trusted(row[1], row[2], sizes, row[0], paths)) for row in self.rows)
 
 
 def _no_key(sizes: Mapping[str, int]) -> Hashable:
@@ -463,18 +466,19 @@ def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: t
         checked = cache.checked.get((shape, spec, names))
     except TypeError:  # an unhashable entry (a list): nothing to memoize by
         axes, geometry = _geometry(shape, spec, sizes, path, cache)
-        return _new_share(axes, geometry.padded, geometry.num_elements, sizes, names)
+        return _new_share(spec, axes, geometry.padded, geometry.num_elements, sizes, names)
     if checked is None:
         # First sight of this spec on this shape and mesh: shard_geometry checks it (and raises
         # the leaf's error); its canonical entries are kept for the other axis sizes.
         axes, geometry = _geometry(shape, spec, sizes, path, cache)
         cache.checked[(shape, spec, names)] = (axes, canonical_entries(spec, len(shape), where=path))
-        found = _new_share(axes, geometry.padded, geometry.num_elements, sizes, names)
+        found = _new_share(spec, axes, geometry.padded, geometry.num_elements, sizes, names)
     else:
         axes, entries = checked
         hit = cache.shares.get((shape, spec, names, tuple(sizes[a] for a in axes)))
         if hit is not None:
-            return hit
+            # An equal spec may be written differently (P('tp') == P(('tp',))): the plan keeps the rule's own.
+            return hit if hit.spec is spec else hit._replace(spec=spec)
         # shard_geometry's arithmetic, on entries it already checked for this shape and these axes
         # (sizes are ints >= 1; UNCONSTRAINED was refused by _geometry).
         padded, elements = False, 1
@@ -484,16 +488,16 @@ def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: t
                 n *= sizes[a]
             padded = padded or d % n != 0
             elements *= -(-d // n)
-        found = _new_share(axes, padded, elements, sizes, names)
+        found = _new_share(spec, axes, padded, elements, sizes, names)
     cache.shares[(shape, spec, names, tuple(sizes[a] for a in axes))] = found
     return found
 
 
-def _new_share(axes: tuple[str, ...], padded: bool, elements: int, sizes: Mapping[str, int],
+def _new_share(spec: PartitionSpec, axes: tuple[str, ...], padded: bool, elements: int, sizes: Mapping[str, int],
                names: tuple[str, ...]) -> _Share:
     used = set(axes)
     storage = tuple(a for a in names if a in used and a in STORAGE_AXES)
-    return _Share(axes, padded, elements, storage, math.prod(sizes[a] for a in storage),
+    return _Share(spec, axes, padded, elements, storage, math.prod(sizes[a] for a in storage),
                   tuple(a for a in names if a in DATA_AXES and a not in used))
 
 

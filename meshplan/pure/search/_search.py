@@ -133,6 +133,10 @@ def _no_detail() -> str:
     return ""
 
 
+def _text(names: tuple[str, ...], sizes: tuple[int, ...]) -> str:
+    return mesh_text(dict(zip(names, sizes, strict=True)))
+
+
 class _Search:
     """One search: the canonical request, the leaf groups and the plan cache."""
 
@@ -155,6 +159,12 @@ class _Search:
         self.floors_s: dict[tuple[int, int], float] = {}  # the same key -> the step with no collectives
         self.tp_index = req.axes.index("tp") if "tp" in req.axes else None
         self.dp_index = req.axes.index("dp") if "dp" in req.axes else None
+        self.sp_index = req.axes.index("sp") if "sp" in req.axes else None
+        self.batch_index = tuple(i for i, a in enumerate(req.axes) if a in BATCH_AXES)
+        # Positions of the rule's axes among the mesh's (an axis the mesh lacks has size 1).
+        self.reads_index = None if self.reads is None else tuple(
+            req.axes.index(a) for a in self.reads if a in req.axes)
+        self.rejected: dict[str, list[Any]] = {}  # kind -> [meshes, the first one's detail]
         self.budget = req.budget  # a property of properties, read several times per mesh
         device = req.cluster.device
         self.efficiency = default_efficiency(device.ici_scope) if req.efficiency is None else req.efficiency
@@ -238,7 +248,7 @@ class _Search:
         combos = combinations(values, n)
         fits: list[_Scored] = []
         over: list[_Scored] = []
-        counts: dict[str, list[Any]] = {}
+        counts = self.rejected
         for sizes in combos:
             kind, detail = self._score(names, sizes, fits, over)
             if kind:
@@ -318,24 +328,31 @@ class _Search:
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list[_Scored],
                over: list[_Scored]) -> tuple[str, Callable[[], str]]:
         """Reject or price one mesh: ``(kind, detail)``, the detail written only when asked (the first of its kind
-        becomes the rejection's example; formatting every one cost more than pricing)."""
+        becomes the rejection's example; formatting every one cost more than pricing). Most of ~1300 meshes
+        stop here: their sizes are read by index, and a mesh dict and a detail closure are made only when
+        used (fewer objects, fewer garbage collections)."""
         req = self.req
-        mesh = dict(zip(names, sizes, strict=True))
-        ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
+        ways = 1
+        for i in self.batch_index:
+            ways *= sizes[i]
         if req.batch % ways:
-            return "batch", lambda: f"{mesh_text(mesh)}: dp*fsdp*ep={ways} does not divide batch={req.batch}"
+            return "batch", _no_detail if "batch" in self.rejected else (
+                lambda: f"{_text(names, sizes)}: dp*fsdp*ep={ways} does not divide batch={req.batch}")
         counts = self._counts(req.batch // ways)
         if not counts:
-            return "batch", lambda: (f"{mesh_text(mesh)}: micro_batches={req.recipe.micro_batches} does not divide "
-                                     f"the per-replica batch {req.batch // ways} (batch / dp*fsdp*ep)")
+            return "batch", _no_detail if "batch" in self.rejected else (
+                lambda: (f"{_text(names, sizes)}: micro_batches={req.recipe.micro_batches} does not divide "
+                         f"the per-replica batch {req.batch // ways} (batch / dp*fsdp*ep)"))
         dcn = self.placer.split(sizes)
         if dcn is None:
             where = unit(req.cluster)
-            return "dcn", lambda: (f"{mesh_text(mesh)}: the {req.cluster.num_ici_domains} {where}s cannot all be "
-                                   f"spread over the axes allowed across {where}s (tp/ep kept inside a {where})")
+            return "dcn", _no_detail if "dcn" in self.rejected else (
+                lambda: (f"{_text(names, sizes)}: the {req.cluster.num_ici_domains} {where}s cannot all be "
+                         f"spread over the axes allowed across {where}s (tp/ep kept inside a {where})"))
         budget = self.budget
-        state = self._state_bound(mesh)
-        tp, sp = mesh.get("tp", 1), mesh.get("sp", 1)
+        state = self._state_bound_of(sizes)
+        tp = 1 if self.tp_index is None else sizes[self.tp_index]
+        sp = 1 if self.sp_index is None else sizes[self.sp_index]
         bound = self._lower_bound(state, tp, sp, ways, counts[0])
         over_at_fewest = bound > budget
         if bound > budget and len(counts) > 1 and state <= budget:
@@ -346,15 +363,23 @@ class _Search:
             # over-budget mesh is shown at its leanest (the most micro-batches): _fill_leanest orders
             # by the bound there (the bound at the fewest is no bound of that total).
             self.bounded.append((self._lower_bound(state, tp, sp, ways, counts[-1]), sizes, dcn))
-            return "memory", lambda: f"{mesh_text(mesh)}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget"
-        return self._exact(mesh, sizes, self.placer.placement(sizes, dcn), fits, over, over_at_fewest=over_at_fewest)
+            return "memory", _no_detail if "memory" in self.rejected else (
+                lambda: f"{_text(names, sizes)}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget")
+        return self._exact(dict(zip(names, sizes, strict=True)), sizes, self.placer.placement(sizes, dcn), fits, over,
+                           over_at_fewest=over_at_fewest)
 
-    def _state_bound(self, mesh: dict[str, int]) -> float:
-        """Params + grads + optimizer per device can be no less than this (every leaf split over the rule's axes)."""
-        return 0.0 if self.reads is None else self.state_total / math.prod(mesh.get(a, 1) for a in self.reads)
+    def _state_bound_of(self, sizes: tuple[int, ...]) -> float:
+        """Params + grads + optimizer per device can be no less than this (every leaf split over the rule's
+        axes), on the mesh with these sizes (mesh order)."""
+        if self.reads_index is None:
+            return 0.0
+        split = 1
+        for i in self.reads_index:
+            split *= sizes[i]
+        return self.state_total / split
 
     def _lower_bound(self, state: float, tp: int, sp: int, ways: int, micro_batches: int) -> float:
-        """:func:`~meshplan.pure.search._step_memory.lower_bound` of a mesh with this :meth:`_state_bound`, tp, sp and
+        """:func:`~meshplan.pure.search._step_memory.lower_bound` of a mesh with this :meth:`_state_bound_of`, tp, sp and
         dp*fsdp*ep, its activation floor cached by what it reads."""
         if self.reads is None:
             return 0.0
@@ -382,10 +407,11 @@ class _Search:
         key, plan = self.plan(mesh)
         if plan.error is not None:
             error = plan.error
-            return "rule", lambda: f"{mesh_text(mesh)}: {error}"
+            return "rule", _no_detail if "rule" in self.rejected else (lambda: f"{mesh_text(mesh)}: {error}")
         idle = [a for a in WEIGHT_AXES if mesh.get(a, 1) > 1 and a not in plan.axes_used]
         if idle:  # written out only for the example: it reads the plan's reasons
-            return "idle", lambda: f"{mesh_text(mesh)}: {self._idle(mesh, plan, idle)}"
+            return "idle", _no_detail if "idle" in self.rejected else (
+                lambda: f"{mesh_text(mesh)}: {self._idle(mesh, plan, idle)}")
         counts = self.counts(mesh)
         m = counts[0]
         memory = None if over_at_fewest and len(counts) > 1 else self._memory(mesh, plan, m)
@@ -407,7 +433,8 @@ class _Search:
             fits.append(scored)
             return "", _no_detail
         over.append(scored)  # its collectives are listed only if it is among the leanest (see _leanest)
-        return "memory", lambda: f"{mesh_text(mesh)}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget"
+        return "memory", _no_detail if "memory" in self.rejected else (
+            lambda: f"{mesh_text(mesh)}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget")
 
     def _pending(self, s: _Scored) -> list[Pending]:
         """The collectives of one step on ``s``'s mesh, with its micro-batches, not yet priced."""

@@ -141,16 +141,18 @@ class Placer:
 def combinations(values: list[list[int]], n: int) -> list[tuple[int, ...]]:
     """Every tuple drawing one value per axis whose product is ``n`` (lexicographic order)."""
     out: list[tuple[int, ...]] = []
-    last = set(values[-1])
-
-    def walk(i: int, remaining: int, acc: tuple[int, ...]) -> None:
-        if i == len(values) - 1:
-            if remaining in last:
-                out.append(acc + (remaining,))
-            return
-        for v in values[i]:
-            if remaining % v == 0:
-                walk(i + 1, remaining // v, acc + (v,))
-
-    walk(0, n, ())
+    _walk(values, set(values[-1]), 0, n, (), out)
     return out
+
+
+def _walk(values: list[list[int]], last: set[int], i: int, remaining: int, acc: tuple[int, ...],
+          out: list[tuple[int, ...]]) -> None:
+    # A module function, not a closure calling itself: that closure would be a reference cycle
+    # holding every mesh of the search until the garbage collector finds it.
+    if i == len(values) - 1:
+        if remaining in last:
+            out.append(acc + (remaining,))
+        return
+    for v in values[i]:
+        if remaining % v == 0:
+            _walk(values, last, i + 1, remaining // v, acc + (v,), out)
