@@ -245,8 +245,23 @@ _Row = tuple[int, Shape, Any, int, int, int, int, str]
 gradient and optimizer copies, role: "embed", "head" or "")."""
 
 
+class _Part(NamedTuple):
+    """What one group adds to a plan: its shard, and its leaves' bytes per device (params, grads,
+    optimizer copies, and the params gathered when the shard is stored split)."""
+
+    share: _Share
+    params: int
+    grads: int
+    optimizer: int
+    gathered: int
+
+
+class _Refused(Exception):
+    """A group's spec cannot store it on the mesh (the plan's error)."""
+
+
 _SpecFn = Callable[[Mapping[str, int]], PartitionSpec]
-_Memo = tuple[Callable[[Mapping[str, int]], Hashable], dict[Hashable, _Share]]
+_Memo = tuple[Callable[[Mapping[str, int]], Hashable], dict[Hashable, _Part]]
 
 
 class Planner:
@@ -286,55 +301,59 @@ class Planner:
     def __call__(self, sizes: Mapping[str, int]) -> PlanEval:
         sizes = canonical_axis_sizes(sizes)  # once per plan: leaf contexts then take it as is
         mesh_axes = tuple(sizes)
-        rule, paths, cache, fast = self.rule, self.groups.paths, self.cache, self._specs
+        rule, paths, fast = self.rule, self.groups.paths, self._specs
         memos = None if fast is None else self._memos.get(mesh_axes) or self._new_memos(mesh_axes, fast)
         decisions: list[Decision | None] = []
-        specs: list[PartitionSpec] = []
-        shares: list[_Share] = []
+        parts: list[_Part] = []
         p_total = g_total = o_total = 0
         gather: dict[tuple[str, ...], int] = {}
         all_used: set[str] = set()
-        for g, (index, shape, dtype, count, p_unit, g_unit, o_unit, _) in enumerate(self.rows):
-            path = self._paths[g]
-            try:
+        try:
+            for g, row in enumerate(self.rows):
                 if memos is not None:
                     memo = memos[g]
                     if memo is None:  # refused whatever the mesh
                         return _failed(str(fast[g]))  # type: ignore[index]
                     key = memo[0](sizes)
-                    found = memo[1].get(key)
-                    if found is None:
-                        spec = fast[g][0](sizes)  # type: ignore[index]
-                        share = _share(shape, spec, sizes, mesh_axes, path, cache)
-                        if not share.padded:
-                            memo[1][key] = share
-                    else:
-                        spec, share = found.spec, found
+                    part = memo[1].get(key)
+                    if part is None:
+                        part = memo[1][key] = self._part(g, fast[g][0](sizes), sizes, mesh_axes)  # type: ignore[index]
                 else:
-                    decision = ask(rule, LeafContext.trusted(shape, dtype, sizes, index, paths))  # checked by tree_facts
+                    decision = ask(rule, LeafContext.trusted(row[1], row[2], sizes, row[0], paths))  # checked by tree_facts
                     decisions.append(decision)
-                    spec = _REPLICATED if decision is None else decision.spec
-                    share = _share(shape, spec, sizes, mesh_axes, path, cache)
-            except LEAF_ERRORS as err:
-                return _failed(str(err))
-            if share.padded:
-                return _failed(f"{path}: rule {rule_name(rule)!r} gave {spec} for shape {shape}, "
-                               f"which does not divide evenly on {dict(sizes)}; jax cannot store it.")
-            specs.append(spec)
-            shares.append(share)
-            elements = share.elements
-            p = elements * p_unit
-            p_total += count * p
-            g_total += count * elements * g_unit
-            o_total += count * elements * o_unit
-            all_used.update(share.axes)
-            storage = share.storage
-            if storage:
-                gather[storage] = gather.get(storage, 0) + count * p * share.ways
-        return PlanEval(tuple(specs), p_total, g_total, o_total, tuple(gather.items()),
+                    part = self._part(g, _REPLICATED if decision is None else decision.spec, sizes, mesh_axes)
+                parts.append(part)
+                p_total += part.params
+                g_total += part.grads
+                o_total += part.optimizer
+                share = part.share
+                all_used.update(share.axes)
+                if share.storage:
+                    gather[share.storage] = gather.get(share.storage, 0) + part.gathered
+        except LEAF_ERRORS as err:
+            return _failed(str(err))
+        except _Refused as err:
+            return _failed(str(err))
+        return PlanEval(tuple(p.share.spec for p in parts), p_total, g_total, o_total, tuple(gather.items()),
                         axes_used=tuple(a for a in mesh_axes if a in all_used),
                         decisions=tuple(decisions) if fast is None else None, planner=self, sizes=sizes,
-                        shares=tuple(shares))
+                        shares=tuple(p.share for p in parts))
+
+    def _part(self, g: int, spec: PartitionSpec, sizes: FrozenAxisSizes, mesh_axes: tuple[str, ...]) -> _Part:
+        """What group ``g`` under ``spec`` adds to a plan.
+
+        Raises:
+          _Refused: the spec does not divide the shape; what :func:`shard_geometry` raises.
+        """
+        _, shape, _, count, p_unit, g_unit, o_unit, _ = self.rows[g]
+        path = self._paths[g]
+        share = _share(shape, spec, sizes, mesh_axes, path, self.cache)
+        if share.padded:
+            raise _Refused(f"{path}: rule {rule_name(self.rule)!r} gave {spec} for shape {shape}, "
+                           f"which does not divide evenly on {dict(sizes)}; jax cannot store it.")
+        elements = share.elements
+        params = count * elements * p_unit
+        return _Part(share, params, count * elements * g_unit, count * elements * o_unit, params * share.ways)
 
     def _new_memos(self, mesh_axes: tuple[str, ...],
                    fast: tuple[tuple[_SpecFn, tuple[str, ...]] | Exception, ...]) -> tuple[_Memo | None, ...]:

@@ -414,16 +414,19 @@ class _Search:
                 lambda: f"{mesh_text(mesh)}: {self._idle(mesh, plan, idle)}")
         counts = self.counts(mesh)
         m = counts[0]
-        memory = None if over_at_fewest and len(counts) > 1 else self._memory(mesh, plan, m)
+        # What the step's peak reads of the mesh, once for every micro-batch count tried.
+        gathered = sum(nbytes for axes, nbytes in plan.gather if any(mesh.get(x, 1) > 1 for x in axes))
+        tp, sp, ways = mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES)
+        memory = None if over_at_fewest and len(counts) > 1 else self._memory(plan, gathered, tp, sp, ways, m)
         if memory is None or (not memory.fits and len(counts) > 1):
             # The fewest micro-batches that fit: check the most first (the leanest; a mesh that fits at none is
             # reported there), then bisect: from 2 on, the peak only falls as the count grows (the activations
             # shrink, the fp32 accumulator stays).
-            m, memory = counts[-1], self._memory(mesh, plan, counts[-1])
+            m, memory = counts[-1], self._memory(plan, gathered, tp, sp, ways, counts[-1])
             lo, hi = 1, len(counts) - 1  # counts[hi] fits; find the first that does in counts[lo:hi + 1]
             while memory.fits and lo < hi:
                 mid = (lo + hi) // 2
-                trial = self._memory(mesh, plan, counts[mid])
+                trial = self._memory(plan, gathered, tp, sp, ways, counts[mid])
                 if trial.fits:
                     hi, m, memory = mid, counts[mid], trial
                 else:
@@ -460,14 +463,15 @@ class _Search:
         cut = sorted(s.memory.total for s in over)[k - 1]
         return [s for s in over if s.memory.total <= cut]
 
-    def _memory(self, mesh: dict[str, int], plan: PlanEval, micro_batches: int) -> MemoryBreakdown:
-        """The step's peak (see :mod:`meshplan.pure.search._step_memory`); the state alone without activations."""
-        req = self.req
-        if not req.activations:
+    def _memory(self, plan: PlanEval, gathered: int, tp: int, sp: int, ways: int,
+                micro_batches: int) -> MemoryBreakdown:
+        """The step's peak (see :mod:`meshplan.pure.search._step_memory`) on a mesh with this tp, sp and
+        dp*fsdp*ep, whose plan's ``gathered`` bytes are split over axes of size > 1; the state alone
+        without activations."""
+        if not self.req.activations:
             return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, self.budget)
-        gathered = sum(nbytes for axes, nbytes in plan.gather if any(mesh.get(x, 1) > 1 for x in axes))
-        key = (mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES), micro_batches)
-        step = self._price(key, plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, gathered)
+        step = self._price((tp, sp, ways, micro_batches), plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes,
+                           gathered)
         peak, phase = step.peak, step.peak_phase
         live = phase != "forward"
         state = plan.param_bytes + plan.optimizer_bytes + (plan.grad_bytes if live else 0)
