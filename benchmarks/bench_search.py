@@ -14,11 +14,12 @@ Two baselines:
 
 Goal: a search over 4096 devices well under a second (target < 100 ms).
 
-``python benchmarks/bench_search.py --cpu [--compare CHECKOUT]``: only the 4096-device searches of every
-preset and the one-plan baseline, as the least CPU time (``time.process_time``) of 9 runs each, which
-moves less than wall time on a loaded machine. With ``--compare``, the same measurement also runs in
-a fresh process importing meshplan from another checkout (e.g. ``git worktree`` of an older commit),
-alternating with this one twice, and prints each search's after / before CPU time.
+``python benchmarks/bench_search.py --cpu [--compare CHECKOUT [--rounds N]]``: only the 4096-device searches
+of every preset and the one-plan baseline, as the least (and median) CPU time (``time.process_time``) of 9
+runs each, which moves less than wall time on a loaded machine. With ``--compare``, the same measurement
+also runs in a fresh process importing meshplan from another checkout (e.g. ``git worktree`` of an older
+commit), alternating with this one N times (default 2), and prints each search's after / before CPU time and
+the median of those ratios over the rounds.
 
 ``python benchmarks/bench_search.py --check-against CHECKOUT``: no timing; runs :func:`equivalence_rows`
 (every preset on GPU and TPU clusters of 8 to 4096 devices, under several recipes, fixed meshes and
@@ -116,27 +117,29 @@ def main() -> None:
         print(line)
 
 
-def _cpu_best(fn: object, repeat: int = 9) -> float:
-    best = math.inf
+def _cpu_times(fn: object, repeat: int = 9) -> tuple[float, float]:
+    """(least, median) CPU seconds of ``repeat`` calls (garbage collections included, as a user meets them)."""
+    times = []
     for _ in range(repeat):
         start = time.process_time()
         fn()  # type: ignore[operator]
-        best = min(best, time.process_time() - start)
-    return best
+        times.append(time.process_time() - start)
+    return min(times), sorted(times)[len(times) // 2]
 
 
 def cpu_rows() -> None:
-    """Print ``name search_ms plan_ms`` per preset: 4096-device search and one plan, least CPU time of 9."""
+    """Print ``name search_ms search_median_ms plan_ms`` per preset: the 4096-device search (least and median
+    CPU time of 9) and one plan (least of 9)."""
     for name in MODELS:
         preset = get_preset(name)
-        plan = _cpu_best(lambda: _one_plan(preset, {"dp": 8, "fsdp": 8, "tp": 8}))
-        search = _cpu_best(lambda: search_meshes(preset.spec, CLUSTERS[-1][1], params=preset.params))
-        print(f"{name} {search * 1e3:.1f} {plan * 1e3:.2f}", flush=True)
+        plan = _cpu_times(lambda: _one_plan(preset, {"dp": 8, "fsdp": 8, "tp": 8}))[0]
+        search, median = _cpu_times(lambda: search_meshes(preset.spec, CLUSTERS[-1][1], params=preset.params))
+        print(f"{name} {search * 1e3:.1f} {median * 1e3:.1f} {plan * 1e3:.2f}", flush=True)
 
 
-def _measure(checkout: str) -> dict[str, tuple[float, float]]:
+def _measure(checkout: str) -> dict[str, tuple[float, float, float]]:
     out = _rows(checkout, "import bench_search; bench_search.cpu_rows()")
-    return {n: (float(a), float(b)) for n, a, b in (line.split() for line in out.splitlines())}
+    return {n: (float(a), float(m), float(b)) for n, a, m, b in (line.split() for line in out.splitlines())}
 
 
 CHECK_CLUSTERS = ("1x8xH100", "8x8xH100", "32x8xH100", "512x8xH100", "v5p-128", "2xv5p-256", "v5p-8192")
@@ -193,29 +196,41 @@ def check_against(before: str) -> None:
         sys.exit(1)
 
 
-def compare(before: str) -> None:
+def compare(before: str, rounds: int = 2) -> None:
+    """Alternate fresh processes of CHECKOUT (before) and this tree (after) ``rounds`` times; per round the
+    least CPU time of 9 searches each, then per preset the median over rounds of after/before (of the least
+    times and of the medians), which a loaded machine moves less than any one figure."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     print(f"load: {os.getloadavg()}")
-    for round_ in (1, 2):
+    ratios: dict[str, list[tuple[float, float, float, float]]] = {}
+    for round_ in range(1, rounds + 1):
         old, new = _measure(before), _measure(here)
         for name in new:
-            (s0, p0), (s1, p1) = old[name], new[name]
+            (s0, m0, p0), (s1, m1, p1) = old[name], new[name]
+            ratios.setdefault(name, []).append((s1 / s0, m1 / m0, s1, m1))
             print(f"round {round_} {name}: before {s0:.1f} ms ({s0 / p0:.2f}x one plan), after {s1:.1f} ms "
-                  f"({s1 / p1:.2f}x one plan), after/before {s1 / s0:.2f}")
+                  f"({s1 / p1:.2f}x one plan), after/before {s1 / s0:.2f} (medians {m0:.1f} -> {m1:.1f})")
     print(f"load: {os.getloadavg()}")
+    for name, rows in ratios.items():
+        mid = len(rows) // 2
+        best, median = sorted(r[0] for r in rows)[mid], sorted(r[1] for r in rows)[mid]
+        print(f"{name}: after/before over {rounds} rounds, median {best:.2f} (least times), {median:.2f} (median "
+              f"times); after: least {min(r[2] for r in rows):.1f} ms, median of medians "
+              f"{sorted(r[3] for r in rows)[mid]:.1f} ms")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="4096-device searches and one plan, CPU time only")
     parser.add_argument("--compare", metavar="CHECKOUT", help="with --cpu: also measure meshplan from CHECKOUT")
+    parser.add_argument("--rounds", type=int, default=2, help="with --compare: alternations of the two (default 2)")
     parser.add_argument("--check-against", metavar="CHECKOUT",
                         help="compare every search's JSON with meshplan from CHECKOUT (no timing)")
     args = parser.parse_args()
     if args.check_against:
         check_against(args.check_against)
     elif args.cpu and args.compare:
-        compare(args.compare)
+        compare(args.compare, args.rounds)
     elif args.cpu:
         cpu_rows()
     else:
