@@ -677,7 +677,7 @@ def search_meshes(
     Example:
       >>> result = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=4096)
       >>> result.best.text, result.best.dcn_shape
-      ('dp=4,fsdp=4', (2, 1, 1, 1))
+      ('dp=8,fsdp=2', (2, 1, 1, 1))
       >>> result.best.memory.fits
       True
     """
