@@ -55,7 +55,9 @@ def test_fsdp8_leads_llama3_8b_on_one_node():
     by_time = search_meshes("llama3-8b", "1x8xH100", batch=8, seq=4096, top_k=3)
     by_comm = search_meshes("llama3-8b", "1x8xH100", batch=8, seq=4096, top_k=10, rank="comm")
     top = [c.text for c in by_time.candidates]
-    assert "fsdp=8" in top[:2]
+    # dp=4,fsdp=2 and dp=2,fsdp=4 fit too since the update phase prices the largest leaf (not 0.74 x the
+    # state); all three are predicted within 0.03% of each other.
+    assert "fsdp=8" in top[:3]
     assert [c.text for c in by_comm.candidates].index("fsdp=8") > 2  # communication alone ranked it low
     best = by_time.best
     assert best.step is not None and best.step.step_s >= best.step.compute_s > 0
