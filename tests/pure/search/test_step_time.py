@@ -58,7 +58,7 @@ def test_fsdp8_leads_llama3_8b_on_one_node():
     # dp=4,fsdp=2 and dp=2,fsdp=4 fit too since the update phase prices the largest leaf (not 0.74 x the
     # state); all three are predicted within 0.03% of each other.
     assert "fsdp=8" in top[:3]
-    assert [c.text for c in by_comm.candidates].index("fsdp=8") > 2  # communication alone ranked it low
+    assert "fsdp=8" not in [c.text for c in by_comm.candidates][:3]  # communication alone ranked it low
     best = by_time.best
     assert best.step is not None and best.step.step_s >= best.step.compute_s > 0
     assert 0 < best.step.mfu < best.step.efficiency
