@@ -116,13 +116,13 @@ class _Scored:
     placement: AxisPlacement
     plan_key: tuple[Any, ...]
     memory: MemoryBreakdown
-    pending: list[Pending]
+    pending: Sequence[Pending]  # () until listed (_price_steps): most meshes are never priced
     micro_batches: int = 1  # gradient-accumulation steps (chosen per mesh or fixed)
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
     time: StepTime | None = None  # compute + exposed communication, from the same pass
     # Seconds of each pending collective, from that pass (numpy's elementwise arithmetic gives each
     # the same value whatever else is priced with it, so candidates reuse them).
-    term_seconds: list[float] = dataclasses.field(default_factory=list)
+    term_seconds: Sequence[float] = ()
 
     @property
     def step_s(self) -> float:
@@ -151,7 +151,7 @@ class _Search:
         self.state_total = state_bytes(self.groups, self.state)
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
-        self.bounded: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []  # (bound, sizes, DCN split)
+        self.bounded: list[tuple[float, tuple[int, ...]]] = []  # (bound, sizes) of the bound-pruned meshes
         self.placer = Placer(req.axes, req)
         # The FLOPs per device depend on the mesh through its device count, tp and dp alone
         # (tests/pure/search/test_search.py holds step_flops to that): cached by (tp, dp).
@@ -362,7 +362,7 @@ class _Search:
             # Every leaf shards over at most the axes the rule reads, so no plan can beat this. An
             # over-budget mesh is shown at its leanest (the most micro-batches): _fill_leanest orders
             # by the bound there (the bound at the fewest is no bound of that total).
-            self.bounded.append((self._lower_bound(state, tp, sp, ways, counts[-1]), sizes, dcn))
+            self.bounded.append((self._lower_bound(state, tp, sp, ways, counts[-1]), sizes))
             return "memory", _no_detail if "memory" in self.rejected else (
                 lambda: f"{_text(names, sizes)}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget")
         return self._exact(dict(zip(names, sizes, strict=True)), sizes, self.placer.placement(sizes, dcn), fits, over,
@@ -431,7 +431,7 @@ class _Search:
                     hi, m, memory = mid, counts[mid], trial
                 else:
                     lo = mid + 1
-        scored = _Scored(sizes, placement, key, memory, [], m)  # collectives listed if it can rank (_contenders)
+        scored = _Scored(sizes, placement, key, memory, (), m)  # collectives listed if it can rank (_contenders)
         if memory.fits:
             fits.append(scored)
             return "", _no_detail
@@ -507,13 +507,15 @@ class _Search:
         k = self.req.top_k
         least: list[int] = []  # the k least totals over budget so far, ascending
         seen = 0
-        for bound, sizes, dcn in self.bounded:
+        for bound, sizes in self.bounded:
             for s in over[seen:]:  # what the last _exact added
                 bisect.insort(least, s.memory.total)
                 del least[k:]
             seen = len(over)
             if len(least) >= k and bound > least[k - 1]:  # strictly: a mesh at the bound may tie
                 break
+            dcn = self.placer.split(sizes)
+            assert dcn is not None  # it was placed before its bound was taken
             self._exact(dict(zip(self.req.axes, sizes, strict=True)), sizes, self.placer.placement(sizes, dcn), [],
                         over)
 
