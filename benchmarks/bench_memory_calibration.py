@@ -137,7 +137,10 @@ def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, bat
             "cluster": cluster if backend == "tpu" else backend,
             # XLA's biggest buffers live at its peak (where compiled_memory can read them), for finding
             # which phase the peak is in and what it holds.
-            "largest": [[b.bytes, b.shape, b.kind, b.source[-90:]] for b in getattr(exact, "largest", ())[:24]]}
+            "largest": [[b.bytes, b.shape, b.kind, b.source[-90:]] for b in getattr(exact, "largest", ())[:24]],
+            # How much of XLA's buffer assignment is live at its live-range peak (on TPU below
+            # peak_bytes when the peak holds more than the listed device buffers).
+            "largest_note": getattr(exact, "largest_note", "")}
 
 
 def _run_once(ref: object) -> int:
