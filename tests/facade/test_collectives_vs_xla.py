@@ -2,7 +2,8 @@
 
 The parser is checked on HLO text built from drawn shapes and groups; the model
 (``MeshCandidate.comm`` relowered by ``xla_collectives``) on unrolled reference
-steps compiled for 8 XLA:CPU devices (fsdp, dp x fsdp, dp x tp, and Mixtral's fsdp x ep):
+steps compiled for 8 XLA:CPU devices (fsdp, dp x fsdp, dp x tp, Mixtral's fsdp x ep, and dp x fsdp
+with 2 micro-batches):
 every kind within 10% of the HLO's bytes, except kinds under 2% of the step's bytes
 (XLA:CPU reshards a few KiB of weight gradients and embedding rows with all-to-alls and
 permutes the model does not price). The grid is benchmarks/bench_collectives.py
@@ -106,6 +107,40 @@ def test_an_xla_tpu_async_chain_counts_once_and_its_all_reduce_scatter_is_a_redu
         ("reduce-scatter", rows * n * 128 * 4, "all-reduce-scatter.3")]
 
 
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(1, 9)), st.booleans()), min_size=0, max_size=3),
+       st.integers(1, 4), st.integers(1, 64))
+def test_a_collective_in_loops_counts_the_product_of_their_trip_counts(loops, callers, rows):
+    # Nested while bodies (a scan over micro-batches around a scan over layers). A count is stated as
+    # XLA:CPU does (known_trip_count) or, as on XLA:TPU, only by the condition `i < N`; a loop whose count
+    # cannot be read (None: a bound that is not a constant) counts once. The innermost body is called
+    # `callers` times from its parent: every call site counts.
+    parts, expected = [], 1
+    for depth in range(len(loops) + 1):
+        parts.append(f"%body.{depth} (p.{depth}: f32[{rows},8]) -> f32[{rows},8] {{")
+        parts.append(f"  %p.{depth} = f32[{rows},8] parameter(0)")
+        if depth < len(loops):
+            n, stated = loops[depth]
+            config = f', backend_config={{"known_trip_count":{{"n":"{n}"}}}}' if stated and n else ""
+            for k in range(callers if depth == len(loops) - 1 else 1):
+                parts.append(f"  %w.{depth}.{k} = f32[{rows},8] while(%p.{depth}), condition=%cond.{depth}, "
+                             f"body=%body.{depth + 1}{config}")
+            expected *= (n or 1) * (callers if depth == len(loops) - 1 else 1)
+        else:
+            parts.append(f"  ROOT %ar = f32[{rows},8] all-reduce(%p.{depth}), replica_groups=[1,8]<=[8], "
+                         "to_apply=%add")
+        parts += ["}", ""]
+        if depth < len(loops):  # the loop's condition: i < N against a constant, or against a parameter
+            n, stated = loops[depth]
+            bound = f"s32[]{{:T(128)}} constant({n})" if n and not stated else "s32[] parameter(1)"
+            parts += [f"%cond.{depth} (c: (s32[], f32[{rows},8])) -> pred[] {{", f"  %n.{depth} = {bound}",
+                      f"  %i.{depth} = s32[] get-tuple-element(%c), index=0",
+                      f"  ROOT %lt.{depth} = pred[] compare(%i.{depth}, %n.{depth}), direction=LT", "}", ""]
+    parts[0] = "ENTRY " + parts[0]
+    (got,) = parse_hlo_collectives("\n".join(parts))
+    assert got.trips == expected
+    assert collective_totals([got]) == {"all-reduce": (rows * 8 * 4 * expected, expected)}
+
+
 def _prod(dims: tuple[int, ...]) -> int:
     out = 1
     for d in dims:
@@ -130,6 +165,24 @@ def test_xla_lowering_keeps_bytes_per_kind_except_what_it_documents(raw, itemsiz
     assert cpu.get("all-reduce", (0, 0))[1] == merged
 
 
+@given(st.integers(1, 8), st.integers(1, 80), st.integers(1, 10**6))
+def test_xla_cpu_hoists_the_loop_invariant_gathers_out_of_the_micro_batch_loop(m, layers, nbytes):
+    # accumulate() repeats every gather and gradient sync per micro-batch; XLA:CPU runs the layers'
+    # forward gathers and the embedding's and head's once per step (read from its HLO), XLA:TPU all m times.
+    terms = [CommTerm("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), nbytes, 2 * layers * m,
+                      "intra", 0.0),
+             CommTerm("fsdp all-gather of params (embedding, head: once)", "all-gather", ("fsdp",), nbytes, m,
+                      "intra", 0.0),
+             CommTerm("fsdp all-gather of params (head: fwd + bwd)", "all-gather", ("fsdp",), nbytes, 2 * m,
+                      "intra", 0.0),
+             CommTerm("fsdp reduce-scatter of grads", "reduce-scatter", ("fsdp",), nbytes, layers * m, "intra", 0.0)]
+    cpu = xla_collectives(terms, backend="cpu", itemsize=4, micro_batches=m)
+    assert [t.calls for t in cpu] == [layers * (m + 1), 1, 2, layers * m]
+    assert xla_collectives(terms, backend="tpu", itemsize=4, micro_batches=m) == tuple(terms)
+    assert xla_collectives(terms, backend="cpu", itemsize=4, micro_batches=1) == xla_collectives(
+        terms, backend="cpu", itemsize=4)
+
+
 def test_collective_matmul_turns_tp_gathers_into_permutes():
     t = CommTerm("tp all-gather", "all-gather", ("tp",), 8000, 3, "intra", 0.0)
     (out,) = xla_collectives([t], backend="tpu", itemsize=2, collective_matmul=True, sizes={"tp": 4})
@@ -148,19 +201,24 @@ MIXTRAL = dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="tiny-mixtral", 
 MINOR = 0.02  # a kind under 2% of the step's bytes (XLA:CPU's few-KiB reshards) is not held to 10%
 
 
-@pytest.mark.parametrize("model,sizes", [(TINY, {"fsdp": 8}), (TINY, {"dp": 2, "fsdp": 4}), (TINY, {"dp": 2, "tp": 4}),
-                                         (MIXTRAL, {"fsdp": 2, "ep": 4})],
-                         ids=["fsdp8", "dp2-fsdp4", "dp2-tp4", "mixtral-fsdp2-ep4"])
-def test_model_bytes_per_kind_within_ten_percent_of_xla_cpu(model, sizes):
+@pytest.mark.parametrize("model,sizes,micro_batches",
+                         [(TINY, {"fsdp": 8}, 1), (TINY, {"dp": 2, "fsdp": 4}, 1), (TINY, {"dp": 2, "tp": 4}, 1),
+                          (MIXTRAL, {"fsdp": 2, "ep": 4}, 1), (TINY, {"dp": 2, "fsdp": 4}, 2)],
+                         ids=["fsdp8", "dp2-fsdp4", "dp2-tp4", "mixtral-fsdp2-ep4", "dp2-fsdp4-2-micro-batches"])
+def test_model_bytes_per_kind_within_ten_percent_of_xla_cpu(model, sizes, micro_batches):
+    # With micro-batches the step scans over them: the gradients are synced in every micro-batch, the
+    # backward's gathers repeat and XLA:CPU hoists the loop-invariant forward gathers (read by trip count).
     cand = search_meshes(model, "1x8xH100", axes=tuple(sizes), fixed=sizes, batch=16, seq=512,
-                         recipe=TrainingRecipe(backend="cpu")).best
+                         recipe=TrainingRecipe(backend="cpu", micro_batches=micro_batches)).best
+    assert cand.step is not None and cand.step.micro_batches == micro_batches
     mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), axis_types=(AxisType.Auto,) * len(sizes))
     ref = meshplan.reference_step(model, mesh, batch=16, seq=512, plan=cand,
-                                  config=meshplan.ReferenceConfig(scan_layers=False))
+                                  config=meshplan.ReferenceConfig(scan_layers=False, micro_batches=micro_batches))
     records = meshplan.compiled_collectives(ref.fn, *ref.args,
                                             compiler_options={"xla_backend_optimization_level": 0})
+    assert any(r.trips == micro_batches for r in records)
     compiled = collective_totals(records)
-    analytic = collective_totals(xla_collectives(cand.comm, backend="cpu", itemsize=2))
+    analytic = collective_totals(xla_collectives(cand.comm, backend="cpu", itemsize=2, micro_batches=micro_batches))
     table = ratio_table(analytic, compiled)
     assert "reduce-scatter" not in {k for k, *_ in table}, table  # XLA:CPU: all-reduce + dynamic-slice
     total = sum(c for _, _, c, _ in table)

@@ -23,10 +23,17 @@ chain counts once, in the computation that starts it. XLA:TPU also writes a redu
 an ``all-reduce-scatter`` fusion (all-reduce + dynamic-slice): its all-reduce is read as the
 reduce-scatter it is.
 
-Loops: an instruction inside a ``while`` body is listed once, whatever the
-trip count (the same limit as XLA's ``cost_analysis``); compare on unrolled
-steps (the reference step with ``scan_layers=False``). Each record names its
-computation, so a caller can tell loop bodies apart.
+Loops: an instruction inside a ``while`` body is listed once; its record's
+``trips`` is the product of the enclosing loops' trip counts, and
+:func:`collective_totals` counts it that many times. A trip count is XLA's
+``known_trip_count`` (XLA:CPU states it in the ``while``'s backend config) or,
+where XLA does not state it (XLA:TPU), the ``N`` of a loop condition
+``i < N`` against a constant, the form of jax's ``lax.scan`` / ``fori_loop``
+loops, whose counter starts at 0 in steps of 1 (a ``scan`` over layers or
+micro-batches). Any other loop counts once (the same limit as XLA's
+``cost_analysis``); to be safe, compare on unrolled steps (the reference step
+with ``scan_layers=False``). Each record names its computation, so a caller
+can tell loop bodies apart.
 """
 
 from __future__ import annotations
@@ -56,6 +63,14 @@ _GROUPS_IOTA = re.compile(r"replica_groups=\[([\d,]+)\]<=\[")
 # `mesh['a'=2,'b'=4] {'b'}`, possibly with `, device_ids=([2,4]T(1,0))` (no braces) before the axes.
 _CHAIN = re.compile(r'chain_id="([^"]+)"')
 _GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}")
+# Computations an instruction calls: a while's body (run known_trip_count times), everything else once.
+_CALLEE = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+# A loop condition `ROOT compare(%i, %n), direction=LT` with `%n = s32[] constant(N)`: jax's scan / fori_loop
+# counter runs 0, 1, ..., N - 1 (XLA:TPU does not state known_trip_count).
+_CONSTANT = re.compile(r"^[su](?:8|16|32|64)\[\]\S*$")
+_LESS_THAN = re.compile(r"^%?([\w.\-]+),\s*%?([\w.\-]+)\),.*\bdirection=LT\b")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,12 +80,14 @@ class HloCollective:
     Attributes:
       kind: one of :data:`HLO_COLLECTIVE_KINDS`.
       name: the instruction's name in the HLO.
-      computation: the computation it sits in (``while`` bodies are listed once).
+      computation: the computation it sits in (a ``while`` body's are listed once: see ``trips``).
       dtypes: each operand's element type (``"bf16"``, ``"f32"``, ...).
       operand_bytes: each operand's bytes per device.
       group_size: devices per replica group (0 when the HLO names no groups, e.g. collective-permute).
       nbytes: the full buffer ``B`` of the call, summed over operands (see the module docstring).
       calls: operands (a combined collective is one call per operand).
+      trips: how many times the program runs it: the product of the trip counts of the ``while``
+        loops around it (1 outside loops; a loop whose count cannot be read counts 1).
     """
 
     kind: str
@@ -81,6 +98,7 @@ class HloCollective:
     group_size: int
     nbytes: int
     calls: int
+    trips: int = 1
 
 
 def _array_bytes(text: str) -> list[tuple[str, int]]:
@@ -143,6 +161,11 @@ def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
     types: dict[str, list[tuple[str, int]]] = {}
     found: list[tuple[str, str, str, list[str], str]] = []
     chain_home: dict[str, str] = {}  # XLA:TPU async chain id -> the computation that starts it
+    callers: dict[str, list[tuple[str, int]]] = {}  # computation -> (calling computation, runs per call)
+    loops: list[tuple[str, str, str]] = []  # (calling computation, body, condition) of loops of unstated count
+    constants: dict[tuple[str, str], int] = {}  # (computation, name) -> an integer scalar constant's value
+    bounds: dict[str, int] = {}  # loop condition computation -> N of its `i < N`
+    entry = ""
     computation = ""
     for line in text.splitlines():
         m = _INSTR.match(line)
@@ -151,8 +174,26 @@ def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
             c = _COMPUTATION.match(line)
             if c is not None and not line[:1].isspace():
                 computation = c.group(1)
+                entry = computation if line.startswith("ENTRY") else entry
             continue
         name, rtype, opcode, rest = m.groups()
+        if opcode == "constant" and _CONSTANT.match(rtype) and re.match(r"-?\d+\)", rest):
+            constants[(computation, name)] = int(rest.split(")")[0])
+        if opcode == "compare" and line.lstrip().startswith("ROOT"):
+            lt = _LESS_THAN.match(rest)
+            if lt is not None and (computation, lt.group(2)) in constants:
+                bounds[computation] = constants[(computation, lt.group(2))]
+        trips = _TRIPS.search(rest) if opcode == "while" else None
+        for role, callee in _CALLEE.findall(rest):
+            if role == "body" and opcode == "while" and trips is None:
+                test = re.search(r"\bcondition=%?([\w.\-]+)", rest)
+                loops.append((computation, callee, test.group(1) if test else ""))
+                continue
+            count = int(trips.group(1)) if role == "body" and trips is not None else 1
+            callers.setdefault(callee, []).append((computation, count))
+        for group in _BRANCHES.findall(rest):
+            for callee in re.findall(r"%?([\w.\-]+)", group):
+                callers.setdefault(callee, []).append((computation, 1))
         types[name] = _array_bytes(rtype)
         base = opcode[:-6] if opcode.endswith("-start") else opcode
         if base in HLO_COLLECTIVE_KINDS:
@@ -162,6 +203,18 @@ def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
             if base == "all-reduce" and computation.startswith("all-reduce-scatter"):
                 base = "reduce-scatter"  # XLA:TPU's reduce-scatter: an all-reduce + dynamic-slice fusion
             found.append((base, name, computation, _operand_names(rest), rest))
+    for caller, body, cond in loops:  # the loops XLA gave no count: the condition's bound, else once
+        callers.setdefault(body, []).append((caller, max(bounds.get(cond, 1), 1)))
+    runs: dict[str, int] = {}
+
+    def times(comp: str, seen: frozenset[str] = frozenset()) -> int:
+        # Runs of a computation per step: summed over its call sites (the entry, or one never called, runs once).
+        if comp not in runs:
+            sites = [(c, r) for c, r in callers.get(comp, []) if c not in seen and c != comp]
+            runs[comp] = (1 if comp == entry or not sites
+                          else sum(r * times(c, seen | {comp}) for c, r in sites))
+        return runs[comp]
+
     out = []
     for kind, name, comp, operands, attrs in found:
         arrays = [a for op in operands for a in types.get(op, [])]
@@ -169,7 +222,7 @@ def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
         size = sum(b for _, b in arrays)
         nbytes = size * n if kind == "all-gather" else size
         out.append(HloCollective(kind, name, comp, tuple(d for d, _ in arrays), tuple(b for _, b in arrays),
-                                 n, nbytes, len(arrays)))
+                                 n, nbytes, len(arrays), max(times(comp), 1)))
     return tuple(out)
 
 
@@ -178,8 +231,8 @@ def collective_totals(records: Iterable[HloCollective] | Iterable[object]) -> di
 
     Takes :class:`HloCollective` records or :class:`~meshplan.pure.CommTerm`s (anything with
     ``kind``, ``nbytes`` and ``calls``; a CommTerm's ``nbytes`` is per call, so it counts
-    ``nbytes * calls``; an HloCollective's ``nbytes`` already sums its operands). Kinds with no
-    record are left out.
+    ``nbytes * calls``; an HloCollective's ``nbytes`` already sums its operands, and a record
+    inside loops counts ``trips`` times). Kinds with no record are left out.
 
     Example:
       >>> from meshplan.pure.search import CommTerm
@@ -199,10 +252,11 @@ def collective_totals(records: Iterable[HloCollective] | Iterable[object]) -> di
         if not isinstance(kind, str) or not isinstance(nbytes, int) or not isinstance(calls, int):
             raise MeshplanTypeError(f"record {r!r:.80} must have a str kind and int nbytes and calls "
                                     "(an HloCollective or a CommTerm).")
-        total = nbytes if isinstance(r, HloCollective) else nbytes * calls
+        trips = r.trips if isinstance(r, HloCollective) else 1
+        total = nbytes * trips if isinstance(r, HloCollective) else nbytes * calls
         acc = sums.setdefault(kind, [0, 0])
         acc[0] += total
-        acc[1] += calls
+        acc[1] += calls * trips
     order = {k: i for i, k in enumerate(HLO_COLLECTIVE_KINDS)}
     return {k: (v[0], v[1]) for k, v in sorted(sums.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))}
 

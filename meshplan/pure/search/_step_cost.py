@@ -38,11 +38,26 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   on its own (Llama 5: q, k, v, gate, up; GPT-2 2) and all-gathers 6 buffers
   per layer (the output gradient twice per block, for its input and its weight
   gradient, and the block input again for the weight gradient), plus the LM
-  head's input once more and, with GQA, the K and V gradients. In a MoE layer
+  head's input once more and, with GQA, the K and V gradients (K and V split
+  over ``gcd(tp, kv_heads)`` and replicated beyond when ``tp`` does not divide
+  the kv heads: then 3 buffers in a layer's backward, not 6). In a MoE layer
   the experts' MLP works on the dispatched buffer ``E = b*E*capacity*h*a``:
   its block input is not gathered, the dispatched tokens are (fwd, recompute,
   bwd) and their sums are ``E``-sized (output fwd and recompute, 2 input
-  gradients bwd). DeepSeek's MLA keeps Megatron's counts (not read from HLO);
+  gradients bwd). **XLA:TPU** (``backend="tpu"``, read from the compiled HLO of
+  a TPU-sized Llama step, fsdp=2 x tp=4, windowed einsum off): Megatron's sums
+  (2 forward, 1 recompute, 2 backward: the projections' input gradients are
+  summed together) and the LM head's input gradient summed in fp32; a dense
+  layer's backward gathers 6 buffers as on XLA:CPU (one fewer in the whole
+  step), plus the K and V gradients, the LM head's input twice and the
+  embedding's output gradient for its scatter-add. A MoE layer (read from
+  Mixtral ep=4 x tp=2) sums its attention 2 + 1 recompute times and gathers 1
+  + 1 recompute + 4 backward residual buffers and, as on XLA:CPU, the
+  dispatched tokens; the experts' sums are ``E``-sized (fwd, recompute, 1
+  bwd; without ep, read from Mixtral fsdp=2 x tp=4, the forward's and the
+  backward's are reduce-scatters). The vocab-split embedding lookup is a reduce-scatter into the split
+  stream when the table is not also split over fsdp. DeepSeek's MLA keeps
+  Megatron's counts everywhere (not read from HLO);
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
   sequence forward (again in the recompute under remat ``full`` / ``offload``)
   and reduce-scatters their gradients backward:
@@ -303,13 +318,15 @@ def param_terms(
         return tuple(left.items())
 
     once = traffic.embed + (traffic.head if tpu else ())
+    twice = () if tpu else traffic.head  # outside the layers: gathered forward and backward, not fused per layer
     whole = traffic.embed_whole if tpu else ()
     order = {a: k for k, a in enumerate(sizes)}
     embed_ar = tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in whole)
     # (kind, what, bytes per axis group, passes, fused per layer)
     kinds: tuple[tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int, bool], ...] = (
-             ("all-gather", "all-gather of params (fwd + bwd)", minus(traffic.gather, once), 2, True),
+             ("all-gather", "all-gather of params (fwd + bwd)", minus(traffic.gather, once, twice), 2, True),
              ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False),
+             ("all-gather", "all-gather of params (head: fwd + bwd)", twice, 2, False),
              ("reduce-scatter", "reduce-scatter of grads",
               minus(traffic.scatter, traffic.head_scatter, tuple((st, sb) for st, _, sb, _ in whole))
               if tpu else traffic.scatter, 1, True),
@@ -385,7 +402,7 @@ def activation_terms(
       >>> p = AxisPlacement(("dp", "tp"), (2, 4), (1, 1), parse_cluster("H100"))
       >>> [(t[1], t[4]) for t in activation_terms(MODEL_SPECS["llama3-8b"], {"dp": 2, "tp": 4}, p,
       ...                                         batch=8, seq=1024, itemsize=2)]
-      [('reduce-scatter', 161), ('all-gather', 193), ('all-reduce', 1)]
+      [('reduce-scatter', 160), ('reduce-scatter', 1), ('all-gather', 322), ('all-gather', 64), ('reduce-scatter', 1)]
     """
     backend = as_choice(backend, "backend", TP_BACKENDS, error=PlanError)
     recompute = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError) in RECOMPUTING
@@ -406,34 +423,67 @@ def activation_terms(
         split = residual_split and (h % tp == 0 or s % tp == 0)  # as step_activations lays the stream out
         vocab = model.vocab_size % tp == 0  # the embedding and LM head split over the vocabulary
         cpu = backend == "cpu" and model.mla is None  # MLA's lowering was not read: Megatron's counts
+        tpu = backend == "tpu" and model.mla is None
         r = 1 if recompute else 0
         moe = model.num_moe_layers
         dense = layers - moe
+        kv_heads = model.num_kv_heads
+        # K/V heads that tp does not divide are split over gcd(tp, kv) and replicated beyond (XLA's choice).
+        kv_part = kv_heads % tp != 0 and math.gcd(kv_heads, tp) > 1
         if cpu:  # per layer, as XLA:CPU's partitioner emits them (see the module docstring)
             attn, mlp = _column_projections(model, tp)
             sums = dense * (2 + r + attn + mlp) + moe * (1 + r + attn)
-            gathers = dense * (2 + 2 * r + 6) + moe * (1 + r + 4)
+            # K/V replicated over part of tp: XLA:CPU gathers 3 buffers in a dense layer's backward, not 6.
+            gathers = dense * (2 + 2 * r + (3 if kv_part else 6)) + moe * (1 + r + 4)
+        elif tpu:  # as XLA:TPU emits them (see the module docstring)
+            # A MoE layer's row-parallel sum is the experts' (dispatched-buffer sized, below): attention's o
+            # forward and in the recompute, and q, k, v's input gradients together.
+            sums = dense * (4 + r) + moe * (2 + r)
+            # The backward gathers 6 buffers per dense layer, one fewer in the step (the top layer's output
+            # gradient is gathered once for its two uses); a MoE layer gathers its attention's input forward
+            # and in the recompute, 4 buffers backward (o's output gradient twice, q's input, the combine's).
+            gathers = dense * (2 + 2 * r + 6) - (1 if dense else 0) + moe * (1 + r + 4)
         else:
             sums, gathers = layers * (4 + r), layers * (4 + 2 * r)
         kind: CollectiveKind = "reduce-scatter" if split else "all-reduce"
+        # XLA:TPU sums the LM head's input gradient in fp32 (the fp32 logits'), apart from the others.
+        head_sum = 1 if vocab and not tpu else 0
         add(f"tp {kind} of activations (row-parallel outputs, column-parallel input grads"
-            f"{', recompute' if recompute else ''})", kind, "tp", x, sums + (1 if vocab else 0))
+            f"{', recompute' if recompute else ''})", kind, "tp", x, sums + head_sum)
+        if vocab and tpu:
+            add(f"tp {kind} of the LM head's input gradient (XLA:TPU, f32)", kind, "tp", b * s * h * 4, 1)
         if split:
+            # The LM head's input (fwd) and again for its weight gradient (bwd) on XLA:CPU and XLA:TPU;
+            # XLA:TPU also gathers the embedding's output gradient for its scatter-add.
+            head_gathers = (3 if tpu else 2 if cpu else 1) if vocab else 0
             add("tp all-gather of activations (each block's input, fwd / recompute / bwd)", "all-gather", "tp", x,
-                gathers + ((2 if cpu else 1) if vocab else 0))
-            if cpu and model.num_kv_heads < model.num_heads and model.num_kv_heads % tp == 0:
-                kv = b * s * model.num_kv_heads * model.head_dim * itemsize
-                add("tp all-gather of the K and V gradients (GQA, XLA:CPU)", "all-gather", "tp", kv, 2 * layers)
+                gathers + head_gathers)
+            if (cpu or tpu) and kv_heads < model.num_heads and (kv_heads % tp == 0 or kv_part):
+                kv = b * s * kv_heads * model.head_dim * itemsize
+                add(f"tp all-gather of the K and V gradients (GQA, XLA:{'CPU' if cpu else 'TPU'})", "all-gather",
+                    "tp", kv, 2 * layers)
         if vocab:
-            add("tp all-reduce of the vocab-split embedding lookup", "all-reduce", "tp", x, 1)
-        if cpu and moe:
+            # XLA:TPU sums the lookup into the split residual stream with a reduce-scatter when the table is
+            # not also stored split over fsdp (with fsdp it emitted an all-reduce, or permutes: priced as that).
+            lookup: CollectiveKind = "reduce-scatter" if tpu and split and sizes.get("fsdp", 1) == 1 else "all-reduce"
+            add(f"tp {lookup} of the vocab-split embedding lookup", lookup, "tp", x, 1)
+        if (cpu or tpu) and moe:
             # The experts' MLP split over tp works on the dispatched buffer, not the residual stream.
             e, k = model.num_experts, model.num_experts_per_tok
             buffer = b * e * max(1, math.ceil(k * s * capacity_factor / e)) * h * itemsize
-            add("tp all-reduce of expert outputs and input grads (MoE, XLA:CPU)", "all-reduce", "tp", buffer,
-                moe * (1 + r + 2))
+            name = "CPU" if cpu else "TPU"
+            if tpu and ep == 1 and split:
+                # The experts whole on every device: XLA:TPU reduce-scatters the forward's and the backward's
+                # sums; the recompute's stays an all-reduce.
+                add("tp reduce-scatter of expert outputs and input grads (MoE, XLA:TPU)", "reduce-scatter", "tp",
+                    buffer, moe * 2)
+                add("tp all-reduce of expert outputs (MoE, XLA:TPU, recompute)", "all-reduce", "tp", buffer, moe * r)
+            else:
+                add(f"tp all-reduce of expert outputs and input grads (MoE, XLA:{name})", "all-reduce", "tp", buffer,
+                    moe * (1 + r + (2 if cpu else 1)))
             if split:
-                add("tp all-gather of dispatched tokens (MoE, XLA:CPU)", "all-gather", "tp", buffer, moe * (2 + r))
+                add(f"tp all-gather of dispatched tokens (MoE, XLA:{name})", "all-gather", "tp", buffer,
+                    moe * (2 + r))
     if sp > 1:
         kv = model.num_kv_heads * model.head_dim
         kv_local = kv // tp if model.num_kv_heads % tp == 0 else kv
@@ -500,7 +550,7 @@ XLA_BACKENDS: tuple[str, ...] = ("cpu", "gpu", "tpu")
 
 
 def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, collective_matmul: bool = False,
-                    sizes: Mapping[str, int] | None = None) -> tuple[CommTerm, ...]:
+                    sizes: Mapping[str, int] | None = None, micro_batches: int = 1) -> tuple[CommTerm, ...]:
     """The step's collectives as XLA emits them on ``backend``: the textbook terms, relowered.
 
     The textbook terms (:func:`param_terms`, :func:`activation_terms`) are what the step needs;
@@ -511,7 +561,12 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
       of the same buffer and a dynamic-slice, so reduce-scatters become all-reduces of
       ``B``. XLA:CPU also computes 16-bit floats in f32 and moves the convert ahead of
       the collective, so a term priced at ``itemsize == 2`` moves twice the bytes (except a term
-      whose ``what`` ends in ``f32)``, already counted in f32).
+      whose ``what`` ends in ``f32)``, already counted in f32). With gradient accumulation
+      (``micro_batches > 1``, the terms already repeated per micro-batch by
+      :func:`~meshplan.pure.search._step_time.accumulate`) XLA:CPU hoists the loop-invariant
+      parameter gathers out of the micro-batch loop: the layers' forward gathers, the
+      embedding's and the head's run once per step (the backward's, under remat, stay in it).
+      XLA:TPU does not (fsdp=8 with 2 micro-batches: every gather twice).
     - ``"tpu"`` with ``collective_matmul`` (XLA:TPU's windowed einsum, on by default for
       large enough matmuls): a tp all-gather or reduce-scatter that feeds a matmul runs as
       ``n - 1`` collective-permutes of ``B/n`` each, overlapped with the matmul's pieces;
@@ -528,6 +583,7 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
       itemsize: bytes per element the terms were priced at (2 for bf16 weights and activations).
       collective_matmul: whether XLA:TPU's windowed einsum is on (TPU only).
       sizes: mesh axis sizes (the permutes' chunk count); needed with ``collective_matmul``.
+      micro_batches: gradient-accumulation steps the terms were priced with.
 
     Returns:
       The terms as emitted, in the same order.
@@ -540,6 +596,7 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
     backend = as_choice(backend, "backend", tuple(XLA_BACKENDS), error=PlanError)
     size = as_count(itemsize, "itemsize", error=PlanError)
     collective_matmul = as_flag(collective_matmul, "collective_matmul")
+    m = as_count(micro_batches, "micro_batches", error=PlanError)
     mesh = {} if sizes is None else dict(canonical_axis_sizes(sizes, "sizes"))
     if collective_matmul and backend == "tpu" and not mesh:
         raise PlanError("xla_collectives(collective_matmul=True) needs sizes= (the mesh axis sizes).")
@@ -549,6 +606,11 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
             raise MeshplanTypeError(f"terms must hold CommTerm records, got {t!r:.80}.")
         kind, nbytes, calls, what = t.kind, t.nbytes, t.calls, t.what
         if backend == "cpu":
+            if m > 1 and kind == "all-gather" and "all-gather of params (" in what:
+                # Hoisted out of the micro-batch loop: all of a term gathered once per pass, the forward
+                # half of the layers' (their backward gathers stay in the loop).
+                layers = "(fwd + bwd)" in what and "head" not in what
+                calls = calls * (m + 1) // (2 * m) if layers else calls // m
             if kind == "reduce-scatter":
                 kind, what = "all-reduce", f"{what} (XLA:CPU: all-reduce + dynamic-slice)"
             if size == 2 and "f32)" not in what:  # a term named '... f32)' is priced in f32 already

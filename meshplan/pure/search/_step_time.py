@@ -19,10 +19,13 @@ device's peak bf16 FLOP/s times an efficiency) while the collectives of
 **Gradient accumulation** (``m`` micro-batches, :func:`accumulate`): the
 FLOPs are the same; each micro-batch runs its own forward and backward, so
 the activation collectives (tp / sp / ep) are ``m`` times as many calls of
-``1 / m`` the bytes and the parameter all-gathers repeat ``m`` times (gathered
-weights are not kept between micro-batches); the gradients sync once, after
-the last micro-batch. The windows are the same layers' compute, summed over
-the micro-batches.
+``1 / m`` the bytes, and the parameter all-gathers and gradient syncs repeat
+``m`` times: XLA reduce-scatters / all-reduces each micro-batch's gradients
+inside the accumulation loop (the gradients carry the parameters' sharding)
+and gathers the weights again in each (XLA:TPU, fsdp=8 with 2 micro-batches:
+every gather and gradient reduce-scatter twice; XLA:CPU hoists the
+loop-invariant forward gathers out of the loop, not modelled). The windows
+are the same layers' compute, summed over the micro-batches.
 
 Within a window, what exceeds the compute is exposed, shared among the
 collectives in proportion to their seconds. ``step = compute + exposed``;
@@ -70,7 +73,7 @@ def accumulate(pending: Sequence[Any], micro_batches: int) -> list[Any]:
       ...             ("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)], 4)
       [('tp all-reduce of activations', 'all-reduce', ('tp',), 200.0, 16, 8, 1), \
 ('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 100, 8, 8, 1), \
-('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 1, 1, 2)]
+('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 4, 1, 2)]
     """
     m = as_count(micro_batches, "micro_batches", error=PlanError)
     if m == 1:
@@ -80,10 +83,8 @@ def accumulate(pending: Sequence[Any], micro_batches: int) -> list[Any]:
         where = overlap_class(what, kind)
         if where == "critical":
             out.append((what, kind, axes, nbytes / m, calls * m, ici, dcn))
-        elif where == "gather":
+        else:  # parameter gathers and gradient syncs: again in every micro-batch
             out.append((what, kind, axes, nbytes, calls * m, ici, dcn))
-        else:
-            out.append((what, kind, axes, nbytes, calls, ici, dcn))
     return out
 
 

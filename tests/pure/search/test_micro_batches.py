@@ -107,10 +107,8 @@ def test_accumulate_keeps_activation_bytes_and_repeats_calls(rows, m):
         if where == "critical":  # m calls of 1/m the bytes: the same bytes moved
             assert after[4] == before[4] * m
             assert after[3] * after[4] == pytest.approx(before[3] * before[4])
-        elif where == "gather":  # weights gathered again for every micro-batch
+        else:  # weights gathered and gradients synced again in every micro-batch (as XLA emits them)
             assert after[3] == before[3] and after[4] == before[4] * m
-        else:  # gradients sync once
-            assert after == before
     # More micro-batches never make the communication cheaper (latency per call, gathers repeated).
     cluster = parse_cluster("2x8xH100")
     assert price(out, cluster).sum() >= price(pending, cluster).sum() * (1 - 1e-9)
