@@ -56,7 +56,7 @@ from meshplan.pure.specs._geometry import (
     shard_geometry,
 )
 from meshplan.pure.specs._training import TrainingState
-from meshplan.pure.specs._tree import LeafInfo, TreeFacts
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts, path_str
 
 __all__ = ["GeometryCache", "LeafGroups", "PlanEval", "Planner", "evaluate_plan", "param_groups", "state_bytes"]
 
@@ -114,7 +114,8 @@ class _Paths:
 
     def __init__(self, facts: TreeFacts) -> None:
         self._facts = facts
-        self._paths = [facts.path(i) for i in range(len(facts.infos))]
+        # TreeFacts.path(i) is path_str(keypaths[i]) behind a check of i, which the range makes here.
+        self._paths = [path_str(k) for k in facts.keypaths]
 
     @property
     def keypaths(self) -> tuple[Any, ...]:
