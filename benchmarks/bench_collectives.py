@@ -29,21 +29,30 @@ if __name__ == "__main__" and "--child" not in sys.argv:
 WINDOWED_OFF = ("--xla_tpu_enable_windowed_einsum_for_all_gather=false "
                 "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false")
 
-CASES: tuple[tuple[str, dict[str, int], str], ...] = (
-    ("llama", {"dp": 8}, "full"),
-    ("llama", {"fsdp": 8}, "full"),
-    ("llama", {"dp": 2, "fsdp": 4}, "full"),
-    ("llama", {"dp": 2, "tp": 4}, "full"),
-    ("llama", {"dp": 2, "tp": 4}, "none"),
-    ("llama", {"fsdp": 2, "tp": 4}, "full"),
-    ("llama", {"dp": 2, "fsdp": 2, "tp": 2}, "full"),
-    ("llama", {"tp": 8}, "full"),
-    ("llama", {"fsdp": 2, "sp": 4}, "full"),
-    ("mixtral", {"fsdp": 8}, "full"),
-    ("mixtral", {"fsdp": 2, "ep": 4}, "full"),
-    ("mixtral", {"ep": 4, "tp": 2}, "full"),
+Case = tuple[str, dict[str, int], str, int]
+CASES: tuple[Case, ...] = (
+    ("llama", {"dp": 8}, "full", 1),
+    ("llama", {"fsdp": 8}, "full", 1),
+    ("llama", {"dp": 2, "fsdp": 4}, "full", 1),
+    ("llama", {"dp": 2, "tp": 4}, "full", 1),
+    ("llama", {"dp": 2, "tp": 4}, "none", 1),
+    ("llama", {"fsdp": 2, "tp": 4}, "full", 1),
+    ("llama", {"dp": 2, "fsdp": 2, "tp": 2}, "full", 1),
+    ("llama", {"tp": 8}, "full", 1),
+    ("llama", {"fsdp": 2, "sp": 4}, "full", 1),
+    ("mixtral", {"fsdp": 8}, "full", 1),
+    ("mixtral", {"fsdp": 2, "ep": 4}, "full", 1),
+    ("mixtral", {"ep": 4, "tp": 2}, "full", 1),
+    ("llama", {"fsdp": 8}, "full", 2),
+    ("llama", {"dp": 2, "fsdp": 4}, "full", 2),
+    ("llama", {"dp": 2, "tp": 4}, "full", 2),
+    ("llama", {"fsdp": 2, "tp": 4}, "full", 2),
+    ("deepseek", {"fsdp": 8}, "full", 1),
+    ("deepseek", {"dp": 2, "tp": 4}, "full", 1),
 )
-"""(family, mesh, remat policy); remat "full" is the reference step's and the search's default."""
+"""(family, mesh, remat policy, micro-batches); remat "full" is the reference step's and the search's default.
+With micro-batches the step scans over them: the HLO lists the loop body once and the parser counts it
+by XLA's known trip count."""
 MINOR = 0.02
 """A kind carrying less than this share of a step's compiled collective bytes is reported, not held to 10%
 (XLA:CPU's reshards of weight gradients and embedding lookups: all-to-alls and permutes of a few KiB)."""
@@ -52,12 +61,19 @@ BATCH, SEQ = 16, 512
 than moving activations, as it does for real steps (at 32 tokens per device it keeps weights sharded)."""
 
 
-TPU_CASES: tuple[tuple[str, dict[str, int], str], ...] = (
-    ("llama", {"dp": 8}, "full"),
-    ("llama", {"fsdp": 8}, "full"),
-    ("llama", {"dp": 2, "fsdp": 4}, "full"),
-    ("llama", {"fsdp": 2, "tp": 4}, "full"),
-    ("mixtral", {"fsdp": 2, "ep": 4}, "full"),
+TPU_CASES: tuple[Case, ...] = (
+    ("llama", {"dp": 8}, "full", 1),
+    ("llama", {"fsdp": 8}, "full", 1),
+    ("llama", {"dp": 2, "fsdp": 4}, "full", 1),
+    ("llama", {"fsdp": 2, "tp": 4}, "full", 1),
+    ("mixtral", {"fsdp": 2, "ep": 4}, "full", 1),
+    ("llama", {"fsdp": 4, "tp": 2}, "full", 1),
+    ("llama", {"dp": 2, "tp": 4}, "none", 1),
+    ("llama", {"fsdp": 8}, "full", 2),
+    ("llama", {"dp": 2, "fsdp": 2, "tp": 2}, "full", 1),
+    ("mixtral", {"ep": 4, "tp": 2}, "full", 1),
+    ("llama", {"tp": 8}, "full", 1),
+    ("mixtral", {"fsdp": 2, "tp": 4}, "full", 1),
 )
 """Few on purpose: each XLA:TPU compile of the TPU-sized steps takes minutes on a small machine."""
 TPU_BATCH, TPU_SEQ = 16, 2048
@@ -79,8 +95,15 @@ def tpu_sized(family: str) -> object:
 
 def tiny(family: str) -> object:
     """Scaled-down presets: every dim divisible by the mesh axes above."""
-    from meshplan.pure.presets import MODEL_SPECS
+    from meshplan.pure.presets import MODEL_SPECS, MLADims
 
+    if family == "deepseek":  # one dense layer and one MoE layer, MLA attention
+        return dataclasses.replace(MODEL_SPECS["deepseek-v3"], name="tiny-deepseek", num_layers=2, hidden_size=128,
+                                   num_heads=8, num_kv_heads=8, head_dim=16, intermediate_size=256,
+                                   moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2,
+                                   num_shared_experts=1, num_dense_layers=1, vocab_size=512, num_params=None,
+                                   mla=MLADims(q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=16,
+                                               qk_rope_head_dim=8, v_head_dim=16))
     if family == "mixtral":
         return dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="tiny-mixtral", num_layers=2,
                                    hidden_size=128, num_heads=8, num_kv_heads=4, head_dim=16,
@@ -91,8 +114,8 @@ def tiny(family: str) -> object:
                                num_params=None)
 
 
-def compare(family: str, sizes: dict[str, int], mesh: object, backend: str, remat: str = "full"
-            ) -> list[tuple[str, int, int, float, int, int]]:
+def compare(family: str, sizes: dict[str, int], mesh: object, backend: str, remat: str = "full",
+            micro_batches: int = 1) -> list[tuple[str, int, int, float, int, int]]:
     """``(kind, analytic bytes, compiled bytes, ratio, analytic calls, compiled calls)`` per kind."""
     import meshplan
     from meshplan.pure.search import TrainingRecipe, collective_totals, ratio_table, search_meshes, xla_collectives
@@ -100,13 +123,15 @@ def compare(family: str, sizes: dict[str, int], mesh: object, backend: str, rema
     spec = tiny(family) if backend == "cpu" else tpu_sized(family)
     batch, seq = (BATCH, SEQ) if backend == "cpu" else (TPU_BATCH, TPU_SEQ)
     cluster = "1x8xH100"  # the links price the terms; they do not change bytes or calls
-    recipe = TrainingRecipe(backend=backend, remat=remat)  # residual split over tp: the plan's activation specs
+    # Residual split over tp: the plan's activation specs.
+    recipe = TrainingRecipe(backend=backend, remat=remat, micro_batches=micro_batches)
     cand = search_meshes(spec, cluster, axes=tuple(sizes), fixed=sizes, batch=batch, seq=seq, recipe=recipe).best
     ref = meshplan.reference_step(spec, mesh, batch=batch, seq=seq, plan=cand,
-                                  config=meshplan.ReferenceConfig(scan_layers=False, remat=remat))
+                                  config=meshplan.ReferenceConfig(scan_layers=False, remat=remat,
+                                                                  micro_batches=micro_batches))
     options = {"xla_backend_optimization_level": 0} if backend == "cpu" else None
     compiled = collective_totals(meshplan.compiled_collectives(ref.fn, *ref.args, compiler_options=options))
-    analytic = collective_totals(xla_collectives(cand.comm, backend=backend, itemsize=2))
+    analytic = collective_totals(xla_collectives(cand.comm, backend=backend, itemsize=2, micro_batches=micro_batches))
     return [(k, a, c, r, analytic.get(k, (0, 0))[1], compiled.get(k, (0, 0))[1])
             for k, a, c, r in ratio_table(analytic, compiled)]
 
@@ -118,17 +143,18 @@ def run_cases(backend: str, topology: str | None, only: str = "") -> list[dict[s
     import meshplan
 
     rows: list[dict[str, object]] = []
-    for family, sizes, remat in (CASES if topology is None else TPU_CASES):
+    for family, sizes, remat, micro_batches in (CASES if topology is None else TPU_CASES):
         if topology is not None:
             mesh = meshplan.tpu_topology_mesh(topology, tuple(sizes), tuple(sizes.values()))
         else:
             mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), axis_types=(AxisType.Auto,) * len(sizes))
-        case = f"{family} {','.join(f'{k}={v}' for k, v in sizes.items())}" + ("" if remat == "full" else f" {remat}")
-        if only and only not in case:
+        case = (f"{family} {','.join(f'{k}={v}' for k, v in sizes.items())}" + ("" if remat == "full" else f" {remat}")
+                + ("" if micro_batches == 1 else f" mb={micro_batches}"))
+        if only and not any(o == case or (o.endswith("*") and case.startswith(o[:-1])) for o in only.split(";")):
             continue
         start = time.perf_counter()
         try:
-            table = compare(family, sizes, mesh, backend, remat)
+            table = compare(family, sizes, mesh, backend, remat, micro_batches)
         except Exception as err:  # a case the reference step or the search refuses: say so, keep going
             rows.append({"case": case, "kind": "error", "error": f"{type(err).__name__}: {str(err)[:120]}"})
             continue
@@ -142,23 +168,24 @@ def run_cases(backend: str, topology: str | None, only: str = "") -> list[dict[s
 
 def print_rows(title: str, rows: list[dict[str, object]]) -> None:
     print(f"\n{title}")
-    print(f"{'case':<26} {'kind':<19} {'analytic B':>12} {'compiled B':>12} {'ratio':>7} {'calls a/c':>10}")
+    print(f"{'case':<31} {'kind':<19} {'analytic B':>12} {'compiled B':>12} {'ratio':>7} {'calls a/c':>10}")
     for r in rows:
         if r["kind"] == "error":
-            print(f"{r['case']:<26} {r['error']}")
+            print(f"{r['case']:<31} {r['error']}")
             continue
         ratio = float(r["ratio"])  # type: ignore[arg-type]
         share = float(r.get("share", 1.0))  # type: ignore[arg-type]
         flag = ("" if 0.9 <= ratio <= 1.1 else f"  <- minor kind ({share:.1%} of the step's bytes)"
                 if share < MINOR else "  <- outside 10%")
-        print(f"{r['case']:<26} {r['kind']:<19} {r['analytic']:>12,} {r['compiled']:>12,} {ratio:>7.3f} "
+        print(f"{r['case']:<31} {r['kind']:<19} {r['analytic']:>12,} {r['compiled']:>12,} {ratio:>7.3f} "
               f"{str(r['calls_analytic']) + '/' + str(r['calls_compiled']):>10}{flag}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tpu", default=None, help="also compile for this TPU topology (e.g. v5e-8; needs libtpu)")
-    ap.add_argument("--only", default="", help="run the cases whose name contains this (e.g. 'llama fsdp=8')")
+    ap.add_argument("--only", default="", help="run only these cases, ';'-separated, as the table names them "
+                    "(e.g. 'llama fsdp=8;llama tp=8'; a trailing * matches a prefix: 'mixtral*')")
     ap.add_argument("--tpu-only", action="store_true", help="skip the XLA:CPU cases")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
