@@ -1,8 +1,9 @@
 """The analytic step memory next to XLA's: analytic / exact peak per case, on CPU and TPU (AOT).
 
 Run: ``python benchmarks/bench_memory_calibration.py [--backend cpu|tpu|gpu|both] [--tpu v6e-8|v5p-16]
-[--mesh-indices 0,1] [--shape-indices 0] [--jsonl FILE]``; ``--reprice benchmarks/data/*.jsonl`` re-prices
-recorded rows (no compiling).
+[--mesh-indices 0,1] [--shape-indices 0] [--jsonl FILE]``; ``--case llama3-8b:fsdp=4:full:flash:4x2048``
+(repeatable) compiles single cases instead of the grid, full-size presets included (``mixtral-8x7b/4L`` cuts
+one to 4 layers); ``--reprice benchmarks/data/*.jsonl`` re-prices recorded rows (no compiling).
 
 For every case (family x mesh x remat x attention x shape) it
 
