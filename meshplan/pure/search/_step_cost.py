@@ -55,7 +55,12 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   + 1 recompute + 4 backward residual buffers and, as on XLA:CPU, the
   dispatched tokens; the experts' sums are ``E``-sized (fwd, recompute, 1
   bwd; without ep, read from Mixtral fsdp=2 x tp=4, the forward's and the
-  backward's are reduce-scatters). The vocab-split embedding lookup is a reduce-scatter into the split
+  backward's are reduce-scatters). A residual shard narrower than 256 (hidden
+  1024 over tp=8) is summed with all-reduces, not reduce-scatters. K and V
+  replicated over part of tp add sums over the replicas (their projections'
+  input gradients, ``X``, and ``3*b*s*(kv/gcd)*head_dim*a`` of their
+  gradients per layer); K and V gradients are gathered with as many kv heads
+  as heads too. The vocab-split embedding lookup is a reduce-scatter into the split
   stream when the table is not also split over fsdp. DeepSeek's MLA keeps
   Megatron's counts everywhere (not read from HLO);
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
@@ -445,27 +450,42 @@ def activation_terms(
             gathers = dense * (2 + 2 * r + 6) - (1 if dense else 0) + moe * (1 + r + 4)
         else:
             sums, gathers = layers * (4 + r), layers * (4 + 2 * r)
-        kind: CollectiveKind = "reduce-scatter" if split else "all-reduce"
+        # A residual shard narrower than 256 (hidden 1024 over tp=8): XLA:TPU sums the whole buffer with
+        # all-reduces (and slices), not reduce-scatters; 256 and wider it reduce-scatters.
+        narrow = tpu and split and h % tp == 0 and h // tp < 256
+        kind: CollectiveKind = "reduce-scatter" if split and not narrow else "all-reduce"
         # XLA:TPU sums the LM head's input gradient in fp32 (the fp32 logits'), apart from the others.
         head_sum = 1 if vocab and not tpu else 0
         add(f"tp {kind} of activations (row-parallel outputs, column-parallel input grads"
             f"{', recompute' if recompute else ''})", kind, "tp", x, sums + head_sum)
         if vocab and tpu:
-            add(f"tp {kind} of the LM head's input gradient (XLA:TPU, f32)", kind, "tp", b * s * h * 4, 1)
+            head_kind: CollectiveKind = "reduce-scatter" if split else "all-reduce"
+            add(f"tp {head_kind} of the LM head's input gradient (XLA:TPU, f32)", head_kind, "tp", b * s * h * 4, 1)
+        if tpu and kv_part:
+            # K and V replicated over tp / gcd(tp, kv) devices: their projections' input gradients and the
+            # attention's K and V gradients are summed over the replicas too (read from XLA:TPU's HLO).
+            replicas = kv_heads // math.gcd(kv_heads, tp)
+            add("tp all-reduce of the K/V projections' input grads over the kv replicas (XLA:TPU)", "all-reduce",
+                "tp", x, layers)
+            add("tp all-reduce of the K and V grads over the kv replicas (XLA:TPU)", "all-reduce", "tp",
+                3 * b * s * replicas * model.head_dim * itemsize, layers)
         if split:
             # The LM head's input (fwd) and again for its weight gradient (bwd) on XLA:CPU and XLA:TPU;
             # XLA:TPU also gathers the embedding's output gradient for its scatter-add.
             head_gathers = (3 if tpu else 2 if cpu else 1) if vocab else 0
             add("tp all-gather of activations (each block's input, fwd / recompute / bwd)", "all-gather", "tp", x,
                 gathers + head_gathers)
-            if (cpu or tpu) and kv_heads < model.num_heads and (kv_heads % tp == 0 or kv_part):
+            # XLA:CPU read with GQA only; XLA:TPU gathers them with as many kv heads as heads too.
+            attention_kv = kv_heads < model.num_heads or (tpu and model.family != "gpt2")
+            if (cpu or tpu) and attention_kv and (kv_heads % tp == 0 or kv_part):
                 kv = b * s * kv_heads * model.head_dim * itemsize
-                add(f"tp all-gather of the K and V gradients (GQA, XLA:{'CPU' if cpu else 'TPU'})", "all-gather",
+                add(f"tp all-gather of the K and V gradients (XLA:{'CPU' if cpu else 'TPU'})", "all-gather",
                     "tp", kv, 2 * layers)
         if vocab:
             # XLA:TPU sums the lookup into the split residual stream with a reduce-scatter when the table is
             # not also stored split over fsdp (with fsdp it emitted an all-reduce, or permutes: priced as that).
-            lookup: CollectiveKind = "reduce-scatter" if tpu and split and sizes.get("fsdp", 1) == 1 else "all-reduce"
+            lookup: CollectiveKind = ("reduce-scatter" if tpu and split and not narrow and sizes.get("fsdp", 1) == 1
+                                      else "all-reduce")
             add(f"tp {lookup} of the vocab-split embedding lookup", lookup, "tp", x, 1)
         if (cpu or tpu) and moe:
             # The experts' MLP split over tp works on the dispatched buffer, not the residual stream.

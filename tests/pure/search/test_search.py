@@ -348,9 +348,9 @@ FINGERPRINT_CASES = {
     ("mixtral-8x7b", "512x8xH100", ()): "7908804c6ae593cc",
     ("deepseek-v3", "512x8xH100", ()): "d47d550ab419321d",
     ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "ce9d601f7c0d1a32",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "3e352cc65fdbd8b6",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "2ae03a995b652e8f",
     ("gpt2", "2x8xH100", (("batch", 64),)): "3c7dbb24424a6265",
-    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "effa5a5972acbb43",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "50686f75cbe1ba76",
     ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "611f904150c48e6c",
     ("deepseek-v3", "8x8xH100", ()): "1e4f62e5143efc63",  # nothing fits: the message and its larger-cluster suggestion
 }

@@ -190,6 +190,31 @@ def test_xla_tpu_tp_collectives_are_the_counts_read_from_its_hlo() -> None:
     assert moe[("reduce-scatter", xm)] == 3 * m + 1 and moe[("all-gather", xm)] == 6 * m + 3
     assert moe[("all-reduce", dispatched)] == 3 * m and moe[("all-gather", dispatched)] == 3 * m
 
+
+@pytest.mark.parametrize("kv_heads", [4, 8])
+def test_xla_tpu_sums_a_narrow_residual_shard_with_all_reduces_and_kv_replicas_too(kv_heads) -> None:
+    # Read from TPU-sized Llama steps (hidden 1024) on tp=8: 128-wide shards are summed with all-reduces;
+    # with 4 kv heads K/V are replicated over 2 and their gradients summed over the replicas as well.
+    model = dataclasses.replace(get_preset("llama3-8b").spec, num_layers=2, hidden_size=1024, num_heads=8,
+                                num_kv_heads=kv_heads, head_dim=128, intermediate_size=4096, vocab_size=8192,
+                                num_params=None)
+    p = AxisPlacement(("tp",), (8,), (1,), parse_cluster("H100"))
+    b, s, h, L = 16, 2048, 1024, 2
+    x = b * s * h * 2
+    got: dict[tuple[str, int], int] = {}
+    for t in activation_terms(model, {"tp": 8}, p, batch=b, seq=s, itemsize=2, backend="tpu"):
+        got[(t[1], t[3])] = got.get((t[1], t[3]), 0) + t[4]
+    replicas = 3 * b * s * 1 * 128 * 2  # K and V gradients of the one kv head each device holds
+    assert got[("all-reduce", x)] == 5 * L + 1 + (L if kv_heads == 4 else 0)  # sums, the lookup, K/V inputs
+    assert got.get(("all-reduce", replicas), 0) == (L if kv_heads == 4 else 0)
+    assert got[("reduce-scatter", 2 * x)] == 1  # the LM head's fp32 input gradient stays a reduce-scatter
+    assert ("reduce-scatter", x) not in got
+    # Shards of 256 (tp=4) are reduce-scattered.
+    p4 = AxisPlacement(("tp",), (4,), (1,), p.cluster)
+    kinds = {t[1] for t in activation_terms(model, {"tp": 4}, p4, batch=b, seq=s, itemsize=2, backend="tpu")
+             if t[3] == b * s * h * 2}
+    assert kinds == {"reduce-scatter", "all-gather"}
+
 def test_xla_cpu_gathers_fewer_when_tp_exceeds_the_kv_heads() -> None:
     # Read from XLA:CPU's llama tp=8 over 4 kv heads: K/V split over gcd(tp, kv) = 4 and replicated beyond;
     # the backward gathers 3 block buffers per layer (not 6) and the K and V gradients.
