@@ -15,7 +15,8 @@ and optimizer state, exact from the plan), and takes the maximum:
   them into one stacked buffer that lives through the whole backward pass),
   plus an fp32 accumulator with micro-batches; ``work``: one layer's
   recomputed intermediates and their gradients; ``gathered``: fsdp-gathered
-  weights of about two layers (the one in use, the prefetched one);
+  weights, ``gathered_layers`` x a layer's share of the gathered bytes (the
+  embedding and head gathers are not a layer's: :attr:`LayerDims.layer_share`);
 - ``update``: the optimizer update: ``R + G + update``. XLA updates the
   leaves one after another, and for the leaf being updated it writes the new
   fp32 moments before the donated old ones are released, so ``update`` is
@@ -125,20 +126,22 @@ CALIBRATIONS: dict[str, Calibration] = {
     # TPU: fitted 2026-11-23 to the 12 v6e-8 rows at 32 x 1024 on fsdp=8 (3 families x remat x plain/flash);
     # score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash kernel's buffers
     # and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak;
-    # head_buffers and gathered_layers are the 2026-11-22 values (no row of the grid peaks where they
-    # matter). The update (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8
+    # head_buffers is the 2026-11-22 value (no row of the grid peaks where it matters); gathered_layers
+    # refitted 2026-11-23 (the same 12 rows) when a layer's share stopped including the embedding and head. The update (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8
     # (8 x 1024) peak at arguments + gradients + 0.6 / 0.4 GiB: XLA:TPU updates the moments in place, so
     # update_leaf is bounded by those rows (at most 0.34 / 0.48 copies of the 1.75 / 0.88 GiB fp32 leaf),
     # not identified by them (the backward phase is their peak); 0.96 x the state priced them at 1.75x.
     "tpu": Calibration("XLA:TPU v6e-8 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
                        "32 x 1024, 2026-11-23",
                        none_scale=1.59, score_buffers=1.5, work_layers=0.27, work_scores=1.39, logits_buffers=1.09,
-                       head_buffers=2.6, gathered_layers=1.32, gathered_itemsize=0, update_state=0.0,
+                       head_buffers=2.6, gathered_layers=0.84, gathered_itemsize=0, update_state=0.0,
                        lane_pad=128, flash_buffers=0.5, routing_per_choice=True, update_leaf=0.3),
+    # CPU: gathered_layers refitted 2026-11-23 on the seq 256 rows when a layer's share of the gathered
+    # bytes stopped including the embedding and head (LayerDims.layer_share).
     "cpu": Calibration("XLA:CPU (jax 0.10.2, 8 devices) argument + output - alias + temp of the reference "
                        "steps, 2026-11-22",
                        none_scale=2.91, score_buffers=2.67, work_layers=3.37, work_scores=2.27, logits_buffers=2.0,
-                       head_buffers=2.5, gathered_layers=2.27, gathered_itemsize=4, update_state=0.75),
+                       head_buffers=2.5, gathered_layers=2.47, gathered_itemsize=4, update_state=0.75),
     # GPU update (2026-11-23): two fp32 copies of the largest stacked leaf (the new moments written before
     # the old are released), fitted to the full-size H200 rows (Llama-3-8B 2 x 4096: 2.06 copies at the
     # peak; Mixtral-8x7B/2L 4 x 2048 1.30x before); the 4-layer rows never peak in the update.
@@ -173,6 +176,8 @@ class LayerDims:
         (``_stacked_leaves``: scanned layers stack a projection over the layers, so the
         largest leaf is e.g. Llama's ``layers x hidden x mlp`` MLP weight, or Mixtral's
         ``layers x experts x hidden x moe_width``); the update phase prices fp32 copies of it.
+      layer_share: the transformer layers' share of the parameter elements (the rest: embedding,
+        head, position table); a layer's share of the fsdp-gathered bytes is this over the layers.
       mlp_inputs: a dense MLP's projections into its width: 2 when gated (gate and up: Llama,
         Mixtral, DeepSeek), 1 for GPT-2. Remat ``dots`` saves their outputs. (The activations
         with remat ``none`` stay 3 pieces for both: GPT-2's tanh GELU keeps as many
@@ -193,6 +198,7 @@ class LayerDims:
     top_k: int = 0
     largest_share: float = 0.0
     mlp_inputs: int = 2
+    layer_share: float = 1.0
 
 
 def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
@@ -224,7 +230,13 @@ def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
                      model.num_experts_per_tok * capacity_factor * n_moe / layers if n_moe else 0.0,
                      model.num_experts_per_tok if n_moe else 0,
                      max(leaves) / sum(leaves),
-                     1 if model.family == "gpt2" else 2)
+                     1 if model.family == "gpt2" else 2,
+                     sum(leaves[_outside_layers(model):]) / sum(leaves))
+
+
+def _outside_layers(model: ModelSpec) -> int:
+    """How many of :func:`_stacked_leaves`' leading leaves are outside the layers (embedding, head, positions)."""
+    return (1 if model.tied_embeddings else 2) + (1 if model.max_position_embeddings else 0)
 
 
 def _stacked_leaves(model: ModelSpec) -> list[int]:
@@ -406,7 +418,8 @@ def price_step(
     head = cal.head_buffers * dims.head * a / vocab_split
     work = cal.work_layers * none_layer + cal.work_scores * scores + cal.flash_buffers * (flash + lanes)
     itemsize = cal.gathered_itemsize or a
-    gathered_now = cal.gathered_layers * gathered / dims.layers * itemsize / recipe.weight_itemsize
+    # One layer's share of the gathered bytes: the embedding and head gathers are not a layer's.
+    gathered_now = cal.gathered_layers * gathered * dims.layer_share / dims.layers * itemsize / recipe.weight_itemsize
     accum = grads * 4 / recipe.grad_itemsize if recipe.micro_batches > 1 else 0
     resident = params + optimizer
     live_grads = grads + accum

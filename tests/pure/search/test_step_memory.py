@@ -69,8 +69,10 @@ def test_the_peak_grows_with_the_batch_and_the_sequence(case: dict, what: str) -
 def test_the_peak_grows_with_the_layer_count(case: dict) -> None:
     deeper = dataclasses.replace(case["model"], num_layers=case["model"].num_layers * 2,
                                  num_dense_layers=case["model"].num_dense_layers * 2)
-    # The same per-layer gathered weights: twice the layers gather twice the bytes.
-    assert _peak(case, model=deeper, gathered=case["gathered"] * 2) >= _peak(case)
+    # The same per-layer weights: twice the layers hold at most twice the state and gather twice the bytes.
+    # (At a fixed state a deeper model's update phase may shrink: its largest leaf is a smaller share.)
+    twice = {**case, **{k: 2 * case[k] for k in ("params", "grads", "optimizer", "gathered")}, "model": deeper}
+    assert _peak(twice) >= _peak(case)
 
 
 @given(cases())
