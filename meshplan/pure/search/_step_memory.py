@@ -127,7 +127,8 @@ CALIBRATIONS: dict[str, Calibration] = {
     # score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash kernel's buffers
     # and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak;
     # head_buffers is the 2026-11-22 value (no row of the grid peaks where it matters); gathered_layers
-    # refitted 2026-11-23 (the same 12 rows) when a layer's share stopped including the embedding and head. The update (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8
+    # refitted 2026-11-23 (the same 12 rows) when a layer's share stopped including the embedding and
+    # head. The update (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8
     # (8 x 1024) peak at arguments + gradients + 0.6 / 0.4 GiB: XLA:TPU updates the moments in place, so
     # update_leaf is bounded by those rows (at most 0.34 / 0.48 copies of the 1.75 / 0.88 GiB fp32 leaf),
     # not identified by them (the backward phase is their peak); 0.96 x the state priced them at 1.75x.
@@ -419,7 +420,8 @@ def price_step(
     work = cal.work_layers * none_layer + cal.work_scores * scores + cal.flash_buffers * (flash + lanes)
     itemsize = cal.gathered_itemsize or a
     # One layer's share of the gathered bytes: the embedding and head gathers are not a layer's.
-    gathered_now = cal.gathered_layers * gathered * dims.layer_share / dims.layers * itemsize / recipe.weight_itemsize
+    gathered_now = (cal.gathered_layers * gathered * dims.layer_share / dims.layers * itemsize
+                    / recipe.weight_itemsize)
     accum = grads * 4 / recipe.grad_itemsize if recipe.micro_batches > 1 else 0
     resident = params + optimizer
     live_grads = grads + accum
