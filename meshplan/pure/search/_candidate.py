@@ -251,14 +251,18 @@ class CommTerm:
 
     def with_exposed(self, exposed: float) -> CommTerm:
         """This term with ``exposed`` seconds of it not hidden (a float in ``[0, seconds]``, from
-        :func:`~meshplan.pure.search._step_time.step_time`), without checking the other fields again.
+        :func:`~meshplan.pure.search._step_time.step_time`): only ``exposed`` is checked, the other
+        fields were when this term was made.
+
+        Raises:
+          PlanError: ``exposed`` is not a finite number >= 0 (MeshplanTypeError: not a number).
 
         Example:
           >>> CommTerm("x", "all-gather", ("fsdp",), 8, 1, "intra", 0.5).with_exposed(0.25).hidden
           0.25
         """
         return _unchecked(CommTerm, (self.what, self.kind, self.axes, self.nbytes, self.calls, self.link,
-                                     self.seconds, float(exposed)))
+                                     self.seconds, as_seconds(exposed, "CommTerm.exposed")))
 
     @property
     def hidden(self) -> float | None:
