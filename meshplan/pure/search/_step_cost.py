@@ -464,11 +464,11 @@ def activation_terms(
         if tpu and kv_part:
             # K and V replicated over tp / gcd(tp, kv) devices: their projections' input gradients and the
             # attention's K and V gradients are summed over the replicas too (read from XLA:TPU's HLO).
-            replicas = kv_heads // math.gcd(kv_heads, tp)
+            local_kv = kv_heads // math.gcd(kv_heads, tp)  # kv heads on each device
             add("tp all-reduce of the K/V projections' input grads over the kv replicas (XLA:TPU)", "all-reduce",
                 "tp", x, layers)
             add("tp all-reduce of the K and V grads over the kv replicas (XLA:TPU)", "all-reduce", "tp",
-                3 * b * s * replicas * model.head_dim * itemsize, layers)
+                3 * b * s * local_kv * model.head_dim * itemsize, layers)
         if split:
             # The LM head's input (fwd) and again for its weight gradient (bwd) on XLA:CPU and XLA:TPU;
             # XLA:TPU also gathers the embedding's output gradient for its scatter-add.
