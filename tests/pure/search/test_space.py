@@ -14,8 +14,8 @@ from meshplan.testing import factorizations
 
 NAMES = ("dp", "fsdp", "ep", "sp", "tp")
 CLUSTERS = ("1x8xH100", "2x8xH100", "8x8xH100", "v5p-128", "2xv5p-256")
-_REQUESTS = {c: search_meshes("mixtral-8x7b", c, tp_within_domain=False, activations=False).request
-             for c in CLUSTERS}
+_BASE = search_meshes("gpt2", "1xH100", activations=False).request  # a request; Placer reads its cluster and flags
+_REQUESTS = {c: dataclasses.replace(_BASE, cluster=parse_cluster(c)) for c in CLUSTERS}
 
 
 def _reference(sizes: tuple[int, ...], domains: int, blocked: set[str]) -> tuple[int, ...] | None:
