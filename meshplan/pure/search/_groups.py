@@ -9,11 +9,15 @@ rule calls (723 x 290 for Llama-3-70B on 4096 devices). Instead:
    :class:`~meshplan.pure.rules.AxisKindRule`'s path template, shape and
    dtype; ``(shape, dtype)`` for shape-only rules; else one group per leaf,
    correct for any rule, just slower);
-2. :func:`evaluate_plan` asks the rule once per group for one set of axis
-   sizes, and the search caches the answer per *distinct* sizes of the axes
-   the rule reads (:func:`~meshplan.pure.rules._base.reads_axes`; every axis
-   when it does not say), so meshes that differ only in dp/sp or in their DCN
-   split share one plan.
+2. a :class:`Planner` (:func:`evaluate_plan` for one mesh) asks the rule once
+   per group for one set of axis sizes, and the search caches the plan per
+   *distinct* sizes of the axes the rule reads
+   (:func:`~meshplan.pure.rules._base.reads_axes`; every axis when it does not
+   say), so meshes that differ only in dp/sp or in their DCN split share one plan;
+3. for the default rule the planner goes further: it asks each group's spec
+   without its reason (:meth:`~meshplan.pure.AxisKindRule.spec_function`),
+   keeps each group's share of a plan per sizes of the axes *that group* reads,
+   and asks for whole decisions only for the plans that are read.
 
 Bytes per device are the pure memory estimator's arithmetic
 (:func:`~meshplan.pure.shard_geometry`'s shard times
