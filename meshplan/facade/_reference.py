@@ -164,8 +164,10 @@ def _layer_groups(spec: ModelSpec) -> list[tuple[str, int, int]]:
     """``(name, first, stop)`` of each run of identical layers, in order."""
     if not spec.is_moe:
         return [("dense", 0, spec.num_layers)]
-    groups = [("dense", 0, spec.num_dense_layers)] if spec.num_dense_layers else []
-    return groups + [("moe", spec.num_dense_layers, spec.num_layers)]
+    # A spec may make every layer dense (num_dense_layers == num_layers): no empty group, which
+    # would have no first layer to take its shapes from.
+    groups = [("dense", 0, spec.num_dense_layers), ("moe", spec.num_dense_layers, spec.num_layers)]
+    return [(name, first, stop) for name, first, stop in groups if stop > first]
 
 
 def _layers_parent(tree: dict[str, Any], spec: ModelSpec) -> tuple[dict[str, Any], str]:

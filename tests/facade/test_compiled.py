@@ -204,3 +204,18 @@ def test_a_search_candidate_brings_its_specs_and_layout():
         q = ref.args[0][0]["model"]["layers"]["dense"]["self_attn"]["q_proj"]["weight"]
         planned = cand.specs_for(build_params(TINY))["model"]["layers"]["0"]["self_attn"]["q_proj"]["weight"]
         assert tuple(q.sharding.spec) == (None, *planned)
+
+
+@pytest.mark.parametrize("dense_layers", [0, 1, 2])
+def test_an_moe_spec_stacks_only_the_layer_groups_it_has(dense_layers):
+    # An MoE spec may make every layer dense (num_dense_layers == num_layers) or none: the step then
+    # has one stacked group, not an empty one (which raised a raw KeyError looking for its first layer).
+    spec = dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="tiny-mixtral", num_layers=2, hidden_size=64,
+                               num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=128, vocab_size=256,
+                               num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                               num_dense_layers=dense_layers, num_params=None)
+    ref = meshplan.reference_step(spec, _mesh({"fsdp": 2, "ep": 2}), batch=4, seq=16)
+    groups = ref.args[0][0]["model"]["layers"]
+    want = {name: n for name, n in (("dense", dense_layers), ("moe", 2 - dense_layers)) if n}
+    assert {name: jax.tree.leaves(g)[0].shape[0] for name, g in groups.items()} == want
+    ref.lower()  # the step traces with the groups it has
