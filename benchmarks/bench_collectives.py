@@ -49,6 +49,10 @@ CASES: tuple[Case, ...] = (
     ("llama", {"fsdp": 2, "tp": 4}, "full", 2),
     ("deepseek", {"fsdp": 8}, "full", 1),
     ("deepseek", {"dp": 2, "tp": 4}, "full", 1),
+    ("deepseek", {"fsdp": 2, "tp": 4}, "full", 1),
+    ("deepseek", {"dp": 2, "tp": 4}, "none", 1),
+    ("deepseek", {"tp": 8}, "full", 1),
+    ("llama-kv8", {"tp": 8}, "full", 1),
 )
 """(family, mesh, remat policy, micro-batches); remat "full" is the reference step's and the search's default.
 With micro-batches the step scans over them: the HLO lists the loop body once and the parser counts it
@@ -113,8 +117,9 @@ def tiny(family: str) -> object:
                                    hidden_size=128, num_heads=8, num_kv_heads=4, head_dim=16,
                                    intermediate_size=256, moe_intermediate_size=256, vocab_size=512,
                                    num_params=None)
+    kv = int(family[len("llama-kv"):]) if family.startswith("llama-kv") else 4  # "llama-kv8": 8 kv heads
     return dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny-llama", num_layers=2, hidden_size=128,
-                               num_heads=8, num_kv_heads=4, head_dim=16, intermediate_size=256, vocab_size=512,
+                               num_heads=8, num_kv_heads=kv, head_dim=16, intermediate_size=256, vocab_size=512,
                                num_params=None)
 
 

@@ -22,7 +22,7 @@ from jax.sharding import AxisType
 
 import meshplan
 from meshplan.errors import MeshplanTypeError, PlanError
-from meshplan.pure.presets import MODEL_SPECS
+from meshplan.pure.presets import MODEL_SPECS, MLADims
 from meshplan.pure.search import (
     CommTerm,
     HLO_COLLECTIVE_KINDS,
@@ -198,13 +198,22 @@ def test_collective_matmul_turns_tp_gathers_into_permutes():
 MIXTRAL = dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="tiny-mixtral", num_layers=2, hidden_size=128,
                               num_heads=8, num_kv_heads=4, head_dim=16, intermediate_size=256,
                               moe_intermediate_size=256, vocab_size=512, num_params=None)
+# One dense and one MoE layer with MLA attention (q_a / kv_a whole over tp, their up-projections split).
+DEEPSEEK = dataclasses.replace(MODEL_SPECS["deepseek-v3"], name="tiny-deepseek", num_layers=2, hidden_size=128,
+                               num_heads=8, num_kv_heads=8, head_dim=16, intermediate_size=256,
+                               moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, num_shared_experts=1,
+                               num_dense_layers=1, vocab_size=512, num_params=None,
+                               mla=MLADims(q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                           v_head_dim=16))
 MINOR = 0.02  # a kind under 2% of the step's bytes (XLA:CPU's few-KiB reshards) is not held to 10%
 
 
 @pytest.mark.parametrize("model,sizes,micro_batches",
                          [(TINY, {"fsdp": 8}, 1), (TINY, {"dp": 2, "fsdp": 4}, 1), (TINY, {"dp": 2, "tp": 4}, 1),
-                          (MIXTRAL, {"fsdp": 2, "ep": 4}, 1), (TINY, {"dp": 2, "fsdp": 4}, 2)],
-                         ids=["fsdp8", "dp2-fsdp4", "dp2-tp4", "mixtral-fsdp2-ep4", "dp2-fsdp4-2-micro-batches"])
+                          (MIXTRAL, {"fsdp": 2, "ep": 4}, 1), (TINY, {"dp": 2, "fsdp": 4}, 2),
+                          (DEEPSEEK, {"dp": 2, "tp": 4}, 1)],
+                         ids=["fsdp8", "dp2-fsdp4", "dp2-tp4", "mixtral-fsdp2-ep4", "dp2-fsdp4-2-micro-batches",
+                              "deepseek-mla-dp2-tp4"])
 def test_model_bytes_per_kind_within_ten_percent_of_xla_cpu(model, sizes, micro_batches):
     # With micro-batches the step scans over them: the gradients are synced in every micro-batch, the
     # backward's gathers repeat and XLA:CPU hoists the loop-invariant forward gathers (read by trip count).

@@ -61,8 +61,17 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   input gradients, ``X``, and ``3*b*s*(kv/gcd)*head_dim*a`` of their
   gradients per layer); K and V gradients are gathered with as many kv heads
   as heads too. The vocab-split embedding lookup is a reduce-scatter into the split
-  stream when the table is not also split over fsdp. DeepSeek's MLA keeps
-  Megatron's counts everywhere (not read from HLO);
+  stream when the table is not also split over fsdp. **MLA on XLA:CPU** (read
+  from DeepSeek dp=2 x tp=4): q_a and kv_a are whole over tp and run on the
+  split stream, so attention's input is never gathered; their outputs are summed
+  (``b*s*(q_lora + kv_lora + rope)*a``, fwd and recompute) and so are q_b's and
+  kv_b's input gradients with the rope key's (bwd); sums of ``X``: o (fwd,
+  recompute), the (shared expert's) MLP down and its gate / up input gradients;
+  gathers: the MLP's input (fwd, recompute) and 5 backward; the router's logits
+  are summed (fp32). MLA on XLA:TPU keeps Megatron's counts (not read). On
+  XLA:CPU a dense layer's backward gathers 3 buffers, not 6, also when tp is the
+  mesh's only axis (the two uses of a buffer share one gather there; for MLA
+  that case is not modelled);
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
   sequence forward (again in the recompute under remat ``full`` / ``offload``)
   and reduce-scatters their gradients backward:
@@ -427,19 +436,35 @@ def activation_terms(
         x = b * s * h * itemsize
         split = residual_split and (h % tp == 0 or s % tp == 0)  # as step_activations lays the stream out
         vocab = model.vocab_size % tp == 0  # the embedding and LM head split over the vocabulary
-        cpu = backend == "cpu" and model.mla is None  # MLA's lowering was not read: Megatron's counts
-        tpu = backend == "tpu" and model.mla is None
+        cpu = backend == "cpu"
+        mla = model.mla is not None
+        tpu = backend == "tpu" and not mla  # MLA's lowering on XLA:TPU was not read: Megatron's counts
         r = 1 if recompute else 0
         moe = model.num_moe_layers
         dense = layers - moe
         kv_heads = model.num_kv_heads
         # K/V heads that tp does not divide are split over gcd(tp, kv) and replicated beyond (XLA's choice).
         kv_part = kv_heads % tp != 0 and math.gcd(kv_heads, tp) > 1
-        if cpu:  # per layer, as XLA:CPU's partitioner emits them (see the module docstring)
+        if cpu and mla:  # read from DeepSeek dp=2 x tp=4's HLO (see the module docstring)
+            # MLA's down-projections (q_a, kv_a) are whole over tp: XLA:CPU runs them on the split stream and
+            # sums their small outputs (the latent term below), so attention's input is never gathered and
+            # its input gradients need no X-sized sum. Sums: o (fwd, recompute), the MLP's down (fwd) and
+            # its gate / up input grads; gathers: the MLP's input (fwd, recompute) and 5 backward (o's
+            # output gradient twice, the MLP's twice and its input). A MoE layer's MLP here is its shared
+            # expert (without one: only attention's, a guess: not read).
+            _, mlp = _column_projections(model, tp)
+            shared = 1 if model.num_shared_experts else 0
+            sums = dense * (2 + r + mlp) + moe * (1 + r + shared * (1 + mlp))
+            gathers = dense * (1 + r + 5) + moe * (shared * (1 + r) + 2 + 3 * shared)
+        elif cpu:  # per layer, as XLA:CPU's partitioner emits them (see the module docstring)
             attn, mlp = _column_projections(model, tp)
             sums = dense * (2 + r + attn + mlp) + moe * (1 + r + attn)
-            # K/V replicated over part of tp: XLA:CPU gathers 3 buffers in a dense layer's backward, not 6.
-            gathers = dense * (2 + 2 * r + (3 if kv_part else 6)) + moe * (1 + r + 4)
+            # XLA:CPU gathers 3 buffers in a dense layer's backward, not 6, when tp is the mesh's only axis
+            # (read from llama tp=8 with 4 kv heads, K/V replicated over part of tp, and with 8, where they
+            # are not: a buffer's gathers for its two backward uses are one there; with dp / fsdp they are
+            # two). Both conditions kept: with 8 devices the first never occurs without the second.
+            alone = all(n == 1 for a, n in sizes.items() if a != "tp")
+            gathers = dense * (2 + 2 * r + (3 if kv_part or alone else 6)) + moe * (1 + r + 4)
         elif tpu:  # as XLA:TPU emits them (see the module docstring)
             # A MoE layer's row-parallel sum is the experts' (dispatched-buffer sized, below): attention's o
             # forward and in the recompute, and q, k, v's input gradients together.
@@ -458,6 +483,18 @@ def activation_terms(
         head_sum = 1 if vocab and not tpu else 0
         add(f"tp {kind} of activations (row-parallel outputs, column-parallel input grads"
             f"{', recompute' if recompute else ''})", kind, "tp", x, sums + head_sum)
+        if cpu and mla:
+            # The latent outputs of q_a and kv_a (with kv_a's rope part), summed forward and in the recompute,
+            # and in the backward q_b's and kv_b's input gradients with the shared rope key's (summed over
+            # the heads): the same b*s*(q_lora + kv_lora + rope) per call.
+            dims = model.mla
+            latent = b * s * (dims.q_lora_rank + dims.kv_lora_rank + dims.qk_rope_head_dim) * itemsize
+            add("tp all-reduce of MLA's latents (q_a / kv_a outputs fwd + recompute, input grads bwd)",
+                "all-reduce", "tp", latent, layers * (2 + r))
+            if moe:
+                # The router is whole over tp and reads the split stream: its logits are summed (fp32).
+                add("tp all-reduce of the router logits (MoE, MLA, XLA:CPU, f32)", "all-reduce", "tp",
+                    b * s * model.num_experts * 4, moe * (1 + r))
         if vocab and tpu:
             head_kind: CollectiveKind = "reduce-scatter" if split else "all-reduce"
             add(f"tp {head_kind} of the LM head's input gradient (XLA:TPU, f32)", head_kind, "tp", b * s * h * 4, 1)
@@ -477,7 +514,7 @@ def activation_terms(
                 gathers + head_gathers)
             # XLA:CPU read with GQA only; XLA:TPU gathers them with as many kv heads as heads too.
             attention_kv = kv_heads < model.num_heads or (tpu and model.family != "gpt2")
-            if (cpu or tpu) and attention_kv and (kv_heads % tp == 0 or kv_part):
+            if (cpu or tpu) and not mla and attention_kv and (kv_heads % tp == 0 or kv_part):
                 kv = b * s * kv_heads * model.head_dim * itemsize
                 add(f"tp all-gather of the K and V gradients (XLA:{'CPU' if cpu else 'TPU'})", "all-gather",
                     "tp", kv, 2 * layers)

@@ -225,11 +225,37 @@ def test_xla_cpu_gathers_fewer_when_tp_exceeds_the_kv_heads() -> None:
     gathers = {t[3]: t[4] for t in activation_terms(model, {"tp": 8}, p, batch=b, seq=s, itemsize=2, backend="cpu")
                if t[1] == "all-gather"}
     assert gathers == {x: 2 * (2 + 2 + 3) + 2, kv: 2 * 2}
-    # tp = 4 divides the 4 kv heads: 6 per layer in the backward.
-    p4 = AxisPlacement(("tp",), (4,), (1,), p.cluster)
-    gathers4 = {t[3]: t[4] for t in activation_terms(model, {"tp": 4}, p4, batch=b, seq=s, itemsize=2, backend="cpu")
+    # tp = 4 divides the 4 kv heads: 6 per layer in the backward beside dp (per device: b / 2 sequences) ...
+    p4 = AxisPlacement(("dp", "tp"), (2, 4), (1, 1), p.cluster)
+    x2, kv2 = x // 2, kv // 2
+    gathers4 = {t[3]: t[4] for t in activation_terms(model, {"dp": 2, "tp": 4}, p4, batch=b, seq=s, itemsize=2,
+                                                     backend="cpu") if t[1] == "all-gather"}
+    assert gathers4 == {x2: 2 * (2 + 2 + 6) + 2, kv2: 2 * 2}
+    # ... and 3 with tp the mesh's only axis (read from llama tp=8 with 8 kv heads: K/V not replicated).
+    kv8 = dataclasses.replace(model, num_kv_heads=8)
+    gathers8 = {t[3]: t[4] for t in activation_terms(kv8, {"tp": 8}, p, batch=b, seq=s, itemsize=2, backend="cpu")
                 if t[1] == "all-gather"}
-    assert gathers4 == {x: 2 * (2 + 2 + 6) + 2, kv: 2 * 2}
+    assert gathers8 == {x: 2 * (2 + 2 + 3) + 2, 2 * kv: 2 * 2}  # GQA (32 heads): the K and V gradients too
+
+
+def test_xla_cpu_mla_sums_its_latents_and_gathers_no_attention_input() -> None:
+    # Read from XLA:CPU's DeepSeek dp=2 x tp=4 (one dense, one MoE layer with a shared expert): q_a / kv_a are
+    # whole over tp, so the attention's input is not gathered; their latent outputs are summed instead.
+    model = dataclasses.replace(get_preset("deepseek-v3").spec, num_layers=2, num_dense_layers=1, num_params=None)
+    mla = model.mla
+    assert mla is not None
+    p = AxisPlacement(("dp", "tp"), (2, 4), (1, 1), parse_cluster("H100"))
+    b, s, h = 8, 512, model.hidden_size
+    x = b * s * h * 2
+    latent = b * s * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim) * 2
+    for remat, r in (("full", 1), ("none", 0)):
+        terms = activation_terms(model, {"dp": 2, "tp": 4}, p, batch=16, seq=s, itemsize=2, backend="cpu",
+                                 remat=remat)
+        gathers = sum(t[4] for t in terms if t[1] == "all-gather" and t[3] == x)
+        sums = sum(t[4] for t in terms if t[1] in ("all-reduce", "reduce-scatter") and t[3] == x)
+        assert gathers == 2 * (1 + r + 5) + 2  # + the LM head's input, fwd and bwd
+        assert sums == 2 * (2 + r + 2) + 1 + 1  # + the head's input gradient and the embedding lookup
+        assert sum(t[4] for t in terms if t[3] == latent) == 2 * (2 + r)
 
 
 @st.composite
