@@ -14,6 +14,11 @@ structure (GQA, gated MLP, routed experts with capacity-based dispatch, MLA).
 
     python benchmarks/bench_flops.py            # the grid (a few minutes on 2 cores)
     python benchmarks/bench_flops.py --quick    # 4 cases
+    python benchmarks/bench_flops.py --quick --tpu v5e-8   # XLA:TPU, compiled ahead of time
+
+On TPU (``--tpu CLUSTER``, libtpu installed) the step is compiled for the slice's
+topology with XLA:TPU's windowed einsums off (``LIBTPU_INIT_ARGS``; they run a
+matmul as a loop whose body ``cost_analysis()`` counts once).
 """
 
 from __future__ import annotations
@@ -25,11 +30,18 @@ import sys
 import time
 from typing import Any
 
+# Set before jax (and libtpu) start: the TPU compiler reads its flags once.
+WINDOWED_OFF = ("--xla_tpu_enable_windowed_einsum_for_all_gather=false "
+                "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false")
+if "--tpu" in sys.argv:
+    os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "") + " " + WINDOWED_OFF).strip()
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
 import jax  # noqa: E402
 
+import meshplan  # noqa: E402
 from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
 from meshplan.pure.presets import MODEL_SPECS, MLADims  # noqa: E402
 from meshplan.pure.search._flops import step_flops  # noqa: E402
@@ -53,10 +65,14 @@ QUICK = [("llama", "fsdp=2,tp=4", "full"), ("llama", "fsdp=8", "none"), ("mixtra
          ("gpt2", "dp=2,fsdp=2,tp=2", "full")]
 
 
-def xla_flops(spec: Any, mesh_name: str, remat: str, *, batch: int, seq: int) -> float:
-    """Per-device FLOPs XLA's cost analysis reports for the unrolled reference step."""
+def xla_flops(spec: Any, mesh_name: str, remat: str, *, batch: int, seq: int, tpu: str | None = None) -> float:
+    """Per-device FLOPs XLA's cost analysis reports for the unrolled reference step (on 8 CPU devices, or
+    compiled for the TPU slice ``tpu``)."""
     shape, names = MESHES[mesh_name]
-    mesh = jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape))
+    if tpu:
+        mesh = meshplan.tpu_topology_mesh(tpu, names, shape)
+    else:
+        mesh = jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape))
     ref = reference_step(spec, mesh, batch=batch, seq=seq,
                          config=ReferenceConfig(remat=remat, attention="plain", scan_layers=False))
     cost = ref.lower().compile().cost_analysis()
@@ -75,17 +91,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="4 cases instead of the grid")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--tpu", metavar="CLUSTER", help="compile for this 8-device TPU slice (v5e-8, v6e-8, v5p-16)")
+    ap.add_argument("--only", help="comma-separated family:mesh:remat cases (e.g. llama:fsdp=8:full)")
     args = ap.parse_args(argv)
     cases = QUICK if args.quick else [(f, m, r) for f in SPECS for m in MESHES for r in ("none", "dots", "full")
                                       if r != "dots" or m == "fsdp=8"]
-    print(f"jax {jax.__version__}, {jax.device_count()} x {jax.devices()[0].platform}; batch {args.batch} x seq "
+    if args.only:
+        cases = [tuple(c.split(":")) for c in args.only.split(",")]  # type: ignore[misc]
+    target = f"XLA:TPU {args.tpu} (AOT, windowed einsum off)" if args.tpu else \
+        f"{jax.device_count()} x {jax.devices()[0].platform}"
+    print(f"jax {jax.__version__}, {target}; batch {args.batch} x seq "
           f"{args.seq}; attention plain; unrolled; FLOPs per device")
     print(f"{'family':<9} {'mesh':<17} {'remat':<5} {'analytic':>12} {'XLA':>12} {'ratio':>6} {'compile':>8}")
     worst = 0.0
     for family, mesh_name, remat in cases:
         spec = SPECS[family]
         start = time.perf_counter()
-        got = xla_flops(spec, mesh_name, remat, batch=args.batch, seq=args.seq)
+        got = xla_flops(spec, mesh_name, remat, batch=args.batch, seq=args.seq, tpu=args.tpu)
         took = time.perf_counter() - start
         want = analytic(spec, mesh_name, remat, batch=args.batch, seq=args.seq)
         worst = max(worst, abs(want / got - 1))

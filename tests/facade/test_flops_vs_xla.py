@@ -5,14 +5,19 @@ partitioned module one device runs) and counts each loop body once, so the
 reference steps here are unrolled (remat with ``prevent_cse=True``). XLA also
 counts elementwise ops (norms, softmax, GELU, the optimizer update): 1-4% of
 the step at these sizes, in ``StepFlops.elementwise``. The grid over families,
-meshes and remat policies is ``benchmarks/bench_flops.py``.
+meshes and remat policies is ``benchmarks/bench_flops.py`` (``--tpu CLUSTER`` for XLA:TPU).
 """
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import jax
 import pytest
 
+from meshplan.facade._compiled import libtpu_available
 from meshplan.facade._reference import ReferenceConfig, reference_step
 from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.search._flops import step_flops
@@ -46,3 +51,34 @@ def test_flops_match_xla_cost_analysis(spec, mesh_shape, remat):
     # The matmuls alone fall short of XLA's count by about the elementwise term, which is no model FLOP.
     matmuls = flops.per_device - flops.elementwise
     assert matmuls < cost["flops"] * 1.005 and flops.elementwise > 0.005 * cost["flops"]
+
+
+_TPU_CASE = """
+import dataclasses, json
+import meshplan
+from meshplan.facade._reference import ReferenceConfig, reference_step
+from meshplan.pure.presets import MODEL_SPECS
+from meshplan.pure.search._flops import step_flops
+spec = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-small", num_layers=1, hidden_size=512, num_heads=4,
+                           num_kv_heads=2, head_dim=128, intermediate_size=1536, vocab_size=1024, num_params=None)
+mesh = meshplan.tpu_topology_mesh("v5e-8", ("dp", "fsdp", "tp"), (2, 2, 2))
+ref = reference_step(spec, mesh, batch=8, seq=128, config=ReferenceConfig(remat="full", attention="plain",
+                                                                            scan_layers=False))
+cost = ref.lower().compile().cost_analysis()
+cost = cost[0] if isinstance(cost, list) else cost
+flops = step_flops(spec, {"dp": 2, "fsdp": 2, "tp": 2}, batch=8, seq=128, remat="full", attention="plain")
+print(json.dumps([flops.per_device, cost["flops"]]))
+"""
+
+
+@pytest.mark.skipif(not libtpu_available(), reason="libtpu is not installed (pip install 'meshplan[tpu]'): no TPU AOT")
+def test_flops_match_xla_tpu_cost_analysis():
+    # XLA:TPU compiled ahead of time for a v5e-8 slice, in its own process: the windowed-einsum flags
+    # (which run a matmul as a loop that cost_analysis counts once) must be set before libtpu starts.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1",
+               LIBTPU_INIT_ARGS="--xla_tpu_enable_windowed_einsum_for_all_gather=false "
+                                "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false")
+    out = subprocess.run([sys.executable, "-c", _TPU_CASE], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    analytic, xla = json.loads(out.stdout.strip().splitlines()[-1])
+    assert analytic / xla == pytest.approx(1.0, abs=0.03)
