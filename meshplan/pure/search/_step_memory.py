@@ -262,8 +262,8 @@ def _stacked_leaves(model: ModelSpec) -> list[int]:
         q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
         attention = [h * q, h * kv, h * kv, q * h]
     leaves += [layers * a for a in attention]
-    gated = 2 if model.family == "gpt2" else 3
-    leaves += [(layers - n_moe) * h * model.intermediate_size] * gated
+    projections = 2 if model.family == "gpt2" else 3  # c_fc, c_proj; or gate, up, down
+    leaves += [(layers - n_moe) * h * model.intermediate_size] * projections
     if n_moe:
         leaves += [n_moe * model.num_experts * h * model.moe_intermediate_size] * 3
         leaves += [n_moe * h * model.num_experts]
