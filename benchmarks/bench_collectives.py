@@ -26,8 +26,7 @@ if __name__ == "__main__" and "--child" not in sys.argv:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
-WINDOWED_OFF = ("--xla_tpu_enable_windowed_einsum_for_all_gather=false "
-                "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false")
+from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF  # noqa: E402
 
 Case = tuple[str, dict[str, int], str, int]
 CASES: tuple[Case, ...] = (
@@ -205,7 +204,7 @@ def main() -> None:
         print_rows("XLA:CPU, 8 simulated devices (unrolled, prevent_cse=True; reduce-scatter = all-reduce on CPU, "
                    "bf16 collectives run in f32)", run_cases("cpu", None, args.only))
     if args.tpu:
-        env = dict(os.environ, LIBTPU_INIT_ARGS=WINDOWED_OFF, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
+        env = dict(os.environ, LIBTPU_INIT_ARGS=TPU_WINDOWED_EINSUM_OFF, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
         out = subprocess.run(["nice", sys.executable, __file__, "--child", "--tpu", args.tpu, "--only", args.only],
                              env=env,
                              capture_output=True, text=True, check=False)

@@ -30,16 +30,17 @@ import sys
 import time
 from typing import Any
 
-# Set before jax (and libtpu) start: the TPU compiler reads its flags once.
-WINDOWED_OFF = ("--xla_tpu_enable_windowed_einsum_for_all_gather=false "
-                "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false")
-if "--tpu" in sys.argv:
-    os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "") + " " + WINDOWED_OFF).strip()
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
 import jax  # noqa: E402
+
+from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF  # noqa: E402
+
+# Before the first compile: libtpu reads its flags once, when it starts.
+if "--tpu" in sys.argv:
+    os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "") + " " + TPU_WINDOWED_EINSUM_OFF).strip()
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 
 import meshplan  # noqa: E402
 from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
@@ -92,12 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--tpu", metavar="CLUSTER", help="compile for this 8-device TPU slice (v5e-8, v6e-8, v5p-16)")
-    ap.add_argument("--only", help="comma-separated family:mesh:remat cases (e.g. llama:fsdp=8:full)")
+    ap.add_argument("--only", help="';'-separated family:mesh:remat cases (e.g. 'llama:fsdp=8:full;gpt2:fsdp=2,tp=4:none')")
     args = ap.parse_args(argv)
     cases = QUICK if args.quick else [(f, m, r) for f in SPECS for m in MESHES for r in ("none", "dots", "full")
                                       if r != "dots" or m == "fsdp=8"]
     if args.only:
-        cases = [tuple(c.split(":")) for c in args.only.split(",")]  # type: ignore[misc]
+        cases = [tuple(c.split(":")) for c in args.only.split(";")]  # type: ignore[misc]
+        if bad := [c for c in cases if len(c) != 3 or c[0] not in SPECS or c[1] not in MESHES]:
+            ap.error(f"--only {bad}: each case is family:mesh:remat, families {list(SPECS)}, meshes {list(MESHES)}")
     target = f"XLA:TPU {args.tpu} (AOT, windowed einsum off)" if args.tpu else \
         f"{jax.device_count()} x {jax.devices()[0].platform}"
     print(f"jax {jax.__version__}, {target}; batch {args.batch} x seq "

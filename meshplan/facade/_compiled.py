@@ -356,6 +356,13 @@ def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
         num_devices=len(devices), compile_seconds=seconds, largest=largest, largest_note=largest_note)
 
 
+TPU_WINDOWED_EINSUM_OFF = ("--xla_tpu_enable_windowed_einsum_for_all_gather=false "
+                           "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false")
+"""``LIBTPU_INIT_ARGS`` that keep XLA:TPU from running an all-gather or reduce-scatter and its matmul as a
+windowed loop (its collective matmul), for checking a compiled step's FLOPs and collectives against the
+analytic model: ``cost_analysis()`` counts a loop body once. libtpu reads them once, when it starts."""
+
+
 def libtpu_available() -> bool:
     """Whether libtpu is installed, so TPU topologies can be compiled for (``pip install 'meshplan[tpu]'``).
 

@@ -17,7 +17,7 @@ import sys
 import jax
 import pytest
 
-from meshplan.facade._compiled import libtpu_available
+from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF, libtpu_available
 from meshplan.facade._reference import ReferenceConfig, reference_step
 from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.search._flops import step_flops
@@ -75,9 +75,7 @@ print(json.dumps([flops.per_device, cost["flops"]]))
 def test_flops_match_xla_tpu_cost_analysis():
     # XLA:TPU compiled ahead of time for a v5e-8 slice, in its own process: the windowed-einsum flags
     # (which run a matmul as a loop that cost_analysis counts once) must be set before libtpu starts.
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1",
-               LIBTPU_INIT_ARGS="--xla_tpu_enable_windowed_einsum_for_all_gather=false "
-                                "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1", LIBTPU_INIT_ARGS=TPU_WINDOWED_EINSUM_OFF)
     out = subprocess.run([sys.executable, "-c", _TPU_CASE], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     analytic, xla = json.loads(out.stdout.strip().splitlines()[-1])

@@ -67,11 +67,11 @@ from meshplan.pure.specs._geometry import spec_from_entries
 
 __all__ = ["AxisKindRule", "path_template"]
 
-# An all-digit path component (``$`` in ``^[0-9]+$`` also allowed one trailing newline, kept so).
-# One C-level substitution: the search templates every leaf path of a 1000-leaf tree twice.
 _Placed = tuple[tuple[tuple[str, ...], ...], tuple[str, ...], tuple[int, ...]]
 """A leaf's entries and reasons after tp and ep are placed, and the order fsdp tries its dims in."""
 
+# An all-digit path component (``$`` in ``^[0-9]+$`` also allowed one trailing newline, kept so).
+# One C-level substitution: the search templates every leaf path of a 1000-leaf tree twice.
 _DIGIT_PART = re.compile(r"(?<![^/])[0-9]+\n?(?![^/])")
 
 

@@ -57,6 +57,7 @@ from meshplan.pure.specs._geometry import (
     UNCONSTRAINED,
     ShardGeometry,
     canonical_entries,
+    geometry_of_entries,
     shard_geometry,
 )
 from meshplan.pure.specs._training import TrainingState
@@ -503,16 +504,9 @@ def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: t
         if hit is not None:
             # An equal spec may be written differently (P('tp') == P(('tp',))): the plan keeps the rule's own.
             return hit if hit.spec is spec else hit._replace(spec=spec)
-        # shard_geometry's arithmetic, on entries it already checked for this shape and these axes
-        # (sizes are ints >= 1; UNCONSTRAINED was refused by _geometry).
-        padded, elements = False, 1
-        for d, entry in zip(shape, entries, strict=True):
-            n = 1
-            for a in entry:
-                n *= sizes[a]
-            padded = padded or d % n != 0
-            elements *= -(-d // n)
-        found = _new_share(spec, axes, padded, elements, sizes, names)
+        # shard_geometry's arithmetic, on entries it already checked for this shape and these axes.
+        geometry = geometry_of_entries(shape, entries, sizes)
+        found = _new_share(spec, axes, geometry.padded, geometry.num_elements, sizes, names)
     cache.shares[(shape, spec, names, tuple(sizes[a] for a in axes))] = found
     return found
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jax.sharding import PartitionSpec
@@ -29,6 +29,7 @@ __all__ = [
     "UNCONSTRAINED",
     "ShardGeometry",
     "canonical_entries",
+    "geometry_of_entries",
     "spec_from_entries",
     "spec_axes",
     "shard_geometry",
@@ -199,6 +200,18 @@ def shard_geometry(
     shape = as_shape(shape, "shape")
     entries = canonical_entries(spec, len(shape), where=where)
     _check_axes(entries, axis_sizes, where)
+    return geometry_of_entries(shape, entries, axis_sizes)
+
+
+def geometry_of_entries(shape: Shape, entries: tuple[Any, ...], axis_sizes: Mapping[str, int]) -> ShardGeometry:
+    """:func:`shard_geometry`'s arithmetic without its checks: ``entries`` are what
+    :func:`canonical_entries` gave for this rank and every axis in them has a size in
+    ``axis_sizes`` (a planner that checked a spec once reuses its entries on many meshes).
+
+    Example:
+      >>> geometry_of_entries((8, 6), (("dp", "tp"), ()), {"dp": 2, "tp": 2})
+      ShardGeometry(shard_shape=(2, 6), splits=(4, 1), padded=False)
+    """
     splits = tuple(
         1 if e is UNCONSTRAINED else math.prod(axis_sizes[a] for a in e) for e in entries
     )

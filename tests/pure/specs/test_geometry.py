@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import MeshplanTypeError, SpecError, shard_geometry, shard_shape
 from meshplan.pure.specs import UNCONSTRAINED, canonical_entries, spec_axes, spec_from_entries
+from meshplan.pure.specs._geometry import geometry_of_entries
 from meshplan.testing import array_shapes_for, mesh_for, mesh_shapes, partition_specs
 
 
@@ -37,6 +38,17 @@ def test_shard_geometry_agrees_with_named_sharding_and_flags_padding_exactly_whe
     assert not geometry.padded
     assert geometry.shard_shape == jax_shape
     assert shard_shape(shape, spec, dict(mesh.shape)) == jax_shape
+
+
+@given(well_formed_cases(), st.sampled_from([None, UNCONSTRAINED]))
+def test_geometry_of_checked_entries_is_shard_geometry(case, extra):
+    # The planner checks a spec once and reuses its canonical entries on other meshes.
+    mesh, shape, spec = case
+    if extra is not None and len(spec) < len(shape):
+        spec = P(*spec, extra)
+    sizes = dict(mesh.shape)
+    entries = canonical_entries(spec, len(shape))
+    assert geometry_of_entries(tuple(shape), entries, sizes) == shard_geometry(shape, spec, sizes)
 
 
 @given(well_formed_cases())
