@@ -70,8 +70,8 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   gathers: the MLP's input (fwd, recompute) and 5 backward; the router's logits
   are summed (fp32). MLA on XLA:TPU keeps Megatron's counts (not read). On
   XLA:CPU a dense layer's backward gathers 3 buffers, not 6, also when tp is the
-  mesh's only axis (the two uses of a buffer share one gather there; for MLA
-  that case is not modelled);
+  mesh's only axis (the two uses of a buffer share one gather there; MLA's
+  layer then gathers 2 in its backward, not 5: o's and the MLP's output gradients);
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
   sequence forward (again in the recompute under remat ``full`` / ``offload``)
   and reduce-scatters their gradients backward:
@@ -445,6 +445,7 @@ def activation_terms(
         kv_heads = model.num_kv_heads
         # K/V heads that tp does not divide are split over gcd(tp, kv) and replicated beyond (XLA's choice).
         kv_part = kv_heads % tp != 0 and math.gcd(kv_heads, tp) > 1
+        alone = all(n == 1 for a, n in sizes.items() if a != "tp")  # tp the mesh's only axis
         if cpu and mla:  # read from DeepSeek dp=2 x tp=4's HLO (see the module docstring)
             # MLA's down-projections (q_a, kv_a) are whole over tp: XLA:CPU runs them on the split stream and
             # sums their small outputs (the latent term below), so attention's input is never gathered and
@@ -456,6 +457,12 @@ def activation_terms(
             shared = 1 if model.num_shared_experts else 0
             sums = dense * (2 + r + mlp) + moe * (1 + r + shared * (1 + mlp))
             gathers = dense * (1 + r + 5) + moe * (shared * (1 + r) + 2 + 3 * shared)
+            if alone:
+                # With tp the mesh's only axis (read from DeepSeek tp=8's HLO, by op_name and source line) the
+                # backward gathers o's output gradient once and the MLP's once, and the MLP's input for its
+                # weight gradient not at all: 2 per layer, not 5 (with dp / fsdp beside tp a buffer's two
+                # uses carry different replica-group forms and are gathered apart, as for Llama below).
+                gathers = dense * (1 + r + 2) + moe * (shared * (1 + r) + 1 + shared)
         elif cpu:  # per layer, as XLA:CPU's partitioner emits them (see the module docstring)
             attn, mlp = _column_projections(model, tp)
             sums = dense * (2 + r + attn + mlp) + moe * (1 + r + attn)
@@ -463,7 +470,6 @@ def activation_terms(
             # (read from llama tp=8 with 4 kv heads, K/V replicated over part of tp, and with 8, where they
             # are not: a buffer's gathers for its two backward uses are one there; with dp / fsdp they are
             # two). Both conditions kept: with 8 devices the first never occurs without the second.
-            alone = all(n == 1 for a, n in sizes.items() if a != "tp")
             gathers = dense * (2 + 2 * r + (3 if kv_part or alone else 6)) + moe * (1 + r + 4)
         elif tpu:  # as XLA:TPU emits them (see the module docstring)
             # A MoE layer's row-parallel sum is the experts' (dispatched-buffer sized, below): attention's o

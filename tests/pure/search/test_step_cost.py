@@ -256,6 +256,13 @@ def test_xla_cpu_mla_sums_its_latents_and_gathers_no_attention_input() -> None:
         assert gathers == 2 * (1 + r + 5) + 2  # + the LM head's input, fwd and bwd
         assert sums == 2 * (2 + r + 2) + 1 + 1  # + the head's input gradient and the embedding lookup
         assert sum(t[4] for t in terms if t[3] == latent) == 2 * (2 + r)
+    # tp the mesh's only axis (read from DeepSeek tp=8): the backward gathers o's and the MLP's output
+    # gradients once each, 2 per layer, not 5; the sums do not change.
+    p8 = AxisPlacement(("tp",), (8,), (1,), p.cluster)
+    for remat, r in (("full", 1), ("none", 0)):
+        terms = activation_terms(model, {"tp": 8}, p8, batch=b, seq=s, itemsize=2, backend="cpu", remat=remat)
+        assert sum(t[4] for t in terms if t[1] == "all-gather" and t[3] == x) == 2 * (1 + r + 2) + 2
+        assert sum(t[4] for t in terms if t[1] in ("all-reduce", "reduce-scatter") and t[3] == x) == 2 * (2 + r + 2) + 2
 
 
 @st.composite
