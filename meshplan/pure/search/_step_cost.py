@@ -61,7 +61,8 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   input gradients, ``X``, and ``3*b*s*(kv/gcd)*head_dim*a`` of their
   gradients per layer); K and V gradients are gathered with as many kv heads
   as heads too. The vocab-split embedding lookup is a reduce-scatter into the split
-  stream when the table is not also split over fsdp. **MLA on XLA:CPU** (read
+  stream when the table is not also split over fsdp; split over fsdp as wide as tp,
+  XLA:TPU permutes the table's shard instead and the lookup needs no sum. **MLA on XLA:CPU** (read
   from DeepSeek dp=2 x tp=4): q_a and kv_a are whole over tp and run on the
   split stream, so attention's input is never gathered; their outputs are summed
   (``b*s*(q_lora + kv_lora + rope)*a``, fwd and recompute) and so are q_b's and
@@ -524,7 +525,15 @@ def activation_terms(
                 kv = b * s * kv_heads * model.head_dim * itemsize
                 add(f"tp all-gather of the K and V gradients (XLA:{'CPU' if cpu else 'TPU'})", "all-gather",
                     "tp", kv, 2 * layers)
-        if vocab:
+        # XLA:TPU with the table split over fsdp exactly as wide as over tp (read from llama dp=2 x fsdp=2 x
+        # tp=2's HLO, the lookup's op_name): it reshards the table instead of the lookup's output, a
+        # collective-permute of the table's shard (vocab over tp, hidden over fsdp, swapped) and a gather of
+        # the vocabulary (the fsdp gather's bytes, priced there), so the lookup lands in the split stream
+        # with no activation collective. The permute (the table's shard, < 1% of the step's bytes there) is
+        # not priced. fsdp = 2 x tp = 4 and fsdp = 4 x tp = 2 summed the lookup's output (an all-reduce;
+        # all-to-all + permute of the same bytes).
+        reshard = tpu and split and not narrow and sizes.get("fsdp", 1) == tp
+        if vocab and not reshard:
             # XLA:TPU sums the lookup into the split residual stream with a reduce-scatter when the table is
             # not also stored split over fsdp (with fsdp it emitted an all-reduce, or permutes: priced as that).
             lookup: CollectiveKind = ("reduce-scatter" if tpu and split and not narrow and sizes.get("fsdp", 1) == 1

@@ -348,9 +348,9 @@ FINGERPRINT_CASES = {
     ("mixtral-8x7b", "512x8xH100", ()): "68fdcc8efca0d3e3",
     ("deepseek-v3", "512x8xH100", ()): "83d57cfddf98394f",
     ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "a839105469df645b",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "8ccbd74393366ca3",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "845bd4ee5be10829",
     ("gpt2", "2x8xH100", (("batch", 64),)): "3c7dbb24424a6265",
-    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "83067d1273d376fe",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "22305ff1c12dee36",
     ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "611f904150c48e6c",
     ("deepseek-v3", "8x8xH100", ()): "3fbe69e0ba5c9fdb",  # nothing fits: the message and its larger-cluster suggestion
 }
