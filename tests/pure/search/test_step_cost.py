@@ -178,6 +178,14 @@ def test_xla_tpu_tp_collectives_are_the_counts_read_from_its_hlo() -> None:
     lookup = [t for t in activation_terms(model, dp, AxisPlacement(tuple(dp), (2, 4), (1, 1), p.cluster), batch=16,
                                           seq=2048, itemsize=2, backend="tpu") if "lookup" in t[0]]
     assert [(t[1], t[4]) for t in lookup] == [("reduce-scatter", 1)]
+    # Read from dp=2 x fsdp=2 x tp=2 (held out: Mixtral fsdp=2 x ep=2 x tp=2): with the table split over fsdp
+    # as wide as over tp, XLA:TPU permutes the table's shard and the lookup is not summed at all; fsdp=2 x
+    # tp=4 (above) keeps the all-reduce.
+    for mesh, sums in (({"dp": 2, "fsdp": 2, "tp": 2}, []), ({"fsdp": 4, "tp": 4}, []),
+                       ({"fsdp": 4, "tp": 2}, [("all-reduce", 1)])):
+        place = AxisPlacement(tuple(mesh), tuple(mesh.values()), (1,) * len(mesh), p.cluster)
+        assert [(t[1], t[4]) for t in activation_terms(model, mesh, place, batch=32, seq=2048, itemsize=2,
+                                                         backend="tpu") if "lookup" in t[0]] == sums
     # A MoE layer (Mixtral ep=4 x tp=2): attention's sums and gathers, and the experts' on the dispatched buffer.
     mixtral = get_preset("mixtral-8x7b").spec
     ep = {"ep": 4, "tp": 2}
