@@ -36,7 +36,16 @@ device runs ``1/n`` of the expert work). Replicated work: MLA's low-rank down pr
 router are replicated over ``tp``; so are the MoE dispatch/combine einsums (XLA
 finds no tp-split dim in them: measured, a 4-way tp Mixtral step ran them whole
 on each shard). K and V projections split ``gcd(tp, kv_heads)`` ways (whole
-heads; measured with 2 KV heads and tp=4).
+heads; measured with 2 KV heads and tp=4). A replicated matmul repeats on the tp
+shards in the forward, the recompute and the input gradient, but not in its
+**weight gradient**: both of that product's operands (the layer input and the
+output's gradient) are whole on every tp shard, so XLA splits it over tp without
+communication (read from the compiled HLO's dots, identical on XLA:CPU and
+XLA:TPU: Llama's K/V with 2 KV heads and tp=4, exactly). MLA's ``q_a`` / ``kv_a``
+follow the partitioner's choice per mesh, not modelled: with dp=2,fsdp=2,tp=2 it
+splits their forward and recompute too (only the input gradient repeats), with
+fsdp=4,tp=2 it repeats their weight gradient as well (matmuls 1.019 and 0.991 of
+the HLO's on small DeepSeek steps; benchmarks/RESULTS.md).
 **Elementwise work** (:data:`ELEMENTWISE`; executed, never model FLOPs): norms, residual adds, biases,
 GELU/SiLU, rope, the softmax over the scores, the loss and the optimizer update, as XLA's
 ``cost_analysis()`` counts them (one FLOP per element per elementwise op, converts included). Counts per
@@ -101,8 +110,9 @@ class LayerFlops:
       attention: ``Q K^T`` and ``P V``.
       padding: MoE experts run on empty capacity slots (executed, not model FLOPs).
       einsum: one MoE dispatch or combine einsum (the forward runs two, the backward three).
-      replicated: extra ``weights`` FLOPs the tp shards repeat: each matmul split only ``k`` of
-        the ``tp`` ways counts ``tp / k - 1`` times (divide by the devices for one device's extra).
+      replicated: extra forward ``weights`` FLOPs the tp shards repeat: each matmul split only ``k`` of
+        the ``tp`` ways counts ``tp / k - 1`` times (divide by the devices for one device's extra); the
+        step repeats it in the forward, the recompute and the input gradient, not the weight gradient.
       tail: forward FLOPs of the layer's last matmuls, whose outputs the backward never needs
         (not recomputed under remat).
     """
@@ -249,8 +259,10 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
     # The combine einsum (overhead) is part of the tail; the rest of the tail is model FLOPs.
     recompute = r * sum(c * (f.weights + f.attention - (f.tail - f.einsum)) for c, f in parts)
     overhead = sum(c * (f.forward_overhead * (1 + r) - r * f.einsum + f.backward_overhead) for c, f in parts)
-    # Replicated matmuls run whole on each of the tp shards: (tp - 1) / tp extra per device.
-    replicated = sum(c * f.replicated for c, f in parts) * (3 + r)
+    # Replicated matmuls run whole on each of the tp shards: (tp - 1) / tp extra per device, in the
+    # forward, the recompute and the input gradient; the weight gradient's operands are whole on every
+    # tp shard, so XLA splits it over tp (the module docstring).
+    replicated = sum(c * f.replicated for c, f in parts) * (2 + r)
     # The dispatch/combine einsums have no dim tp splits (the residual stream is whole): tp runs them whole.
     einsums = sum(c * f.einsum * (5 + r) for c, f in parts)
     matmuls = (model_flops + recompute + overhead) / n + (replicated + einsums * (tp - 1)) / n
