@@ -85,15 +85,19 @@ def _mesh_for(sizes: dict[str, int], backend: str, cluster: str = CLUSTER) -> ja
 
 
 def analytic(family: str, sizes: dict[str, int], remat: str, attention: str, batch: int, seq: int,
-             backend: str) -> tuple[MeshCandidate, dict[str, int]]:
-    """The search's candidate for exactly this mesh (its memory is the analytic figure), and the mesh."""
+             backend: str, cluster_name: str = CLUSTER) -> tuple[MeshCandidate, dict[str, int]]:
+    """The search's candidate for exactly this mesh (its memory is the analytic figure), and the mesh.
+
+    ``cluster_name``: the TPU slice compiled for; its generation (``v6e-8`` -> ``v6e``) is the recipe's
+    ``device``, which picks that generation's coefficients (the search runs on a larger v5p slice)."""
     spec = _spec(family)
     if backend == "gpu":  # one local GPU: the whole step on it
         sizes = {"fsdp": 1}
     if spec.is_moe:
         sizes = {"ep": 1, **sizes}
     axes = tuple(a for a in ("dp", "fsdp", "ep", "sp", "tp") if a in sizes)
-    recipe = TrainingRecipe(remat=remat, attention=attention, backend=backend, residual_split=False)
+    device = _generation(cluster_name) if backend == "tpu" else None
+    recipe = TrainingRecipe(remat=remat, attention=attention, backend=backend, residual_split=False, device=device)
     # A large-memory device, so the search returns this mesh whether or not it fits a v6e.
     devices = int(np.prod(list(sizes.values())))
     cluster: str | Cluster = f"v5p-{max(8, 2 * devices)}"
@@ -105,6 +109,11 @@ def analytic(family: str, sizes: dict[str, int], remat: str, attention: str, bat
     cand = search_meshes(spec, cluster, axes=axes, fixed=sizes, batch=batch, seq=seq, recipe=recipe, headroom=0.0,
                          top_k=1).best
     return cand, {a: sizes[a] for a in axes}
+
+
+def _generation(cluster: str) -> str:
+    """The TPU generation of a slice name (``v5p-16`` -> ``v5p``)."""
+    return parse_cluster(cluster).device.name
 
 
 def _spec(family: str) -> ModelSpec:
@@ -122,7 +131,7 @@ def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, bat
              backend: str, run: bool = False, cluster: str = CLUSTER) -> dict[str, object]:
     """One row: analytic and exact peak bytes per device, and what the model said."""
     spec = _spec(family)
-    cand, sizes = analytic(family, sizes, remat, attention, batch, seq, backend)
+    cand, sizes = analytic(family, sizes, remat, attention, batch, seq, backend, cluster)
     axes = tuple(sizes)
     mesh = _mesh_for({a: sizes[a] for a in axes}, backend, cluster)
     config = ReferenceConfig(remat=remat, attention=attention)
@@ -240,7 +249,7 @@ def _parse_case(text: str, backend: str) -> tuple[str, str, dict[str, int], tupl
 def _reprice(row: dict[str, object]) -> dict[str, object]:
     sizes = {k: int(v) for k, v in (kv.split("=") for kv in str(row["mesh"]).split(","))}
     cand, _ = analytic(str(row["family"]), sizes, str(row["remat"]), str(row["attention"]), int(row["batch"]),  # type: ignore[call-overload]
-                       int(row["seq"]), str(row["backend"]))  # type: ignore[call-overload]
+                       int(row["seq"]), str(row["backend"]), str(row.get("cluster", CLUSTER)))  # type: ignore[call-overload]
     return {**row, "analytic": cand.memory.total, "ratio": cand.memory.total / int(row["exact"]),  # type: ignore[call-overload]
             "phase": cand.memory.phase}
 

@@ -23,7 +23,7 @@ from meshplan.pure import (
 )
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.search import axis_domain_counts
-from meshplan.pure.search._step_memory import CALIBRATIONS
+from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
 
 __all__ = ["device_grid", "render_mesh", "render_plan", "write_png"]
 
@@ -66,8 +66,8 @@ def render_plan(result: SearchResult, console: Any) -> None:
     console.print(f"step: batch {req.batch} x seq {req.seq}; {opt}; grads {grads}; axes {', '.join(req.axes)}; "
                   f"rule {req.rule}")
     console.print(f"priced: {req.recipe.describe()}; params, grads and optimizer exact, activations calibrated "
-                  f"against {CALIBRATIONS[req.recipe.backend].source} (set with --remat, --attention, --optimizer, "
-                  "--weight-dtype, --micro-batches, --vocab-tiles)")
+                  f"against {CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
+                  "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles)")
     table = Table(title=f"Ranked meshes ({result.num_fitting} of {result.num_candidates} fit; top "
                         f"{len(result.candidates)})")
     numbers = ("#", "memory/device", "micro-batches", "step time", "MFU", "exposed comm", "step comm")

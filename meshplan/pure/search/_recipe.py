@@ -32,17 +32,25 @@ moves the peak, with defaults of a MaxText-style bf16 step:
   logits buffers);
 - ``backend``: which compiler's buffer assignment the calibrated figures
   follow (``"tpu"``, ``"gpu"`` or ``"cpu"``; see
-  :mod:`meshplan.pure.search._step_memory`).
+  :mod:`meshplan.pure.search._step_memory`), and ``device``: the accelerator
+  (a :data:`~meshplan.pure.search._hardware.DEVICE_SPECS` name). XLA:TPU
+  schedules the same step differently per generation (v5p keeps more at once in
+  a remat-full backward than v6e), so a device with coefficients of its own
+  (``CALIBRATIONS["tpu-v5p"]``) selects them; ``None`` (or a device without its
+  own) takes the backend's. The search fills ``device`` from the cluster when it
+  is ``None``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure._check import as_count, as_record
 from meshplan.pure.errors import PlanError
+from meshplan.pure.search._hardware import DEVICE_SPECS
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 
 __all__ = ["ATTENTION_KINDS", "BACKENDS", "OPTIMIZER_COPIES", "REMAT_POLICIES", "TrainingRecipe"]
@@ -64,6 +72,13 @@ def _choice(value: Any, what: str, valid: tuple[str, ...]) -> str | None:
     if isinstance(value, str) and value in valid:  # `in` on an array would compare element-wise
         return None
     return f"{what}={value!r}: use one of {list(valid)}"
+
+
+# A search reads a recipe's item sizes ~10k times (price_step, per mesh and micro-batch count); resolving the
+# dtype name each time was a few percent of it. Pure in the (canonical) name and bounded: an lru_cache is safe.
+@functools.lru_cache(maxsize=64)
+def _itemsize(name: str) -> int:
+    return dtype_storage_bytes(canonical_dtype(name))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,12 +108,16 @@ class TrainingRecipe:
     vocab_tiles: int = 1
     residual_split: bool = True
     backend: str = "tpu"
+    # Last, so positional construction of the fields above keeps working.
+    device: str | None = None
 
     def __post_init__(self) -> None:
         problems = [p for p in (
             _choice(self.remat, "remat", REMAT_POLICIES),
             _choice(self.attention, "attention", ATTENTION_KINDS),
             _choice(self.backend, "backend", BACKENDS),
+            None if self.device is None or isinstance(self.device, str) and self.device in DEVICE_SPECS else
+            f"device={self.device!r}: use one of {list(DEVICE_SPECS)} or None",
             _choice(self.optimizer, "optimizer", tuple(sorted(OPTIMIZER_COPIES)))) if p]
         for name in ("weight_dtype", "compute_dtype", "grad_dtype", "optimizer_dtype"):
             value = getattr(self, name)
@@ -120,17 +139,17 @@ class TrainingRecipe:
     @property
     def compute_itemsize(self) -> int:
         """Bytes per activation element."""
-        return dtype_storage_bytes(canonical_dtype(self.compute_dtype))
+        return _itemsize(self.compute_dtype)
 
     @property
     def grad_itemsize(self) -> int:
         """Bytes per gradient element."""
-        return dtype_storage_bytes(canonical_dtype(self.grad_dtype or self.weight_dtype))
+        return _itemsize(self.grad_dtype or self.weight_dtype)
 
     @property
     def weight_itemsize(self) -> int:
         """Bytes per stored weight element."""
-        return dtype_storage_bytes(canonical_dtype(self.weight_dtype))
+        return _itemsize(self.weight_dtype)
 
     def describe(self) -> str:
         """One line of the assumptions priced."""

@@ -63,6 +63,7 @@ from meshplan.pure.rules._base import Rule, reads_axes, rule_name
 from meshplan.pure.rules._check_tree import check_rule
 from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, StepEstimate
 from meshplan.pure.search._cluster import Cluster, parse_cluster
+from meshplan.pure.search._hardware import DEVICE_SPECS
 from meshplan.pure.search._groups import (
     LeafGroups,
     PlanEval,
@@ -729,6 +730,9 @@ def search_meshes(
                                 backend="tpu" if clus.device.ici_scope == "slice" else "gpu")
     else:
         recipe = dataclasses.replace(recipe, weight_dtype=weights)
+    if recipe.device is None and clus.device.name in DEVICE_SPECS:
+        # The accelerator picks its generation's memory coefficients where it has some (calibration_key).
+        recipe = dataclasses.replace(recipe, device=clus.device.name)
     choose = micro_batches is None and recipe.micro_batches == 1
     if micro_batches is not None:
         recipe = dataclasses.replace(recipe, micro_batches=_positive(micro_batches, "micro_batches"))

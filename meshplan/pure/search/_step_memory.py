@@ -42,21 +42,23 @@ everything (``none_scale`` x the pieces, plus ``score_buffers`` scores);
 ``offload`` nothing.
 
 **Calibration.** :class:`Calibration` holds the coefficients, one set per
-compiler, fitted to the peaks XLA reports (``compiled.memory_analysis()``)
-for the reference train steps of ``meshplan.facade._reference`` (GPT-2, Llama,
-Mixtral; see ``benchmarks/bench_memory_calibration.py`` and the table in
-``benchmarks/RESULTS.md``). Compilers lower the same step differently, so
-the backend is part of the recipe: XLA:CPU upcasts bf16 matmul operands to
-fp32 (its gathered weights are fp32: ``gathered_itemsize=4``) and all-reduces
+compiler (and per TPU generation where XLA:TPU's schedule differs:
+:func:`calibration_key` picks ``"tpu-v5p"`` for a recipe whose ``device`` is a
+v5p; v4 and v5e, with no compiled grid, take ``"tpu"``, the v6e fit), fitted
+to the peaks XLA reports (``compiled.memory_analysis()``) for the reference
+train steps of ``meshplan.facade._reference`` (GPT-2, Llama, Mixtral; see
+``benchmarks/bench_memory_calibration.py`` and the table in
+``benchmarks/RESULTS.md``). Compilers lower the same step differently, so the
+backend is part of the recipe: XLA:CPU upcasts bf16 matmul operands to fp32
+(its gathered weights are fp32: ``gathered_itemsize=4``) and all-reduces
 gradients whole before slicing them, so it has its own coefficients; an H200
-(XLA:GPU) has its own too. XLA:TPU tiles arrays ``(8, 128)``, so a head dim
-of 64 takes 128 lanes (``lane_pad``); the Pallas flash kernel (TPU) keeps its
-own q/k/v/o copies and broadcasts its row statistics to 128 lanes; GShard's
-fp32 one-hot slot tensor ``(b, s, top_k, experts, capacity)`` is kept for the
+(XLA:GPU) has its own too. XLA:TPU tiles arrays ``(8, 128)``, so a head dim of
+64 takes 128 lanes (``lane_pad``); the Pallas flash kernel (TPU) keeps its own
+q/k/v/o copies and broadcasts its row statistics to 128 lanes; GShard's fp32
+one-hot slot tensor ``(b, s, top_k, experts, capacity)`` is kept for the
 backward pass (``routing_per_choice``). Parameters, gradients and optimizer
 state are exact; everything else is calibrated, and only as good as the grid
-it was fitted on.
-"""
+it was fitted on."""
 
 from __future__ import annotations
 
@@ -68,8 +70,8 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._spec import ModelSpec
 from meshplan.pure.search._recipe import TrainingRecipe
 
-__all__ = ["CALIBRATIONS", "Calibration", "LayerDims", "StepMemory", "activation_floor", "layer_dims", "lower_bound",
-           "price_step", "step_memory"]
+__all__ = ["CALIBRATIONS", "Calibration", "LayerDims", "StepMemory", "activation_floor", "calibration_key",
+           "layer_dims", "lower_bound", "price_step", "step_memory"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,6 +102,9 @@ class Calibration:
         besides the state and the gradients (the new moments of the leaf being updated are
         written before its old ones are released); ``update_state`` then prices what the
         many small leaves add.
+      work_routing: fp32 MoE routing tensors ``(b, s, experts, capacity)`` in the backward working
+        set, priced apart from the attention scores; ``None``: priced with them (``work_scores`` x
+        ``top_k`` of them when ``routing_per_choice``).
     """
 
     source: str
@@ -116,27 +121,45 @@ class Calibration:
     flash_buffers: float = 1.0
     routing_per_choice: bool = False
     update_leaf: float = 0.0
+    work_routing: float | None = None
 
 
 # Fitted (least squares on log(analytic / exact)) to the reference steps of
 # benchmarks/bench_memory_calibration.py: GPT-2, Llama and Mixtral scaled down to 4 layers,
 # meshes of 8 devices, remat full/none; CPU and GPU: plain and dot_product attention at
 # 16 x 256 (2026-11-22; 16 x 512 held out); TPU as said below. Recorded rows in benchmarks/data/.
-CALIBRATIONS: dict[str, Calibration] = {
-    # TPU: fitted 2026-11-23 to the 12 v6e-8 rows at 32 x 1024 on fsdp=8 (3 families x remat x plain/flash);
-    # score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash kernel's buffers
-    # and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak;
-    # head_buffers is the 2026-11-22 value (no row of the grid peaks where it matters); gathered_layers
-    # refitted 2026-11-23 (the same 12 rows) when a layer's share stopped including the embedding and
-    # head. The update (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8
-    # (8 x 1024) peak at arguments + gradients + 0.6 / 0.4 GiB: XLA:TPU updates the moments in place, so
-    # update_leaf is bounded by those rows (at most 0.34 / 0.48 copies of the 1.75 / 0.88 GiB fp32 leaf),
-    # not identified by them (the backward phase is their peak); 0.96 x the state priced them at 1.75x.
-    "tpu": Calibration("XLA:TPU v6e-8 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
+# XLA:TPU v6e (and the TPU fallback): fitted 2026-11-23 to the 12 v6e-8 rows at 32 x 1024 on fsdp=8 (3 families
+# x remat x plain/flash); score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash
+# kernel's buffers and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak;
+# head_buffers is the 2026-11-22 value (no row of the grid peaks where it matters); gathered_layers refitted
+# 2026-11-23 (the same 12 rows) when a layer's share stopped including the embedding and head. The update
+# (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8 (8 x 1024) peak at arguments +
+# gradients + 0.6 / 0.4 GiB: XLA:TPU updates the moments in place, so update_leaf is bounded by those rows (at
+# most 0.34 / 0.48 copies of the 1.75 / 0.88 GiB fp32 leaf), not identified by them (the backward phase is their
+# peak); 0.96 x the state priced them at 1.75x.
+_TPU_V6E = Calibration("XLA:TPU v6e-8 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
                        "32 x 1024, 2026-11-23",
                        none_scale=1.59, score_buffers=1.5, work_layers=0.27, work_scores=1.39, logits_buffers=1.09,
                        head_buffers=2.6, gathered_layers=0.84, gathered_itemsize=0, update_state=0.0,
-                       lane_pad=128, flash_buffers=0.5, routing_per_choice=True, update_leaf=0.3),
+                       lane_pad=128, flash_buffers=0.5, routing_per_choice=True, update_leaf=0.3)
+
+CALIBRATIONS: dict[str, Calibration] = {
+    # XLA:TPU by generation (calibration_key): the compiler schedules the same step differently on v5p
+    # and v6e. "tpu" is the v6e fit, also for generations with no compiled grid (v4, v5e).
+    "tpu": _TPU_V6E,
+    "tpu-v6e": _TPU_V6E,
+    # v5p (2026-11-23, session 4): structural, read off the buffers live at XLA's peak on the v5p-16
+    # 32 x 1024 rows: the flash kernel's q/k/v/o copies and 128-lane row statistics are device buffers
+    # there (flash_buffers 1, against v6e's 0.5), the remat-full backward holds the fp32 scores and bf16
+    # probabilities (work_scores 1.5) and one fp32 routing tensor (b, s, experts, capacity) apart from
+    # them (work_routing 1, where pricing it with the scores counted 1.39 x top_k); none_scale and
+    # work_layers fitted (least squares on log ratio) to the 48 v5p-16 rows at 32 x 1024 (in-sample);
+    # logits, head, gathered and update coefficients are v6e's (no v5p row identifies them). Held out:
+    # v5p-16 at 32 x 2048 and the full-size v5p rows.
+    "tpu-v5p": dataclasses.replace(
+        _TPU_V6E, source="XLA:TPU v5p-16 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
+                         "32 x 1024, 2026-11-23", none_scale=1.67, work_layers=0.29, work_scores=1.5,
+        flash_buffers=1.0, work_routing=1.0),
     # CPU: gathered_layers refitted 2026-11-23 on the seq 256 rows when a layer's share of the gathered
     # bytes stopped including the embedding and head (LayerDims.layer_share).
     "cpu": Calibration("XLA:CPU (jax 0.10.2, 8 devices) argument + output - alias + temp of the reference "
@@ -152,6 +175,23 @@ CALIBRATIONS: dict[str, Calibration] = {
                        head_buffers=2.5, gathered_layers=2.0, gathered_itemsize=0, update_state=0.0,
                        update_leaf=2.0),
 }
+
+
+def calibration_key(recipe: TrainingRecipe) -> str:
+    """The :data:`CALIBRATIONS` key a recipe is priced with: ``"<backend>-<device>"`` where that device has
+    coefficients of its own (XLA:TPU's schedule differs by generation), else the backend.
+
+    Example:
+      >>> [calibration_key(TrainingRecipe(device=d)) for d in ("v5p", "v6e", "v4", None)]
+      ['tpu-v5p', 'tpu-v6e', 'tpu', 'tpu']
+      >>> calibration_key(TrainingRecipe(backend="gpu", device="H200"))
+      'gpu'
+    """
+    if recipe.device is not None:
+        key = f"{recipe.backend}-{recipe.device}"
+        if key in CALIBRATIONS:
+            return key
+    return recipe.backend
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -377,7 +417,7 @@ def price_step(
       ...     d, {"fsdp": 8}, TrainingRecipe(), **kw)
       True
     """
-    cal = CALIBRATIONS[recipe.backend]
+    cal = CALIBRATIONS[calibration_key(recipe)]
     a = recipe.compute_itemsize
     b = max(batch // ways, 1) / recipe.micro_batches
     s = seq // sp
@@ -399,7 +439,8 @@ def price_step(
         # (measured on CPU, TPU and H200: the same peak).
         scores = b * heads * s * seq * 4
     # MoE routing tensors grow with the sequence like scores, whatever the attention.
-    scores += b * s * s * dims.routing * 4 * (max(dims.top_k, 1) if cal.routing_per_choice else 1)
+    routing = b * s * s * dims.routing * 4  # one fp32 dispatch/combine tensor
+    scores += routing * (max(dims.top_k, 1) if cal.routing_per_choice else 1)
     none_layer = 5 * x + proj + mlp
     flash = lanes = 0.0
     if recipe.attention == "flash":
@@ -418,6 +459,8 @@ def price_step(
     logits = cal.logits_buffers * t * dims.vocab * 4 / vocab_split / recipe.vocab_tiles
     head = cal.head_buffers * dims.head * a / vocab_split
     work = cal.work_layers * none_layer + cal.work_scores * scores + cal.flash_buffers * (flash + lanes)
+    if cal.work_routing is not None:  # the routing tensors priced apart from the scores
+        work += (cal.work_routing - cal.work_scores * (max(dims.top_k, 1) if cal.routing_per_choice else 1)) * routing
     itemsize = cal.gathered_itemsize or a
     # One layer's share of the gathered bytes: the embedding and head gathers are not a layer's.
     gathered_now = (cal.gathered_layers * gathered * dims.layer_share / dims.layers * itemsize

@@ -14,8 +14,9 @@ from tests.profiles import examples
 from meshplan.pure import estimate_training_memory, search_meshes
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import MODEL_SPECS, get_preset
-from meshplan.pure.search._recipe import ATTENTION_KINDS, REMAT_POLICIES, TrainingRecipe
-from meshplan.pure.search._step_memory import CALIBRATIONS, layer_dims, lower_bound, step_memory
+from meshplan.pure.search._hardware import DEVICE_SPECS
+from meshplan.pure.search._recipe import ATTENTION_KINDS, BACKENDS, REMAT_POLICIES, TrainingRecipe
+from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key, layer_dims, lower_bound, step_memory
 
 MODELS = sorted(MODEL_SPECS)
 
@@ -28,7 +29,8 @@ def cases(draw) -> dict:
     ways = sizes["dp"] * sizes["fsdp"]
     recipe = TrainingRecipe(remat=draw(st.sampled_from(REMAT_POLICIES)),
                             attention=draw(st.sampled_from(ATTENTION_KINDS)),
-                            backend=draw(st.sampled_from(sorted(CALIBRATIONS))),
+                            backend=draw(st.sampled_from(BACKENDS)),
+                            device=draw(st.sampled_from([None, *DEVICE_SPECS])),
                             micro_batches=draw(st.sampled_from([1, 2])),
                             vocab_tiles=draw(st.sampled_from([1, 4])))
     state = draw(st.integers(0, 10**10))
@@ -106,17 +108,25 @@ def test_flash_prices_the_kernels_lane_statistics_and_its_own_qkv_copies(case: d
     assert work(wider) > work(dims)
 
 
-@pytest.mark.parametrize("backend", sorted(CALIBRATIONS))
-def test_tpu_pads_head_dims_up_to_128_lanes_other_backends_do_not(backend: str) -> None:
+def _recipe_for(key: str, **fields: object) -> TrainingRecipe:
+    """A recipe priced with ``CALIBRATIONS[key]`` (``"tpu-v5p"``: backend tpu, device v5p)."""
+    backend, _, device = key.partition("-")
+    recipe = TrainingRecipe(backend=backend, device=device or None, **fields)  # type: ignore[arg-type]
+    assert calibration_key(recipe) == key
+    return recipe
+
+
+@pytest.mark.parametrize("key", sorted(CALIBRATIONS))
+def test_tpu_pads_head_dims_up_to_128_lanes_other_backends_do_not(key: str) -> None:
     # XLA:TPU tiles arrays (8, 128): q/k/v with a head dim of 32 or 64 take the bytes of 128.
-    recipe = TrainingRecipe(remat="none", attention="flash", backend=backend)
+    recipe = _recipe_for(key, remat="none", attention="flash")
 
     def saved(head_dim: int) -> int:
         model = dataclasses.replace(MODEL_SPECS["gpt2"], head_dim=head_dim, num_params=None)
         m = step_memory(layer_dims(model), {"fsdp": 8}, recipe, batch=8, seq=1024, params=0, grads=0, optimizer=0)
         return dict(m.parts)["saved"]
 
-    if CALIBRATIONS[backend].lane_pad == 128:
+    if CALIBRATIONS[key].lane_pad == 128:
         assert saved(32) == saved(64) == saved(128) < saved(192)
     else:
         assert saved(32) < saved(64) < saved(128) < saved(192)
@@ -176,7 +186,8 @@ def test_the_search_prices_the_recipe_it_is_given() -> None:
     heavy = TrainingRecipe(remat="none", attention="plain")
     a = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=512, recipe=lean)
     b = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=512, recipe=heavy, top_k=100)
-    assert a.request.recipe == dataclasses.replace(lean, weight_dtype="bfloat16")
+    # The search fills in what it knows: the weights' dtype and the cluster's device.
+    assert a.request.recipe == dataclasses.replace(lean, weight_dtype="bfloat16", device="H100")
     assert b.num_fitting <= a.num_fitting
     assert a.best.memory.phase in ("forward", "backward", "update")
 
@@ -190,7 +201,9 @@ def test_fp32_weights_double_the_exact_parameter_bytes() -> None:
 
 @pytest.mark.parametrize("bad, word", [({"remat": "some"}, "remat"), ({"attention": "ring"}, "attention"),
                                        ({"optimizer": "adagrad"}, "optimizer"), ({"backend": "npu"}, "backend"),
-                                       ({"micro_batches": 0}, "micro_batches")])
+                                       ({"micro_batches": 0}, "micro_batches"), ({"device": "v7x"}, "device"),
+                                       ({"device": "V5P"}, "device"), ({"device": ["v5p"]}, "device"),
+                                       ({"device": 5}, "device")])
 def test_a_bad_recipe_names_the_field_and_what_is_valid(bad: dict, word: str) -> None:
     with pytest.raises(PlanError, match=word):
         TrainingRecipe(**bad)
@@ -198,10 +211,14 @@ def test_a_bad_recipe_names_the_field_and_what_is_valid(bad: dict, word: str) ->
 
 @settings(max_examples=examples(25))
 @given(st.sampled_from(REMAT_POLICIES), st.sampled_from(ATTENTION_KINDS), st.sampled_from(["float32", "bfloat16"]),
-       st.integers(1, 8))
-def test_a_recipe_round_trips_through_a_dict(remat: str, attention: str, weights: str, micro: int) -> None:
-    r = TrainingRecipe(weight_dtype=weights, remat=remat, attention=attention, micro_batches=micro)
+       st.integers(1, 8), st.sampled_from([None, *DEVICE_SPECS]))
+def test_a_recipe_round_trips_through_a_dict(remat: str, attention: str, weights: str, micro: int,
+                                             device: str | None) -> None:
+    r = TrainingRecipe(weight_dtype=weights, remat=remat, attention=attention, micro_batches=micro, device=device)
     assert TrainingRecipe.from_dict(r.to_dict()) == r
+    # A dict written before recipes named their device still loads (as no device).
+    old = {k: v for k, v in r.to_dict().items() if k != "device"}
+    assert TrainingRecipe.from_dict(old) == dataclasses.replace(r, device=None)
     assert remat in r.describe() and attention in r.describe()
 
 
@@ -258,7 +275,7 @@ def test_the_update_phase_grows_with_the_largest_leaf_and_ignores_how_the_rest_i
 
     bigger = dataclasses.replace(dims, largest_share=min(1.0, 2 * share))
     assert update(bigger) >= update(dims)
-    if CALIBRATIONS[case["recipe"].backend].update_leaf and case["params"] >= 10**6:
+    if CALIBRATIONS[calibration_key(case["recipe"])].update_leaf and case["params"] >= 10**6:
         assert update(bigger) > update(dims)
     # The same largest leaf and state in more, smaller layers: the update phase does not change.
     deeper = dataclasses.replace(dims, layers=dims.layers * 4)
@@ -280,3 +297,79 @@ def test_the_full_size_h200_llama_step_is_priced_within_the_band_at_its_update_p
     assert 0.95 <= best.memory.total / (104.16 * 2**30) <= 1.10
     assert search_meshes("llama3-8b", "1x1xH200", axes=("fsdp",), fixed={"fsdp": 1}, batch=2, seq=4096,
                          recipe=recipe, micro_batches=1, headroom=0.0).best.memory.fits
+
+
+def test_a_device_selects_its_generations_coefficients_and_others_fall_back() -> None:
+    assert calibration_key(TrainingRecipe(device="v5p")) == "tpu-v5p"
+    assert calibration_key(TrainingRecipe(device="v6e")) == "tpu-v6e"
+    # No compiled grid for v4 / v5e, nor a GPU calibration per device: the backend's coefficients.
+    assert calibration_key(TrainingRecipe(device="v4")) == calibration_key(TrainingRecipe()) == "tpu"
+    assert calibration_key(TrainingRecipe(backend="gpu", device="H100")) == "gpu"
+    assert calibration_key(TrainingRecipe(backend="cpu", device="v5p")) == "cpu"
+    # Every key names a backend the recipe accepts (and a device it accepts, if any).
+    for key in CALIBRATIONS:
+        _recipe_for(key)
+
+
+@given(cases())
+def test_a_device_without_coefficients_of_its_own_prices_as_no_device(case: dict) -> None:
+    recipe = case["recipe"]
+    if calibration_key(recipe) == recipe.backend:
+        assert _peak(case) == _peak(case, device=None)
+    else:  # the generation's own coefficients: the exact parts stay exact, whatever the calibration
+        m = step_memory(layer_dims(case["model"]), case["sizes"], recipe, batch=case["batch"], seq=case["seq"],
+                        params=case["params"], grads=case["grads"], optimizer=case["optimizer"])
+        assert (m.params, m.grads, m.optimizer) == (case["params"], case["grads"], case["optimizer"])
+        assert m.calibration == CALIBRATIONS[calibration_key(recipe)].source
+
+
+def test_v5p_prices_the_flash_kernels_buffers_whole_and_v6e_half() -> None:
+    # Read off XLA's buffers live at its peak (benchmarks/RESULTS.md): on v5p the kernel's q/k/v/o
+    # copies and 128-lane row statistics are device buffers; on v6e half of them are priced.
+    model, sizes = MODEL_SPECS["llama3-8b"], {"fsdp": 8}
+    args = {"batch": 8, "seq": 2048, "params": 0, "grads": 0, "optimizer": 0}
+
+    def work(device: str, attention: str) -> float:
+        recipe = TrainingRecipe(remat="full", attention=attention, device=device)
+        return dict(step_memory(layer_dims(model), sizes, recipe, **args).parts)["work"]
+
+    cal = {d: CALIBRATIONS[f"tpu-{d}"] for d in ("v5p", "v6e")}
+    assert (cal["v5p"].flash_buffers, cal["v6e"].flash_buffers) == (1.0, 0.5)
+    # Flash's working set: work_layers x the layer's activations plus flash_buffers x the kernel's
+    # buffers (q, k, v, o in bf16 at 128 lanes, three fp32 128-lane row statistics; b = 1 per device).
+    t, q = 2048, model.num_heads * max(model.head_dim, 128)
+    kernel = 4 * t * 2 * q + 3 * model.num_heads * t * 128 * 4
+    layer = {d: (work(d, "flash") - cal[d].flash_buffers * kernel) / cal[d].work_layers for d in cal}
+    assert layer["v5p"] == pytest.approx(layer["v6e"], rel=1e-6)
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "llama3-8b"])
+def test_v5p_prices_moe_routing_apart_from_the_scores(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # work_routing None (v6e, CPU, GPU): the routing tensors are priced with the scores, work_scores x
+    # top_k of them; a work_routing of exactly that many prices the same working set.
+    spec = MODEL_SPECS[model]
+    d = layer_dims(spec)
+    args = {"batch": 8, "seq": 2048, "params": 0, "grads": 0, "optimizer": 0}
+    recipe = TrainingRecipe(remat="full", attention="flash", device="v6e")
+    v6e = CALIBRATIONS["tpu-v6e"]
+    base = dict(step_memory(d, {"fsdp": 8}, recipe, **args).parts)["work"]
+    monkeypatch.setitem(CALIBRATIONS, "tpu-v6e", dataclasses.replace(
+        v6e, work_routing=v6e.work_scores * max(d.top_k, 1)))
+    assert dict(step_memory(d, {"fsdp": 8}, recipe, **args).parts)["work"] == pytest.approx(base, rel=1e-12)
+    # One routing tensor (v5p) is less than top_k x work_scores of them, and nothing without experts.
+    monkeypatch.setitem(CALIBRATIONS, "tpu-v6e", dataclasses.replace(v6e, work_routing=1.0))
+    one = dict(step_memory(d, {"fsdp": 8}, recipe, **args).parts)["work"]
+    assert one < base if spec.is_moe else one == base
+
+
+def test_the_search_prices_a_tpu_slice_with_its_generations_coefficients() -> None:
+    # The cluster names the device; the search puts it in the recipe it prices.
+    kw = {"batch": 8, "seq": 2048, "fixed": {"fsdp": 8}, "top_k": 1, "headroom": 0.0}
+    recipe = TrainingRecipe(remat="none", attention="flash")  # peaks in the backward, where they differ
+    v5p = search_meshes("llama3-8b", "v5p-16", recipe=recipe, **kw)
+    v6e = search_meshes("llama3-8b", "v6e-8", recipe=recipe, **kw)
+    assert (v5p.request.recipe.device, v6e.request.recipe.device) == ("v5p", "v6e")
+    # A device named in the recipe is kept (pricing a v6e step on a v5p slice).
+    as_v6e = search_meshes("llama3-8b", "v5p-16", recipe=dataclasses.replace(recipe, device="v6e"), **kw)
+    assert as_v6e.request.recipe.device == "v6e"
+    assert as_v6e.best.memory.total == v6e.best.memory.total != v5p.best.memory.total
