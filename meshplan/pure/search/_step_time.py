@@ -42,7 +42,7 @@ from meshplan.pure._check import as_count
 from meshplan.pure.errors import PlanError
 from meshplan.pure.search._flops import StepFlops
 
-__all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_time"]
+__all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_seconds", "step_time"]
 
 
 def overlap_class(what: str, kind: str) -> str:
@@ -153,31 +153,68 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
       >>> round(t.compute_s, 3), round(t.exposed_s, 4), [round(x.exposed, 4) for x in t.terms]
       (2.0, 0.1025, [0.0025, 0.1])
     """
+    compute, exposed = _exposure(flops, terms, [t[2] for t in terms], layers, peak_flops, efficiency)
+    out = tuple(CommExposure(t[0], max(0.0, t[2] - e), e) for t, e in zip(terms, exposed, strict=True))
+    exp = float(sum(exposed))
+    step = compute + exp
+    mfu = flops.model / devices / (step * peak_flops) if peak_flops and step > 0 else 0.0
+    return StepTime(compute, exp, step, tokens / devices / step if step > 0 else 0.0, mfu, out)
+
+
+def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], *, layers: int,
+                 peak_flops: float | None, efficiency: float) -> float:
+    """``step_time(...).step_s`` (the same float) without the per-term records.
+
+    The search ranks a few hundred meshes by their step and shows a few: the records of the
+    others (a :class:`CommExposure` per collective term) were a tenth of its objects.
+
+    Args:
+      terms: per collective term, a tuple starting ``(what, kind, ...)`` (the search's unpriced
+        terms, :func:`accumulate`'s items).
+      seconds: each term's seconds (Python floats).
+      layers, peak_flops, efficiency: as for :func:`step_time`.
+
+    Example:
+      >>> f = StepFlops(6e15, 0.0, 0.0, 1e15, 4e12, 8e12, 4e13)
+      >>> terms = [("fsdp all-gather of params (fwd + bwd)", "all-gather", 0.2)]
+      >>> kw = dict(layers=80, peak_flops=1e15, efficiency=0.5)
+      >>> step_seconds(f, terms, [0.2], **kw) == step_time(f, terms, tokens=2**20, devices=8, **kw).step_s
+      True
+    """
+    compute, exposed = _exposure(flops, terms, seconds, layers, peak_flops, efficiency)
+    return compute + float(sum(exposed))
+
+
+def _exposure(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], layers: int,
+              peak_flops: float | None, efficiency: float) -> tuple[float, list[float]]:
+    """(compute seconds, exposed seconds of each term): the overlap of the module docstring; ``terms[k]``
+    starts ``(what, kind)`` and takes ``seconds[k]``."""
     rate = 0.0 if not peak_flops else peak_flops * efficiency
     compute = flops.per_device / rate if rate else 0.0
     fwd = flops.layer_forward / rate if rate else 0.0
     bwd = flops.layer_backward / rate if rate else 0.0
     n = max(layers, 1)
     exposed = [0.0] * len(terms)
-    gathers = [k for k, t in enumerate(terms) if overlap_class(t[0], t[1]) == "gather"]
-    grads = [k for k, t in enumerate(terms) if overlap_class(t[0], t[1]) == "grads"]
+    gathers: list[int] = []
+    grads: list[int] = []
     for k, t in enumerate(terms):
-        if overlap_class(t[0], t[1]) == "critical":
-            exposed[k] = t[2]
+        where = overlap_class(t[0], t[1])
+        if where == "gather":
+            gathers.append(k)
+        elif where == "grads":
+            grads.append(k)
+        else:
+            exposed[k] = seconds[k]
     # Per layer: half of each gather's calls run in the forward, half in the backward.
-    g_layer = [terms[k][2] / 2 / n for k in gathers]
-    r_layer = [terms[k][2] / n for k in grads]
+    g_layer = [seconds[k] / 2 / n for k in gathers]
+    r_layer = [seconds[k] / n for k in grads]
     fwd_over = _share(g_layer, fwd)
     bwd_over = _share(g_layer + r_layer, bwd)
     for j, k in enumerate(gathers):
         # The first layer's gather (forward and backward) has no earlier compute to hide under.
         first = 2 * g_layer[j]
-        exposed[k] = min(terms[k][2], first + (n - 1) * (fwd_over[j] + bwd_over[j]))
+        exposed[k] = min(seconds[k], first + (n - 1) * (fwd_over[j] + bwd_over[j]))
     for j, k in enumerate(grads):
         last = r_layer[j]  # the last layer's gradients sync after the compute ends
-        exposed[k] = min(terms[k][2], last + (n - 1) * bwd_over[len(gathers) + j])
-    out = tuple(CommExposure(t[0], max(0.0, t[2] - e), e) for t, e in zip(terms, exposed, strict=True))
-    exp = float(sum(exposed))
-    step = compute + exp
-    mfu = flops.model / devices / (step * peak_flops) if peak_flops and step > 0 else 0.0
-    return StepTime(compute, exp, step, tokens / devices / step if step > 0 else 0.0, mfu, out)
+        exposed[k] = min(seconds[k], last + (n - 1) * bwd_over[len(gathers) + j])
+    return compute, exposed

@@ -1,0 +1,79 @@
+"""The search's shortcuts give what the plain functions give: ``step_seconds`` is ``step_time(...).step_s``
+and ``path_strs`` is ``path_str`` of every key path (each shortcut skips work, never changes a value)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import jax
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshplan.pure.search._step_time import step_seconds, step_time
+from meshplan.pure.specs._tree import path_str, path_strs
+from tests.pure.search.test_step_time import inputs
+
+
+@given(inputs(), st.floats(0.05, 1.0), st.sampled_from((None, 1e15)))
+def test_step_seconds_is_step_time_step_s(case, efficiency, peak) -> None:
+    flops, terms, layers = case
+    # The search passes its unpriced terms (longer tuples) and their seconds apart.
+    pending = [(what, kind, ("fsdp",), 1.0, 2, 8, 1) for what, kind, _ in terms]
+    fast = step_seconds(flops, pending, [s for *_, s in terms], layers=layers, peak_flops=peak,
+                        efficiency=efficiency)
+    slow = step_time(flops, terms, layers=layers, tokens=1 << 20, devices=8, peak_flops=peak, efficiency=efficiency)
+    assert fast == slow.step_s  # the same float, not an approximation: rankings compare them
+
+
+_Pair = collections.namedtuple("_Pair", "left right")
+
+
+@dataclasses.dataclass
+class _Node:
+    """A pytree node with attribute keys (jax's GetAttrKey)."""
+
+    a: object
+    b: object
+
+
+jax.tree_util.register_dataclass(_Node, data_fields=["a", "b"], meta_fields=[])
+
+
+class _Flat:
+    """A pytree node registered without keys (jax's FlattenedIndexKey)."""
+
+    def __init__(self, *children: object) -> None:
+        self.children = children
+
+
+jax.tree_util.register_pytree_node(_Flat, lambda n: (n.children, None), lambda _, c: _Flat(*c))
+
+_leaves = st.sampled_from([1, 2.5, "x", None])
+_keys = st.one_of(st.sampled_from(["w", "b", "0", "layers", "q_proj"]), st.integers(0, 3))
+
+
+def _nodes(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.one_of(
+        st.dictionaries(st.sampled_from(["w", "b", "0", "layers"]), children, max_size=3),
+        st.dictionaries(st.integers(0, 3), children, max_size=3),
+        st.lists(children, max_size=3), st.tuples(children, children),
+        st.builds(_Pair, children, children), st.builds(_Node, children, children),
+        st.builds(lambda c: _Flat(*c), st.lists(children, max_size=2)))
+
+
+@given(st.recursive(_leaves, _nodes, max_leaves=12))
+def test_path_strs_is_path_str_of_each_key_path(tree) -> None:
+    keys = [k for k, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    assert path_strs(keys) == [path_str(k) for k in keys]
+
+
+def test_path_strs_formats_an_unhashable_entry_whole() -> None:
+    class Odd:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __str__(self) -> str:
+            return "odd"
+
+    keys = [(jax.tree_util.DictKey("w"), Odd()), (jax.tree_util.SequenceKey(0),)]
+    assert path_strs(keys) == [path_str(k) for k in keys] == ["w/odd", "0"]
