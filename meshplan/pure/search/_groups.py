@@ -434,6 +434,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
     head_f32: dict[tuple[str, ...], int] = {}
     head_reduce: dict[tuple[str, ...], int] = {}
     embed_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
+    attn: dict[tuple[str, ...], int] = {}
     for (_, _, _, count, p_unit, g_unit, _, role), share in zip(rows, shares, strict=True):
         elements = share.elements
         p, gr = elements * p_unit, elements * g_unit
@@ -446,6 +447,8 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                 head[storage] = head.get(storage, 0) + count * p * ways
                 head_scatter[storage] = head_scatter.get(storage, 0) + count * gr * ways
                 head_f32[storage] = head_f32.get(storage, 0) + count * elements * 4 * ways
+            elif role == "attn":
+                attn[storage] = attn.get(storage, 0) + count * p * ways
         if storage and replicas and role == "embed":
             embed_whole.append((storage, replicas, count * gr * ways, count * gr))
         if replicas:
@@ -454,7 +457,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                 head_reduce[replicas] = head_reduce.get(replicas, 0) + count * max(elements * 4 - gr, 0)
     return ParamTraffic(gather, tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
                         tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
-                        tuple(head_reduce.items()), tuple(embed_whole))
+                        tuple(head_reduce.items()), tuple(embed_whole), tuple(attn.items()))
 
 
 _EMBEDDINGS = ("embed_tokens", "wte")
@@ -462,6 +465,7 @@ _HEADS = ("lm_head",)
 # Substring tests of every leaf path, as one C-level search each (a search groups a 45k-leaf tree).
 _EMBEDDING_NAMES = re.compile("|".join(map(re.escape, _EMBEDDINGS)))
 _HEAD_NAMES = re.compile("|".join(map(re.escape, _HEADS)))
+_ATTENTION_NAMES = re.compile(r"(?:^|/)(?:self_attn|attn)/")  # Llama / Mixtral / DeepSeek, GPT-2
 
 
 def _embedding_roles(leaf_group: list[int], first: list[int], paths: _Paths) -> dict[int, str]:
@@ -474,7 +478,8 @@ def _embedding_roles(leaf_group: list[int], first: list[int], paths: _Paths) -> 
     for i, g in enumerate(leaf_group):
         if g >= 0:
             path = paths.path(i)
-            leaf[i] = "head" if _HEAD_NAMES.search(path) else "embed" if _EMBEDDING_NAMES.search(path) else ""
+            leaf[i] = ("head" if _HEAD_NAMES.search(path) else "embed" if _EMBEDDING_NAMES.search(path)
+                       else "attn" if _ATTENTION_NAMES.search(path) else "")
     if "head" not in leaf.values():
         leaf = {i: "head" if r == "embed" else r for i, r in leaf.items()}
     by_group: dict[int, set[str]] = {}

@@ -445,7 +445,7 @@ class _Search:
         mesh = dict(zip(self.req.axes, s.sizes, strict=True))
         recipe = self.req.recipe
         pending = param_terms(self.plans[s.plan_key].traffic, s.placement, mesh,
-                              layers=max(self.model.num_layers, 1), backend=recipe.backend)
+                              layers=max(self.model.num_layers, 1), backend=recipe.backend, remat=recipe.remat)
         pending += activation_terms(self.model, mesh, s.placement, batch=self.req.batch, seq=self.req.seq,
                                     itemsize=self.act_itemsize, remat=recipe.remat,
                                     residual_split=recipe.residual_split, backend=recipe.backend)

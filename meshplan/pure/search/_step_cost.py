@@ -299,6 +299,9 @@ class ParamTraffic:
     """Input embeddings stored split and also replicated: ``(storage, replicas, scatter bytes, reduce bytes)``.
     XLA:TPU all-reduces such an embedding's gradient (a scatter-add of every token) whole over both groups
     instead of reduce-scattering it and all-reducing the shard."""
+    attn: tuple[tuple[tuple[str, ...], int], ...] = ()
+    """The attention weights' share of ``gather``: under a recomputing remat XLA:TPU gathers them a
+    third time, in the backward (see :func:`param_terms`)."""
     """``head_scatter``: the head's share of ``scatter`` (its gradient dtype); ``head_grad_f32``: the same in
     fp32; ``head_reduce_excess``: what the head's gradient shard, all-reduced over its replica axes in fp32,
     moves beyond its share of ``reduce``."""
@@ -306,7 +309,7 @@ class ParamTraffic:
 
 def param_terms(
     traffic: ParamTraffic, placement: AxisPlacement, sizes: Mapping[str, int], *, layers: int,
-    backend: str = "gpu",
+    backend: str = "gpu", remat: str = "full",
 ) -> list[Pending]:
     """The parameter collectives of one step, not yet priced (see the module docstring).
 
@@ -317,12 +320,16 @@ def param_terms(
       layers: calls per step of each fused collective (the layer count).
       backend: ``"tpu"`` gathers the output head once and reduce-scatters its gradient in fp32
         (read from XLA:TPU's HLO); elsewhere the head is gathered forward and backward.
+      remat: the remat policy. Under ``full`` / ``offload`` the layers' weights are gathered forward and
+        in the recompute, whose gather the backward reuses; XLA:TPU gathers the attention weights
+        (``traffic.attn``) a third time in the backward.
 
     Returns:
       One pending collective per (kind, axis group) that spans more than one device.
     """
     out: list[Pending] = []
     tpu = backend == "tpu"
+    recompute = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError) in RECOMPUTING
 
     def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
               ) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -342,6 +349,11 @@ def param_terms(
              ("all-gather", "all-gather of params (fwd + bwd)", minus(traffic.gather, once, twice), 2, True),
              ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False),
              ("all-gather", "all-gather of params (head: fwd + bwd)", twice, 2, False),
+             # XLA:TPU does not keep the attention weights the recompute gathered for the backward: it gathers
+             # them again there (read from Mixtral fsdp=2 x ep=4's HLO by op_name and source line: q, k, v, o
+             # in 3 passes, the experts' weights in 2; in Llama fsdp=8's, held out, only q and k: 1.04x).
+             ("all-gather", "all-gather of params (attention, again in the bwd: XLA:TPU)",
+              traffic.attn if tpu and recompute else (), 1, True),
              ("reduce-scatter", "reduce-scatter of grads",
               minus(traffic.scatter, traffic.head_scatter, tuple((st, sb) for st, _, sb, _ in whole))
               if tpu else traffic.scatter, 1, True),
