@@ -143,7 +143,7 @@ class LeafGroups:
       leaf_group: per flattened leaf, its group (``-1`` for non-array leaves).
       display: ``(template, shape, dtype name)`` -> the groups with leaves there,
         with how many of their leaves each.
-      roles: group's first leaf -> ``"embed"`` / ``"head"`` (see :func:`_embedding_roles`), read
+      roles: group's first leaf -> ``"embed"`` / ``"head"`` / ``"attn"`` (see :func:`_embedding_roles`), read
         once here: a plan per mesh would read every leaf path again.
     """
 
@@ -248,7 +248,7 @@ def _failed(message: str) -> PlanEval:
 
 _Row = tuple[int, Shape, Any, int, int, int, int, str]
 """What a plan reads of one group: (first leaf, shape, dtype, leaves, bytes per element of the parameter,
-gradient and optimizer copies, role: "embed", "head" or "")."""
+gradient and optimizer copies, role: "embed", "head", "attn" or "")."""
 
 
 class _Part(NamedTuple):
@@ -469,9 +469,10 @@ _ATTENTION_NAMES = re.compile(r"(?:^|/)(?:self_attn|attn)/")  # Llama / Mixtral 
 
 
 def _embedding_roles(leaf_group: list[int], first: list[int], paths: _Paths) -> dict[int, str]:
-    """``{group's first leaf: "embed" | "head"}`` for the input embedding and the output head, by name.
+    """``{group's first leaf: "embed" | "head" | "attn"}`` for the input embedding, the output head and
+    the attention weights, by name.
 
-    The compiled steps gather them differently from the layers' weights (see ``ParamTraffic``); a
+    The compiled steps gather them differently from the other layers' weights (see ``ParamTraffic``); a
     tree without an output head uses its embedding as the head (tied weights). A group whose leaves
     do not all share one role gets none."""
     leaf: dict[int, str] = {}
