@@ -61,7 +61,7 @@ from meshplan.pure.specs._geometry import (
     shard_geometry,
 )
 from meshplan.pure.specs._training import TrainingState
-from meshplan.pure.specs._tree import LeafInfo, TreeFacts, path_str
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts, path_strs
 
 __all__ = ["GeometryCache", "LeafGroups", "PlanEval", "Planner", "evaluate_plan", "param_groups", "state_bytes"]
 
@@ -120,7 +120,7 @@ class _Paths:
     def __init__(self, facts: TreeFacts) -> None:
         self._facts = facts
         # TreeFacts.path(i) is path_str(keypaths[i]) behind a check of i, which the range makes here.
-        self._paths = [path_str(k) for k in facts.keypaths]
+        self._paths = path_strs(facts.keypaths)
 
     @property
     def keypaths(self) -> tuple[Any, ...]:
@@ -266,8 +266,31 @@ class _Refused(Exception):
     """A group's spec cannot store it on the mesh (the plan's error)."""
 
 
+class _Block(NamedTuple):
+    """What one class of groups (those whose specs read the same mesh axes) adds to a plan, for one
+    set of sizes of those axes; memoized per class, so a plan sums a few blocks, not every group.
+
+    Attributes:
+      specs, shares: per group of the class (group order), its spec and :class:`_Share`.
+      params, grads, optimizer: bytes per device of the class's leaves.
+      gather: ``(storage axes, gathered bytes, first group stored so)`` per storage axes met.
+      used: the mesh axes some group of the class is split over.
+    """
+
+    specs: tuple[PartitionSpec, ...]
+    shares: tuple[_Share, ...]
+    params: int
+    grads: int
+    optimizer: int
+    gather: tuple[tuple[tuple[str, ...], int, int], ...]
+    used: frozenset[str]
+
+
 _SpecFn = Callable[[Mapping[str, int]], PartitionSpec]
-_Memo = tuple[Callable[[Mapping[str, int]], Hashable], dict[Hashable, _Part]]
+# Per mesh axis names: the classes (sizes -> the key of the axes they read, their groups, key -> block), and
+# the function putting the classes' concatenated per-group tuples back in group order.
+_Classes = tuple[tuple[Callable[[Mapping[str, int]], Hashable], tuple[int, ...], dict[Hashable, _Block]], ...]
+_Layout = tuple[_Classes, Callable[[tuple[Any, ...]], tuple[Any, ...]]]
 
 
 class Planner:
@@ -281,7 +304,7 @@ class Planner:
     distinct (fsdp, tp) among them.
     """
 
-    __slots__ = ("groups", "rule", "cache", "rows", "_paths", "_specs", "_memos")
+    __slots__ = ("groups", "rule", "cache", "rows", "_paths", "_specs", "_layouts")
 
     def __init__(self, groups: LeafGroups, rule: Rule, *, state: TrainingState,
                  geometry_cache: GeometryCache | None = None) -> None:
@@ -301,14 +324,30 @@ class Planner:
             self._specs = tuple(_spec_function(rule, LeafContext.trusted(row[1], row[2], no_axes, row[0],
                                                                          groups.paths))
                                 for row in self.rows)
-        # mesh axis names -> per group: (sizes -> the sizes of the axes it reads, those -> (spec, share)).
-        self._memos: dict[tuple[str, ...], tuple[_Memo | None, ...]] = {}
+        # mesh axis names -> the classes of groups whose specs read the same axes, each with its blocks
+        # by the sizes of those axes (a DeepSeek-V3 plan adds 4 blocks instead of 23 groups).
+        self._layouts: dict[tuple[str, ...], _Layout | None] = {}
 
     def __call__(self, sizes: Mapping[str, int]) -> PlanEval:
         sizes = canonical_axis_sizes(sizes)  # once per plan: leaf contexts then take it as is
         mesh_axes = tuple(sizes)
+        fast = self._specs
+        if fast is not None:
+            layout = self._layouts.get(mesh_axes) or self._new_layout(mesh_axes, fast)
+            if layout is not None:
+                # On a failing group, the group-by-group walk below names the first that fails, in group order.
+                try:
+                    return self._from_blocks(sizes, mesh_axes, fast, layout)
+                except LEAF_ERRORS:
+                    pass
+                except _Refused:
+                    pass
+        return self._by_group(sizes, mesh_axes)
+
+    def _by_group(self, sizes: FrozenAxisSizes, mesh_axes: tuple[str, ...]) -> PlanEval:
+        """The plan asked group by group, in group order (no memo): rules without a spec function, and
+        the plans of the default rule that fail (the first group failing gives the error)."""
         rule, paths, fast = self.rule, self.groups.paths, self._specs
-        memos = None if fast is None else self._memos.get(mesh_axes) or self._new_memos(mesh_axes, fast)
         decisions: list[Decision | None] = []
         parts: list[_Part] = []
         p_total = g_total = o_total = 0
@@ -316,14 +355,11 @@ class Planner:
         all_used: set[str] = set()
         try:
             for g, row in enumerate(self.rows):
-                if memos is not None:
-                    memo = memos[g]
-                    if memo is None:  # refused whatever the mesh
-                        return _failed(str(fast[g]))  # type: ignore[index]
-                    key = memo[0](sizes)
-                    part = memo[1].get(key)
-                    if part is None:
-                        part = memo[1][key] = self._part(g, fast[g][0](sizes), sizes, mesh_axes)  # type: ignore[index]
+                if fast is not None:
+                    found = fast[g]
+                    if isinstance(found, Exception):  # refused whatever the mesh
+                        return _failed(str(found))
+                    part = self._part(g, found[0](sizes), sizes, mesh_axes)
                 else:
                     decision = ask(rule, LeafContext.trusted(row[1], row[2], sizes, row[0], paths))  # checked by tree_facts
                     decisions.append(decision)
@@ -345,6 +381,61 @@ class Planner:
                         decisions=tuple(decisions) if fast is None else None, planner=self, sizes=sizes,
                         shares=tuple(p.share for p in parts))
 
+    def _from_blocks(self, sizes: FrozenAxisSizes, mesh_axes: tuple[str, ...], fast: tuple[Any, ...],
+                     layout: _Layout) -> PlanEval:
+        """The plan as :meth:`_by_group` makes it, from one memoized :class:`_Block` per class of groups.
+
+        Raises:
+          LEAF_ERRORS, _Refused: a group fails (which one first is :meth:`_by_group`'s to say).
+        """
+        classes, order = layout
+        p_total = g_total = o_total = 0
+        specs: tuple[PartitionSpec, ...] = ()
+        shares: tuple[_Share, ...] = ()
+        used: set[str] = set()
+        gather: dict[tuple[str, ...], list[int]] = {}  # storage axes -> [bytes, first group stored so]
+        for key_of, members, memo in classes:
+            key = key_of(sizes)
+            block = memo.get(key)
+            if block is None:
+                block = memo[key] = self._block(members, sizes, mesh_axes, fast)
+            p_total += block.params
+            g_total += block.grads
+            o_total += block.optimizer
+            specs += block.specs
+            shares += block.shares
+            used |= block.used
+            for storage, nbytes, first in block.gather:
+                found = gather.get(storage)
+                if found is None:
+                    gather[storage] = [nbytes, first]
+                else:
+                    found[0] += nbytes
+                    found[1] = min(found[1], first)
+        # Group by group, the storage axes are met in the order of their first group (dict order there).
+        ordered = sorted(gather.items(), key=lambda kv: kv[1][1])
+        return PlanEval(order(specs), p_total, g_total, o_total, tuple((k, v[0]) for k, v in ordered),
+                        axes_used=tuple(a for a in mesh_axes if a in used), decisions=None, planner=self,
+                        sizes=sizes, shares=order(shares))
+
+    def _block(self, members: tuple[int, ...], sizes: FrozenAxisSizes, mesh_axes: tuple[str, ...],
+               fast: tuple[Any, ...]) -> _Block:
+        """What the groups ``members`` (one class) add to a plan on a mesh of these sizes."""
+        parts = [self._part(g, fast[g][0](sizes), sizes, mesh_axes) for g in members]
+        gather: dict[tuple[str, ...], list[int]] = {}
+        for g, part in zip(members, parts, strict=True):
+            storage = part.share.storage
+            if storage:
+                found = gather.get(storage)
+                if found is None:
+                    gather[storage] = [part.gathered, g]
+                else:
+                    found[0] += part.gathered
+        return _Block(tuple(p.share.spec for p in parts), tuple(p.share for p in parts),
+                      sum(p.params for p in parts), sum(p.grads for p in parts), sum(p.optimizer for p in parts),
+                      tuple((k, v[0], v[1]) for k, v in gather.items()),
+                      frozenset(a for p in parts for a in p.share.axes))
+
     def _part(self, g: int, spec: PartitionSpec, sizes: FrozenAxisSizes, mesh_axes: tuple[str, ...]) -> _Part:
         """What group ``g`` under ``spec`` adds to a plan.
 
@@ -361,18 +452,27 @@ class Planner:
         params = count * elements * p_unit
         return _Part(share, params, count * elements * g_unit, count * elements * o_unit, params * share.ways)
 
-    def _new_memos(self, mesh_axes: tuple[str, ...],
-                   fast: tuple[tuple[_SpecFn, tuple[str, ...]] | Exception, ...]) -> tuple[_Memo | None, ...]:
-        out: list[_Memo | None] = []
-        for found in fast:
-            if isinstance(found, Exception):
-                out.append(None)
-                continue
+    def _new_layout(self, mesh_axes: tuple[str, ...],
+                    fast: tuple[tuple[_SpecFn, tuple[str, ...]] | Exception, ...]) -> _Layout | None:
+        """The classes of groups whose specs read the same axes of a mesh with these names (None when a
+        group is refused whatever the mesh: such plans are walked group by group)."""
+        if any(isinstance(found, Exception) for found in fast):
+            self._layouts[mesh_axes] = None
+            return None
+        by_axes: dict[tuple[str, ...], list[int]] = {}
+        for g, found in enumerate(fast):
             # An axis the mesh lacks reads as 1 on every mesh with these names: not part of the key.
-            present = [a for a in found[1] if a in mesh_axes]
-            out.append((operator.itemgetter(*present) if present else _no_key, {}))
-        self._memos[mesh_axes] = memos = tuple(out)
-        return memos
+            present = tuple(a for a in found[1] if a in mesh_axes)  # type: ignore[index]
+            by_axes.setdefault(present, []).append(g)
+        classes: _Classes = tuple((operator.itemgetter(*present) if present else _no_key, tuple(members), {})
+                                  for present, members in by_axes.items())
+        # The classes' groups, concatenated, back in group order.
+        perm = [0] * len(fast)
+        for position, g in enumerate(g for _, members, _ in classes for g in members):
+            perm[g] = position
+        order = _identity if perm == sorted(perm) else operator.itemgetter(*perm)
+        layout = self._layouts[mesh_axes] = (classes, order)
+        return layout
 
     def explain(self, sizes: FrozenAxisSizes) -> tuple[Decision | None, ...]:
         """The rule's whole decisions on a mesh of these (canonical) sizes, one per group."""
@@ -382,6 +482,10 @@ class Planner:
 
 def _no_key(sizes: Mapping[str, int]) -> Hashable:
     return ()
+
+
+def _identity(items: tuple[Any, ...]) -> tuple[Any, ...]:
+    return items
 
 
 def _spec_function(rule: AxisKindRule, ctx: LeafContext) -> tuple[_SpecFn, tuple[str, ...]] | Exception:

@@ -97,7 +97,7 @@ from meshplan.pure.search._step_cost import (
 )
 from meshplan.pure.search._step_memory import StepMemory, activation_floor, layer_dims, price_step
 from meshplan.pure.search._flops import StepFlops, default_efficiency, step_flops
-from meshplan.pure.search._step_time import StepTime, accumulate, step_time
+from meshplan.pure.search._step_time import StepTime, accumulate, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import tree_facts
@@ -120,14 +120,13 @@ class _Scored:
     pending: Sequence[Pending]  # () until listed (_price_steps): most meshes are never priced
     micro_batches: int = 1  # gradient-accumulation steps (chosen per mesh or fixed)
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
-    time: StepTime | None = None  # compute + exposed communication, from the same pass
+    # Compute + exposed communication, from the same pass: the step ranked (step_seconds), and its
+    # whole StepTime (a record per collective term) only for the meshes shown (_Search.timed).
+    step_s: float = 0.0
+    time: StepTime | None = None
     # Seconds of each pending collective, from that pass (numpy's elementwise arithmetic gives each
     # the same value whatever else is priced with it, so candidates reuse them).
     term_seconds: Sequence[float] = ()
-
-    @property
-    def step_s(self) -> float:
-        return self.seconds if self.time is None else self.time.step_s
 
 
 def _no_detail() -> str:
@@ -210,16 +209,20 @@ class _Search:
                                                  attention=req.recipe.attention)
         return found
 
-    def step_time(self, s: _Scored, seconds: Any) -> StepTime:
-        """Compute + exposed communication of one mesh, from its priced collectives."""
-        return self._step_time(s, [(p[0], p[1], float(t)) for p, t in zip(s.pending, seconds, strict=True)])
+    def timed(self, s: _Scored) -> StepTime:
+        """Compute + exposed communication of one priced mesh, per collective too (kept on ``s``)."""
+        if s.time is None:
+            req = self.req
+            terms = [(p[0], p[1], float(t)) for p, t in zip(s.pending, s.term_seconds, strict=True)]
+            s.time = step_time(self._flops(s), terms, layers=max(self.model.num_layers, 1),
+                               tokens=req.batch * req.seq, devices=req.cluster.num_devices,
+                               peak_flops=req.cluster.device.peak_bf16_flops, efficiency=self.efficiency)
+        return s.time
 
-    def _step_time(self, s: _Scored, terms: Sequence[tuple[str, str, float]]) -> StepTime:
-        req = self.req
-        flops = self._flops(s)
-        return step_time(flops, terms, layers=max(self.model.num_layers, 1), tokens=req.batch * req.seq,
-                         devices=req.cluster.num_devices, peak_flops=req.cluster.device.peak_bf16_flops,
-                         efficiency=self.efficiency)
+    def _step_seconds(self, s: _Scored, terms: Sequence[Pending], seconds: Sequence[float]) -> float:
+        """``timed(s).step_s`` of ``s`` with these collectives and their seconds, without the records."""
+        return step_seconds(self._flops(s), terms, seconds, layers=max(self.model.num_layers, 1),
+                            peak_flops=self.req.cluster.device.peak_bf16_flops, efficiency=self.efficiency)
 
     def plan(self, sizes: dict[str, int]) -> tuple[tuple[Any, ...], PlanEval]:
         key = tuple(sizes.items()) if self.reads is None else tuple(sizes.get(a, 1) for a in self.reads)
@@ -278,7 +281,7 @@ class _Search:
             s.term_seconds = seconds[start:stop]
             start = stop
         for s in scored:
-            s.time = self.step_time(s, s.term_seconds)
+            s.step_s = self._step_seconds(s, s.pending, s.term_seconds)
             # Summed in term order with Python floats: identical on every platform and run.
             s.seconds = float(sum(s.term_seconds))
 
@@ -323,7 +326,7 @@ class _Search:
         key = self._flops_key(s)
         found = self.floors_s.get(key)
         if found is None:
-            found = self.floors_s[key] = self._step_time(s, ()).step_s
+            found = self.floors_s[key] = self._step_seconds(s, (), ())
         return found
 
     def _score(self, names: tuple[str, ...], sizes: tuple[int, ...], fits: list[_Scored],
@@ -386,11 +389,22 @@ class _Search:
             return 0.0
         if not self.req.activations:
             return state
+        return state + self._activation_floor(tp, sp, ways, micro_batches)
+
+    def _activation_floor(self, tp: int, sp: int, ways: int, micro_batches: int) -> int:
+        """:func:`~meshplan.pure.search._step_memory.activation_floor` on a mesh with this tp, sp and
+        dp*fsdp*ep, cached by what it reads (the step's activations, so only when they are priced)."""
         key = (tp, sp, ways, micro_batches)
         floor = self.floors.get(key)
         if floor is None:
             floor = self.floors[key] = activation_floor(self._price(key, 0, 0, 0, 0))
-        return state + floor
+        return floor
+
+    def _over_at(self, state: int, tp: int, sp: int, ways: int, micro_batches: int) -> bool:
+        """Whether a plan whose params + grads + optimizer are ``state`` bytes is over the budget at this
+        many micro-batches, known without pricing its peak: the backward phase holds that state and the
+        activation floor at least (the peak is no less; a test holds lower_bound below the peak)."""
+        return self.req.activations and state + self._activation_floor(tp, sp, ways, micro_batches) > self.budget
 
     def _price(self, key: tuple[int, int, int, int], params: int, grads: int, optimizer: int,
                gathered: int) -> StepMemory:
@@ -418,7 +432,11 @@ class _Search:
         # What the step's peak reads of the mesh, once for every micro-batch count tried.
         gathered = sum(nbytes for axes, nbytes in plan.gather if any(mesh.get(x, 1) > 1 for x in axes))
         tp, sp, ways = mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES)
-        memory = None if over_at_fewest and len(counts) > 1 else self._memory(plan, gathered, tp, sp, ways, m)
+        state = plan.param_bytes + plan.grad_bytes + plan.optimizer_bytes
+        # A count the plan is over the budget at (its bound says so) is not priced when another is tried
+        # anyway: pricing it would say "does not fit" and change nothing.
+        memory = (None if len(counts) > 1 and (over_at_fewest or self._over_at(state, tp, sp, ways, m))
+                  else self._memory(plan, gathered, tp, sp, ways, m))
         if memory is None or (not memory.fits and len(counts) > 1):
             # The fewest micro-batches that fit: check the most first (the leanest; a mesh that fits at none is
             # reported there), then bisect: from 2 on, the peak only falls as the count grows (the activations
@@ -427,6 +445,9 @@ class _Search:
             lo, hi = 1, len(counts) - 1  # counts[hi] fits; find the first that does in counts[lo:hi + 1]
             while memory.fits and lo < hi:
                 mid = (lo + hi) // 2
+                if self._over_at(state, tp, sp, ways, counts[mid]):
+                    lo = mid + 1
+                    continue
                 trial = self._memory(plan, gathered, tp, sp, ways, counts[mid])
                 if trial.fits:
                     hi, m, memory = mid, counts[mid], trial
@@ -523,17 +544,15 @@ class _Search:
     def candidate(self, s: _Scored, verdict: str, rank: int | None) -> MeshCandidate:
         groups = param_groups(self.groups, self.plans[s.plan_key], self.rule)
         p = s.placement
-        terms = to_terms(s.pending, s.term_seconds)
-        if s.time is not None:
-            terms = tuple(t.with_exposed(e.exposed) for t, e in zip(terms, s.time.terms, strict=True))
+        time = self.timed(s)
+        terms = tuple(t.with_exposed(e.exposed) for t, e in zip(to_terms(s.pending, s.term_seconds), time.terms,
+                                                                  strict=True))
         # The specs the activation memory was charged for, so the plan can apply them.
         acts = step_activations(self.model, dict(zip(p.names, s.sizes, strict=True)), batch=self.req.batch,
                                 seq=self.req.seq, itemsize=self.req.recipe.compute_itemsize,
                                 residual_split=self.req.recipe.residual_split)
-        step = None if s.time is None else StepEstimate(
-            s.time.compute_s, s.time.exposed_s, s.time.tokens_per_s, s.time.mfu,
-            self._flops(s).per_device, self.efficiency,
-            s.micro_batches)
+        step = StepEstimate(time.compute_s, time.exposed_s, time.tokens_per_s, time.mfu, self._flops(s).per_device,
+                            self.efficiency, s.micro_batches)
         return MeshCandidate(p.names, s.sizes, p.ici, p.dcn, s.memory, terms, verdict, rank, groups,
                              activations=acts, step=step)
 
@@ -764,6 +783,8 @@ def _run(req: SearchRequest, model: ModelSpec, groups: LeafGroups, rule: Rule, *
     if not fits:
         raise PlanError(_nothing_fits(search, over, rejections, batch_given, suggest))
     k = req.top_k
+    for s in fits[:k] + over[:k]:  # the meshes shown: their collectives' exposure too
+        search.timed(s)
     ranked = tuple(search.candidate(s, _verdict(s, fits[0], r + 1, req.budget, req.rank_by), r + 1)
                    for r, s in enumerate(fits[:k]))
     rejected = tuple(

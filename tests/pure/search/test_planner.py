@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jax.sharding import PartitionSpec as P
+
 from meshplan.pure import AxisKindRule, get_preset, tree_facts
+from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.errors import ShardingRuleError
 from meshplan.pure.search._groups import LeafGroups, Planner, evaluate_plan
 from meshplan.pure.specs._training import TrainingState
@@ -67,7 +71,8 @@ def test_spec_refuses_what_the_decision_refuses() -> None:
 
 
 _STATE = TrainingState(grad_dtype=None, optimizer_dtype=np.dtype(np.float32), optimizer_copies=2)
-_TREES = {name: tree_facts(get_preset(name).params) for name in ("gpt2", "mixtral-8x7b")}
+# DeepSeek-V3: four classes of groups by the axes their specs read (fsdp+tp, fsdp, none, fsdp+tp+ep).
+_TREES = {name: tree_facts(get_preset(name).params) for name in ("gpt2", "mixtral-8x7b", "deepseek-v3")}
 
 
 _RULES = {name: AxisKindRule.for_model(get_preset(name).spec) for name in _TREES}
@@ -101,3 +106,27 @@ def test_lazy_plans_equal_the_plans_that_ask_every_decision(name, sizes) -> None
     assert fast.decisions == slow.decisions  # worked out when read, reasons included
     assert fast.traffic.gather == fast.gather
     assert planner(sizes).traffic == fast.traffic  # the planner's caches give the same plan again
+
+
+def test_a_failing_plan_names_the_first_failing_group_in_group_order() -> None:
+    # The planner adds memoized blocks of groups that read the same axes; when a block fails, the
+    # error must still be the first failing group's in group order, as asking group by group gives.
+    # The default rule never fails per mesh, so the groups' spec functions are given here: leaf d
+    # (read with a and c: one block, evaluated first) fails on fsdp=2, leaf b (its own block) on tp=2.
+    shape = (5,)
+    tree = {k: {"w": jax.ShapeDtypeStruct(shape, np.float32)} for k in "abcd"}
+    rule = AxisKindRule(min_shard_size=0)
+    planner = Planner(LeafGroups.build(tree_facts(tree), rule), rule, state=_STATE)
+    specs = {"a": P(), "b": P("tp"), "c": P(), "d": P("fsdp")}
+    reads = {"a": ("fsdp",), "b": ("tp",), "c": ("fsdp",), "d": ("fsdp",)}
+    planner._specs = tuple((lambda sizes, k=k: specs[k], reads[k]) for k in "abcd")
+    for fsdp, tp, failing in ((1, 1, None), (2, 1, "d/w"), (1, 2, "b/w"), (2, 2, "b/w")):
+        sizes = canonical_axis_sizes({"fsdp": fsdp, "tp": tp})
+        plan, walked = planner(sizes), planner._by_group(sizes, tuple(sizes))
+        assert plan.error == walked.error
+        assert (plan.error or "").startswith(failing or "")
+        assert (plan.error is None) == (failing is None)
+        if failing is None:
+            assert plan.specs == walked.specs == (P(), P("tp"), P(), P("fsdp"))
+            assert (plan.param_bytes, plan.gather, plan.axes_used) == (walked.param_bytes, walked.gather,
+                                                                      walked.axes_used)
