@@ -10,6 +10,9 @@ model defines a collective's buffer; ratio = analytic / compiled.
 Run: ``python benchmarks/bench_collectives.py`` (XLA:CPU, 8 simulated devices);
 ``--tpu v5e-8`` also compiles for that TPU topology (needs libtpu), in a subprocess
 with windowed einsum off (``LIBTPU_INIT_ARGS`` must be set before libtpu starts).
+``--gpu 1x8xH200`` compiles the XLA:CPU cases' steps for XLA:GPU on that cluster ahead of
+time (``meshplan.gpu_topology_mesh``; needs one local GPU of that kind and jax with CUDA),
+in a subprocess that leaves the CPU-only setup above out.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ CASES: tuple[Case, ...] = (
     ("deepseek", {"dp": 2, "tp": 4}, "none", 1),
     ("deepseek", {"tp": 8}, "full", 1),
     ("llama-kv8", {"tp": 8}, "full", 1),
+    ("deepseek", {"tp": 8}, "none", 1),
 )
 """(family, mesh, remat policy, micro-batches); remat "full" is the reference step's and the search's default.
 With micro-batches the step scans over them: the HLO lists the loop body once and the parser counts it
@@ -79,6 +83,7 @@ TPU_CASES: tuple[Case, ...] = (
     ("mixtral", {"fsdp": 2, "tp": 4}, "full", 1),
     ("llama-kv8", {"tp": 8}, "full", 1),
     ("llama-kv2", {"dp": 2, "tp": 4}, "full", 1),
+    ("mixtral", {"fsdp": 2, "ep": 2, "tp": 2}, "full", 1),
 )
 """Few on purpose: each XLA:TPU compile of the TPU-sized steps takes minutes on a small machine."""
 TPU_BATCH, TPU_SEQ = 16, 2048
@@ -123,13 +128,16 @@ def tiny(family: str) -> object:
 
 
 def compare(family: str, sizes: dict[str, int], mesh: object, backend: str, remat: str = "full",
-            micro_batches: int = 1) -> list[tuple[str, int, int, float, int, int]]:
+            micro_batches: int = 1, large: bool = False) -> list[tuple[str, int, int, float, int, int]]:
     """``(kind, analytic bytes, compiled bytes, ratio, analytic calls, compiled calls)`` per kind."""
     import meshplan
     from meshplan.pure.search import TrainingRecipe, collective_totals, ratio_table, search_meshes, xla_collectives
 
-    spec = tiny(family) if backend == "cpu" else tpu_sized(family)
-    batch, seq = (BATCH, SEQ) if backend == "cpu" else (TPU_BATCH, TPU_SEQ)
+    # XLA:GPU (mocked devices) compiles the XLA:CPU cases' steps: the same models, so the two lowerings compare.
+    # large: the TPU cases' models and shapes (XLA:GPU with --gpu-large).
+    large = large or backend == "tpu"
+    spec = tpu_sized(family) if large else tiny(family)
+    batch, seq = (TPU_BATCH, TPU_SEQ) if large else (BATCH, SEQ)
     cluster = "1x8xH100"  # the links price the terms; they do not change bytes or calls
     # Residual split over tp: the plan's activation specs.
     recipe = TrainingRecipe(backend=backend, remat=remat, micro_batches=micro_batches)
@@ -144,16 +152,18 @@ def compare(family: str, sizes: dict[str, int], mesh: object, backend: str, rema
             for k, a, c, r in ratio_table(analytic, compiled)]
 
 
-def run_cases(backend: str, topology: str | None, only: str = "") -> list[dict[str, object]]:
+def run_cases(backend: str, topology: str | None, only: str = "", large: bool = False) -> list[dict[str, object]]:
     import jax
     from jax.sharding import AxisType
 
     import meshplan
 
     rows: list[dict[str, object]] = []
-    for family, sizes, remat, micro_batches in (CASES if topology is None else TPU_CASES):
-        if topology is not None:
+    for family, sizes, remat, micro_batches in (TPU_CASES if backend == "tpu" or large else CASES):
+        if backend == "tpu":
             mesh = meshplan.tpu_topology_mesh(topology, tuple(sizes), tuple(sizes.values()))
+        elif backend == "gpu":
+            mesh = meshplan.gpu_topology_mesh(topology, tuple(sizes), tuple(sizes.values()))
         else:
             mesh = jax.make_mesh(tuple(sizes.values()), tuple(sizes), axis_types=(AxisType.Auto,) * len(sizes))
         case = (f"{family} {','.join(f'{k}={v}' for k, v in sizes.items())}" + ("" if remat == "full" else f" {remat}")
@@ -162,7 +172,7 @@ def run_cases(backend: str, topology: str | None, only: str = "") -> list[dict[s
             continue
         start = time.perf_counter()
         try:
-            table = compare(family, sizes, mesh, backend, remat, micro_batches)
+            table = compare(family, sizes, mesh, backend, remat, micro_batches, large)
         except Exception as err:  # a case the reference step or the search refuses: say so, keep going
             rows.append({"case": case, "kind": "error", "error": f"{type(err).__name__}: {str(err)[:120]}"})
             continue
@@ -195,14 +205,29 @@ def main() -> None:
     ap.add_argument("--only", default="", help="run only these cases, ';'-separated, as the table names them "
                     "(e.g. 'llama fsdp=8;llama tp=8'; a trailing * matches a prefix: 'mixtral*')")
     ap.add_argument("--tpu-only", action="store_true", help="skip the XLA:CPU cases")
+    ap.add_argument("--gpu", default=None, metavar="CLUSTER",
+                    help="also compile for this GPU cluster ahead of time (e.g. 1x8xH200; needs one such GPU)")
+    ap.add_argument("--gpu-large", action="store_true",
+                    help="with --gpu: the TPU cases (hidden 1024, 16 x 2048) instead of the XLA:CPU cases")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child:  # the TPU run, LIBTPU_INIT_ARGS already set by the parent
-        print(json.dumps(run_cases("tpu", args.tpu, args.only)))
+    if args.child:  # the TPU or GPU run, its environment already set by the parent
+        print(json.dumps(run_cases("gpu" if args.gpu else "tpu", args.gpu or args.tpu, args.only, args.gpu_large)))
         return
     if not args.tpu_only:
         print_rows("XLA:CPU, 8 simulated devices (unrolled, prevent_cse=True; reduce-scatter = all-reduce on CPU, "
                    "bf16 collectives run in f32)", run_cases("cpu", None, args.only))
+    if args.gpu:
+        env = dict(os.environ, JAX_PLATFORMS="cuda")
+        env.pop("XLA_FLAGS", None)
+        out = subprocess.run([sys.executable, __file__, "--child", "--gpu", args.gpu, "--only", args.only]
+                             + (["--gpu-large"] if args.gpu_large else []),
+                             env=env, capture_output=True, text=True, check=False)
+        if out.returncode:
+            print(f"\nXLA:GPU {args.gpu}: failed\n{out.stderr[-2000:]}")
+        else:
+            print_rows(f"XLA:GPU {args.gpu}, compiled ahead of time on one GPU (unrolled, prevent_cse=True)",
+                       json.loads(out.stdout.splitlines()[-1]))
     if args.tpu:
         env = dict(os.environ, LIBTPU_INIT_ARGS=TPU_WINDOWED_EINSUM_OFF, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
         out = subprocess.run(["nice", sys.executable, __file__, "--child", "--tpu", args.tpu, "--only", args.only],

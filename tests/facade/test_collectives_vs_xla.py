@@ -211,9 +211,9 @@ MINOR = 0.02  # a kind under 2% of the step's bytes (XLA:CPU's few-KiB reshards)
 @pytest.mark.parametrize("model,sizes,micro_batches",
                          [(TINY, {"fsdp": 8}, 1), (TINY, {"dp": 2, "fsdp": 4}, 1), (TINY, {"dp": 2, "tp": 4}, 1),
                           (MIXTRAL, {"fsdp": 2, "ep": 4}, 1), (TINY, {"dp": 2, "fsdp": 4}, 2),
-                          (DEEPSEEK, {"dp": 2, "tp": 4}, 1)],
+                          (DEEPSEEK, {"dp": 2, "tp": 4}, 1), (DEEPSEEK, {"tp": 8}, 1)],
                          ids=["fsdp8", "dp2-fsdp4", "dp2-tp4", "mixtral-fsdp2-ep4", "dp2-fsdp4-2-micro-batches",
-                              "deepseek-mla-dp2-tp4"])
+                              "deepseek-mla-dp2-tp4", "deepseek-mla-tp8-alone"])
 def test_model_bytes_per_kind_within_ten_percent_of_xla_cpu(model, sizes, micro_batches):
     # With micro-batches the step scans over them: the gradients are synced in every micro-batch, the
     # backward's gathers repeat and XLA:CPU hoists the loop-invariant forward gathers (read by trip count).
