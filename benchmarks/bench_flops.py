@@ -69,8 +69,9 @@ SPECS = {
 }
 MESHES = {"fsdp=8": ((8,), ("fsdp",)), "fsdp=2,tp=4": ((2, 4), ("fsdp", "tp")),
           "dp=2,fsdp=2,tp=2": ((2, 2, 2), ("dp", "fsdp", "tp")),
-          # Added in session 4, after the weight-gradient rule for replicated matmuls: held out.
-          "fsdp=4,tp=2": ((4, 2), ("fsdp", "tp"))}
+          # Added in session 4 (benchmarks/RESULTS.md says which rows were held out from which rule).
+          "fsdp=4,tp=2": ((4, 2), ("fsdp", "tp")), "dp=2,tp=4": ((2, 4), ("dp", "tp")),
+          "dp=4,tp=2": ((4, 2), ("dp", "tp"))}
 QUICK = [("llama", "fsdp=2,tp=4", "full"), ("llama", "fsdp=8", "none"), ("mixtral", "fsdp=8", "dots"),
          ("gpt2", "dp=2,fsdp=2,tp=2", "full")]
 

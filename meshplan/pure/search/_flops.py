@@ -36,16 +36,18 @@ device runs ``1/n`` of the expert work). Replicated work: MLA's low-rank down pr
 router are replicated over ``tp``; so are the MoE dispatch/combine einsums (XLA
 finds no tp-split dim in them: measured, a 4-way tp Mixtral step ran them whole
 on each shard). K and V projections split ``gcd(tp, kv_heads)`` ways (whole
-heads; measured with 2 KV heads and tp=4). A replicated matmul repeats on the tp
-shards in the forward, the recompute and the input gradient, but not in its
-**weight gradient**: both of that product's operands (the layer input and the
-output's gradient) are whole on every tp shard, so XLA splits it over tp without
-communication (read from the compiled HLO's dots, identical on XLA:CPU and
-XLA:TPU: Llama's K/V with 2 KV heads and tp=4, exactly). MLA's ``q_a`` / ``kv_a``
-follow the partitioner's choice per mesh, not modelled: with dp=2,fsdp=2,tp=2 it
-splits their forward and recompute too (only the input gradient repeats), with
-fsdp=4,tp=2 it repeats their weight gradient as well (matmuls 1.019 and 0.991 of
-the HLO's on small DeepSeek steps; benchmarks/RESULTS.md).
+heads; measured with 2 KV heads and tp=4). A matmul repeated on ``r`` tp shards
+repeats in the forward, the recompute and the input gradient; its **weight
+gradient** (both operands whole on each of those shards) XLA splits over
+``gcd(r, shards)`` of them, ``shards`` being the weights' split over the batch
+axes other than ``dp`` (``devices / (tp x dp)``: fsdp, and ep / sp, unmeasured):
+the gradient is reduce-scattered over them anyway. Read from the compiled HLO's
+dots, identical on XLA:CPU and XLA:TPU: Llama's K/V (2 KV heads, tp=4) split 2
+more ways with fsdp=2, repeated with dp=2 and no fsdp, exactly. MLA's ``q_a`` /
+``kv_a`` follow the partitioner's choice per mesh and shape, not modelled beyond
+that: with dp=2,fsdp=2,tp=2 at 8 x 128 XLA also splits their forward and
+recompute, with fsdp=4,tp=2 it repeats their weight gradient (the HLO's matmuls
+0.98-1.02 of the model's on small DeepSeek steps; benchmarks/RESULTS.md).
 **Elementwise work** (:data:`ELEMENTWISE`; executed, never model FLOPs): norms, residual adds, biases,
 GELU/SiLU, rope, the softmax over the scores, the loss and the optimizer update, as XLA's
 ``cost_analysis()`` counts them (one FLOP per element per elementwise op, converts included). Counts per
@@ -112,7 +114,9 @@ class LayerFlops:
       einsum: one MoE dispatch or combine einsum (the forward runs two, the backward three).
       replicated: extra forward ``weights`` FLOPs the tp shards repeat: each matmul split only ``k`` of
         the ``tp`` ways counts ``tp / k - 1`` times (divide by the devices for one device's extra); the
-        step repeats it in the forward, the recompute and the input gradient, not the weight gradient.
+        step repeats it in the forward, the recompute and the input gradient.
+      replicated_grad: the same for the weight gradients, which XLA splits further over the weights'
+        batch-axis shards (the module docstring).
       tail: forward FLOPs of the layer's last matmuls, whose outputs the backward never needs
         (not recomputed under remat).
     """
@@ -123,6 +127,7 @@ class LayerFlops:
     einsum: float = 0.0
     replicated: float = 0.0
     tail: float = 0.0
+    replicated_grad: float = 0.0
 
     @property
     def forward_overhead(self) -> float:
@@ -135,26 +140,36 @@ class LayerFlops:
         return 2 * self.padding + 3 * self.einsum
 
 
-def _attention_weights(model: Any, tp: int) -> tuple[int, int, int, int]:
-    """(matmul weights of one attention block, extra copies the tp shards repeat, qk dim, v dim per head)."""
+def _repeats(weights: int, split: int, tp: int, shards: int) -> tuple[int, int]:
+    """Extra copies of ``weights`` split ``split`` of the ``tp`` ways: (forward, weight gradient)."""
+    r = tp // split  # tp shards holding the same part
+    return weights * (r - 1), weights * (r // math.gcd(r, shards) - 1)
+
+
+def _attention_weights(model: Any, tp: int, shards: int) -> tuple[int, tuple[int, int], int, int]:
+    """(matmul weights of one attention block, extra copies the tp shards repeat (forward, weight
+    gradient), qk dim, v dim per head)."""
     h, n = model.hidden_size, model.num_heads
     if model.family == "gpt2":
-        return 4 * h * h, 0, model.head_dim, model.head_dim
+        return 4 * h * h, (0, 0), model.head_dim, model.head_dim
     mla = model.mla
     if mla is not None:
         down = h * mla.q_lora_rank + h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
         up = mla.q_lora_rank * n * mla.qk_head_dim + mla.kv_lora_rank * n * (mla.qk_nope_head_dim + mla.v_head_dim)
-        return down + up + n * mla.v_head_dim * h, down * (tp - 1), mla.qk_head_dim, mla.v_head_dim
+        return down + up + n * mla.v_head_dim * h, _repeats(down, 1, tp, shards), mla.qk_head_dim, mla.v_head_dim
     # K and V split over tp only as far as whole KV heads go: gcd(tp, kv_heads) ways, each
     # part repeated on the tp / gcd shards of a head (measured: 2 KV heads, tp=4).
     kv = 2 * h * model.num_kv_heads * model.head_dim
     total = 2 * h * n * model.head_dim + kv
-    return total, kv * (tp // math.gcd(tp, model.num_kv_heads) - 1), model.head_dim, model.head_dim
+    return total, _repeats(kv, math.gcd(tp, model.num_kv_heads), tp, shards), model.head_dim, model.head_dim
 
 
 def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention: str = "flash",
-                capacity_factor: float = 1.25, tp: int = 1) -> LayerFlops:
+                capacity_factor: float = 1.25, tp: int = 1, shards: int = 1) -> LayerFlops:
     """Forward FLOPs of one layer of ``model`` for ``batch`` sequences of ``seq`` tokens (see the module docstring).
+
+    ``tp`` and ``shards`` (the weights' split over the batch axes other than dp) only place the
+    replicated work (``replicated``, ``replicated_grad``).
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
@@ -163,24 +178,27 @@ def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention:
       218
     """
     tokens = batch * seq
-    attn_w, replicated, qk, v = _attention_weights(model, tp)
+    attn_w, (replicated, grad), qk, v = _attention_weights(model, tp, shards)
     span = seq / 2 if attention == "flash" else seq
     attn = 2.0 * tokens * span * model.num_heads * (qk + v)
     h = model.hidden_size
     if not moe_layer:
         mlp = (2 if model.family == "gpt2" else 3) * h * model.intermediate_size
         down = 2.0 * tokens * h * model.intermediate_size
-        return LayerFlops(2.0 * tokens * (attn_w + mlp), attn, replicated=2.0 * tokens * replicated, tail=down)
+        return LayerFlops(2.0 * tokens * (attn_w + mlp), attn, replicated=2.0 * tokens * replicated, tail=down,
+                          replicated_grad=2.0 * tokens * grad)
     e, k, f = model.num_experts, model.num_experts_per_tok, model.moe_intermediate_size
     expert = 3 * h * f
     active = attn_w + h * e + expert * (k + model.num_shared_experts)
-    replicated += h * e * (tp - 1)
+    router = _repeats(h * e, 1, tp, shards)
+    replicated, grad = replicated + router[0], grad + router[1]
     capacity = max(1, math.ceil(k * seq * capacity_factor / e))
     slots = batch * e * capacity  # expert rows actually computed
     padding = 2.0 * expert * (slots - tokens * k)
     einsum = 2.0 * tokens * e * capacity * h  # one dispatch or combine einsum
     shared_down = 2.0 * tokens * h * f * model.num_shared_experts
-    return LayerFlops(2.0 * tokens * active, attn, padding, einsum, 2.0 * tokens * replicated, shared_down + einsum)
+    return LayerFlops(2.0 * tokens * active, attn, padding, einsum, 2.0 * tokens * replicated, shared_down + einsum,
+                      2.0 * tokens * grad)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -243,15 +261,18 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
     b, s = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
     n = math.prod(as_count(v, f"sizes[{k!r}]", error=PlanError) for k, v in sizes.items())
     tp = sizes.get("tp", 1)
+    # The weights' split over the batch axes other than dp (fsdp, ep, sp): read through the device
+    # count, tp and dp only, the search's FLOPs cache key.
+    shards = max(1, n // (tp * sizes.get("dp", 1)))
     dense_layers = model.num_layers - model.num_moe_layers
     parts = []
     if dense_layers:
         parts.append((dense_layers, layer_flops(model, moe_layer=False, batch=b, seq=s, attention=attention,
-                                                tp=tp)))
+                                                tp=tp, shards=shards)))
     if model.num_moe_layers:
         parts.append((model.num_moe_layers, layer_flops(model, moe_layer=True, batch=b, seq=s,
                                                         attention=attention, capacity_factor=capacity_factor,
-                                                        tp=tp)))
+                                                        tp=tp, shards=shards)))
     head = 6.0 * b * s * model.vocab_size * model.hidden_size
     r = RECOMPUTE[remat]
     fwd = sum(c * (f.weights + f.attention) for c, f in parts)
@@ -259,10 +280,9 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
     # The combine einsum (overhead) is part of the tail; the rest of the tail is model FLOPs.
     recompute = r * sum(c * (f.weights + f.attention - (f.tail - f.einsum)) for c, f in parts)
     overhead = sum(c * (f.forward_overhead * (1 + r) - r * f.einsum + f.backward_overhead) for c, f in parts)
-    # Replicated matmuls run whole on each of the tp shards: (tp - 1) / tp extra per device, in the
-    # forward, the recompute and the input gradient; the weight gradient's operands are whole on every
-    # tp shard, so XLA splits it over tp (the module docstring).
-    replicated = sum(c * f.replicated for c, f in parts) * (2 + r)
+    # Replicated matmuls run whole on each of the tp shards that hold them, in the forward, the
+    # recompute and the input gradient; their weight gradients split over the weights' shards too.
+    replicated = sum(c * (f.replicated * (2 + r) + f.replicated_grad) for c, f in parts)
     # The dispatch/combine einsums have no dim tp splits (the residual stream is whole): tp runs them whole.
     einsums = sum(c * f.einsum * (5 + r) for c, f in parts)
     matmuls = (model_flops + recompute + overhead) / n + (replicated + einsums * (tp - 1)) / n
