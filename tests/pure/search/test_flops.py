@@ -141,3 +141,23 @@ def test_published_sizes():
 def test_bad_remat():
     with pytest.raises(PlanError, match="remat='some'"):
         step_flops(MODEL_SPECS["gpt2"], {}, batch=1, seq=8, remat="some")
+
+
+@given(cases(), REMAT, ATTENTION)
+def test_weight_shards_only_remove_repeated_weight_gradients(case, remat, attention):
+    """Moving dp onto fsdp (same devices, same tp) can only split more of the tp-replicated weight gradients:
+    the per-device matmuls never grow, and never drop below a weight gradient's share of the repeats."""
+    spec, sizes, b, s = case
+    sizes = {**sizes, "dp": 2, "fsdp": 1}
+    moved = {**sizes, "dp": 1, "fsdp": 2}
+    kw = dict(batch=b, seq=s, remat=remat, attention=attention)
+    a, c = step_flops(spec, sizes, **kw), step_flops(spec, moved, **kw)
+    mm_a, mm_c = a.per_device - a.elementwise, c.per_device - c.elementwise
+    assert mm_c <= mm_a * (1 + 1e-12)
+    # The forward, recompute and input gradient repeat whatever the shards: at most the weight gradient,
+    # one of 3 + r passes over the replicated weights, goes.
+    n = math.prod(sizes.values())
+    total = (a.model + a.recompute + a.overhead) / n
+    assert mm_a - mm_c <= (mm_a - total) / (3 + RECOMPUTE[remat]) * (1 + 1e-9) + 1e-6
+    if sizes["tp"] == 1 or spec.family == "gpt2":  # nothing replicated over tp
+        assert mm_a == pytest.approx(mm_c, rel=1e-12)
