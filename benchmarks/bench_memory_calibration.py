@@ -42,7 +42,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from meshplan import compiled_memory  # noqa: E402
-from meshplan.facade._compiled import libtpu_available, tpu_topology_mesh  # noqa: E402
+from meshplan.facade._compiled import gpu_topology_mesh, libtpu_available, tpu_topology_mesh  # noqa: E402
 from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
 from meshplan.pure import MeshCandidate, search_meshes  # noqa: E402
 from meshplan.pure.search._cluster import Cluster, parse_cluster  # noqa: E402
@@ -79,6 +79,8 @@ def _mesh_for(sizes: dict[str, int], backend: str, cluster: str = CLUSTER) -> ja
     names, dims = tuple(sizes), tuple(sizes.values())
     if backend == "tpu":
         return tpu_topology_mesh(cluster, names, dims)
+    if backend == "gpu" and _gpu_cluster(cluster) is not None:  # a GPU cluster, compiled ahead of time
+        return gpu_topology_mesh(cluster, names, dims)
     devices = jax.devices(backend)[: int(np.prod(dims))]
     return jax.sharding.Mesh(np.array(devices).reshape(dims), names,
                              axis_types=(jax.sharding.AxisType.Auto,) * len(dims))
@@ -91,7 +93,8 @@ def analytic(family: str, sizes: dict[str, int], remat: str, attention: str, bat
     ``cluster_name``: the TPU slice compiled for; its generation (``v6e-8`` -> ``v6e``) is the recipe's
     ``device``, which picks that generation's coefficients (the search runs on a larger v5p slice)."""
     spec = _spec(family)
-    if backend == "gpu":  # one local GPU: the whole step on it
+    gpus = _gpu_cluster(cluster_name) if backend == "gpu" else None
+    if backend == "gpu" and gpus is None:  # one local GPU: the whole step on it
         sizes = {"fsdp": 1}
     if spec.is_moe:
         sizes = {"ep": 1, **sizes}
@@ -104,11 +107,20 @@ def analytic(family: str, sizes: dict[str, int], remat: str, attention: str, bat
     if backend == "gpu":
         # An H200 with room for any step, so a step the model prices above 141 GB (full-size
         # Llama-3-8B) still gets its figure instead of "does not fit".
-        cluster = parse_cluster("1x1xH200", devices={
+        cluster = parse_cluster(f"1x{gpus.num_devices if gpus else 1}xH200", devices={
             "H200": dataclasses.replace(DEVICE_SPECS["H200"], hbm_bytes=2**50)})
     cand = search_meshes(spec, cluster, axes=axes, fixed=sizes, batch=batch, seq=seq, recipe=recipe, headroom=0.0,
                          top_k=1).best
     return cand, {a: sizes[a] for a in axes}
+
+
+def _gpu_cluster(name: str) -> Cluster | None:
+    """The GPU cluster a row is compiled for (``--gpu 1x8xH200``); None for the one local GPU (``gpu``)."""
+    try:
+        cluster = parse_cluster(name)
+    except ValueError:
+        return None
+    return None if cluster.device.ici_scope == "slice" else cluster
 
 
 def _generation(cluster: str) -> str:
@@ -144,7 +156,7 @@ def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, bat
             "ratio": cand.memory.total / exact.peak_bytes, "phase": cand.memory.phase,
             "state_exact": exact.argument_bytes, "state_analytic": cand.memory.params + cand.memory.optimizer,
             "temp": exact.temp_bytes, "seconds": time.perf_counter() - start,
-            "cluster": cluster if backend == "tpu" else backend,
+            "cluster": cluster if backend == "tpu" or (backend == "gpu" and _gpu_cluster(cluster)) else backend,
             # XLA's biggest buffers live at its peak (where compiled_memory can read them), for finding
             # which phase the peak is in and what it holds.
             "largest": [[b.bytes, b.shape, b.kind, b.source[-90:]] for b in getattr(exact, "largest", ())[:24]],
@@ -176,6 +188,8 @@ def main(argv: list[str] | None = None) -> None:
                                                "plain,flash)")
     parser.add_argument("--tpu", default=CLUSTER, metavar="CLUSTER",
                         help="the TPU slice to compile for (8 devices: v6e-8, v5p-16, v5e-8)")
+    parser.add_argument("--gpu", metavar="CLUSTER", help="with --backend gpu: compile the grid's 8-device meshes "
+                        "for this GPU cluster ahead of time (e.g. 1x8xH200; needs one such local GPU)")
     parser.add_argument("--mesh-indices", help="comma-separated indices into MESHES, in this order")
     parser.add_argument("--shape-indices", help="comma-separated indices into SHAPES, in this order")
     parser.add_argument("--reprice", nargs="+", metavar="JSONL",
@@ -208,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
         meshes = tuple(MESHES[int(i)] for i in args.mesh_indices.split(","))
     if args.shape_indices:
         shapes = tuple(all_shapes[int(i)] for i in args.shape_indices.split(","))
-    meshes = meshes[:1] if backends == ("gpu",) else meshes
+    meshes = meshes[:1] if backends == ("gpu",) and not args.gpu else meshes
     rows = []
     out = open(args.jsonl, "a", encoding="utf-8") if args.jsonl else None
     grid = [(backend, family, sizes, shape, remat, attention)
@@ -223,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     for backend, family, sizes, (batch, seq), remat, attention in grid:
         try:
             row = run_case(family, dict(sizes), remat, attention, batch, seq, backend, run=args.run,
-                           cluster=args.tpu)
+                           cluster=args.gpu if backend == "gpu" and args.gpu else args.tpu)
         except Exception as err:  # noqa: BLE001 -- one case that does not compile must not end the grid
             print(f"{backend} {family} {sizes} {remat} {attention} b={batch} s={seq}: FAILED "
                   f"{type(err).__name__}: {str(err)[:300]}", flush=True)

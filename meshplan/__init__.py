@@ -59,6 +59,7 @@ _FACADE = {
     "barrier_sync": "_distributed", "host_batch_slice": "_distributed", "host_mesh_shape": "_distributed",
     "place": "_place",
     "CompiledMemory": "_compiled", "compiled_memory": "_compiled", "tpu_topology_mesh": "_compiled",
+    "gpu_topology_mesh": "_compiled",
     "ReferenceConfig": "_reference", "ReferenceStep": "_reference", "reference_step": "_reference",
     "compiled_collectives": "_hlo",
 }
@@ -84,8 +85,8 @@ __all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult
 # logical-axis rules and exports (flax / MaxText)
 __all__ += ["LogicalRule", "LogicalShardingRule", "export_plan", "logical_export", "logical_names", "maxtext_settings"]
 # exact step memory: compile ahead of time and ask XLA
-__all__ += ["CompiledMemory", "ReferenceConfig", "ReferenceStep", "compiled_memory", "reference_step",
-            "tpu_topology_mesh"]
+__all__ += ["CompiledMemory", "ReferenceConfig", "ReferenceStep", "compiled_memory", "gpu_topology_mesh",
+            "reference_step", "tpu_topology_mesh"]
 # the collectives a compiled step runs (checked against the comm model)
 __all__ += ["compiled_collectives"]
 
@@ -105,7 +106,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
-    from meshplan.facade._compiled import CompiledMemory, compiled_memory, tpu_topology_mesh
+    from meshplan.facade._compiled import CompiledMemory, compiled_memory, gpu_topology_mesh, tpu_topology_mesh
     from meshplan.facade._hlo import compiled_collectives
     from meshplan.facade._config import MeshConfig
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string

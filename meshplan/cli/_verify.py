@@ -8,8 +8,10 @@ analytic estimate. Targets:
 - a TPU cluster: its topology, from any machine (needs libtpu: ``meshplan[tpu]``);
 - ``--target cpu``: simulated CPU devices, as many as the cluster has (XLA:CPU
   lowers differently from TPU/GPU; the figures are XLA:CPU's);
-- a GPU cluster: only on a machine with that many of those GPUs; otherwise the
-  command says so and suggests ``--target cpu``.
+- a GPU cluster: on a machine with at least one of those GPUs (with fewer than the
+  cluster has, XLA:GPU compiles for the whole cluster's topology ahead of time,
+  taking the GPU's description from the local one); otherwise the command says so
+  and suggests ``--target cpu``.
 
 Progress goes to stderr while compiling; the table to stdout.
 """
@@ -118,10 +120,11 @@ def _target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], d
         mesh = tpu_topology_mesh(cluster, names, sizes, dcn_shape=dcn)
         return mesh, f"{tpu_topology(cluster).topology_name} ({cluster.text})"
     gpus = _gpu_devices(cluster)
-    if len(gpus) < n:
-        raise ClusterError(f"compiling for {cluster.text} needs {n} local {cluster.device.name} GPUs; this "
-                           f"machine has {len(gpus)}. Run --verify on a machine with those GPUs, or pass "
-                           f"--target cpu for XLA:CPU's figures (CPU lowers differently).")
+    if len(gpus) < n:  # one such GPU is enough to compile for the whole cluster ahead of time
+        from meshplan.facade._compiled import gpu_topology_mesh
+
+        mesh = gpu_topology_mesh(cluster, names, sizes)
+        return mesh, f"{n} x {mesh.devices.flat[0].device_kind} (compiled ahead of time)"
     return _local_mesh(gpus[:n], sizes, names), f"{n} x {gpus[0].device_kind}"
 
 

@@ -387,6 +387,70 @@ def _topology_devices(topology: TpuTopology) -> tuple[Any, ...]:
     return tuple(desc.devices)
 
 
+def _mesh_axes(axis_names: Sequence[str], axis_sizes: Sequence[int], num_devices: int,
+               where: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Checked axis names and sizes of a mesh over ``num_devices`` devices of ``where``."""
+    names = tuple(as_str(n, f"axis_names[{i}]", nonempty=True, error=PlanError)
+                  for i, n in enumerate(as_sequence(axis_names, "axis_names")))
+    sizes = tuple(as_count(n, f"axis_sizes[{i}]", error=PlanError)
+                  for i, n in enumerate(as_sequence(axis_sizes, "axis_sizes")))
+    if len(set(names)) != len(names):
+        raise PlanError(f"axis_names={names!r:.80} must not repeat a name.")
+    if len(names) != len(sizes) or math.prod(sizes) != num_devices:
+        raise PlanError(f"mesh {dict(zip(names, sizes, strict=False))} must have one size per axis, multiplying "
+                        f"to the {num_devices} devices of {where}.")
+    return names, sizes
+
+
+def gpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_sizes: Sequence[int]) -> Mesh:
+    """A mesh of a GPU cluster's devices, for compiling ahead of time on a machine with one such GPU.
+
+    XLA:GPU compiles for a topology of GPUs it does not have (``jax.experimental.topologies``,
+    platform ``cuda``, topology ``"1 x hosts x GPUs per host"``), taking the GPU's description
+    (its memory, its compute capability) from the one local GPU. So one H200 compiles a step for
+    ``1x8xH200`` or ``4x8xH200``: the program, its collectives and its buffer assignment are
+    those of the whole cluster; it compiles, it does not run. The local GPU must be the
+    cluster's kind: another kind's description would give another program.
+
+    Args:
+      cluster: a GPU :class:`~meshplan.pure.Cluster` or its text (``"1x8xH200"``).
+      axis_names, axis_sizes: the mesh, outermost first; sizes multiply to the device count.
+
+    Returns:
+      A ``jax.sharding.Mesh`` (Auto axes) over the cluster's compile-only GPU devices, hosts outermost.
+
+    Raises:
+      ClusterError: a TPU cluster, no local GPU, or a local GPU of another kind.
+      PlanError: sizes that do not multiply to the device count.
+
+    Example:
+      >>> mesh = gpu_topology_mesh("1x8xH200", ("fsdp",), (8,))  # doctest: +SKIP
+      >>> mesh.devices.shape  # doctest: +SKIP
+      (8,)
+    """
+    clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
+    if clus.device.ici_scope == "slice":
+        raise ClusterError(f"{clus.text} is a TPU cluster; use tpu_topology_mesh for it.")
+    names, sizes = _mesh_axes(axis_names, axis_sizes, clus.num_devices, clus.text)
+    try:
+        local = jax.devices("gpu")
+    except RuntimeError:
+        local = []
+    want = clus.device.name.split("-")[0].lower()  # "H100-PCIe" matches jax's "NVIDIA H100 PCIe" by its model
+    if not local or want not in local[0].device_kind.lower():
+        have = local[0].device_kind if local else "no GPU"
+        raise ClusterError(f"compiling for {clus.text} needs one local {clus.device.name} GPU (XLA:GPU takes the "
+                           f"target's description from it); this machine has {have}. Compile on such a "
+                           "machine, or for --target cpu (XLA:CPU lowers differently).")
+    from jax.experimental import topologies
+    from jax.sharding import AxisType
+
+    desc = topologies.get_topology_desc(platform="cuda",
+                                        topology=f"1x{clus.num_nodes}x{clus.devices_per_node}")
+    grid = np.array(list(desc.devices), dtype=object).reshape(sizes)
+    return Mesh(grid, names, axis_types=(AxisType.Auto,) * len(names))
+
+
 def tpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_sizes: Sequence[int], *,
                       dcn_shape: Sequence[int] | None = None) -> Mesh:
     """A mesh of a TPU cluster's devices, for compiling ahead of time on any machine.
@@ -418,15 +482,7 @@ def tpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_si
     if not libtpu_available():
         raise ClusterError(f"compiling for {clus.text} needs libtpu, which is not installed; "
                            "pip install 'meshplan[tpu]' (or jax[tpu] matching your jax).")
-    names = tuple(as_str(n, f"axis_names[{i}]", nonempty=True, error=PlanError)
-                  for i, n in enumerate(as_sequence(axis_names, "axis_names")))
-    sizes = tuple(as_count(n, f"axis_sizes[{i}]", error=PlanError)
-                  for i, n in enumerate(as_sequence(axis_sizes, "axis_sizes")))
-    if len(set(names)) != len(names):
-        raise PlanError(f"axis_names={names!r:.80} must not repeat a name.")
-    if len(names) != len(sizes) or math.prod(sizes) != topology.num_devices:
-        raise PlanError(f"mesh {dict(zip(names, sizes, strict=False))} must have one size per axis, multiplying "
-                        f"to the {topology.num_devices} devices of {clus.text}.")
+    names, sizes = _mesh_axes(axis_names, axis_sizes, topology.num_devices, clus.text)
     devices = list(_topology_devices(topology))
     from jax.experimental import mesh_utils
 

@@ -184,6 +184,12 @@ def test_tpu_mesh_needs_a_tpu_cluster_and_a_matching_shape():
             meshplan.tpu_topology_mesh("v5e-4", ("dp",), (8,))
 
 
+def test_gpu_mesh_needs_a_local_gpu_of_the_clusters_kind():
+    # The suite runs on CPU devices: no GPU to take the target's description from, and the error says what would do.
+    with pytest.raises(meshplan.ClusterError, match="needs one local H100 GPU .* this machine has no GPU"):
+        meshplan.gpu_topology_mesh("1x8xH100", ("fsdp",), (8,))
+
+
 def test_numpy_devices_stay_cpu():
     # Installing libtpu must not move the suite's default backend off the 8 CPU devices.
     assert jax.default_backend() == "cpu" and len(jax.devices()) == 8

@@ -302,6 +302,9 @@ class ParamTraffic:
     attn: tuple[tuple[tuple[str, ...], int], ...] = ()
     """The attention weights' share of ``gather``: under a recomputing remat XLA:TPU gathers them a
     third time, in the backward (see :func:`param_terms`)."""
+    tied: bool = False
+    """The output head is the input embedding (tied weights): XLA:CPU reduces its gradient's two parts,
+    the lookup's scatter-add and the head's matmul, apart (see :func:`param_terms`)."""
     """``head_scatter``: the head's share of ``scatter`` (its gradient dtype); ``head_grad_f32``: the same in
     fp32; ``head_reduce_excess``: what the head's gradient shard, all-reduced over its replica axes in fp32,
     moves beyond its share of ``reduce``."""
@@ -318,8 +321,8 @@ def param_terms(
       placement: where the axes lie.
       sizes: mesh axis sizes.
       layers: calls per step of each fused collective (the layer count).
-      backend: ``"tpu"`` gathers the output head once and reduce-scatters its gradient in fp32
-        (read from XLA:TPU's HLO); elsewhere the head is gathered forward and backward.
+      backend: ``"tpu"`` gathers the output head once, elsewhere it is gathered forward and backward;
+        ``"tpu"`` and ``"gpu"`` reduce the head's gradient in fp32 (read from their HLOs).
       remat: the remat policy. Under ``full`` / ``offload`` the layers' weights are gathered forward and
         in the recompute, whose gather the backward reuses; XLA:TPU gathers the attention weights
         (``traffic.attn``) a third time in the backward.
@@ -329,6 +332,10 @@ def param_terms(
     """
     out: list[Pending] = []
     tpu = backend == "tpu"
+    # The head's gradient leaves its matmul in fp32 (fp32 logits), and XLA:TPU and XLA:GPU reduce it before
+    # converting it to its grad dtype (read from both HLOs: GPU fsdp=8's head reduce-scatter is f32[512,128]).
+    # XLA:CPU computes 16-bit floats in f32 anyway (xla_collectives doubles every term there).
+    f32_head = backend in ("tpu", "gpu")
     recompute = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError) in RECOMPUTING
 
     def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
@@ -355,16 +362,21 @@ def param_terms(
              ("all-gather", "all-gather of params (attention, again in the bwd: XLA:TPU)",
               traffic.attn if tpu and recompute else (), 1, True),
              ("reduce-scatter", "reduce-scatter of grads",
-              minus(traffic.scatter, traffic.head_scatter, tuple((st, sb) for st, _, sb, _ in whole))
-              if tpu else traffic.scatter, 1, True),
-             ("reduce-scatter", "reduce-scatter of grads (head, f32)", traffic.head_grad_f32 if tpu else (), 1,
-              False),
+              minus(traffic.scatter, traffic.head_scatter if f32_head else (),
+                    tuple((st, sb) for st, _, sb, _ in whole)), 1, True),
+             ("reduce-scatter", "reduce-scatter of grads (head, f32)", traffic.head_grad_f32 if f32_head else (),
+              1, False),
+             # XLA:CPU sums a tied embedding's gradient in two parts, the lookup's scatter-add and the head's
+             # matmul, each over the storage group (read from GPT-2 fsdp=8's HLO: two f32[512,128] operands
+             # of one combined all-reduce).
+             ("reduce-scatter", "reduce-scatter of grads (tied embedding's second part, XLA:CPU)",
+              traffic.head_scatter if backend == "cpu" and traffic.tied else (), 1, False),
              ("all-reduce", "all-reduce of grads", minus(traffic.reduce, tuple((rep, rb) for _, rep, _, rb in whole)),
               1, True),
              ("all-reduce", "all-reduce of grads (input embedding, whole)", embed_ar, 1, False),
-             # XLA:TPU all-reduces the head's gradient in fp32: the bytes beyond its grad-dtype share.
+             # XLA:TPU and XLA:GPU all-reduce the head's gradient in fp32: the bytes beyond its grad-dtype share.
              ("all-reduce", "all-reduce of grads (head in f32, beyond its grad dtype)",
-              traffic.head_reduce_excess if tpu else (), 1, False))
+              traffic.head_reduce_excess if f32_head else (), 1, False))
     for kind, what, table, passes, fused in kinds:
         # Groups that differ only in size-1 axes are the same devices: one collective.
         merged: dict[tuple[str, ...], int] = {}
@@ -656,7 +668,8 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
       ``n - 1`` collective-permutes of ``B/n`` each, overlapped with the matmul's pieces;
       ``collective_matmul=False`` models ``--xla_tpu_enable_windowed_einsum_for_all_gather=false``
       (and ``..._reduce_scatter=false``), where they stay as they are.
-    - ``"gpu"``: as the textbook.
+    - ``"gpu"``: as the textbook, but with gradient accumulation the gradients' all-reduce runs once per
+      step, after the micro-batch loop (read from XLA:GPU's HLO, compiled ahead of time for 1x8xH200).
 
     Bytes and calls are per device per step; ``seconds`` keep the textbook price (this says
     what the program contains, not a second cost model).
@@ -699,6 +712,10 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
                 kind, what = "all-reduce", f"{what} (XLA:CPU: all-reduce + dynamic-slice)"
             if size == 2 and "f32)" not in what:  # a term named '... f32)' is priced in f32 already
                 nbytes *= 2
+        elif backend == "gpu" and m > 1 and kind == "all-reduce" and "all-reduce of grads" in what:
+            # XLA:GPU all-reduces the accumulated gradients once, after the micro-batch loop (its reduce-scatters
+            # stay in the loop): llama dp=2,fsdp=4 with 2 micro-batches all-reduces 247,048 B, as with one.
+            calls = max(calls // m, 1)
         elif backend == "tpu" and collective_matmul and "tp" in t.axes and kind in ("all-gather", "reduce-scatter"):
             # Windowed einsum: n - 1 permutes of one B/n chunk each per original call.
             n = math.prod(mesh.get(a, 1) for a in t.axes)

@@ -101,10 +101,11 @@ def test_fsdp_traffic_moves_exactly_the_sharded_parameter_bytes() -> None:
     terms = param_terms(plan.traffic, AxisPlacement(("dp", "fsdp"), (1, 8), (2, 1), H100x2), {"dp": 2, "fsdp": 8},
                         layers=32)
     # Per layer fwd + bwd; the input embedding once (its backward is a scatter-add); the head, outside the
-    # layers, forward and backward in calls of its own.
+    # layers, forward and backward in calls of its own, its gradient reduced in fp32 in calls of its own.
     assert [(t[1], t[2], t[4]) for t in terms] == [("all-gather", ("fsdp",), 64), ("all-gather", ("fsdp",), 1),
                                                    ("all-gather", ("fsdp",), 2), ("reduce-scatter", ("fsdp",), 32),
-                                                   ("all-reduce", ("dp",), 32)]
+                                                   ("reduce-scatter", ("fsdp",), 1), ("all-reduce", ("dp",), 32),
+                                                   ("all-reduce", ("dp",), 1)]
 
 
 @pytest.mark.parametrize("name,tied", [("llama3-8b", False), ("gpt2", True)])
@@ -126,9 +127,10 @@ def test_embedding_is_gathered_once_and_the_head_once_on_tpu_with_an_f32_gradien
                         backend=backend)
     total = {k: sum(t[3] * t[4] for t in terms if t[1] == k) for k in ("all-gather", "reduce-scatter", "all-reduce")}
     tpu, embed = backend == "tpu", 0 if tied else vh
+    f32_head = backend in ("tpu", "gpu")  # XLA:TPU and XLA:GPU reduce the head's gradient in fp32
     # XLA:TPU all-reduces an embedding stored split over fsdp but replicated over dp whole (a scatter-add).
     assert traffic.embed_whole == (() if tied else ((("fsdp",), ("dp",), vh, vh // 4),))
-    excess = vh // 4 + embed - embed // 4 if tpu else 0
+    excess = (vh // 4 if f32_head else 0) + (embed - embed // 4 if tpu else 0)
     assert total["all-reduce"] == pytest.approx(sum(dict(traffic.reduce).values()) + excess)
     gather, scatter = dict(traffic.gather)[("fsdp",)], dict(traffic.scatter)[("fsdp",)]
     once = (0 if tied else vh) + (vh if backend == "tpu" else 0)
@@ -142,7 +144,7 @@ def test_embedding_is_gathered_once_and_the_head_once_on_tpu_with_an_f32_gradien
     none = param_terms(traffic, AxisPlacement(("dp", "fsdp"), (2, 4), (1, 1), H100x2), sizes, layers=4,
                        backend=backend, remat="none")
     assert sum(t[3] * t[4] for t in none if t[1] == "all-gather") == pytest.approx(2 * gather - once)
-    assert total["reduce-scatter"] == pytest.approx(scatter + (vh - embed if tpu else 0))
+    assert total["reduce-scatter"] == pytest.approx(scatter + (vh if f32_head else 0) - (embed if tpu else 0))
 
 
 def test_activation_collectives_follow_the_documented_formulas() -> None:
