@@ -76,18 +76,15 @@ class GeometryCache:
     Attributes:
       axes: spec -> the mesh axes it uses.
       geometry: (shape, spec, sizes of the spec's axes) -> its :class:`ShardGeometry`.
-      shares: (shape, spec, mesh axis names, sizes of the spec's axes) -> what one leaf adds to a plan (:class:`_Share`).
-      checked: (shape, spec, mesh axis names) -> the spec's axes and canonical entries, once
-        :func:`shard_geometry` has accepted it there.
+      checked: (shape, spec, mesh axis names) -> what does not depend on the sizes (:class:`_Checked`,
+        with the leaf's :class:`_Share` per sizes of the spec's axes), once :func:`shard_geometry`
+        has accepted the spec there.
     """
 
     axes: dict[PartitionSpec, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     geometry: dict[tuple[Shape, PartitionSpec, tuple[int, ...]], ShardGeometry] = dataclasses.field(
         default_factory=dict)
-    shares: dict[tuple[Shape, PartitionSpec, tuple[str, ...], tuple[int, ...]], _Share] = dataclasses.field(
-        default_factory=dict)
-    checked: dict[tuple[Shape, PartitionSpec, tuple[str, ...]], tuple[tuple[str, ...], tuple[Any, ...]]] = (
-        dataclasses.field(default_factory=dict))
+    checked: dict[tuple[Shape, PartitionSpec, tuple[str, ...]], _Checked] = dataclasses.field(default_factory=dict)
 
 
 class _Share(NamedTuple):
@@ -110,6 +107,18 @@ class _Share(NamedTuple):
     storage: tuple[str, ...]
     ways: int
     replicas: tuple[str, ...]
+
+
+class _Checked(NamedTuple):
+    """A spec :func:`shard_geometry` accepted on a shape and a mesh of these axis names: its axes and
+    canonical entries, the storage and replica axes that follow from them (:class:`_Share`), and
+    the shares seen, by the sizes of the spec's axes."""
+
+    axes: tuple[str, ...]
+    entries: tuple[Any, ...]
+    storage: tuple[str, ...]
+    replicas: tuple[str, ...]
+    shares: dict[tuple[int, ...], _Share]
 
 
 class _Paths:
@@ -595,38 +604,41 @@ def _embedding_roles(leaf_group: list[int], first: list[int], paths: _Paths) -> 
 
 def _share(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], names: tuple[str, ...],
            path: str, cache: GeometryCache) -> _Share:
-    """:class:`_Share` of a leaf, memoized by (shape, spec, mesh axis names, sizes of the spec's axes):
-    the search meets the same few hundred of them in thousands of (group, mesh) pairs."""
+    """:class:`_Share` of a leaf, memoized by (shape, spec, mesh axis names), then by the sizes of the
+    spec's axes: the search meets the same few hundred of them in thousands of (group, mesh) pairs."""
     try:
         checked = cache.checked.get((shape, spec, names))
     except TypeError:  # an unhashable entry (a list): nothing to memoize by
         axes, geometry = _geometry(shape, spec, sizes, path, cache)
-        return _new_share(spec, axes, geometry.padded, geometry.num_elements, sizes, names)
+        storage, replicas = _placed(axes, names)
+        return _Share(spec, axes, geometry.padded, geometry.num_elements, storage,
+                      math.prod(sizes[a] for a in storage), replicas)
     if checked is None:
         # First sight of this spec on this shape and mesh: shard_geometry checks it (and raises
         # the leaf's error); its canonical entries are kept for the other axis sizes.
         axes, geometry = _geometry(shape, spec, sizes, path, cache)
-        cache.checked[(shape, spec, names)] = (axes, canonical_entries(spec, len(shape), where=path))
-        found = _new_share(spec, axes, geometry.padded, geometry.num_elements, sizes, names)
+        checked = cache.checked[(shape, spec, names)] = _Checked(
+            axes, canonical_entries(spec, len(shape), where=path), *_placed(axes, names), {})
     else:
-        axes, entries = checked
-        hit = cache.shares.get((shape, spec, names, tuple(sizes[a] for a in axes)))
+        hit = checked.shares.get(tuple([sizes[a] for a in checked.axes]))
         if hit is not None:
             # An equal spec may be written differently (P('tp') == P(('tp',))): the plan keeps the rule's own.
             return hit if hit.spec is spec else hit._replace(spec=spec)
         # shard_geometry's arithmetic, on entries it already checked for this shape and these axes.
-        geometry = geometry_of_entries(shape, entries, sizes)
-        found = _new_share(spec, axes, geometry.padded, geometry.num_elements, sizes, names)
-    cache.shares[(shape, spec, names, tuple(sizes[a] for a in axes))] = found
+        geometry = geometry_of_entries(shape, checked.entries, sizes)
+    storage = checked.storage
+    found = checked.shares[tuple([sizes[a] for a in checked.axes])] = _Share(
+        spec, checked.axes, geometry.padded, geometry.num_elements, storage, math.prod(sizes[a] for a in storage),
+        checked.replicas)
     return found
 
 
-def _new_share(spec: PartitionSpec, axes: tuple[str, ...], padded: bool, elements: int, sizes: Mapping[str, int],
-               names: tuple[str, ...]) -> _Share:
+def _placed(axes: tuple[str, ...], names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the storage axes a spec using ``axes`` splits a leaf over, the data axes it is replicated over),
+    in mesh order."""
     used = set(axes)
-    storage = tuple(a for a in names if a in used and a in STORAGE_AXES)
-    return _Share(spec, axes, padded, elements, storage, math.prod(sizes[a] for a in storage),
-                  tuple(a for a in names if a in DATA_AXES and a not in used))
+    return (tuple(a for a in names if a in used and a in STORAGE_AXES),
+            tuple(a for a in names if a in DATA_AXES and a not in used))
 
 
 def _geometry(shape: Shape, spec: PartitionSpec, sizes: Mapping[str, int], where: str,

@@ -114,11 +114,12 @@ _SCALES = (2, 4, 8, 16, 32, 64)
 @dataclasses.dataclass(slots=True)
 class _Scored:
     sizes: tuple[int, ...]
-    placement: AxisPlacement
     plan_key: tuple[Any, ...]
     memory: MemoryBreakdown
-    pending: Sequence[Pending]  # () until listed (_price_steps): most meshes are never priced
     micro_batches: int = 1  # gradient-accumulation steps (chosen per mesh or fixed)
+    # Both set when priced (_price_steps): most meshes are never priced.
+    placement: AxisPlacement | None = None
+    pending: Sequence[Pending] = ()
     seconds: Any = 0.0  # filled in by one vectorized pricing pass over every mesh
     # Compute + exposed communication, from the same pass: the step ranked (step_seconds), and its
     # whole StepTime (a record per collective term) only for the meshes shown (_Search.timed).
@@ -151,7 +152,9 @@ class _Search:
         self.state_total = state_bytes(self.groups, self.state)
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
-        self.bounded: list[tuple[float, tuple[int, ...]]] = []  # (bound, sizes) of the bound-pruned meshes
+        # The bound-pruned meshes and their bounds (two lists: ~700 pairs would be as many more objects).
+        self.bounded: list[tuple[int, ...]] = []
+        self.bounded_at: list[float] = []
         self.placer = Placer(req.axes, req)
         # The FLOPs per device depend on the mesh through its device count, tp and dp alone
         # (tests/pure/search/test_search.py holds step_flops to that): cached by (tp, dp).
@@ -272,7 +275,11 @@ class _Search:
     def _price_steps(self, scored: list[_Scored]) -> None:
         """List and price the collectives of ``scored`` (one vectorized pass) and their step times."""
         for s in scored:
-            s.pending = self._pending(s)
+            if s.placement is None:
+                dcn = self.placer.split(s.sizes)
+                assert dcn is not None  # its domains were placed before it was scored
+                s.placement = self.placer.placement(s.sizes, dcn)
+            s.pending = self._pending(s, s.placement)
         flat = [p for s in scored for p in s.pending]
         seconds = price(flat, self.req.cluster).tolist()  # Python floats: float() of each is then free
         start = 0
@@ -366,10 +373,11 @@ class _Search:
             # Every leaf shards over at most the axes the rule reads, so no plan can beat this. An
             # over-budget mesh is shown at its leanest (the most micro-batches): _fill_leanest orders
             # by the bound there (the bound at the fewest is no bound of that total).
-            self.bounded.append((self._lower_bound(state, tp, sp, ways, counts[-1]), sizes))
+            self.bounded_at.append(self._lower_bound(state, tp, sp, ways, counts[-1]))
+            self.bounded.append(sizes)
             return "memory", _no_detail if "memory" in self.rejected else (
                 lambda: f"{_text(names, sizes)}: >= {fmt_bytes(bound)}/device > {fmt_bytes(req.budget)} budget")
-        return self._exact(dict(zip(names, sizes, strict=True)), sizes, self.placer.placement(sizes, dcn), fits, over,
+        return self._exact(dict(zip(names, sizes, strict=True)), sizes, fits, over, ways=ways, counts=counts,
                            over_at_fewest=over_at_fewest)
 
     def _state_bound_of(self, sizes: tuple[int, ...]) -> float:
@@ -413,11 +421,11 @@ class _Search:
         return price_step(self.dims, self.recipe(micro_batches), tp=tp, sp=sp, ways=ways, batch=self.req.batch,
                           seq=self.req.seq, params=params, grads=grads, optimizer=optimizer, gathered=gathered)
 
-    def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], placement: AxisPlacement,
-               fits: list[_Scored], over: list[_Scored], *, over_at_fewest: bool = False
-               ) -> tuple[str, Callable[[], str]]:
-        """Plan and fit one mesh; ``over_at_fewest``: its memory bound at the fewest micro-batches is over
-        the budget (so is its peak there, which is then not priced)."""
+    def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], fits: list[_Scored], over: list[_Scored], *,
+               ways: int, counts: list[int], over_at_fewest: bool = False) -> tuple[str, Callable[[], str]]:
+        """Plan and fit one mesh (its dp*fsdp*ep is ``ways``, its micro-batch counts to try ``counts``);
+        ``over_at_fewest``: its memory bound at the fewest micro-batches is over the budget (so is its
+        peak there, which is then not priced)."""
         req = self.req
         key, plan = self.plan(mesh)
         if plan.error is not None:
@@ -427,11 +435,10 @@ class _Search:
         if idle:  # written out only for the example: it reads the plan's reasons
             return "idle", _no_detail if "idle" in self.rejected else (
                 lambda: f"{mesh_text(mesh)}: {self._idle(mesh, plan, idle)}")
-        counts = self.counts(mesh)
         m = counts[0]
         # What the step's peak reads of the mesh, once for every micro-batch count tried.
         gathered = sum(nbytes for axes, nbytes in plan.gather if any(mesh.get(x, 1) > 1 for x in axes))
-        tp, sp, ways = mesh.get("tp", 1), mesh.get("sp", 1), math.prod(mesh.get(a, 1) for a in BATCH_AXES)
+        tp, sp = mesh.get("tp", 1), mesh.get("sp", 1)
         state = plan.param_bytes + plan.grad_bytes + plan.optimizer_bytes
         # A count the plan is over the budget at (its bound says so) is not priced when another is tried
         # anyway: pricing it would say "does not fit" and change nothing.
@@ -453,7 +460,7 @@ class _Search:
                     hi, m, memory = mid, counts[mid], trial
                 else:
                     lo = mid + 1
-        scored = _Scored(sizes, placement, key, memory, (), m)  # collectives listed if it can rank (_contenders)
+        scored = _Scored(sizes, key, memory, m)  # collectives listed if it can rank (_contenders)
         if memory.fits:
             fits.append(scored)
             return "", _no_detail
@@ -461,13 +468,13 @@ class _Search:
         return "memory", _no_detail if "memory" in self.rejected else (
             lambda: f"{mesh_text(mesh)}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget")
 
-    def _pending(self, s: _Scored) -> list[Pending]:
-        """The collectives of one step on ``s``'s mesh, with its micro-batches, not yet priced."""
+    def _pending(self, s: _Scored, placement: AxisPlacement) -> list[Pending]:
+        """The collectives of one step on ``s``'s mesh (placed so), with its micro-batches, not yet priced."""
         mesh = dict(zip(self.req.axes, s.sizes, strict=True))
         recipe = self.req.recipe
-        pending = param_terms(self.plans[s.plan_key].traffic, s.placement, mesh,
+        pending = param_terms(self.plans[s.plan_key].traffic, placement, mesh,
                               layers=max(self.model.num_layers, 1), backend=recipe.backend, remat=recipe.remat)
-        pending += activation_terms(self.model, mesh, s.placement, batch=self.req.batch, seq=self.req.seq,
+        pending += activation_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
                                     itemsize=self.act_itemsize, remat=recipe.remat,
                                     residual_split=recipe.residual_split, backend=recipe.backend)
         return accumulate(pending, s.micro_batches)
@@ -525,25 +532,26 @@ class _Search:
 
     def _fill_leanest(self, over: list[_Scored]) -> None:
         """Plan exactly the bound-pruned meshes that could be among the ``top_k`` leanest over budget."""
-        self.bounded.sort(key=lambda b: (b[0], b[1]))
+        bounds, meshes = self.bounded_at, self.bounded
         k = self.req.top_k
         least: list[int] = []  # the k least totals over budget so far, ascending
         seen = 0
-        for bound, sizes in self.bounded:
+        for i in sorted(range(len(meshes)), key=lambda i: (bounds[i], meshes[i])):
             for s in over[seen:]:  # what the last _exact added
                 bisect.insort(least, s.memory.total)
                 del least[k:]
             seen = len(over)
-            if len(least) >= k and bound > least[k - 1]:  # strictly: a mesh at the bound may tie
+            if len(least) >= k and bounds[i] > least[k - 1]:  # strictly: a mesh at the bound may tie
                 break
-            dcn = self.placer.split(sizes)
-            assert dcn is not None  # it was placed before its bound was taken
-            self._exact(dict(zip(self.req.axes, sizes, strict=True)), sizes, self.placer.placement(sizes, dcn), [],
-                        over)
+            sizes = meshes[i]
+            ways = math.prod(sizes[j] for j in self.batch_index)
+            self._exact(dict(zip(self.req.axes, sizes, strict=True)), sizes, [], over, ways=ways,
+                        counts=self._counts(self.req.batch // ways))
 
     def candidate(self, s: _Scored, verdict: str, rank: int | None) -> MeshCandidate:
         groups = param_groups(self.groups, self.plans[s.plan_key], self.rule)
         p = s.placement
+        assert p is not None  # a mesh shown was priced, so placed
         time = self.timed(s)
         terms = tuple(t.with_exposed(e.exposed) for t, e in zip(to_terms(s.pending, s.term_seconds), time.terms,
                                                                   strict=True))
@@ -566,11 +574,13 @@ def _verdict(s: _Scored, best: _Scored, rank: int, budget: int, rank_by: str = "
         worst = max(t.terms, key=lambda e: e.exposed, default=None)
         exposed = (f"; most exposed: {worst.what} {worst.exposed:.3g} s"
                    if worst is not None and worst.exposed > 0 else "")
-        if s.placement.cluster.device.peak_bf16_flops is None:
+        assert s.placement is not None  # a mesh shown was priced, so placed
+        device = s.placement.cluster.device
+        if device.peak_bf16_flops is None:
             # No peak FLOP/s for this device: compute is not priced, so neither a compute
             # time nor an MFU is claimed; the step is its exposed communication alone.
             what = (f"{t.step_s:.3g} s of exposed communication; compute not priced: no peak FLOP/s for "
-                    f"{s.placement.cluster.device.name!r}{exposed}")
+                    f"{device.name!r}{exposed}")
         else:
             what = (f"{t.step_s:.3g} s = compute {t.compute_s:.3g} s + exposed communication {t.exposed_s:.3g} s "
                     f"(hidden {t.hidden_s:.3g} s), MFU {t.mfu:.0%}{exposed}")
