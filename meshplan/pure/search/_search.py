@@ -95,7 +95,14 @@ from meshplan.pure.search._step_cost import (
     step_activations,
     to_terms,
 )
-from meshplan.pure.search._step_memory import StepMemory, activation_floor, layer_dims, price_step
+from meshplan.pure.search._step_memory import (
+    ActivationParts,
+    StepMemory,
+    activation_floor,
+    activation_parts,
+    layer_dims,
+    price_state,
+)
 from meshplan.pure.search._flops import StepFlops, default_efficiency, step_flops
 from meshplan.pure.search._step_time import StepTime, accumulate, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
@@ -175,6 +182,7 @@ class _Search:
         # (tp, sp, dp*fsdp*ep, micro-batches) -> the activation floor: price_step reads the mesh only
         # through those, and a 4096-device search bounds ~1000 meshes with a few dozen distinct keys.
         self.floors: dict[tuple[int, int, int, int], int] = {}
+        self.parts: dict[tuple[int, int, int, int], ActivationParts] = {}  # the same key -> activation_parts
         self.micro_counts: dict[int, list[int]] = {}  # per-replica batch -> counts (asked twice per mesh)
 
     def recipe(self, micro_batches: int) -> TrainingRecipe:
@@ -417,9 +425,14 @@ class _Search:
     def _price(self, key: tuple[int, int, int, int], params: int, grads: int, optimizer: int,
                gathered: int) -> StepMemory:
         """:func:`~meshplan.pure.search._step_memory.step_memory` without re-checking what the search built."""
-        tp, sp, ways, micro_batches = key
-        return price_step(self.dims, self.recipe(micro_batches), tp=tp, sp=sp, ways=ways, batch=self.req.batch,
-                          seq=self.req.seq, params=params, grads=grads, optimizer=optimizer, gathered=gathered)
+        recipe = self.recipe(key[3])
+        parts = self.parts.get(key)
+        if parts is None:  # what the peak reads of the mesh: ~1000 peaks of a search have ~100 distinct ones
+            tp, sp, ways, _ = key
+            parts = self.parts[key] = activation_parts(self.dims, recipe, tp=tp, sp=sp, ways=ways,
+                                                       batch=self.req.batch, seq=self.req.seq)
+        return price_state(self.dims, recipe, parts, params=params, grads=grads, optimizer=optimizer,
+                           gathered=gathered)
 
     def _exact(self, mesh: dict[str, int], sizes: tuple[int, ...], fits: list[_Scored], over: list[_Scored], *,
                ways: int, counts: list[int], over_at_fewest: bool = False) -> tuple[str, Callable[[], str]]:

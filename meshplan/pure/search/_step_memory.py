@@ -63,15 +63,16 @@ it was fitted on."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from meshplan.pure._check import as_count, as_real, canonical_axis_sizes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._spec import ModelSpec
 from meshplan.pure.search._recipe import TrainingRecipe
 
-__all__ = ["CALIBRATIONS", "Calibration", "LayerDims", "StepMemory", "activation_floor", "calibration_key",
-           "layer_dims", "lower_bound", "price_step", "step_memory"]
+__all__ = ["CALIBRATIONS", "ActivationParts", "Calibration", "LayerDims", "StepMemory", "activation_floor",
+           "activation_parts", "calibration_key", "layer_dims", "lower_bound", "price_state", "price_step",
+           "step_memory"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -407,7 +408,8 @@ def price_step(
 
     The search prices thousands of meshes with values it already validated; checking them
     again on every call cost a quarter of a search. The mesh is read only through ``tp``,
-    ``sp`` and ``ways`` (``dp * fsdp * ep``, the batch split), so a caller may cache by them.
+    ``sp`` and ``ways`` (``dp * fsdp * ep``, the batch split), so a caller may cache by them:
+    :func:`activation_parts` is what they give, :func:`price_state` the rest.
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
@@ -416,6 +418,34 @@ def price_step(
       >>> price_step(d, TrainingRecipe(), tp=1, sp=1, ways=8, gathered=0, **kw) == step_memory(
       ...     d, {"fsdp": 8}, TrainingRecipe(), **kw)
       True
+    """
+    parts = activation_parts(dims, recipe, tp=tp, sp=sp, ways=ways, batch=batch, seq=seq)
+    return price_state(dims, recipe, parts, params=params, grads=grads, optimizer=optimizer, gathered=gathered)
+
+
+class ActivationParts(NamedTuple):
+    """What :func:`price_step` reads of the mesh and the batch, before the state: the calibration, the
+    compute itemsize and the calibrated pieces (bytes per device; see the module docstring)."""
+
+    cal: Calibration
+    itemsize: int
+    saved: float
+    logits: float
+    head: float
+    work: float
+
+
+def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: int, ways: int, batch: int,
+                     seq: int) -> ActivationParts:
+    """The part of :func:`price_step` that reads the mesh (``tp``, ``sp``, ``ways``) and not the state:
+    a search prices ~1000 (mesh, micro-batch) peaks with ~100 distinct values of it.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> p = activation_parts(layer_dims(MODEL_SPECS["llama3-8b"]), TrainingRecipe(), tp=1, sp=1, ways=8,
+      ...                      batch=8, seq=4096)
+      >>> p.itemsize, p.saved > 0
+      (2, True)
     """
     cal = CALIBRATIONS[calibration_key(recipe)]
     a = recipe.compute_itemsize
@@ -461,6 +491,13 @@ def price_step(
     work = cal.work_layers * none_layer + cal.work_scores * scores + cal.flash_buffers * (flash + lanes)
     if cal.work_routing is not None:  # the routing tensors priced apart from the scores
         work += (cal.work_routing - cal.work_scores * (max(dims.top_k, 1) if cal.routing_per_choice else 1)) * routing
+    return ActivationParts(cal, a, saved, logits, head, work)
+
+
+def price_state(dims: LayerDims, recipe: TrainingRecipe, activations: ActivationParts, *, params: int,
+                grads: int, optimizer: int, gathered: int) -> StepMemory:
+    """:func:`price_step` from its :func:`activation_parts` (of the same dims and recipe) and the state."""
+    cal, a, saved, logits, head, work = activations
     itemsize = cal.gathered_itemsize or a
     # One layer's share of the gathered bytes: the embedding and head gathers are not a layer's.
     gathered_now = (cal.gathered_layers * gathered * dims.layer_share / dims.layers * itemsize
