@@ -56,6 +56,17 @@ CASES: tuple[Case, ...] = (
     ("deepseek", {"tp": 8}, "full", 1),
     ("llama-kv8", {"tp": 8}, "full", 1),
     ("deepseek", {"tp": 8}, "none", 1),
+    ("gpt2", {"fsdp": 8}, "full", 1),
+    ("gpt2", {"dp": 2, "fsdp": 4}, "full", 1),
+    ("gpt2", {"fsdp": 8}, "none", 1),
+    ("llama", {"fsdp": 8}, "none", 1),
+    ("llama", {"fsdp": 8}, "dots", 1),
+    ("deepseek", {"fsdp": 8}, "none", 1),
+    ("llama", {"dp": 2, "fsdp": 4}, "none", 2),
+    ("mixtral", {"fsdp": 2, "ep": 4}, "none", 1),
+    ("gpt2", {"dp": 2, "tp": 4}, "full", 1),
+    ("gpt2", {"fsdp": 2, "tp": 4}, "full", 1),
+    ("gpt2", {"tp": 8}, "full", 1),
 )
 """(family, mesh, remat policy, micro-batches); remat "full" is the reference step's and the search's default.
 With micro-batches the step scans over them: the HLO lists the loop body once and the parser counts it
@@ -116,6 +127,10 @@ def tiny(family: str) -> object:
                                    num_shared_experts=1, num_dense_layers=1, vocab_size=512, num_params=None,
                                    mla=MLADims(q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=16,
                                                qk_rope_head_dim=8, v_head_dim=16))
+    if family == "gpt2":  # tied embeddings, learned positions, fused c_attn
+        return dataclasses.replace(MODEL_SPECS["gpt2"], name="tiny-gpt2", num_layers=2, hidden_size=128, num_heads=8,
+                                   num_kv_heads=8, head_dim=16, intermediate_size=512, vocab_size=512,
+                                   max_position_embeddings=512, num_params=None)
     if family == "mixtral":
         return dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="tiny-mixtral", num_layers=2,
                                    hidden_size=128, num_heads=8, num_kv_heads=4, head_dim=16,

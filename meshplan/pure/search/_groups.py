@@ -152,8 +152,8 @@ class LeafGroups:
       leaf_group: per flattened leaf, its group (``-1`` for non-array leaves).
       display: ``(template, shape, dtype name)`` -> the groups with leaves there,
         with how many of their leaves each.
-      roles: group's first leaf -> ``"embed"`` / ``"head"`` / ``"attn"`` (see :func:`_embedding_roles`), read
-        once here: a plan per mesh would read every leaf path again.
+      roles: group's first leaf -> ``"embed"`` / ``"head"`` / ``"pos"`` / ``"attn"`` (see
+        :func:`_embedding_roles`), read once here: a plan per mesh would read every leaf path again.
     """
 
     facts: TreeFacts
@@ -257,7 +257,7 @@ def _failed(message: str) -> PlanEval:
 
 _Row = tuple[int, Shape, Any, int, int, int, int, str]
 """What a plan reads of one group: (first leaf, shape, dtype, leaves, bytes per element of the parameter,
-gradient and optimizer copies, role: "embed", "head", "attn" or "")."""
+gradient and optimizer copies, role: "embed", "head", "pos", "attn" or "")."""
 
 
 class _Part(NamedTuple):
@@ -548,6 +548,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
     head_reduce: dict[tuple[str, ...], int] = {}
     embed_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
     attn: dict[tuple[str, ...], int] = {}
+    roles = {row[7] for row in rows}
     for (_, _, _, count, p_unit, g_unit, _, role), share in zip(rows, shares, strict=True):
         elements = share.elements
         p, gr = elements * p_unit, elements * g_unit
@@ -562,6 +563,8 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                 head_f32[storage] = head_f32.get(storage, 0) + count * elements * 4 * ways
             elif role == "attn":
                 attn[storage] = attn.get(storage, 0) + count * p * ways
+            elif role == "pos":  # read only by an add, whose backward needs no weights: gathered once
+                embed[storage] = embed.get(storage, 0) + count * p * ways
         if storage and replicas and role == "embed":
             embed_whole.append((storage, replicas, count * gr * ways, count * gr))
         if replicas:
@@ -570,20 +573,22 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                 head_reduce[replicas] = head_reduce.get(replicas, 0) + count * max(elements * 4 - gr, 0)
     return ParamTraffic(gather, tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
                         tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
-                        tuple(head_reduce.items()), tuple(embed_whole), tuple(attn.items()))
+                        tuple(head_reduce.items()), tuple(embed_whole), tuple(attn.items()),
+                        tied="head" in roles and "embed" not in roles)
 
 
 _EMBEDDINGS = ("embed_tokens", "wte")
 _HEADS = ("lm_head",)
 # Substring tests of every leaf path, as one C-level search each (a search groups a 45k-leaf tree).
 _EMBEDDING_NAMES = re.compile("|".join(map(re.escape, _EMBEDDINGS)))
+_POSITION_NAMES = re.compile(r"(?:^|/)wpe/")  # GPT-2's learned position embedding
 _HEAD_NAMES = re.compile("|".join(map(re.escape, _HEADS)))
 _ATTENTION_NAMES = re.compile(r"(?:^|/)(?:self_attn|attn)/")  # Llama / Mixtral / DeepSeek, GPT-2
 
 
 def _embedding_roles(leaf_group: list[int], first: list[int], paths: _Paths) -> dict[int, str]:
-    """``{group's first leaf: "embed" | "head" | "attn"}`` for the input embedding, the output head and
-    the attention weights, by name.
+    """``{group's first leaf: "embed" | "head" | "pos" | "attn"}`` for the input embedding, the output
+    head, a learned position embedding and the attention weights, by name.
 
     The compiled steps gather them differently from the other layers' weights (see ``ParamTraffic``); a
     tree without an output head uses its embedding as the head (tied weights). A group whose leaves
@@ -593,7 +598,8 @@ def _embedding_roles(leaf_group: list[int], first: list[int], paths: _Paths) -> 
         if g >= 0:
             path = paths.path(i)
             leaf[i] = ("head" if _HEAD_NAMES.search(path) else "embed" if _EMBEDDING_NAMES.search(path)
-                       else "attn" if _ATTENTION_NAMES.search(path) else "")
+                       else "pos" if _POSITION_NAMES.search(path) else "attn" if _ATTENTION_NAMES.search(path)
+                       else "")
     if "head" not in leaf.values():
         leaf = {i: "head" if r == "embed" else r for i, r in leaf.items()}
     by_group: dict[int, set[str]] = {}

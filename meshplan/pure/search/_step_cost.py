@@ -336,7 +336,9 @@ def param_terms(
     # converting it to its grad dtype (read from both HLOs: GPU fsdp=8's head reduce-scatter is f32[512,128]).
     # XLA:CPU computes 16-bit floats in f32 anyway (xla_collectives doubles every term there).
     f32_head = backend in ("tpu", "gpu")
-    recompute = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError) in RECOMPUTING
+    policy = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError)
+    recompute = policy in RECOMPUTING
+    regather = policy != "none" or backend != "cpu"  # XLA:TPU and XLA:GPU with remat none: not read
 
     def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
               ) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -353,7 +355,12 @@ def param_terms(
     embed_ar = tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in whole)
     # (kind, what, bytes per axis group, passes, fused per layer)
     kinds: tuple[tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int, bool], ...] = (
-             ("all-gather", "all-gather of params (fwd + bwd)", minus(traffic.gather, once, twice), 2, True),
+             # Without a recompute (remat none) the weights gathered forward are the matmuls' residuals, which
+             # the backward reads: one gather per layer, not two (read from XLA:CPU's Llama fsdp=8, GPT-2 fsdp=8
+             # and Mixtral fsdp=2 x ep=4 steps with remat none; "dots" saves only dot outputs and gathers again).
+             ("all-gather", "all-gather of params (fwd + bwd)" if regather else
+              "all-gather of params (fwd, kept for the bwd)", minus(traffic.gather, once, twice), 1 + regather,
+              True),
              ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False),
              ("all-gather", "all-gather of params (head: fwd + bwd)", twice, 2, False),
              # XLA:TPU does not keep the attention weights the recompute gathered for the backward: it gathers
