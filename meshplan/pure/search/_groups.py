@@ -61,7 +61,7 @@ from meshplan.pure.specs._geometry import (
     shard_geometry,
 )
 from meshplan.pure.specs._training import TrainingState
-from meshplan.pure.specs._tree import LeafInfo, TreeFacts, path_strs
+from meshplan.pure.specs._tree import LeafInfo, TreeFacts
 
 __all__ = ["GeometryCache", "LeafGroups", "PlanEval", "Planner", "evaluate_plan", "param_groups", "state_bytes"]
 
@@ -128,8 +128,8 @@ class _Paths:
 
     def __init__(self, facts: TreeFacts) -> None:
         self._facts = facts
-        # TreeFacts.path(i) is path_str(keypaths[i]) behind a check of i, which the range makes here.
-        self._paths = path_strs(facts.keypaths)
+        # TreeFacts.path(i) for every i, without making the key paths when the tree is plain containers.
+        self._paths = facts.paths()
 
     @property
     def keypaths(self) -> tuple[Any, ...]:

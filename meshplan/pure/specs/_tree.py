@@ -261,6 +261,26 @@ class TreeFacts:
             self._memo.append(tuple(k for k, _ in with_path))
         return self._memo[0]
 
+    def paths(self) -> list[str]:
+        """Every leaf's ``"a/b/0"`` path (``path(i)`` for each ``i``).
+
+        A tree of plain dicts, lists and tuples with array leaves (every preset's, most parameter
+        trees) is walked here in jax's order (dict keys sorted) without making its key paths: a
+        DeepSeek-V3 tree has 1,025 of them holding ~3,300 objects, which a search then carried to
+        its end. Any other node (a namedtuple, a custom pytree, a scalar leaf) leaves it to
+        :attr:`keypaths`.
+
+        Example:
+          >>> import numpy as np
+          >>> tree_facts({"w": [np.zeros(2), None, (np.zeros(3),)], "b": np.zeros(1)}).paths()
+          ['b', 'w/0', 'w/2/0']
+        """
+        if not self._memo:
+            walked = _plain_paths(self.source)
+            if walked is not None and len(walked) == len(self.infos):
+                return walked
+        return path_strs(self.keypaths)
+
     def path(self, i: int) -> str:
         """The ``"a/b/0"`` path of leaf ``i``.
 
@@ -285,6 +305,39 @@ class TreeFacts:
 
 
 _FAST_TYPES = (np.ndarray, jax.Array, jax.ShapeDtypeStruct)
+
+
+def _plain_paths(tree: Any) -> list[str] | None:
+    """The leaf paths of a tree of exactly dicts (str or int keys), lists, tuples and None with leaves
+    of :data:`_FAST_TYPES`, in jax's flattening order; None for any other tree."""
+    out: list[str] = []
+    stack: list[tuple[str | None, Any]] = [(None, tree)]  # (path so far, None at the root; node)
+    fast: dict[type, bool] = {}  # isinstance(v, jax.Array) is slow; ask once per type
+    while stack:
+        prefix, node = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            try:
+                keys = sorted(node)  # jax's order for a dict
+            except TypeError:
+                return None
+            if not all(type(k) is str or type(k) is int for k in keys):
+                return None
+            # Pushed in reverse, so walked in order.
+            stack.extend((str(k) if prefix is None else f"{prefix}/{k}", node[k]) for k in reversed(keys))
+        elif kind is list or kind is tuple:
+            stack.extend((str(i) if prefix is None else f"{prefix}/{i}", node[i])
+                         for i in range(len(node) - 1, -1, -1))
+        elif node is None:
+            continue  # an empty subtree
+        else:
+            leaf = fast.get(kind)
+            if leaf is None:
+                leaf = fast[kind] = isinstance(node, _FAST_TYPES) and not isinstance(node, (dict, list, tuple))
+            if not leaf:
+                return None
+            out.append("" if prefix is None else prefix)
+    return out
 
 
 def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:

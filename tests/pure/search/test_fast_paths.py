@@ -7,11 +7,13 @@ import collections
 import dataclasses
 
 import jax
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from meshplan.pure import get_preset
 from meshplan.pure.search._step_time import step_seconds, step_time
-from meshplan.pure.specs._tree import path_str, path_strs
+from meshplan.pure.specs._tree import _plain_paths, path_str, path_strs, tree_facts
 from tests.pure.search.test_step_time import inputs
 
 
@@ -77,3 +79,28 @@ def test_path_strs_formats_an_unhashable_entry_whole() -> None:
 
     keys = [(jax.tree_util.DictKey("w"), Odd()), (jax.tree_util.SequenceKey(0),)]
     assert path_strs(keys) == [path_str(k) for k in keys] == ["w/odd", "0"]
+
+
+_arrays = st.sampled_from([np.zeros(2, np.float32), jax.ShapeDtypeStruct((3, 2), np.float32), None])
+
+
+def _plain_nodes(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.one_of(
+        st.dictionaries(st.sampled_from(["w", "b", "0", "", "layers"]), children, max_size=3),
+        st.dictionaries(st.integers(0, 11), children, max_size=3),
+        st.lists(children, max_size=3), st.tuples(children, children))
+
+
+@given(st.recursive(_arrays, _plain_nodes, max_leaves=12) | st.recursive(_leaves | _arrays, _nodes, max_leaves=8))
+def test_tree_paths_are_the_key_paths_formatted(tree) -> None:
+    # Plain containers with array leaves are walked without key paths; anything else (the second
+    # strategy: named tuples, custom nodes, scalar leaves) falls back to them. Same paths either way.
+    facts = tree_facts(tree)
+    assert facts.paths() == [facts.path(i) for i in range(len(facts.infos))]
+
+
+def test_preset_trees_are_walked_without_key_paths() -> None:
+    for name in ("gpt2", "deepseek-v3"):
+        facts = tree_facts(get_preset(name).params)
+        assert _plain_paths(facts.source) is not None
+        assert facts.paths() == path_strs(facts.keypaths)
