@@ -72,7 +72,15 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   are summed (fp32). MLA on XLA:TPU keeps Megatron's counts (not read). On
   XLA:CPU a dense layer's backward gathers 3 buffers, not 6, also when tp is the
   mesh's only axis (the two uses of a buffer share one gather there; MLA's
-  layer then gathers 2 in its backward, not 5: o's and the MLP's output gradients);
+  layer then gathers 2 in its backward, not 5: o's and the MLP's output gradients).
+  **XLA:GPU** (``backend="gpu"``, read from HLO compiled ahead of time for
+  1x8xH200): XLA:TPU's counts, except that a narrow shard's sums stay
+  reduce-scatters; a dense layer gathers 2 buffers forward, 5 in the recompute
+  and 3 backward (none fewer in the step under a recompute), 7 in all when tp is
+  the mesh's only axis (and then not the embedding's output gradient); K and V
+  gradients are gathered only with GQA; and each RMSNorm's and the loss's row
+  statistics are summed over tp in fp32 (``b*s*4``, ``(4 + 2r)L + 5`` calls).
+  MLA on XLA:GPU keeps Megatron's counts (not modelled);
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
   sequence forward (again in the recompute under remat ``full`` / ``offload``)
   and reduce-scatters their gradients backward:
@@ -421,6 +429,24 @@ def _column_projections(model: Any, tp: int) -> tuple[int, int]:
     return (0 if model.mla is not None else 1 + kv), 2  # MLA: its down projections are whole over tp
 
 
+def _gpu_dense_gathers(dense: int, r: int, alone: bool) -> int:
+    """The residual-stream gathers of ``dense`` dense layers under tp on XLA:GPU (``r``: 1 with a recompute).
+
+    Read from XLA:GPU's HLO (1x8xH200, compiled ahead of time) by op_name and source line: per layer 2
+    forward (attention's and the MLP's input), and, with remat ``full``, 5 in the recompute and 3 in the
+    backward: XLA:TPU's 2 + 2 + 6, but without its one-fewer-per-step (the top layer's output gradient is
+    gathered for each use apart: Llama fsdp=2 x tp=4, hidden 1024, 20 per 2 layers). With tp the mesh's only
+    axis a buffer's two backward uses share one gather (as on XLA:CPU): 7 per layer, not 10 (Llama tp=8,
+    14 per 2 layers). Without a recompute (remat ``none``) 8 per layer less one per step, as on XLA:TPU
+    (Llama dp=2 x tp=4: 15 per 2 layers).
+
+    Example:
+      >>> _gpu_dense_gathers(2, 1, False), _gpu_dense_gathers(2, 1, True), _gpu_dense_gathers(2, 0, False)
+      (20, 14, 15)
+    """
+    return dense * (2 + 2 * r + (3 if alone else 6)) - (0 if r or not dense else 1)
+
+
 def activation_terms(
     model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
     remat: str = "full", residual_split: bool = True, backend: str = "tpu", capacity_factor: float = 1.25,
@@ -470,7 +496,10 @@ def activation_terms(
         vocab = model.vocab_size % tp == 0  # the embedding and LM head split over the vocabulary
         cpu = backend == "cpu"
         mla = model.mla is not None
-        tpu = backend == "tpu" and not mla  # MLA's lowering on XLA:TPU was not read: Megatron's counts
+        # XLA:GPU lowers tp as XLA:TPU does, except where `gpu` says otherwise (read from the 1x8xH200 HLOs,
+        # compiled ahead of time; see _gpu_dense_gathers and benchmarks/RESULTS.md). MLA on XLA:GPU: not read.
+        gpu = backend == "gpu" and not mla
+        tpu = backend == "tpu" and not mla or gpu  # MLA's lowering on XLA:TPU was not read: Megatron's counts
         r = 1 if recompute else 0
         moe = model.num_moe_layers
         dense = layers - moe
@@ -511,11 +540,14 @@ def activation_terms(
             # gradient is gathered once for its two uses); a MoE layer gathers its attention's input forward
             # and in the recompute, 4 buffers backward (o's output gradient twice, q's input, the combine's).
             gathers = dense * (2 + 2 * r + 6) - (1 if dense else 0) + moe * (1 + r + 4)
+            if gpu:
+                gathers = _gpu_dense_gathers(dense, r, alone) + moe * (1 + r + 4)
         else:
             sums, gathers = layers * (4 + r), layers * (4 + 2 * r)
         # A residual shard narrower than 256 (hidden 1024 over tp=8): XLA:TPU sums the whole buffer with
         # all-reduces (and slices), not reduce-scatters; 256 and wider it reduce-scatters.
-        narrow = tpu and split and h % tp == 0 and h // tp < 256
+        # XLA:GPU reduce-scatters there too (hidden 1024 over tp=8: 12 of 12 sums are reduce-scatters).
+        narrow = tpu and not gpu and split and h % tp == 0 and h // tp < 256
         kind: CollectiveKind = "reduce-scatter" if split and not narrow else "all-reduce"
         # XLA:TPU sums the LM head's input gradient in fp32 (the fp32 logits'), apart from the others.
         head_sum = 1 if vocab and not tpu else 0
@@ -544,14 +576,26 @@ def activation_terms(
                 "tp", x, layers)
             add("tp all-reduce of the K and V grads over the kv replicas (XLA:TPU)", "all-reduce", "tp",
                 3 * b * s * local_kv * model.head_dim * itemsize, layers)
+        if gpu and split and h % tp == 0:
+            # The hidden dim split over tp: every RMSNorm's mean of squares is summed over tp (fp32, one value
+            # per token), 2 per layer + the final norm forward, again in the recompute, and once more per norm
+            # backward (its input gradient's row sum), and the loss's logsumexp and gold logit over the
+            # vocab-split logits (max, then sum and gold combined: 3 per token). Read from XLA:GPU's HLO by
+            # op_name and source line (rms_norm:60, chunk_loss:316): 17 f32[b,s] per step in every Llama
+            # case with remat full (2 layers), 13 with remat none. GPT-2's LayerNorm: not read.
+            norms = 0 if model.family == "gpt2" else (4 + 2 * r) * layers + 2
+            add("tp all-reduce of the norms' and the loss's row statistics (XLA:GPU, f32)", "all-reduce", "tp",
+                b * s * 4, norms + (3 if vocab else 0))
         if split:
             # The LM head's input (fwd) and again for its weight gradient (bwd) on XLA:CPU and XLA:TPU;
-            # XLA:TPU also gathers the embedding's output gradient for its scatter-add.
-            head_gathers = (3 if tpu else 2 if cpu else 1) if vocab else 0
+            # XLA:TPU also gathers the embedding's output gradient for its scatter-add (XLA:GPU too, except
+            # with tp the mesh's only axis: read from llama tp=8, which all-to-alls the lookup's gradient).
+            head_gathers = (2 if gpu and alone else 3 if tpu else 2 if cpu else 1) if vocab else 0
             add("tp all-gather of activations (each block's input, fwd / recompute / bwd)", "all-gather", "tp", x,
                 gathers + head_gathers)
             # XLA:CPU read with GQA only; XLA:TPU gathers them with as many kv heads as heads too.
-            attention_kv = kv_heads < model.num_heads or (tpu and model.family != "gpt2")
+            # XLA:GPU only with GQA (llama with 8 kv heads over tp=8 gathers 16.0 X, none of them K or V).
+            attention_kv = kv_heads < model.num_heads or (tpu and not gpu and model.family != "gpt2")
             if (cpu or tpu) and not mla and attention_kv and (kv_heads % tp == 0 or kv_part):
                 kv = b * s * kv_heads * model.head_dim * itemsize
                 add(f"tp all-gather of the K and V gradients (XLA:{'CPU' if cpu else 'TPU'})", "all-gather",
@@ -604,6 +648,8 @@ def activation_terms(
         ways = tuple(a for a in BATCH_AXES if sizes.get(a, 1) > 1)
         add("router scores gathered for top_k (XLA:CPU, f32)", "all-gather", ways,
             batch * s * model.num_experts * 4, (2 if recompute else 1) * model.num_moe_layers)
+    if backend == "gpu":  # the XLA:TPU rules XLA:GPU shares: named for the backend that emits them here
+        out = [(t[0].replace("XLA:TPU", "XLA:GPU"), *t[1:]) for t in out]
     return out
 
 
