@@ -67,6 +67,7 @@ CASES: tuple[Case, ...] = (
     ("gpt2", {"dp": 2, "tp": 4}, "full", 1),
     ("gpt2", {"fsdp": 2, "tp": 4}, "full", 1),
     ("gpt2", {"tp": 8}, "full", 1),
+    ("gpt2", {"dp": 4, "tp": 2}, "full", 1),
 )
 """(family, mesh, remat policy, micro-batches); remat "full" is the reference step's and the search's default.
 With micro-batches the step scans over them: the HLO lists the loop body once and the parser counts it
