@@ -12,7 +12,9 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   split only to save memory). Forward and backward each all-gather the leaf
   over ``S`` (``B`` = the leaf's shard bytes times ``|S|``, i.e. the
   tp/ep-sharded leaf), and the gradient is reduce-scattered over ``S``
-  (ZeRO-3 / FSDP: 2 all-gathers + 1 reduce-scatter per step);
+  (ZeRO-3 / FSDP: 2 all-gathers + 1 reduce-scatter per step; XLA:CPU with
+  remat none keeps the forward's gathered weights, the matmuls' residuals, for
+  the backward: 1 all-gather);
 - *replica axes* ``R``: the batch/sequence axes (``dp, fsdp, ep, sp``) the
   leaf is NOT split over. Its gradient shard is all-reduced over ``R``.
   ``tp`` and ``ep`` in a spec split the compute itself: nothing is gathered.
