@@ -82,7 +82,8 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   the mesh's only axis (and then not the embedding's output gradient); K and V
   gradients are gathered only with GQA; and each RMSNorm's and the loss's row
   statistics are summed over tp in fp32 (``b*s*4``, ``(4 + 2r)L + 5`` calls).
-  MLA on XLA:GPU keeps Megatron's counts (not modelled);
+  MLA on XLA:GPU: XLA:CPU's MLA counts with XLA:TPU's expert sums and lookup
+  (fitted to compiled totals: no DeepSeek HLO was recorded on GPU);
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
   sequence forward (again in the recompute under remat ``full`` / ``offload``)
   and reduce-scatters their gradients backward:
@@ -499,8 +500,12 @@ def activation_terms(
         cpu = backend == "cpu"
         mla = model.mla is not None
         # XLA:GPU lowers tp as XLA:TPU does, except where `gpu` says otherwise (read from the 1x8xH200 HLOs,
-        # compiled ahead of time; see _gpu_dense_gathers and benchmarks/RESULTS.md). MLA on XLA:GPU: not read.
+        # compiled ahead of time; see _gpu_dense_gathers and benchmarks/RESULTS.md).
         gpu = backend == "gpu" and not mla
+        # MLA on XLA:GPU: XLA:CPU's MLA counts (summed as XLA:GPU sums: reduce-scatters into the split stream),
+        # with XLA:TPU's expert sums and lookup. No DeepSeek HLO was recorded on GPU: fitted to the compiled
+        # totals of DeepSeek dp=2 x tp=4 (remat full and none); fsdp=2 x tp=4 and tp=8 (full, none) held out.
+        mla_gpu = backend == "gpu" and mla
         tpu = backend == "tpu" and not mla or gpu  # MLA's lowering on XLA:TPU was not read: Megatron's counts
         r = 1 if recompute else 0
         moe = model.num_moe_layers
@@ -509,7 +514,7 @@ def activation_terms(
         # K/V heads that tp does not divide are split over gcd(tp, kv) and replicated beyond (XLA's choice).
         kv_part = kv_heads % tp != 0 and math.gcd(kv_heads, tp) > 1
         alone = all(n == 1 for a, n in sizes.items() if a != "tp")  # tp the mesh's only axis
-        if cpu and mla:  # read from DeepSeek dp=2 x tp=4's HLO (see the module docstring)
+        if (cpu or mla_gpu) and mla:  # read from DeepSeek dp=2 x tp=4's HLO (see the module docstring)
             # MLA's down-projections (q_a, kv_a) are whole over tp: XLA:CPU runs them on the split stream and
             # sums their small outputs (the latent term below), so attention's input is never gathered and
             # its input gradients need no X-sized sum. Sums: o (fwd, recompute), the MLP's down (fwd) and
@@ -555,7 +560,7 @@ def activation_terms(
         head_sum = 1 if vocab and not tpu else 0
         add(f"tp {kind} of activations (row-parallel outputs, column-parallel input grads"
             f"{', recompute' if recompute else ''})", kind, "tp", x, sums + head_sum)
-        if cpu and mla:
+        if (cpu or mla_gpu) and mla:
             # The latent outputs of q_a and kv_a (with kv_a's rope part), summed forward and in the recompute,
             # and in the backward q_b's and kv_b's input gradients with the shared rope key's (summed over
             # the heads): the same b*s*(q_lora + kv_lora + rope) per call.
@@ -578,7 +583,7 @@ def activation_terms(
                 "tp", x, layers)
             add("tp all-reduce of the K and V grads over the kv replicas (XLA:TPU)", "all-reduce", "tp",
                 3 * b * s * local_kv * model.head_dim * itemsize, layers)
-        if gpu and split and h % tp == 0:
+        if (gpu or mla_gpu) and split and h % tp == 0:
             # The hidden dim split over tp: every RMSNorm's mean of squares is summed over tp (fp32, one value
             # per token), 2 per layer + the final norm forward, again in the recompute, and once more per norm
             # backward (its input gradient's row sum), and the loss's logsumexp and gold logit over the
@@ -592,7 +597,7 @@ def activation_terms(
             # The LM head's input (fwd) and again for its weight gradient (bwd) on XLA:CPU and XLA:TPU;
             # XLA:TPU also gathers the embedding's output gradient for its scatter-add (XLA:GPU too, except
             # with tp the mesh's only axis: read from llama tp=8, which all-to-alls the lookup's gradient).
-            head_gathers = (2 if gpu and alone else 3 if tpu else 2 if cpu else 1) if vocab else 0
+            head_gathers = (2 if gpu and alone else 3 if tpu else 2 if cpu or mla_gpu else 1) if vocab else 0
             add("tp all-gather of activations (each block's input, fwd / recompute / bwd)", "all-gather", "tp", x,
                 gathers + head_gathers)
             # XLA:CPU read with GQA only; XLA:TPU gathers them with as many kv heads as heads too.
@@ -613,20 +618,24 @@ def activation_terms(
         if vocab and not reshard:
             # XLA:TPU sums the lookup into the split residual stream with a reduce-scatter when the table is
             # not also stored split over fsdp (with fsdp it emitted an all-reduce, or permutes: priced as that).
-            lookup: CollectiveKind = ("reduce-scatter" if tpu and split and not narrow and sizes.get("fsdp", 1) == 1
+            lookup: CollectiveKind = ("reduce-scatter" if (tpu or mla_gpu) and split and not narrow and sizes.get("fsdp", 1) == 1
                                       else "all-reduce")
             add(f"tp {lookup} of the vocab-split embedding lookup", lookup, "tp", x, 1)
-        if (cpu or tpu) and moe:
+        if (cpu or tpu or mla_gpu) and moe:
             # The experts' MLP split over tp works on the dispatched buffer, not the residual stream.
             e, k = model.num_experts, model.num_experts_per_tok
             buffer = b * e * max(1, math.ceil(k * s * capacity_factor / e)) * h * itemsize
             name = "CPU" if cpu else "TPU"
-            if tpu and ep == 1 and split:
+            if (tpu or mla_gpu) and ep == 1 and split:
                 # The experts whole on every device: XLA:TPU reduce-scatters the forward's and the backward's
                 # sums; the recompute's stays an all-reduce.
+                # XLA:GPU without a recompute all-reduces the forward's (DeepSeek dp=2 x tp=4, remat none:
+                # 11.5 X reduce-scattered, 6.4 X all-reduced; the MoE ep=1 Mixtral on GPU: not read).
+                keep = 1 if backend == "gpu" and not r else 0
                 add("tp reduce-scatter of expert outputs and input grads (MoE, XLA:TPU)", "reduce-scatter", "tp",
-                    buffer, moe * 2)
-                add("tp all-reduce of expert outputs (MoE, XLA:TPU, recompute)", "all-reduce", "tp", buffer, moe * r)
+                    buffer, moe * (2 - keep))
+                add("tp all-reduce of expert outputs (MoE, XLA:TPU, recompute)", "all-reduce", "tp", buffer,
+                    moe * (r + keep))
             else:
                 add(f"tp all-reduce of expert outputs and input grads (MoE, XLA:{name})", "all-reduce", "tp", buffer,
                     moe * (1 + r + (2 if cpu else 1)))
@@ -651,7 +660,7 @@ def activation_terms(
         add("router scores gathered for top_k (XLA:CPU, f32)", "all-gather", ways,
             batch * s * model.num_experts * 4, (2 if recompute else 1) * model.num_moe_layers)
     if backend == "gpu":  # the XLA:TPU rules XLA:GPU shares: named for the backend that emits them here
-        out = [(t[0].replace("XLA:TPU", "XLA:GPU"), *t[1:]) for t in out]
+        out = [(t[0].replace("XLA:TPU", "XLA:GPU").replace("XLA:CPU", "XLA:GPU"), *t[1:]) for t in out]
     return out
 
 
