@@ -96,6 +96,7 @@ TPU_CASES: tuple[Case, ...] = (
     ("llama-kv8", {"tp": 8}, "full", 1),
     ("llama-kv2", {"dp": 2, "tp": 4}, "full", 1),
     ("mixtral", {"fsdp": 2, "ep": 2, "tp": 2}, "full", 1),
+    ("llama", {"fsdp": 8}, "none", 1),
 )
 """Few on purpose: each XLA:TPU compile of the TPU-sized steps takes minutes on a small machine."""
 TPU_BATCH, TPU_SEQ = 16, 2048
