@@ -183,8 +183,12 @@ class LeafGroups:
             if info is None:
                 leaf_group.append(-1)
                 continue
-            ctx = LeafContext.trusted(info.shape, info.dtype, no_axes, i, paths)  # checked by tree_facts
-            key = key_of(ctx)
+            if keyed_by_template:
+                # AxisKindRule.group_key(ctx) without making a LeafContext per leaf (a tenth of grouping
+                # a 1,025-leaf tree); tests/pure/search/test_planner.py holds the two equal.
+                key: Hashable = (path_template(paths.path(i)), info.shape, info.dtype)
+            else:
+                key = key_of(LeafContext.trusted(info.shape, info.dtype, no_axes, i, paths))  # checked by tree_facts
             g = ids.get(key)
             if g is None:
                 g = ids[key] = len(first)

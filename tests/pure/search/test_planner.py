@@ -130,3 +130,14 @@ def test_a_failing_plan_names_the_first_failing_group_in_group_order() -> None:
             assert plan.specs == walked.specs == (P(), P("tp"), P(), P("fsdp"))
             assert (plan.param_bytes, plan.gather, plan.axes_used) == (walked.param_bytes, walked.gather,
                                                                       walked.axes_used)
+
+
+@pytest.mark.parametrize("name", sorted(_TREES))
+def test_the_default_rule_groups_leaves_as_its_group_key_says(name) -> None:
+    # LeafGroups.build keys the default rule's leaves by (path template, shape, dtype) without asking
+    # AxisKindRule.group_key per leaf; an identical rule under another class is asked: same groups.
+    fast = LeafGroups.build(_TREES[name], _RULES[name])
+    slow = LeafGroups.build(_TREES[name], _Eager.for_model(get_preset(name).spec))
+    for field in ("first", "infos", "counts", "leaf_group", "display", "roles"):
+        assert getattr(fast, field) == getattr(slow, field), field
+    assert len(fast.first) < len(fast.leaf_group)  # leaves do share groups (layers, experts)
