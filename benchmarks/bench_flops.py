@@ -12,7 +12,7 @@ matmuls plus ``StepFlops.elementwise`` (per-element counts derived from
 single-device compiles, see ``meshplan/pure/search/_flops.py``). The scaled-down models keep the real families'
 structure (GQA, gated MLP, routed experts with capacity-based dispatch, MLA).
 
-    python benchmarks/bench_flops.py            # the grid (a few minutes on 2 cores)
+    python benchmarks/bench_flops.py            # the grid: 52 cases, about 10 minutes on 2 cores
     python benchmarks/bench_flops.py --quick    # 4 cases
     python benchmarks/bench_flops.py --quick --tpu v5e-8   # XLA:TPU, compiled ahead of time
 
