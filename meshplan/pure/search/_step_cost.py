@@ -82,13 +82,14 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   the mesh's only axis (and then not the embedding's output gradient); K and V
   gradients are gathered only with GQA; and each RMSNorm's and the loss's row
   statistics are summed over tp in fp32 (``b*s*4``, ``(4 + 2r)L + 5`` calls).
-  MLA on XLA:GPU: XLA:CPU's MLA counts with XLA:TPU's expert sums and lookup
-  (fitted to compiled totals: no DeepSeek HLO was recorded on GPU);
+  MLA on XLA:GPU: XLA:CPU's MLA counts, an MLP's gate and up input gradients
+  summed together, XLA:TPU's expert sums, lookup and fp32 LM-head input gradient;
 - ``sp`` (context parallelism): each layer all-gathers K and V for the whole
   sequence forward (again in the recompute under remat ``full`` / ``offload``)
   and reduce-scatters their gradients backward:
   ``B = b * seq * 2 * kv * a`` with ``kv = kv_heads * head_dim`` (divided by
-  ``tp`` when ``tp`` divides the kv heads), ``L`` calls each;
+  ``tp`` when ``tp`` divides the kv heads), ``L`` calls each (XLA:GPU sums dK in
+  fp32: ``b * seq * kv * (a + 4)`` backward);
 - ``ep``: GShard's capacity-based dispatch moves each MoE layer's dispatched
   tokens ``(experts, b, capacity, h)`` to the experts' devices and back:
   2 all-to-alls forward, 2 backward, 2 more in the recompute under remat
@@ -503,8 +504,9 @@ def activation_terms(
         # compiled ahead of time; see _gpu_dense_gathers and benchmarks/RESULTS.md).
         gpu = backend == "gpu" and not mla
         # MLA on XLA:GPU: XLA:CPU's MLA counts (summed as XLA:GPU sums: reduce-scatters into the split stream),
-        # with XLA:TPU's expert sums and lookup. No DeepSeek HLO was recorded on GPU: fitted to the compiled
-        # totals of DeepSeek dp=2 x tp=4 (remat full and none); fsdp=2 x tp=4 and tp=8 (full, none) held out.
+        # but an MLP's gate and up input gradients summed together, with XLA:TPU's expert sums, lookup and fp32
+        # LM-head input gradient (read from DeepSeek dp=2 x tp=4's HLO, remat full, by op_name and source line;
+        # the remat-none expert rule from dp=2 x tp=4's totals; fsdp=2 x tp=4 and tp=8 held out).
         mla_gpu = backend == "gpu" and mla
         tpu = backend == "tpu" and not mla or gpu  # MLA's lowering on XLA:TPU was not read: Megatron's counts
         r = 1 if recompute else 0
@@ -522,6 +524,7 @@ def activation_terms(
             # output gradient twice, the MLP's twice and its input). A MoE layer's MLP here is its shared
             # expert (without one: only attention's, a guess: not read).
             _, mlp = _column_projections(model, tp)
+            mlp = 1 if mla_gpu else mlp  # XLA:GPU: gate's and up's input gradients in one sum
             shared = 1 if model.num_shared_experts else 0
             sums = dense * (2 + r + mlp) + moe * (1 + r + shared * (1 + mlp))
             gathers = dense * (1 + r + 5) + moe * (shared * (1 + r) + 2 + 3 * shared)
@@ -557,7 +560,7 @@ def activation_terms(
         narrow = tpu and not gpu and split and h % tp == 0 and h // tp < 256
         kind: CollectiveKind = "reduce-scatter" if split and not narrow else "all-reduce"
         # XLA:TPU sums the LM head's input gradient in fp32 (the fp32 logits'), apart from the others.
-        head_sum = 1 if vocab and not tpu else 0
+        head_sum = 1 if vocab and not (tpu or mla_gpu) else 0
         add(f"tp {kind} of activations (row-parallel outputs, column-parallel input grads"
             f"{', recompute' if recompute else ''})", kind, "tp", x, sums + head_sum)
         if (cpu or mla_gpu) and mla:
@@ -572,7 +575,7 @@ def activation_terms(
                 # The router is whole over tp and reads the split stream: its logits are summed (fp32).
                 add("tp all-reduce of the router logits (MoE, MLA, XLA:CPU, f32)", "all-reduce", "tp",
                     b * s * model.num_experts * 4, moe * (1 + r))
-        if vocab and tpu:
+        if vocab and (tpu or mla_gpu):
             head_kind: CollectiveKind = "reduce-scatter" if split else "all-reduce"
             add(f"tp {head_kind} of the LM head's input gradient (XLA:TPU, f32)", head_kind, "tp", b * s * h * 4, 1)
         if tpu and kv_part:
@@ -648,7 +651,14 @@ def activation_terms(
         nbytes = b * seq * 2 * kv_local * itemsize
         add(f"sp all-gather of K,V (fwd{' + recompute' if recompute else ''})", "all-gather", "sp", nbytes,
             (2 if recompute else 1) * layers)
-        add("sp reduce-scatter of dK,dV (bwd)", "reduce-scatter", "sp", nbytes, layers)
+        if backend == "gpu":
+            # XLA:GPU sums K's gradient over sp in fp32, the dtype of the fp32 scores it comes from, and V's in
+            # the activation dtype (read from llama fsdp=2 x sp=4's HLO, attention's op_names: per layer
+            # f32[b,kv,seq,hd] and bf16[b,kv,hd,seq] reduce-scatters; was 0.746 of its reduce-scatter bytes).
+            add("sp reduce-scatter of dV (bwd)", "reduce-scatter", "sp", nbytes // 2, layers)
+            add("sp reduce-scatter of dK (bwd, XLA:GPU, f32)", "reduce-scatter", "sp", b * seq * kv_local * 4, layers)
+        else:
+            add("sp reduce-scatter of dK,dV (bwd)", "reduce-scatter", "sp", nbytes, layers)
     if ep > 1 and model.num_moe_layers:
         e, k = model.num_experts, model.num_experts_per_tok
         capacity = max(1, math.ceil(k * s * capacity_factor / e))

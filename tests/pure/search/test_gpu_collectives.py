@@ -4,9 +4,10 @@ No GPU is needed: the compiled bytes below were recorded on a lent H200 (``meshp
 compiles for a whole 1x8xH200 cluster from one of its GPUs; ``benchmarks/bench_collectives.py --gpu
 1x8xH200`` and ``--gpu-large``, ratios in benchmarks/RESULTS.md, "XLA:GPU 1x8xH200 ..."). The tp rules
 were read from the optimized HLO of Llama (hidden 1024) fsdp=2 x tp=4 and tp=8 (and the remat-none rule
-from dp=2 x tp=4); every other Llama / Mixtral tp row below is held out. MLA (DeepSeek, hidden 128) had no
-HLO recorded: its rule was fitted to the totals of dp=2 x tp=4 (remat full and none); fsdp=2 x tp=4 and
-tp=8 are held out. Not modelled, so not checked: sp on XLA:GPU (fsdp=2 x sp=4 reduce-scatters 0.746).
+from dp=2 x tp=4); every other Llama / Mixtral tp row below is held out. MLA's rule was read from
+DeepSeek (hidden 128) dp=2 x tp=4's HLO (remat full; remat none's expert sums from its totals);
+fsdp=2 x tp=4 and tp=8 are held out. sp's fp32 dK sum was read from llama fsdp=2 x sp=4 (in-sample: the
+only sp row).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ COMPILED = {
     ("tiny", "llama fsdp=2,tp=4 mb=2"): {"all-gather": 26_974_464, "reduce-scatter": 13_041_664,
                                          "all-reduce": 1_360_200, "all-to-all": 81_920,
                                          "collective-permute": 294_912},
+    ("tiny", "llama fsdp=2,sp=4"): {"all-gather": 5_767_168, "reduce-scatter": 4_128_768, "all-reduce": 492_802},
     ("tiny", "deepseek dp=2,tp=4"): {"all-gather": 25_579_776, "reduce-scatter": 16_777_216, "all-reduce": 8_584_580},
     ("tiny", "deepseek dp=2,tp=4 none"): {"all-gather": 20_599_040, "reduce-scatter": 12_058_624,
                                           "all-reduce": 6_684_036},
