@@ -46,8 +46,8 @@ dots, identical on XLA:CPU and XLA:TPU: Llama's K/V (2 KV heads, tp=4) split 2
 more ways with fsdp=2, repeated with dp=2 and no fsdp, exactly. MLA's ``q_a`` /
 ``kv_a`` follow the partitioner's choice per mesh and shape, not modelled beyond
 that: with dp=2,fsdp=2,tp=2 at 8 x 128 XLA also splits their forward and
-recompute, with fsdp=4,tp=2 it repeats their weight gradient (the HLO's matmuls
-0.98-1.02 of the model's on small DeepSeek steps; benchmarks/RESULTS.md).
+recompute, with fsdp=4,tp=2 it repeats their weight gradient (the model's matmuls
+0.988-1.019 of the HLO's on small DeepSeek steps; benchmarks/RESULTS.md).
 **Elementwise work** (:data:`ELEMENTWISE`; executed, never model FLOPs): norms, residual adds, biases,
 GELU/SiLU, rope, the softmax over the scores, the loss and the optimizer update, as XLA's
 ``cost_analysis()`` counts them (one FLOP per element per elementwise op, converts included). Counts per
