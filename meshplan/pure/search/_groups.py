@@ -434,20 +434,28 @@ class Planner:
     def _block(self, members: tuple[int, ...], sizes: FrozenAxisSizes, mesh_axes: tuple[str, ...],
                fast: tuple[Any, ...]) -> _Block:
         """What the groups ``members`` (one class) add to a plan on a mesh of these sizes."""
-        parts = [self._part(g, fast[g][0](sizes), sizes, mesh_axes) for g in members]
+        specs: list[PartitionSpec] = []
+        shares: list[_Share] = []
+        params = grads = optimizer = 0
         gather: dict[tuple[str, ...], list[int]] = {}
-        for g, part in zip(members, parts, strict=True):
-            storage = part.share.storage
-            if storage:
-                found = gather.get(storage)
+        used: set[str] = set()
+        for g in members:  # one pass: a search makes ~250 blocks
+            part = self._part(g, fast[g][0](sizes), sizes, mesh_axes)
+            share = part.share
+            specs.append(share.spec)
+            shares.append(share)
+            params += part.params
+            grads += part.grads
+            optimizer += part.optimizer
+            used.update(share.axes)
+            if share.storage:
+                found = gather.get(share.storage)
                 if found is None:
-                    gather[storage] = [part.gathered, g]
+                    gather[share.storage] = [part.gathered, g]
                 else:
                     found[0] += part.gathered
-        return _Block(tuple(p.share.spec for p in parts), tuple(p.share for p in parts),
-                      sum(p.params for p in parts), sum(p.grads for p in parts), sum(p.optimizer for p in parts),
-                      tuple((k, v[0], v[1]) for k, v in gather.items()),
-                      frozenset(a for p in parts for a in p.share.axes))
+        return _Block(tuple(specs), tuple(shares), params, grads, optimizer,
+                      tuple((k, v[0], v[1]) for k, v in gather.items()), frozenset(used))
 
     def _part(self, g: int, spec: PartitionSpec, sizes: FrozenAxisSizes, mesh_axes: tuple[str, ...]) -> _Part:
         """What group ``g`` under ``spec`` adds to a plan.
