@@ -93,12 +93,14 @@ def _same_plan(got: SearchResult, tree: Any, fixed: dict[str, int] | None = None
                          fixed=fixed)
     assert [c.axis_sizes for c in got.candidates] == [c.axis_sizes for c in want.candidates]
     assert [c.axis_names for c in got.candidates] == [c.axis_names for c in want.candidates]
-    def specs(result: SearchResult) -> list[Any]:
-        return jax.tree.leaves(result.best.specs_for(tree), is_leaf=lambda x: isinstance(x, PartitionSpec))
+    def specs(candidate: Any) -> list[Any]:
+        return jax.tree.leaves(candidate.specs_for(tree), is_leaf=lambda x: isinstance(x, PartitionSpec))
 
-    got_specs, want_specs = specs(got), specs(want)
+    got_specs, want_specs = [specs(c) for c in got.candidates], [specs(c) for c in want.candidates]
     assert got_specs == want_specs
-    assert any(any(e is not None for e in s) for s in got_specs)  # planned, not all replicated
+    # Planned, not all replicated: some candidate splits the tree (the best may replicate a tree this small,
+    # e.g. dp x sp on GPUs, where tp's collectives are priced as XLA:GPU emits them).
+    assert any(any(e is not None for e in s) for c in got_specs for s in c)
 
 
 def _load(path: Path) -> Any:
