@@ -416,8 +416,8 @@ def _local_batch(sizes: Mapping[str, int], batch: int, seq: int) -> tuple[int, i
 
 
 TP_BACKENDS: tuple[str, ...] = ("cpu", "gpu", "tpu")
-"""Backends :func:`activation_terms` knows the tp collectives of (``cpu`` as XLA:CPU emits them, the
-others as Megatron's schedule has them)."""
+"""Backends :func:`activation_terms` knows the tp collectives of, each as its XLA emits them (read from
+compiled HLO; Megatron's schedule only where a lowering was not read: MLA on XLA:TPU)."""
 
 RECOMPUTING: tuple[str, ...] = ("full", "offload")
 """Remat policies whose backward reruns the layer's forward, collectives included."""
@@ -466,7 +466,7 @@ def activation_terms(
       remat: the remat policy (``full`` / ``offload`` rerun the forward's collectives).
       residual_split: the residual stream is stored split over ``tp`` (gathers + reduce-scatters)
         rather than whole (all-reduces).
-      backend: one of :data:`TP_BACKENDS`: ``cpu`` counts the tp collectives XLA:CPU emits.
+      backend: one of :data:`TP_BACKENDS`: whose XLA's tp, sp and ep collectives to count.
       capacity_factor: MoE expert capacity over the even share of tokens.
 
     Returns:
@@ -742,7 +742,8 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
       ``n - 1`` collective-permutes of ``B/n`` each, overlapped with the matmul's pieces;
       ``collective_matmul=False`` models ``--xla_tpu_enable_windowed_einsum_for_all_gather=false``
       (and ``..._reduce_scatter=false``), where they stay as they are.
-    - ``"gpu"``: as the textbook, but with gradient accumulation the gradients' all-reduce runs once per
+    - ``"gpu"``: as the terms say (:func:`activation_terms` already counts XLA:GPU's tp, sp and MLA
+      collectives), but with gradient accumulation the gradients' all-reduce runs once per
       step, after the micro-batch loop (read from XLA:GPU's HLO, compiled ahead of time for 1x8xH200).
 
     Bytes and calls are per device per step; ``seconds`` keep the textbook price (this says
