@@ -213,6 +213,8 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      E.PlanError, "axis_names=('a', 'a') must not repeat"),
     ("gpu_topology_mesh sizes not the device count", lambda: meshplan.gpu_topology_mesh("1x8xH100", ("a",), (4,)),
      E.PlanError, "multiplying to the 8 devices of 1x8xH100"),
+    ("gpu_topology_mesh cluster None", lambda: meshplan.gpu_topology_mesh(None, ("a",), (8,)),
+     E.MeshplanTypeError, "cluster=None must be a Cluster"),
     ("gpu_topology_mesh a TPU cluster", lambda: meshplan.gpu_topology_mesh("v5e-4", ("a",), (4,)),
      E.ClusterError, "v5e-4 is a TPU cluster"),
     ("tpu_topology_mesh dcn_shape not dividing",

@@ -429,6 +429,8 @@ def gpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_si
       (8,)
     """
     clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(clus, Cluster):
+        raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster or its text, e.g. '1x8xH200'.")
     if clus.device.ici_scope == "slice":
         raise ClusterError(f"{clus.text} is a TPU cluster; use tpu_topology_mesh for it.")
     names, sizes = _mesh_axes(axis_names, axis_sizes, clus.num_devices, clus.text)
