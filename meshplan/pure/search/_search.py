@@ -192,12 +192,10 @@ class _Search:
             found = self.recipes[micro_batches] = dataclasses.replace(self.req.recipe, micro_batches=micro_batches)
         return found
 
-    def counts(self, mesh: dict[str, int]) -> list[int]:
-        """Micro-batch counts to try on ``mesh``, fewest first: the divisors of its per-replica batch
-        (``request.choose_micro_batches``), else the recipe's count when it divides (else none)."""
-        return self._counts(self.req.batch // math.prod(mesh.get(a, 1) for a in BATCH_AXES))
-
     def _counts(self, per_replica: int) -> list[int]:
+        """Micro-batch counts to try on a mesh with this per-replica batch (``batch / (dp*fsdp*ep)``), fewest
+        first: its divisors (``request.choose_micro_batches``), else the recipe's count when it divides
+        (else none)."""
         found = self.micro_counts.get(per_replica)
         if found is None:
             m = self.req.recipe.micro_batches
