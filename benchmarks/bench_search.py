@@ -21,6 +21,11 @@ also runs in a fresh process importing meshplan from another checkout (e.g. ``gi
 commit), alternating with this one N times (default 2), and prints each search's after / before CPU time and
 the median of those ratios over the rounds.
 
+``python benchmarks/bench_search.py --gc [--compare CHECKOUT]``: the garbage collections (young, middle, full)
+per 4096-device search of every preset, over 30 searches after 3 warm-ups in a fresh process (and in one
+importing meshplan from CHECKOUT): a full collection of a process holding jax costs 50-150 ms on a 2-core
+machine, so how often a search triggers one moves its median more than its least time.
+
 ``python benchmarks/bench_search.py --check-against CHECKOUT``: no timing; runs :func:`equivalence_rows`
 (every preset on GPU and TPU clusters of 8 to 4096 devices, under several recipes, fixed meshes and
 rankings) here and, in a fresh process, with meshplan imported from CHECKOUT, and says how many
@@ -137,6 +142,34 @@ def cpu_rows() -> None:
         print(f"{name} {search * 1e3:.1f} {median * 1e3:.1f} {plan * 1e3:.2f}", flush=True)
 
 
+def gc_rows(repeat: int = 30) -> None:
+    """Print per preset the collections per 4096-device search by generation (``gc.callbacks``), over
+    ``repeat`` searches after 3 warm-ups."""
+    import gc
+
+    for name in MODELS:
+        preset = get_preset(name)
+        counts = [0, 0, 0]
+
+        def count(phase: str, info: dict[str, int]) -> None:
+            if phase == "stop":
+                counts[info["generation"]] += 1
+
+        def search() -> object:
+            return search_meshes(preset.spec, CLUSTERS[-1][1], params=preset.params)
+
+        for _ in range(3):
+            search()
+        gc.callbacks.append(count)
+        try:
+            for _ in range(repeat):
+                search()
+        finally:
+            gc.callbacks.remove(count)
+        young, middle, full = (c / repeat for c in counts)
+        print(f"{name}: {young:.1f} young, {middle:.2f} middle, {full:.2f} full collections per search", flush=True)
+
+
 def _measure(checkout: str) -> dict[str, tuple[float, float, float]]:
     out = _rows(checkout, "import bench_search; bench_search.cpu_rows()")
     return {n: (float(a), float(m), float(b)) for n, a, m, b in (line.split() for line in out.splitlines())}
@@ -224,11 +257,17 @@ if __name__ == "__main__":
     parser.add_argument("--cpu", action="store_true", help="4096-device searches and one plan, CPU time only")
     parser.add_argument("--compare", metavar="CHECKOUT", help="with --cpu: also measure meshplan from CHECKOUT")
     parser.add_argument("--rounds", type=int, default=2, help="with --compare: alternations of the two (default 2)")
+    parser.add_argument("--gc", action="store_true", help="garbage collections per 4096-device search")
     parser.add_argument("--check-against", metavar="CHECKOUT",
                         help="compare every search's JSON with meshplan from CHECKOUT (no timing)")
     args = parser.parse_args()
     if args.check_against:
         check_against(args.check_against)
+    elif args.gc:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for label, tree in (("before", args.compare), ("after", here)) if args.compare else (("here", here),):
+            print(f"{label} ({tree}):")
+            print(_rows(tree, "import bench_search; bench_search.gc_rows()"), end="")
     elif args.cpu and args.compare:
         compare(args.compare, args.rounds)
     elif args.cpu:
