@@ -255,7 +255,7 @@ def compare(before: str, rounds: int = 2) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="4096-device searches and one plan, CPU time only")
-    parser.add_argument("--compare", metavar="CHECKOUT", help="with --cpu: also measure meshplan from CHECKOUT")
+    parser.add_argument("--compare", metavar="CHECKOUT", help="with --cpu or --gc: also measure meshplan from CHECKOUT")
     parser.add_argument("--rounds", type=int, default=2, help="with --compare: alternations of the two (default 2)")
     parser.add_argument("--gc", action="store_true", help="garbage collections per 4096-device search")
     parser.add_argument("--check-against", metavar="CHECKOUT",
