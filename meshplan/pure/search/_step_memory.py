@@ -496,7 +496,16 @@ def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: in
 
 def price_state(dims: LayerDims, recipe: TrainingRecipe, activations: ActivationParts, *, params: int,
                 grads: int, optimizer: int, gathered: int) -> StepMemory:
-    """:func:`price_step` from its :func:`activation_parts` (of the same dims and recipe) and the state."""
+    """:func:`price_step` from its :func:`activation_parts` (of the same dims and recipe) and the state.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> d, r = layer_dims(MODEL_SPECS["llama3-8b"]), TrainingRecipe()
+      >>> kw = dict(params=2 * 10**9, grads=2 * 10**9, optimizer=8 * 10**9, gathered=0)
+      >>> parts = activation_parts(d, r, tp=1, sp=1, ways=8, batch=8, seq=4096)
+      >>> price_state(d, r, parts, **kw) == price_step(d, r, tp=1, sp=1, ways=8, batch=8, seq=4096, **kw)
+      True
+    """
     cal, a, saved, logits, head, work = activations
     itemsize = cal.gathered_itemsize or a
     # One layer's share of the gathered bytes: the embedding and head gathers are not a layer's.
