@@ -88,11 +88,13 @@ from meshplan.pure.search._step_cost import (
     AXIS_ORDER,
     BATCH_AXES,
     AxisPlacement,
+    ParamTables,
     Pending,
     activation_terms,
-    param_terms,
+    param_tables,
     price,
     step_activations,
+    table_terms,
     to_terms,
 )
 from meshplan.pure.search._step_memory import (
@@ -184,6 +186,8 @@ class _Search:
         self.floors: dict[tuple[int, int, int, int], int] = {}
         self.parts: dict[tuple[int, int, int, int], ActivationParts] = {}  # the same key -> activation_parts
         self.micro_counts: dict[int, list[int]] = {}  # per-replica batch -> counts (asked twice per mesh)
+        # plan key -> param_tables of its plan: ~190 meshes listed have ~70 plans (DeepSeek-V3 on 4096 GPUs).
+        self.tables: dict[tuple[Any, ...], ParamTables] = {}
 
     def recipe(self, micro_batches: int) -> TrainingRecipe:
         """The request's recipe with ``micro_batches`` accumulation steps."""
@@ -483,8 +487,12 @@ class _Search:
         """The collectives of one step on ``s``'s mesh (placed so), with its micro-batches, not yet priced."""
         mesh = dict(zip(self.req.axes, s.sizes, strict=True))
         recipe = self.req.recipe
-        pending = param_terms(self.plans[s.plan_key].traffic, placement, mesh,
-                              layers=max(self.model.num_layers, 1), backend=recipe.backend, remat=recipe.remat)
+        # param_terms, its mesh-independent half once per plan.
+        tables = self.tables.get(s.plan_key)
+        if tables is None:
+            tables = self.tables[s.plan_key] = param_tables(self.plans[s.plan_key].traffic, self.req.axes,
+                                                            backend=recipe.backend, remat=recipe.remat)
+        pending = table_terms(tables, placement, mesh, layers=max(self.model.num_layers, 1))
         pending += activation_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
                                     itemsize=self.act_itemsize, remat=recipe.remat,
                                     residual_split=recipe.residual_split, backend=recipe.backend)
@@ -512,7 +520,10 @@ class _Search:
             return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, self.budget)
         step = self._price((tp, sp, ways, micro_batches), plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes,
                            gathered)
-        peak, phase = step.peak, step.peak_phase
+        # StepMemory.peak and .peak_phase, read off the phases once (peak_phase would take the max again).
+        phases = step.phases
+        peak = max(b for _, b in phases)
+        phase = next(n for n, b in phases if b == peak)
         live = phase != "forward"
         state = plan.param_bytes + plan.optimizer_bytes + (plan.grad_bytes if live else 0)
         return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, peak - state,

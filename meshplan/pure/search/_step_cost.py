@@ -138,8 +138,8 @@ from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
 __all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "RECOMPUTING", "STORAGE_AXES", "TP_BACKENDS", "AxisPlacement",
            "ParamTraffic",
-           "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "param_terms", "price",
-           "step_activations", "to_terms", "xla_collectives"]
+           "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "param_tables", "param_terms",
+           "price", "step_activations", "table_terms", "to_terms", "xla_collectives"]
 
 AXIS_ORDER: tuple[str, ...] = ("dp", "fsdp", "ep", "sp", "tp")
 """The axis kinds the search knows, outermost (least traffic) first."""
@@ -342,7 +342,26 @@ def param_terms(
     Returns:
       One pending collective per (kind, axis group) that spans more than one device.
     """
-    out: list[Pending] = []
+    return table_terms(param_tables(traffic, tuple(sizes), backend=backend, remat=remat), placement, sizes,
+                       layers=layers)
+
+
+ParamTables: TypeAlias = tuple[
+    tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int, bool], ...]
+""":func:`param_tables`: ``(kind, what, bytes per axis group, passes, fused per layer)`` per collective kind."""
+
+
+def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str = "gpu",
+                 remat: str = "full") -> ParamTables:
+    """:func:`param_terms`' bytes per axis group of each kind of collective, before the mesh's sizes and
+    placement are read: a search lists the collectives of ~190 meshes whose ~70 plans each make one
+    (``axes``: the mesh's axis names, in mesh order).
+
+    Example:
+      >>> t = ParamTraffic(gather=((("fsdp",), 100),), scatter=((("fsdp",), 100),), reduce=((("dp",), 50),))
+      >>> [(kind, table) for kind, _, table, _, _ in param_tables(t, ("dp", "fsdp")) if table]
+      [('all-gather', ((('fsdp',), 100),)), ('reduce-scatter', ((('fsdp',), 100),)), ('all-reduce', ((('dp',), 50),))]
+    """
     tpu = backend == "tpu"
     # The head's gradient leaves its matmul in fp32 (fp32 logits), and XLA:TPU and XLA:GPU reduce it before
     # converting it to its grad dtype (read from both HLOs: GPU fsdp=8's head reduce-scatter is f32[512,128]).
@@ -363,10 +382,10 @@ def param_terms(
     once = traffic.embed + (traffic.head if tpu else ())
     twice = () if tpu else traffic.head  # outside the layers: gathered forward and backward, not fused per layer
     whole = traffic.embed_whole if tpu else ()
-    order = {a: k for k, a in enumerate(sizes)}
+    order = {a: k for k, a in enumerate(axes)}
     embed_ar = tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in whole)
     # (kind, what, bytes per axis group, passes, fused per layer)
-    kinds: tuple[tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int, bool], ...] = (
+    return (
              # Without a recompute (remat none) the weights gathered forward are the matmuls' residuals, which
              # the backward reads: one gather per layer, not two (read from XLA:CPU's Llama fsdp=8, GPT-2 fsdp=8
              # and Mixtral fsdp=2 x ep=4 steps with remat none; "dots" saves only dot outputs and gathers again).
@@ -396,7 +415,21 @@ def param_terms(
              # XLA:TPU and XLA:GPU all-reduce the head's gradient in fp32: the bytes beyond its grad-dtype share.
              ("all-reduce", "all-reduce of grads (head in f32, beyond its grad dtype)",
               traffic.head_reduce_excess if f32_head else (), 1, False))
-    for kind, what, table, passes, fused in kinds:
+
+
+def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[str, int], *,
+                layers: int) -> list[Pending]:
+    """:func:`param_terms` from its :func:`param_tables` (``layers``: calls per step of a fused collective).
+
+    Example:
+      >>> from meshplan.pure import parse_cluster
+      >>> t = ParamTraffic(gather=((("fsdp",), 100),), scatter=(), reduce=())
+      >>> p = AxisPlacement(("dp", "fsdp"), (1, 8), (2, 1), parse_cluster("2x8xH100"))
+      >>> table_terms(param_tables(t, ("dp", "fsdp")), p, {"dp": 2, "fsdp": 8}, layers=4)
+      [('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 25.0, 8, 8, 1)]
+    """
+    out: list[Pending] = []
+    for kind, what, table, passes, fused in tables:
         # Groups that differ only in size-1 axes are the same devices: one collective.
         merged: dict[tuple[str, ...], int] = {}
         for axes, nbytes in table:
