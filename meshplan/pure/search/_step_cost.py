@@ -430,10 +430,12 @@ def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[st
     """
     out: list[Pending] = []
     for kind, what, table, passes, fused in tables:
+        if not table:  # most kinds are empty for a given backend and plan
+            continue
         # Groups that differ only in size-1 axes are the same devices: one collective.
         merged: dict[tuple[str, ...], int] = {}
         for axes, nbytes in table:
-            shown = tuple(a for a in axes if sizes[a] > 1)
+            shown = tuple([a for a in axes if sizes[a] > 1])  # a list, not a generator: cheaper to build
             if nbytes and shown:
                 merged[shown] = merged.get(shown, 0) + nbytes
         for shown, nbytes in merged.items():
