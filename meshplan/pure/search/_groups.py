@@ -177,10 +177,12 @@ class LeafGroups:
         leaf_group: list[int] = []
         display: dict[_DisplayKey, dict[int, int]] = {}
         names: dict[Any, str] = {}  # dtype -> its name (numpy formats it anew on every str())
+        templates: list[str] = []  # per leaf ("" for a non-array leaf), for _embedding_roles
         keyed_by_template = type(rule) is AxisKindRule  # its group key is (path template, shape, dtype)
         for i, info in enumerate(facts.infos):
             if info is None:
                 leaf_group.append(-1)
+                templates.append("")
                 continue
             if keyed_by_template:
                 # AxisKindRule.group_key(ctx) without making a LeafContext per leaf (a tenth of grouping
@@ -200,11 +202,12 @@ class LeafGroups:
             if dtype is None:
                 dtype = names[info.dtype] = str(info.dtype)
             template = key[0] if keyed_by_template else path_template(paths.path(i))  # type: ignore[index]
+            templates.append(template)
             where = display.setdefault((template, info.shape, dtype), {})
             where[g] = where.get(g, 0) + 1
         shown = tuple((k, tuple(v.items())) for k, v in display.items())
         return cls(facts, paths, tuple(first), tuple(infos), tuple(counts), tuple(leaf_group), shown,
-                   _embedding_roles(leaf_group, first, paths))
+                   _embedding_roles(leaf_group, first, templates))
 
 
 class PlanEval:
@@ -597,20 +600,30 @@ _HEAD_NAMES = re.compile("|".join(map(re.escape, _HEADS)))
 _ATTENTION_NAMES = re.compile(r"(?:^|/)(?:self_attn|attn)/")  # Llama / Mixtral / DeepSeek, GPT-2
 
 
-def _embedding_roles(leaf_group: list[int], first: list[int], paths: _Paths) -> dict[int, str]:
+def _embedding_roles(leaf_group: list[int], first: list[int], templates: list[str]) -> dict[int, str]:
     """``{group's first leaf: "embed" | "head" | "pos" | "attn"}`` for the input embedding, the output
     head, a learned position embedding and the attention weights, by name.
 
     The compiled steps gather them differently from the other layers' weights (see ``ParamTraffic``); a
     tree without an output head uses its embedding as the head (tied weights). A group whose leaves
-    do not all share one role gets none."""
+    do not all share one role gets none.
+
+    Read off each leaf's path template (``templates[i]``; the names are matched once per template, not
+    per leaf: a 61-layer tree has ~25 templates for its ~1000 leaves): the names hold no digit, '*' or
+    '/' but where they name a whole component, and no all-digit component holds a name, so a path and
+    its template match the same names."""
     leaf: dict[int, str] = {}
+    by_template: dict[str, str] = {}
     for i, g in enumerate(leaf_group):
         if g >= 0:
-            path = paths.path(i)
-            leaf[i] = ("head" if _HEAD_NAMES.search(path) else "embed" if _EMBEDDING_NAMES.search(path)
-                       else "pos" if _POSITION_NAMES.search(path) else "attn" if _ATTENTION_NAMES.search(path)
-                       else "")
+            path = templates[i]
+            role = by_template.get(path)
+            if role is None:
+                role = by_template[path] = (
+                    "head" if _HEAD_NAMES.search(path) else "embed" if _EMBEDDING_NAMES.search(path)
+                    else "pos" if _POSITION_NAMES.search(path) else "attn" if _ATTENTION_NAMES.search(path)
+                    else "")
+            leaf[i] = role
     if "head" not in leaf.values():
         leaf = {i: "head" if r == "embed" else r for i, r in leaf.items()}
     by_group: dict[int, set[str]] = {}

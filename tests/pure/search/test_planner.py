@@ -22,7 +22,8 @@ from jax.sharding import PartitionSpec as P
 from meshplan.pure import AxisKindRule, get_preset, tree_facts
 from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.errors import ShardingRuleError
-from meshplan.pure.search._groups import LeafGroups, Planner, evaluate_plan
+from meshplan.pure.rules._axis_kind import path_template
+from meshplan.pure.search._groups import LeafGroups, Planner, _embedding_roles, evaluate_plan
 from meshplan.pure.specs._training import TrainingState
 from tests.profiles import examples
 from tests.pure.rules.common import shapes
@@ -141,3 +142,20 @@ def test_the_default_rule_groups_leaves_as_its_group_key_says(name) -> None:
     for field in ("first", "infos", "counts", "leaf_group", "display", "roles"):
         assert getattr(fast, field) == getattr(slow, field), field
     assert len(fast.first) < len(fast.leaf_group)  # leaves do share groups (layers, experts)
+
+
+_COMPONENTS = st.sampled_from(["lm_head", "embed_tokens", "wte", "wpe", "attn", "self_attn", "mlp", "model", "0",
+                               "12", "3\n", "x1", "attn0", "wpe2", "*", ""])
+
+
+@given(st.lists(st.lists(_COMPONENTS, min_size=1, max_size=5).map("/".join), min_size=1, max_size=8),
+       st.data())
+def test_leaf_roles_read_off_templates_equal_roles_read_off_paths(paths, data) -> None:
+    # LeafGroups.build matches the role names once per path template: a path and its template must
+    # give every leaf, so every group, the same role (raw paths passed as templates: one match per leaf).
+    leaf_group = data.draw(st.lists(st.integers(-1, 2), min_size=len(paths), max_size=len(paths)))
+    groups = sorted({g for g in leaf_group if g >= 0})
+    leaf_group = [groups.index(g) if g >= 0 else -1 for g in leaf_group]  # groups 0..n-1
+    first = [leaf_group.index(g) for g in range(len(groups))]
+    assert (_embedding_roles(leaf_group, first, [path_template(p) for p in paths])
+            == _embedding_roles(leaf_group, first, paths))
