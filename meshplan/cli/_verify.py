@@ -79,14 +79,9 @@ def reference_config(args: Any, param_dtype: str) -> Any:
 
 
 def _gpu_devices(cluster: Cluster) -> list[Any]:
-    import jax
+    from meshplan.facade._compiled import local_gpus
 
-    try:
-        gpus = jax.devices("gpu")
-    except RuntimeError:
-        gpus = []
-    want = cluster.device.name.split("-")[0].lower()
-    return [d for d in gpus if want in d.device_kind.lower()]
+    return [d for d in local_gpus() if cluster.device.matches_kind(d.device_kind)]
 
 
 def _ensure_cpu_devices(n: int) -> None:

@@ -41,7 +41,8 @@ from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._topology import TpuTopology, tpu_topology
 from meshplan.pure.specs._tree import flatten_with_path, path_str
 
-__all__ = ["CompiledMemory", "compiled_memory", "libtpu_available", "tpu_topology_mesh"]
+__all__ = ["CompiledMemory", "compiled_memory", "gpu_topology_mesh", "libtpu_available", "local_gpus",
+           "tpu_topology_mesh"]
 
 _NO_PEAK = "argument + output - alias + temp (this backend reports no peak_memory_in_bytes)"
 # XLA:CPU reports a peak_memory_in_bytes that leaves the temporaries out (it is below temp_size_in_bytes
@@ -387,6 +388,19 @@ def _topology_devices(topology: TpuTopology) -> tuple[Any, ...]:
     return tuple(desc.devices)
 
 
+def local_gpus() -> list[Any]:
+    """This process's GPUs (none when jax has no GPU backend).
+
+    Example:
+      >>> local_gpus()  # the test suite runs on CPU devices
+      []
+    """
+    try:
+        return list(jax.devices("gpu"))
+    except RuntimeError:
+        return []
+
+
 def _mesh_axes(axis_names: Sequence[str], axis_sizes: Sequence[int], num_devices: int,
                where: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """Checked axis names and sizes of a mesh over ``num_devices`` devices of ``where``."""
@@ -434,12 +448,8 @@ def gpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_si
     if clus.device.ici_scope == "slice":
         raise ClusterError(f"{clus.text} is a TPU cluster; use tpu_topology_mesh for it.")
     names, sizes = _mesh_axes(axis_names, axis_sizes, clus.num_devices, clus.text)
-    try:
-        local = jax.devices("gpu")
-    except RuntimeError:
-        local = []
-    want = clus.device.name.split("-")[0].lower()  # "H100-PCIe" matches jax's "NVIDIA H100 PCIe" by its model
-    if not local or want not in local[0].device_kind.lower():
+    local = local_gpus()
+    if not local or not clus.device.matches_kind(local[0].device_kind):
         have = local[0].device_kind if local else "no GPU"
         raise ClusterError(f"compiling for {clus.text} needs one local {clus.device.name} GPU (XLA:GPU takes the "
                            f"target's description from it); this machine has {have}. Compile on such a "

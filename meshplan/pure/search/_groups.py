@@ -29,6 +29,7 @@ byte for byte.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
@@ -281,6 +282,10 @@ class _Refused(Exception):
     """A group's spec cannot store it on the mesh (the plan's error)."""
 
 
+_PLAN_ERRORS: tuple[type[Exception], ...] = (*LEAF_ERRORS, _Refused)
+"""What makes one plan fail (its message is the plan's error), not the search."""
+
+
 class _Block(NamedTuple):
     """What one class of groups (those whose specs read the same mesh axes) adds to a plan, for one
     set of sizes of those axes; memoized per class, so a plan sums a few blocks, not every group.
@@ -351,12 +356,8 @@ class Planner:
             layout = self._layouts.get(mesh_axes) or self._new_layout(mesh_axes, fast)
             if layout is not None:
                 # On a failing group, the group-by-group walk below names the first that fails, in group order.
-                try:
+                with contextlib.suppress(*_PLAN_ERRORS):
                     return self._from_blocks(sizes, mesh_axes, fast, layout)
-                except LEAF_ERRORS:
-                    pass
-                except _Refused:
-                    pass
         return self._by_group(sizes, mesh_axes)
 
     def _by_group(self, sizes: FrozenAxisSizes, mesh_axes: tuple[str, ...]) -> PlanEval:
@@ -387,9 +388,7 @@ class Planner:
                 all_used.update(share.axes)
                 if share.storage:
                     gather[share.storage] = gather.get(share.storage, 0) + part.gathered
-        except LEAF_ERRORS as err:
-            return _failed(str(err))
-        except _Refused as err:
+        except _PLAN_ERRORS as err:
             return _failed(str(err))
         return PlanEval(tuple(p.share.spec for p in parts), p_total, g_total, o_total, tuple(gather.items()),
                         axes_used=tuple(a for a in mesh_axes if a in all_used),

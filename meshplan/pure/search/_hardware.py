@@ -102,6 +102,17 @@ class DeviceSpec:
         """The network / DCN link as a cost-model :class:`Link`."""
         return Link(self.inter_bandwidth, self.inter_latency_s)
 
+    def matches_kind(self, device_kind: str) -> bool:
+        """Whether a jax device's ``device_kind`` is this device: its model (the name before any
+        ``-``) in the kind, ignoring case (``"H100-PCIe"`` and ``"NVIDIA H100 80GB HBM3"``).
+
+        Example:
+          >>> h100 = DEVICE_SPECS["H100"]
+          >>> h100.matches_kind("NVIDIA H100 80GB HBM3"), h100.matches_kind("NVIDIA H200")
+          (True, False)
+        """
+        return self.name.split("-")[0].lower() in str(device_kind).lower()
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict; :meth:`from_dict` inverts it."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -520,10 +520,7 @@ class _Search:
             return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, self.budget)
         step = self._price((tp, sp, ways, micro_batches), plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes,
                            gathered)
-        # StepMemory.peak and .peak_phase, read off the phases once (peak_phase would take the max again).
-        phases = step.phases
-        peak = max(b for _, b in phases)
-        phase = next(n for n, b in phases if b == peak)
+        peak, phase = step.peak, step.peak_phase
         live = phase != "forward"
         state = plan.param_bytes + plan.optimizer_bytes + (plan.grad_bytes if live else 0)
         return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, peak - state,

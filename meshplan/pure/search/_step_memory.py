@@ -342,9 +342,8 @@ class StepMemory:
 
     @property
     def peak_phase(self) -> str:
-        """The name of the fullest phase (the first, on ties)."""
-        peak = self.peak
-        return next(n for n, b in self.phases if b == peak)
+        """The name of the fullest phase (the first, on ties: ``max`` keeps the first of equal keys)."""
+        return max(self.phases, key=lambda phase: phase[1])[0]
 
 
 # jax.experimental.pallas.ops.tpu.flash_attention.MIN_BLOCK_SIZE: the lanes its row statistics fill.

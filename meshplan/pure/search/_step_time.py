@@ -24,8 +24,11 @@ the activation collectives (tp / sp / ep) are ``m`` times as many calls of
 inside the accumulation loop (the gradients carry the parameters' sharding)
 and gathers the weights again in each (XLA:TPU, fsdp=8 with 2 micro-batches:
 every gather and gradient reduce-scatter twice; XLA:CPU hoists the
-loop-invariant forward gathers out of the loop, not modelled). The windows
-are the same layers' compute, summed over the micro-batches.
+loop-invariant forward gathers out of the loop, and XLA:GPU all-reduces the
+accumulated gradients once, after it: both read from HLO and said by
+:func:`~meshplan.pure.search._step_cost.xla_collectives`, not priced here, so
+a GPU mesh's dp all-reduce with accumulation is priced ``m`` times). The
+windows are the same layers' compute, summed over the micro-batches.
 
 Within a window, what exceeds the compute is exposed, shared among the
 collectives in proportion to their seconds. ``step = compute + exposed``;

@@ -301,3 +301,21 @@ def test_numpy_numbers_are_accepted_and_canonicalized() -> None:
     c = Cluster(spec, num_nodes=np.int64(2), devices_per_node=np.int64(4))
     assert type(c.num_nodes) is int and c.num_devices == 8
     assert json.loads(json.dumps(c.to_dict()))["num_nodes"] == 2
+
+
+_MODELS = sorted({name.split("-")[0] for name in DEVICE_SPECS})
+
+
+@given(st.sampled_from(sorted(DEVICE_SPECS)), st.sampled_from(_MODELS), st.sampled_from(["NVIDIA ", "", "TPU "]),
+       st.text("abcdefgh0123456789 -", max_size=12), st.booleans())
+def test_a_device_kind_matches_the_spec_of_its_model_only(name: str, model: str, vendor: str, suffix: str,
+                                                          upper: bool) -> None:
+    # jax's device_kind names the model with a vendor prefix and a variant suffix ("NVIDIA H100 80GB HBM3");
+    # a spec matches the kinds of its model (the name before any "-", any case) and no other model's.
+    kind = f"{vendor}{model} {suffix}"
+    kind = kind.upper() if upper else kind
+    mine = name.split("-")[0]
+    if model == mine:
+        assert DEVICE_SPECS[name].matches_kind(kind)
+    elif mine.lower() not in model.lower() and mine.lower() not in suffix.lower():
+        assert not DEVICE_SPECS[name].matches_kind(kind)
