@@ -183,21 +183,6 @@ def test_xla_cpu_hoists_the_loop_invariant_gathers_out_of_the_micro_batch_loop(m
         terms, backend="cpu", itemsize=4)
 
 
-@given(st.integers(1, 8), st.integers(1, 80), st.integers(1, 10**6))
-def test_xla_gpu_all_reduces_the_accumulated_gradients_once(m, layers, nbytes):
-    # XLA:GPU (1x8xH200 compiled ahead of time) all-reduces the gradients once, after the micro-batch loop; its
-    # gathers and reduce-scatters stay in the loop, as accumulate() prices them.
-    terms = [CommTerm("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), nbytes, 2 * layers * m,
-                      "intra", 0.0),
-             CommTerm("fsdp reduce-scatter of grads", "reduce-scatter", ("fsdp",), nbytes, layers * m, "intra", 0.0),
-             CommTerm("dp all-reduce of grads", "all-reduce", ("dp",), nbytes, layers * m, "intra", 0.0),
-             CommTerm("dp all-reduce of grads (head in f32, beyond its grad dtype)", "all-reduce", ("dp",), nbytes,
-                      m, "intra", 0.0)]
-    gpu = xla_collectives(terms, backend="gpu", itemsize=2, micro_batches=m)
-    assert [t.calls for t in gpu] == [2 * layers * m, layers * m, layers, 1]
-    assert [t.nbytes for t in gpu] == [nbytes] * 4
-
-
 def test_collective_matmul_turns_tp_gathers_into_permutes():
     t = CommTerm("tp all-gather", "all-gather", ("tp",), 8000, 3, "intra", 0.0)
     (out,) = xla_collectives([t], backend="tpu", itemsize=2, collective_matmul=True, sizes={"tp": 4})

@@ -496,7 +496,7 @@ class _Search:
         pending += activation_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
                                     itemsize=self.act_itemsize, remat=recipe.remat,
                                     residual_split=recipe.residual_split, backend=recipe.backend)
-        return accumulate(pending, s.micro_batches)
+        return accumulate(pending, s.micro_batches, backend=recipe.backend)
 
     def _leanest(self, over: list[_Scored]) -> list[_Scored]:
         """The over-budget meshes that can be among the ``top_k`` leanest, the only ones shown.

@@ -778,8 +778,8 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
       ``collective_matmul=False`` models ``--xla_tpu_enable_windowed_einsum_for_all_gather=false``
       (and ``..._reduce_scatter=false``), where they stay as they are.
     - ``"gpu"``: as the terms say (:func:`activation_terms` already counts XLA:GPU's tp, sp and MLA
-      collectives), but with gradient accumulation the gradients' all-reduce runs once per
-      step, after the micro-batch loop (read from XLA:GPU's HLO, compiled ahead of time for 1x8xH200).
+      collectives, and :func:`~meshplan.pure.search._step_time.accumulate` its gradients' all-reduce
+      once per step with gradient accumulation, after the micro-batch loop).
 
     Bytes and calls are per device per step; ``seconds`` keep the textbook price (this says
     what the program contains, not a second cost model).
@@ -822,10 +822,6 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
                 kind, what = "all-reduce", f"{what} (XLA:CPU: all-reduce + dynamic-slice)"
             if size == 2 and "f32)" not in what:  # a term named '... f32)' is priced in f32 already
                 nbytes *= 2
-        elif backend == "gpu" and m > 1 and kind == "all-reduce" and "all-reduce of grads" in what:
-            # XLA:GPU all-reduces the accumulated gradients once, after the micro-batch loop (its reduce-scatters
-            # stay in the loop): llama dp=2,fsdp=4 with 2 micro-batches all-reduces 247,048 B, as with one.
-            calls = max(calls // m, 1)
         elif backend == "tpu" and collective_matmul and "tp" in t.axes and kind in ("all-gather", "reduce-scatter"):
             # Windowed einsum: n - 1 permutes of one B/n chunk each per original call.
             n = math.prod(mesh.get(a, 1) for a in t.axes)

@@ -23,12 +23,14 @@ the activation collectives (tp / sp / ep) are ``m`` times as many calls of
 ``m`` times: XLA reduce-scatters / all-reduces each micro-batch's gradients
 inside the accumulation loop (the gradients carry the parameters' sharding)
 and gathers the weights again in each (XLA:TPU, fsdp=8 with 2 micro-batches:
-every gather and gradient reduce-scatter twice; XLA:CPU hoists the
-loop-invariant forward gathers out of the loop, and XLA:GPU all-reduces the
-accumulated gradients once, after it: both read from HLO and said by
-:func:`~meshplan.pure.search._step_cost.xla_collectives`, not priced here, so
-a GPU mesh's dp all-reduce with accumulation is priced ``m`` times). The
-windows are the same layers' compute, summed over the micro-batches.
+every gather and gradient reduce-scatter twice). XLA:GPU all-reduces the
+accumulated gradients once, after the loop (read from its HLO for 1x8xH200),
+so with ``backend="gpu"`` a gradient all-reduce keeps its one call per step
+(its reduce-scatters stay in the loop). XLA:CPU hoists the loop-invariant
+forward gathers out of the loop; that is said by
+:func:`~meshplan.pure.search._step_cost.xla_collectives` and not priced here
+(XLA:CPU is a check, not a target). The windows are the same layers' compute,
+summed over the micro-batches.
 
 Within a window, what exceeds the compute is exposed, shared among the
 collectives in proportion to their seconds. ``step = compute + exposed``;
@@ -41,7 +43,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from meshplan.pure._check import as_count
+from meshplan.pure._check import as_choice, as_count
 from meshplan.pure.errors import PlanError
 from meshplan.pure.search._flops import StepFlops
 
@@ -64,21 +66,26 @@ def overlap_class(what: str, kind: str) -> str:
     return "critical"
 
 
-def accumulate(pending: Sequence[Any], micro_batches: int) -> list[Any]:
+def accumulate(pending: Sequence[Any], micro_batches: int, *, backend: str = "tpu") -> list[Any]:
     """The step's collectives with ``micro_batches`` gradient-accumulation steps (see the module docstring).
 
     ``pending`` holds ``(what, kind, axes, bytes per call, calls, ici, dcn)`` tuples for the whole batch in
-    one pass (:func:`~meshplan.pure.search._step_cost.price` prices them).
+    one pass (:func:`~meshplan.pure.search._step_cost.price` prices them). ``backend`` is the compiler the
+    step is priced for (``"tpu"``, ``"gpu"`` or ``"cpu"``): XLA:GPU syncs the accumulated gradients once.
 
     Example:
-      >>> accumulate([("tp all-reduce of activations", "all-reduce", ("tp",), 800, 4, 8, 1),
-      ...             ("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), 100, 2, 8, 1),
-      ...             ("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)], 4)
+      >>> pending = [("tp all-reduce of activations", "all-reduce", ("tp",), 800, 4, 8, 1),
+      ...            ("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), 100, 2, 8, 1),
+      ...            ("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)]
+      >>> accumulate(pending, 4)
       [('tp all-reduce of activations', 'all-reduce', ('tp',), 200.0, 16, 8, 1), \
 ('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 100, 8, 8, 1), \
 ('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 4, 1, 2)]
+      >>> accumulate(pending, 4, backend="gpu")[2]
+      ('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 1, 1, 2)
     """
     m = as_count(micro_batches, "micro_batches", error=PlanError)
+    backend = as_choice(backend, "backend", ("cpu", "gpu", "tpu"), error=PlanError)
     if m == 1:
         return list(pending)
     out = []
@@ -86,6 +93,10 @@ def accumulate(pending: Sequence[Any], micro_batches: int) -> list[Any]:
         where = overlap_class(what, kind)
         if where == "critical":
             out.append((what, kind, axes, nbytes / m, calls * m, ici, dcn))
+        elif backend == "gpu" and kind == "all-reduce" and where == "grads":
+            # XLA:GPU all-reduces the accumulated gradients once, after the micro-batch loop (1x8xH200's HLO:
+            # llama dp=2,fsdp=4 with 2 micro-batches all-reduces 247,048 B, as with one).
+            out.append((what, kind, axes, nbytes, calls, ici, dcn))
         else:  # parameter gathers and gradient syncs: again in every micro-batch
             out.append((what, kind, axes, nbytes, calls * m, ici, dcn))
     return out

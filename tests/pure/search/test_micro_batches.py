@@ -5,7 +5,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from meshplan.pure import PlanError, search_meshes
-from meshplan.pure.search import SearchResult
+from meshplan.pure.search import SearchResult, TrainingRecipe
 from meshplan.pure.search._space import divisors
 from meshplan.pure.search._step_cost import price
 from meshplan.pure.search._step_time import accumulate, overlap_class
@@ -112,3 +112,28 @@ def test_accumulate_keeps_activation_bytes_and_repeats_calls(rows, m):
     # More micro-batches never make the communication cheaper (latency per call, gathers repeated).
     cluster = parse_cluster("2x8xH100")
     assert price(out, cluster).sum() >= price(pending, cluster).sum() * (1 - 1e-9)
+
+
+@given(st.lists(st.tuples(st.sampled_from(WHATS), st.integers(1, 1 << 30), st.integers(1, 200)), max_size=5),
+       st.integers(1, 64))
+def test_xla_gpu_all_reduces_the_accumulated_gradients_once(rows, m):
+    # XLA:GPU (1x8xH200 compiled ahead of time) all-reduces the gradients once, after the micro-batch loop;
+    # its gathers, reduce-scatters and activation collectives are XLA:TPU's.
+    pending = [(w, k, a, nbytes, calls, 8, 1) for (w, k, a), nbytes, calls in rows]
+    gpu, tpu = accumulate(pending, m, backend="gpu"), accumulate(pending, m, backend="tpu")
+    for before, g, t in zip(pending, gpu, tpu, strict=True):
+        if before[1] == "all-reduce" and overlap_class(before[0], before[1]) == "grads":
+            assert g == before
+        else:
+            assert g == t
+    assert accumulate(pending, m, backend="cpu") == tpu  # XLA:CPU's hoisting is xla_collectives' to say
+    with pytest.raises(PlanError, match="backend"):
+        accumulate(pending, m, backend="rocm")
+
+
+def test_a_gpu_search_with_accumulation_prices_the_gradient_all_reduce_once():
+    one, four = (search_meshes("llama3-8b", "2x8xH100", axes=("dp", "fsdp"), fixed={"dp": 2, "fsdp": 8},
+                               batch=64, seq=2048, recipe=TrainingRecipe(backend="gpu", micro_batches=m)).best
+                 for m in (1, 4))
+    dp_sync = [[t for t in c.comm if t.what.startswith("dp all-reduce of grads")] for c in (one, four)]
+    assert dp_sync[0] and [(t.nbytes, t.calls) for t in dp_sync[0]] == [(t.nbytes, t.calls) for t in dp_sync[1]]
