@@ -68,6 +68,11 @@ CASES: tuple[Case, ...] = (
     ("gpt2", {"fsdp": 2, "tp": 4}, "full", 1),
     ("gpt2", {"tp": 8}, "full", 1),
     ("gpt2", {"dp": 4, "tp": 2}, "full", 1),
+    # Held out for the fused c_attn reshard (session 5): another mesh, no recompute, another width and depth.
+    ("gpt2", {"fsdp": 4, "tp": 2}, "full", 1),
+    ("gpt2", {"tp": 8}, "none", 1),
+    ("gpt2-h192", {"dp": 2, "tp": 4}, "full", 1),
+    ("gpt2-h192", {"dp": 4, "tp": 2}, "full", 1),
 )
 """(family, mesh, remat policy, micro-batches); remat "full" is the reference step's and the search's default.
 With micro-batches the step scans over them: the HLO lists the loop body once and the parser counts it
@@ -133,6 +138,10 @@ def tiny(family: str) -> object:
         return dataclasses.replace(MODEL_SPECS["gpt2"], name="tiny-gpt2", num_layers=2, hidden_size=128, num_heads=8,
                                    num_kv_heads=8, head_dim=16, intermediate_size=512, vocab_size=512,
                                    max_position_embeddings=512, num_params=None)
+    if family == "gpt2-h192":  # wider and deeper: 12 heads, 3 layers (c_attn's 576 outputs split otherwise)
+        return dataclasses.replace(MODEL_SPECS["gpt2"], name="tiny-gpt2-h192", num_layers=3, hidden_size=192,
+                                   num_heads=12, num_kv_heads=12, head_dim=16, intermediate_size=768,
+                                   vocab_size=512, max_position_embeddings=512, num_params=None)
     if family == "mixtral":
         return dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="tiny-mixtral", num_layers=2,
                                    hidden_size=128, num_heads=8, num_kv_heads=4, head_dim=16,

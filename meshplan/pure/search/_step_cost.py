@@ -125,7 +125,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -134,6 +134,7 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search._candidate import CommTerm
 from meshplan.pure.search._cluster import Cluster
 from meshplan.pure.search._cost import CollectiveKind, collective_time
+from meshplan.pure.search._slice_reshard import slice_reshard
 from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
 __all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "RECOMPUTING", "STORAGE_AXES", "TP_BACKENDS", "AxisPlacement",
@@ -217,7 +218,11 @@ class AxisPlacement:
         return i, d
 
 
-Pending: TypeAlias = tuple[str, CollectiveKind, tuple[str, ...], float, int, int, int]
+StepKind: TypeAlias = CollectiveKind | Literal["collective-permute"]
+"""A collective of a step: the cost model's kinds and XLA's collective-permute (a slice resharded
+between devices, :func:`_fused_qkv_permutes`), priced as one point-to-point send of its buffer."""
+
+Pending: TypeAlias = tuple[str, StepKind, tuple[str, ...], float, int, int, int]
 """A collective not yet priced: ``(what, kind, axes, nbytes per call, calls, i, d)``, where the
 group has ``i`` devices per ICI domain over ``d`` domains."""
 
@@ -228,18 +233,25 @@ def _link_name(i: int, d: int) -> str:
     return "intra" if d == 1 else "inter" if i == 1 else "intra+inter"
 
 
-def _two_level(kind: CollectiveKind, nbytes: Any, i: Any, d: Any, cluster: Cluster) -> Any:
+def _two_level(kind: StepKind, nbytes: Any, i: Any, d: Any, cluster: Cluster) -> Any:
     """Seconds of one call: ring of ``i`` on ICI + ring of ``d`` on DCN (either may be 1, costing 0)."""
+    if kind == "collective-permute":
+        # Each device sends its buffer once, to one peer of the group: over DCN when the group spans domains.
+        i, d = np.asarray(i), np.asarray(d)
+        intra, inter = cluster.intra_link, cluster.inter_link
+        return np.where(d > 1, inter.latency + nbytes / inter.bandwidth,
+                        np.where(i > 1, intra.latency + nbytes / intra.bandwidth, 0.0))
     outer = nbytes if kind == "all-to-all" else nbytes / i
     return (collective_time(kind, nbytes, i, cluster.intra_link)
             + collective_time(kind, outer, d, cluster.inter_link))
 
 
-def group_time(kind: CollectiveKind, nbytes: float, axes: Sequence[str], placement: AxisPlacement) -> tuple[float, str]:
+def group_time(kind: StepKind, nbytes: float, axes: Sequence[str], placement: AxisPlacement) -> tuple[float, str]:
     """Seconds of one collective over the device group ``axes``, and the link it uses.
 
     Args:
-      kind: ``"all-gather"``, ``"reduce-scatter"``, ``"all-reduce"`` or ``"all-to-all"``.
+      kind: ``"all-gather"``, ``"reduce-scatter"``, ``"all-reduce"``, ``"all-to-all"`` or
+        ``"collective-permute"`` (one send of ``nbytes`` per device).
       nbytes: the full buffer (as :mod:`meshplan.pure.search._cost` defines it).
       axes: the mesh axes of the group.
       placement: where the axes lie.
@@ -268,7 +280,7 @@ def price(pending: Sequence[Pending], cluster: Cluster) -> np.ndarray:
       [0.007862]
     """
     out = np.zeros(len(pending))
-    by_kind: dict[CollectiveKind, list[int]] = {}
+    by_kind: dict[StepKind, list[int]] = {}
     for k, item in enumerate(pending):
         by_kind.setdefault(item[1], []).append(k)
     for kind, rows in by_kind.items():
@@ -468,6 +480,29 @@ def _column_projections(model: Any, tp: int) -> tuple[int, int]:
     return (0 if model.mla is not None else 1 + kv), 2  # MLA: its down projections are whole over tp
 
 
+def _fused_qkv_permutes(model: Any, tp: int) -> tuple[int, ...] | None:
+    """The collective-permutes (widths along ``3h``) that reshard GPT-2's ``jnp.split(qkv, 3)`` per pass.
+
+    The plan splits the fused ``c_attn`` weight ``(h, 3h)`` over tp on its outputs in contiguous blocks
+    of ``3h/tp``, while q, k and v are each pinned to their heads over tp (blocks of ``h/tp``): a
+    device's block of ``[q | k | v]`` is not its heads, and XLA's partitioner reshards each of the
+    three slices by halo exchange (:func:`~meshplan.pure.search._slice_reshard.slice_reshard`; at
+    hidden 128: 2, 2.5 and 2 times ``h`` at tp = 2, 4, 8). None where nothing is resharded: another
+    family, or heads tp does not split.
+
+    Example:
+      >>> from types import SimpleNamespace as M
+      >>> _fused_qkv_permutes(M(family="gpt2", hidden_size=128, num_heads=8), 4)
+      (64, 32, 64, 64, 32, 32, 32)
+    """
+    h = model.hidden_size
+    if model.family != "gpt2" or tp == 1 or model.num_heads % tp or h % tp:
+        return None
+    # The thirds of 3h never take XLA's gather fallback (their halos stay under its limits for every tp
+    # dividing h; tests/pure/search/test_fused_reshard.py), so the permutes are the whole reshard.
+    return tuple(w for k in range(3) for w in slice_reshard(3 * h, k * h, h, tp).permutes)
+
+
 def _gpu_dense_gathers(dense: int, r: int, alone: bool) -> int:
     """The residual-stream gathers of ``dense`` dense layers under tp on XLA:GPU (``r``: 1 with a recompute).
 
@@ -523,7 +558,7 @@ def activation_terms(
     h, layers = model.hidden_size, model.num_layers
     out: list[Pending] = []
 
-    def add(what: str, kind: CollectiveKind, axis: str | tuple[str, ...], nbytes: int, calls: int) -> None:
+    def add(what: str, kind: StepKind, axis: str | tuple[str, ...], nbytes: int, calls: int) -> None:
         axes = (axis,) if isinstance(axis, str) else axis
         if calls and axes:
             i, d = placement.split(axes)
@@ -551,6 +586,7 @@ def activation_terms(
         # K/V heads that tp does not divide are split over gcd(tp, kv) and replicated beyond (XLA's choice).
         kv_part = kv_heads % tp != 0 and math.gcd(kv_heads, tp) > 1
         alone = all(n == 1 for a, n in sizes.items() if a != "tp")  # tp the mesh's only axis
+        cpu_fused = _fused_qkv_permutes(model, tp) if cpu else None  # GPT-2's c_attn resharded (XLA:CPU)
         if (cpu or mla_gpu) and mla:  # read from DeepSeek dp=2 x tp=4's HLO (see the module docstring)
             # MLA's down-projections (q_a, kv_a) are whole over tp: XLA:CPU runs them on the split stream and
             # sums their small outputs (the latent term below), so attention's input is never gathered and
@@ -576,7 +612,11 @@ def activation_terms(
             # (read from llama tp=8 with 4 kv heads, K/V replicated over part of tp, and with 8, where they
             # are not: a buffer's gathers for its two backward uses are one there; with dp / fsdp they are
             # two). Both conditions kept: with 8 devices the first never occurs without the second.
-            gathers = dense * (2 + 2 * r + (3 if kv_part or alone else 6)) + moe * (1 + r + 4)
+            # GPT-2's fused c_attn with the stream split: its weight gradient is taken against the split
+            # input and the gathered fused gradient (below), so that input is not gathered for it: 5, not 6
+            # (read from GPT-2 dp=4 x tp=2, dp=2 x tp=4, fsdp=2 x tp=4; with tp alone 3, as for Llama).
+            fused_bwd = cpu_fused is not None and split
+            gathers = dense * (2 + 2 * r + (3 if kv_part or alone else 5 if fused_bwd else 6)) + moe * (1 + r + 4)
         elif tpu:  # as XLA:TPU emits them (see the module docstring)
             # A MoE layer's row-parallel sum is the experts' (dispatched-buffer sized, below): attention's o
             # forward and in the recompute, and q, k, v's input gradients together.
@@ -645,6 +685,32 @@ def activation_terms(
                 kv = b * s * kv_heads * model.head_dim * itemsize
                 add(f"tp all-gather of the K and V gradients (XLA:{'CPU' if cpu else 'TPU'})", "all-gather",
                     "tp", kv, 2 * layers)
+            if cpu_fused is not None:
+                # c_attn's weight gradient (h, 3h) taken against its hidden-split input: the fused gradient
+                # gathered whole over tp, 3X per layer (read from all four GPT-2 tp compiles, op_name the
+                # dot's transpose; its (h/tp, 3h) result then moves to the weight's layout, a weight-sized
+                # all-to-all, not priced).
+                add("tp all-gather of the fused qkv gradient (c_attn's weight gradient, XLA:CPU)", "all-gather",
+                    "tp", 3 * x, layers)
+        if cpu_fused is not None:
+            # Derived from XLA's partitioner (not fitted): each of q, k, v sliced out of the 3h/tp blocks is
+            # resharded to its heads by halo-exchange permutes, forward and in the recompute; the backward's
+            # concatenation of their gradients moves them off the split dim (to the batch or sequence, an
+            # all-to-all of each), concatenates and moves the 3h-wide result back (HandleConcatenate ->
+            # HandleElementwiseWithDimsToReplicate); with neither dim divisible it gathers them instead.
+            row = b * s * itemsize  # bytes per element of the fused dim
+            for width in sorted(set(cpu_fused)):
+                add(f"tp collective-permute of the fused qkv's slices to their heads, {width} of 3h wide (XLA:CPU"
+                    f", fwd{' + recompute' if recompute else ''})", "collective-permute", "tp", row * width,
+                    cpu_fused.count(width) * (1 + r) * layers)
+            if b % tp == 0 or s % tp == 0:
+                add("tp all-to-all of q, k, v's gradients off the hidden dim (XLA:CPU, bwd)", "all-to-all", "tp",
+                    x // tp, 3 * layers)
+                add("tp all-to-all of their concatenation back to 3h/tp (XLA:CPU, bwd)", "all-to-all", "tp",
+                    3 * x // tp, layers)
+            else:
+                add("tp all-gather of q, k, v's gradients for their concatenation (XLA:CPU, bwd)", "all-gather",
+                    "tp", x, 3 * layers)
         # XLA:TPU with the table split over fsdp exactly as wide as over tp (read from llama dp=2 x fsdp=2 x
         # tp=2's HLO, the lookup's op_name): it reshards the table instead of the lookup's output, a
         # collective-permute of the table's shard (vocab over tp, hidden over fsdp, swapped) and a gather of
