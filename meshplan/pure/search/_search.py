@@ -99,9 +99,11 @@ from meshplan.pure.search._step_cost import (
 )
 from meshplan.pure.search._step_memory import (
     ActivationParts,
+    HeadLayout,
     StepMemory,
     activation_floor,
     activation_parts,
+    head_layout,
     layer_dims,
     price_state,
 )
@@ -161,6 +163,10 @@ class _Search:
         self.state_total = state_bytes(self.groups, self.state)
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
+        # The output head's group (the embedding when tied): how a plan splits it decides what XLA
+        # gathers for the loss (HeadLayout); None when the tree names none.
+        self.head_group = next((g for g, first in enumerate(groups.first) if groups.roles.get(first) == "head"
+                                and self.dims.vocab in groups.infos[g].shape), None)
         # The bound-pruned meshes and their bounds (two lists: ~700 pairs would be as many more objects).
         self.bounded: list[tuple[int, ...]] = []
         self.bounded_at: list[float] = []
@@ -184,7 +190,8 @@ class _Search:
         # (tp, sp, dp*fsdp*ep, micro-batches) -> the activation floor: price_step reads the mesh only
         # through those, and a 4096-device search bounds ~1000 meshes with a few dozen distinct keys.
         self.floors: dict[tuple[int, int, int, int], int] = {}
-        self.parts: dict[tuple[int, int, int, int], ActivationParts] = {}  # the same key -> activation_parts
+        # The same key and the head's layout -> activation_parts.
+        self.parts: dict[tuple[int, int, int, int, HeadLayout | None], ActivationParts] = {}
         self.micro_counts: dict[int, list[int]] = {}  # per-replica batch -> counts (asked twice per mesh)
         # plan key -> param_tables of its plan: ~190 meshes listed have ~70 plans (DeepSeek-V3 on 4096 GPUs).
         self.tables: dict[tuple[Any, ...], ParamTables] = {}
@@ -425,14 +432,14 @@ class _Search:
         return self.req.activations and state + self._activation_floor(tp, sp, ways, micro_batches) > self.budget
 
     def _price(self, key: tuple[int, int, int, int], params: int, grads: int, optimizer: int,
-               gathered: int) -> StepMemory:
+               gathered: int, head: HeadLayout | None = None) -> StepMemory:
         """:func:`~meshplan.pure.search._step_memory.step_memory` without re-checking what the search built."""
         recipe = self.recipe(key[3])
-        parts = self.parts.get(key)
+        parts = self.parts.get((*key, head))
         if parts is None:  # what the peak reads of the mesh: ~1000 peaks of a search have ~100 distinct ones
             tp, sp, ways, _ = key
-            parts = self.parts[key] = activation_parts(self.dims, recipe, tp=tp, sp=sp, ways=ways,
-                                                       batch=self.req.batch, seq=self.req.seq)
+            parts = self.parts[(*key, head)] = activation_parts(self.dims, recipe, tp=tp, sp=sp, ways=ways,
+                                                                batch=self.req.batch, seq=self.req.seq, head=head)
         return price_state(self.dims, recipe, parts, params=params, grads=grads, optimizer=optimizer,
                            gathered=gathered)
 
@@ -453,24 +460,26 @@ class _Search:
         m = counts[0]
         # What the step's peak reads of the mesh, once for every micro-batch count tried.
         gathered = sum(nbytes for axes, nbytes in plan.gather if any(mesh.get(x, 1) > 1 for x in axes))
+        head = None if self.head_group is None else head_layout(
+            plan.specs[self.head_group], self.groups.infos[self.head_group].shape, mesh, vocab=self.dims.vocab)
         tp, sp = mesh.get("tp", 1), mesh.get("sp", 1)
         state = plan.param_bytes + plan.grad_bytes + plan.optimizer_bytes
         # A count the plan is over the budget at (its bound says so) is not priced when another is tried
         # anyway: pricing it would say "does not fit" and change nothing.
         memory = (None if len(counts) > 1 and (over_at_fewest or self._over_at(state, tp, sp, ways, m))
-                  else self._memory(plan, gathered, tp, sp, ways, m))
+                  else self._memory(plan, gathered, tp, sp, ways, m, head))
         if memory is None or (not memory.fits and len(counts) > 1):
             # The fewest micro-batches that fit: check the most first (the leanest; a mesh that fits at none is
             # reported there), then bisect: from 2 on, the peak only falls as the count grows (the activations
             # shrink, the fp32 accumulator stays).
-            m, memory = counts[-1], self._memory(plan, gathered, tp, sp, ways, counts[-1])
+            m, memory = counts[-1], self._memory(plan, gathered, tp, sp, ways, counts[-1], head)
             lo, hi = 1, len(counts) - 1  # counts[hi] fits; find the first that does in counts[lo:hi + 1]
             while memory.fits and lo < hi:
                 mid = (lo + hi) // 2
                 if self._over_at(state, tp, sp, ways, counts[mid]):
                     lo = mid + 1
                     continue
-                trial = self._memory(plan, gathered, tp, sp, ways, counts[mid])
+                trial = self._memory(plan, gathered, tp, sp, ways, counts[mid], head)
                 if trial.fits:
                     hi, m, memory = mid, counts[mid], trial
                 else:
@@ -512,14 +521,14 @@ class _Search:
         return [s for s in over if s.memory.total <= cut]
 
     def _memory(self, plan: PlanEval, gathered: int, tp: int, sp: int, ways: int,
-                micro_batches: int) -> MemoryBreakdown:
+                micro_batches: int, head: HeadLayout | None = None) -> MemoryBreakdown:
         """The step's peak (see :mod:`meshplan.pure.search._step_memory`) on a mesh with this tp, sp and
-        dp*fsdp*ep, whose plan's ``gathered`` bytes are split over axes of size > 1; the state alone
-        without activations."""
+        dp*fsdp*ep, whose plan's ``gathered`` bytes are split over axes of size > 1 and whose output head
+        is laid out as ``head``; the state alone without activations."""
         if not self.req.activations:
             return MemoryBreakdown.trusted(plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes, 0, self.budget)
         step = self._price((tp, sp, ways, micro_batches), plan.param_bytes, plan.grad_bytes, plan.optimizer_bytes,
-                           gathered)
+                           gathered, head)
         peak, phase = step.peak, step.peak_phase
         live = phase != "forward"
         state = plan.param_bytes + plan.optimizer_bytes + (plan.grad_bytes if live else 0)

@@ -63,6 +63,8 @@ it was fitted on."""
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from meshplan.pure._check import as_count, as_real, canonical_axis_sizes
@@ -70,9 +72,9 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._spec import ModelSpec
 from meshplan.pure.search._recipe import TrainingRecipe
 
-__all__ = ["CALIBRATIONS", "ActivationParts", "Calibration", "LayerDims", "StepMemory", "activation_floor",
-           "activation_parts", "calibration_key", "layer_dims", "lower_bound", "price_state", "price_step",
-           "step_memory"]
+__all__ = ["CALIBRATIONS", "ActivationParts", "Calibration", "HeadLayout", "LayerDims", "StepMemory",
+           "activation_floor", "activation_parts", "calibration_key", "head_layout", "layer_dims", "lower_bound",
+           "price_state", "price_step", "step_memory"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,6 +108,12 @@ class Calibration:
       work_routing: fp32 MoE routing tensors ``(b, s, experts, capacity)`` in the backward working
         set, priced apart from the attention scores; ``None``: priced with them (``work_scores`` x
         ``top_k`` of them when ``routing_per_choice``).
+      loss_gather: whether the loss phase reads which operand of the head's matmul XLA's SPMD
+        partitioner gathers (:class:`HeadLayout`): where the plan splits the head's vocabulary over a
+        batch axis and the hidden states are the smaller operand, it gathers them and holds the fp32
+        logits and their gradient in the compute dtype instead of a gathered head (structural, read off
+        the full-size TPU rows); ``False``: the head is priced gathered (``logits_buffers``,
+        ``head_buffers``) whatever the plan.
     """
 
     source: str
@@ -123,6 +131,7 @@ class Calibration:
     routing_per_choice: bool = False
     update_leaf: float = 0.0
     work_routing: float | None = None
+    loss_gather: bool = False
 
 
 # Fitted (least squares on log(analytic / exact)) to the reference steps of
@@ -142,7 +151,8 @@ _TPU_V6E = Calibration("XLA:TPU v6e-8 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes
                        "32 x 1024, 2026-11-23",
                        none_scale=1.59, score_buffers=1.5, work_layers=0.27, work_scores=1.39, logits_buffers=1.09,
                        head_buffers=2.6, gathered_layers=0.84, gathered_itemsize=0, update_state=0.0,
-                       lane_pad=128, flash_buffers=0.5, routing_per_choice=True, update_leaf=0.3)
+                       lane_pad=128, flash_buffers=0.5, routing_per_choice=True, update_leaf=0.3,
+                       loss_gather=True)
 
 CALIBRATIONS: dict[str, Calibration] = {
     # XLA:TPU by generation (calibration_key): the compiler schedules the same step differently on v5p
@@ -360,9 +370,57 @@ def _split(n: int, k: int) -> int:
     return k if k > 1 and n % k == 0 else 1
 
 
+# The mesh axes a plan splits the batch over (meshplan.pure.search._step_cost.BATCH_AXES).
+_BATCH_AXES = ("dp", "fsdp", "ep")
+
+
+class HeadLayout(NamedTuple):
+    """How a plan splits the output head ``(vocab, hidden)`` on a mesh: what decides which operand of the
+    head's matmul XLA's SPMD partitioner gathers (see :func:`head_layout`).
+
+    Attributes:
+      vocab_batch: the ways its vocabulary is split over batch axes (``dp``, ``fsdp``, ``ep``): the
+        hidden states are split over them too, so one of the two operands is gathered over them.
+      vocab_other: the ways its vocabulary is split over other axes (``tp``).
+      hidden: the ways its hidden dim is split.
+    """
+
+    vocab_batch: int = 1
+    vocab_other: int = 1
+    hidden: int = 1
+
+
+def head_layout(spec: Any, shape: tuple[int, ...], sizes: Mapping[str, int], *, vocab: int) -> HeadLayout:
+    """The :class:`HeadLayout` of a head leaf of ``shape`` stored with ``spec`` (a PartitionSpec or its
+    entries) on a mesh of ``sizes``; its vocabulary dim is the one of size ``vocab`` (the first, when
+    both are). A leaf that is not 2-D, or has no dim of that size, gives the default (nothing known).
+
+    Example:
+      >>> from jax.sharding import PartitionSpec as P
+      >>> head_layout(P("fsdp"), (128256, 4096), {"fsdp": 8}, vocab=128256)
+      HeadLayout(vocab_batch=8, vocab_other=1, hidden=1)
+      >>> head_layout(P("tp", "fsdp"), (128256, 4096), {"fsdp": 4, "tp": 2}, vocab=128256)
+      HeadLayout(vocab_batch=1, vocab_other=2, hidden=4)
+    """
+    entries = tuple(spec) + (None,) * (len(shape) - len(tuple(spec)))
+    if len(shape) != 2 or vocab not in shape:
+        return HeadLayout()
+    v = shape.index(vocab)
+
+    def axes(entry: Any) -> tuple[str, ...]:
+        return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+
+    def ways(names: Sequence[str]) -> int:
+        return math.prod(sizes.get(a, 1) for a in names)
+
+    on_vocab = axes(entries[v])
+    return HeadLayout(ways([a for a in on_vocab if a in _BATCH_AXES]),
+                      ways([a for a in on_vocab if a not in _BATCH_AXES]), ways(axes(entries[1 - v])))
+
+
 def step_memory(
     dims: LayerDims, sizes: dict[str, int], recipe: TrainingRecipe, *, batch: int, seq: int,
-    params: int, grads: int, optimizer: int, gathered: int = 0,
+    params: int, grads: int, optimizer: int, gathered: int = 0, head: HeadLayout | None = None,
 ) -> StepMemory:
     """The phase model of one step on one mesh (see the module docstring).
 
@@ -374,6 +432,8 @@ def step_memory(
       params, grads, optimizer: exact per-device bytes of the state (the plan's).
       gathered: bytes all-gathered per step for the weights stored split over
         storage axes (the plan's traffic, in the weight dtype); one layer's share is held.
+      head: how the plan splits the output head (:func:`head_layout`); ``None``: not known, the head
+        is priced gathered.
 
     Returns:
       A :class:`StepMemory`.
@@ -394,14 +454,20 @@ def step_memory(
     batch, seq = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
     params, grads, optimizer, gathered = (as_count(v, n, minimum=0, error=PlanError) for v, n in (
         (params, "params"), (grads, "grads"), (optimizer, "optimizer"), (gathered, "gathered")))
+    if head is not None and not isinstance(head, HeadLayout):
+        raise MeshplanTypeError(f"head={head!r:.80} must be a HeadLayout (head_layout(...)) or None, not "
+                                f"{type(head).__name__}.")
+    if head is not None:
+        head = HeadLayout(*(as_count(v, f"head.{n}", error=PlanError) for n, v in zip(HeadLayout._fields, head,
+                                                                                     strict=True)))
     return price_step(dims, recipe, tp=sizes.get("tp", 1), sp=sizes.get("sp", 1),
                       ways=sizes.get("dp", 1) * sizes.get("fsdp", 1) * sizes.get("ep", 1), batch=batch, seq=seq,
-                      params=params, grads=grads, optimizer=optimizer, gathered=gathered)
+                      params=params, grads=grads, optimizer=optimizer, gathered=gathered, head=head)
 
 
 def price_step(
     dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: int, ways: int, batch: int, seq: int,
-    params: int, grads: int, optimizer: int, gathered: int,
+    params: int, grads: int, optimizer: int, gathered: int, head: HeadLayout | None = None,
 ) -> StepMemory:
     """:func:`step_memory` without its argument checks, for callers that built the arguments themselves.
 
@@ -418,7 +484,7 @@ def price_step(
       ...     d, {"fsdp": 8}, TrainingRecipe(), **kw)
       True
     """
-    parts = activation_parts(dims, recipe, tp=tp, sp=sp, ways=ways, batch=batch, seq=seq)
+    parts = activation_parts(dims, recipe, tp=tp, sp=sp, ways=ways, batch=batch, seq=seq, head=head)
     return price_state(dims, recipe, parts, params=params, grads=grads, optimizer=optimizer, gathered=gathered)
 
 
@@ -435,7 +501,7 @@ class ActivationParts(NamedTuple):
 
 
 def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: int, ways: int, batch: int,
-                     seq: int) -> ActivationParts:
+                     seq: int, head: HeadLayout | None = None) -> ActivationParts:
     """The part of :func:`price_step` that reads the mesh (``tp``, ``sp``, ``ways``) and not the state:
     a search prices ~1000 (mesh, micro-batch) peaks with ~100 distinct values of it.
 
@@ -484,13 +550,36 @@ def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: in
                                                                + 2 * dims.expert_width),
                    "full": x, "offload": 0.0}[recipe.remat]
     saved = dims.layers * saved_layer
-    vocab_split = _split(dims.vocab, tp)
-    logits = cal.logits_buffers * t * dims.vocab * 4 / vocab_split / recipe.vocab_tiles
-    head = cal.head_buffers * dims.head * a / vocab_split
+    logits, gathered_head = _loss_phase(dims, cal, head, tp=tp, t=t, itemsize=a, vocab_tiles=recipe.vocab_tiles)
     work = cal.work_layers * none_layer + cal.work_scores * scores + cal.flash_buffers * (flash + lanes)
     if cal.work_routing is not None:  # the routing tensors priced apart from the scores
         work += (cal.work_routing - cal.work_scores * (max(dims.top_k, 1) if cal.routing_per_choice else 1)) * routing
-    return ActivationParts(cal, a, saved, logits, head, work)
+    return ActivationParts(cal, a, saved, logits, gathered_head, work)
+
+
+def _loss_phase(dims: LayerDims, cal: Calibration, head: HeadLayout | None, *, tp: int, t: float, itemsize: int,
+                vocab_tiles: int) -> tuple[float, float]:
+    """The loss phase's logits-sized buffers and its gathered operand (bytes per device): ``(logits, head)``.
+
+    A plan that splits the head's vocabulary over a batch axis (``head.vocab_batch``; fsdp alone stores
+    Llama-3-8B's ``lm_head`` ``(vocab / fsdp, hidden)``) splits both operands of the head's matmul over it,
+    and XLA's SPMD partitioner gathers the smaller one (its shard: the hidden states, ``t x hidden``,
+    against the head's, ``vocab x hidden / ways``). When it gathers the hidden states it holds them
+    (``t x vocab_batch x hidden``), the fp32 logits in the gathered layout ``(t x vocab_batch, vocab /
+    vocab_batch)`` and their gradient in the compute dtype, resharded for the matmul's transpose
+    (full-size Llama-3-8B on v5p-16 fsdp=8, 16 x 2048: ``bf16[16,2048,16032]`` and ``bf16[16,2048,4096]``
+    next to 2004 MiB of fp32 logits). Otherwise the head is gathered: ``head_buffers`` head-sized buffers
+    and ``logits_buffers`` fp32 logits (fitted). With vocab tiling one chunk of the sequence is live.
+    """
+    tokens = t / vocab_tiles
+    if cal.loss_gather and head is not None and head.vocab_batch > 1 and (
+            tokens * dims.hidden < dims.head / (head.vocab_batch * head.vocab_other * head.hidden)):
+        return (tokens * dims.vocab / head.vocab_other * (4 + itemsize),
+                tokens * head.vocab_batch * dims.hidden * itemsize)
+    vocab_split = _split(dims.vocab, tp)
+    # (the old expression's order, so that plans priced before this term are byte-identical)
+    return (cal.logits_buffers * t * dims.vocab * 4 / vocab_split / vocab_tiles,
+            cal.head_buffers * dims.head * itemsize / vocab_split)
 
 
 def price_state(dims: LayerDims, recipe: TrainingRecipe, activations: ActivationParts, *, params: int,

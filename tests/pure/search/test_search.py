@@ -29,7 +29,7 @@ from meshplan.pure import (
 from meshplan.pure.presets import build_params, preset_names
 from meshplan.pure.search import TrainingRecipe
 from meshplan.pure.search._step_cost import BATCH_AXES, STORAGE_AXES
-from meshplan.pure.search._step_memory import layer_dims, step_memory
+from meshplan.pure.search._step_memory import head_layout, layer_dims, step_memory
 from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
 from meshplan.testing import model_specs
 
@@ -103,9 +103,14 @@ def _oracle(s: dict) -> dict[tuple[int, ...], int]:
             continue  # a weight axis that splits no parameter: rejected, never ranked
         est = estimate_training_memory(s["params"], specs, m, optimizer_copies=2, optimizer_dtype=F32).to_dict()
         recipe = TrainingRecipe(backend="tpu" if cluster.device.ici_scope == "slice" else "gpu")
+        # The output head (the embedding when tied) and its spec: what XLA gathers for the loss.
+        where = "lm_head" if "lm_head" in s["params"] else "model"
+        leaf, spec = (s["params"][where], specs[where]) if where == "lm_head" else (
+            s["params"]["model"]["embed_tokens"], specs["model"]["embed_tokens"])
+        head = head_layout(spec["weight"], leaf["weight"].shape, m, vocab=model.vocab_size)
         total = step_memory(layer_dims(model), m, recipe, batch=s["batch"], seq=s["seq"], params=est["params"],
                             grads=est["grads"], optimizer=est["opt_state"],
-                            gathered=_gathered(s["params"], specs, m)).peak
+                            gathered=_gathered(s["params"], specs, m), head=head).peak
         if total <= budget:
             out[sizes] = total
     return out

@@ -373,3 +373,96 @@ def test_the_search_prices_a_tpu_slice_with_its_generations_coefficients() -> No
     as_v6e = search_meshes("llama3-8b", "v5p-16", recipe=dataclasses.replace(recipe, device="v6e"), **kw)
     assert as_v6e.request.recipe.device == "v6e"
     assert as_v6e.best.memory.total == v6e.best.memory.total != v5p.best.memory.total
+
+
+# The loss phase (2026-11-23, session 5): what XLA gathers for the output head's matmul.
+
+_AXES = ("dp", "fsdp", "ep", "tp")
+
+
+@st.composite
+def head_specs(draw) -> tuple:
+    """A 2-D head spec over some of the mesh's axes (each axis at most once), its mesh and which dim is the
+    vocabulary."""
+    sizes = {a: draw(st.sampled_from([1, 2, 4, 8])) for a in _AXES}
+    order = draw(st.permutations(_AXES))
+    cut = sorted(draw(st.lists(st.integers(0, 4), min_size=2, max_size=2)))
+    dims = (order[:cut[0]], order[cut[0]:cut[1]])
+    spec = tuple(None if not d else d[0] if len(d) == 1 and draw(st.booleans()) else tuple(d) for d in dims)
+    vocab_first = draw(st.booleans())
+    return spec, sizes, vocab_first
+
+
+@given(head_specs())
+def test_a_head_layout_counts_every_way_the_spec_splits_the_head_once(case: tuple) -> None:
+    from meshplan.pure.search._step_memory import head_layout
+
+    spec, sizes, vocab_first = case
+    shape = (1000, 64) if vocab_first else (64, 1000)
+    layout = head_layout(spec if vocab_first else spec[::-1], shape, sizes, vocab=1000)
+    on = [(e,) if isinstance(e, str) else e or () for e in spec]
+    assert layout.vocab_batch * layout.vocab_other * layout.hidden == np.prod([sizes[a] for d in on for a in d])
+    assert layout.vocab_batch == np.prod([sizes[a] for a in on[0] if a in ("dp", "fsdp", "ep")])
+    assert layout.hidden == np.prod([sizes[a] for a in on[1]])
+
+
+def _loss(model: object, sizes: dict, head: object, backend: str = "tpu", device: str | None = "v5p",
+          batch: int = 16, seq: int = 2048) -> dict:
+    m = step_memory(layer_dims(model), sizes, TrainingRecipe(backend=backend, device=device, attention="flash"),
+                    batch=batch, seq=seq, params=0, grads=0, optimizer=0, head=head)
+    return {**dict(m.parts), "forward": dict(m.phases)["forward"]}
+
+
+def test_fsdp_alone_on_a_large_vocabulary_prices_the_gathered_hidden_states_and_bf16_logit_gradient() -> None:
+    # Full-size Llama-3-8B on v5p-16 fsdp=8 at 16 x 2048 (recorded: XLA's peak 5131 MiB for 2 layers; above the
+    # state and saved inputs: fp32 logits 2004 MiB, bf16[16,2048,16032] 1002 MiB, bf16[16,2048,4096] 256 MiB).
+    from meshplan.pure.search._step_memory import HeadLayout
+
+    model = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=2, num_params=None)
+    parts = _loss(model, {"fsdp": 8}, HeadLayout(vocab_batch=8))
+    t, mib = 2 * 2048, 2**20
+    assert parts["logits"] == t * 128256 * (4 + 2)  # 3006 MiB: the fp32 logits and their bf16 gradient
+    assert parts["head"] == 16 * 2048 * 4096 * 2 == 256 * mib  # the hidden states gathered over the batch
+    # Unknown layout, or CPU / GPU (their grids do not identify it): the head gathered, as before.
+    assert _loss(model, {"fsdp": 8}, None)["head"] == int(2.6 * 128256 * 4096 * 2)
+    for backend, device in (("cpu", None), ("gpu", "H200")):
+        assert _loss(model, {"fsdp": 8}, HeadLayout(vocab_batch=8), backend, device) == _loss(
+            model, {"fsdp": 8}, None, backend, device)
+
+
+@settings(max_examples=examples(40))
+@given(st.sampled_from(["llama3-8b", "mixtral-8x7b", "gpt2", "llama3-70b"]), st.sampled_from([1, 2, 4, 8, 16]),
+       st.sampled_from([1, 2, 8, 32]), st.sampled_from([256, 1024, 4096]))
+def test_the_loss_phase_gathers_the_smaller_operand_of_the_heads_matmul(name: str, fsdp: int, batch: int,
+                                                                        seq: int) -> None:
+    from meshplan.pure.search._step_memory import HeadLayout
+
+    model = MODEL_SPECS[name]
+    if batch % fsdp:
+        return
+    d = layer_dims(model)
+    split = _loss(model, {"fsdp": fsdp}, HeadLayout(vocab_batch=fsdp), batch=batch, seq=seq)
+    whole = _loss(model, {"fsdp": fsdp}, None, batch=batch, seq=seq)
+    tokens = batch // fsdp * seq
+    hidden_gathered = tokens * fsdp * d.hidden * 2
+    if fsdp > 1 and tokens * d.hidden < d.head / fsdp:  # the hidden states' shard is the smaller operand
+        assert split["head"] == hidden_gathered < d.head * 2
+        assert split["logits"] == tokens * d.vocab * 6
+    else:
+        assert split == whole
+
+
+def test_the_search_reads_the_heads_layout_off_its_plan() -> None:
+    # The recorded v5p-16 step (benchmarks/data/memory_calibration_tpu_fullsize.jsonl): XLA's peak 5131.1 MiB.
+    from meshplan.pure.search._step_memory import HeadLayout
+
+    model = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=2, num_params=None)
+    recipe = TrainingRecipe(remat="full", attention="flash", residual_split=False, device="v5p")
+    best = search_meshes(model, "v5p-16", axes=("fsdp",), fixed={"fsdp": 8}, batch=16, seq=2048, recipe=recipe,
+                         headroom=0.0, top_k=1).best
+    m = best.memory
+    kw = dict(batch=16, seq=2048, params=m.params, grads=m.grads, optimizer=m.optimizer)
+    gathered = step_memory(layer_dims(model), {"fsdp": 8}, recipe, head=HeadLayout(vocab_batch=8), **kw)
+    assert m.total == gathered.peak and m.phase == gathered.peak_phase == "forward"
+    assert 0.95 <= m.total / (5131.1 * 2**20) <= 1.10
+    assert step_memory(layer_dims(model), {"fsdp": 8}, recipe, **kw).peak / (5131.1 * 2**20) > 1.2
