@@ -2,8 +2,8 @@
 
 The parser is checked on HLO text built from drawn shapes and groups; the model
 (``MeshCandidate.comm`` relowered by ``xla_collectives``) on unrolled reference
-steps compiled for 8 XLA:CPU devices (fsdp, dp x fsdp, dp x tp, Mixtral's fsdp x ep, and dp x fsdp
-with 2 micro-batches):
+steps compiled for 8 XLA:CPU devices (fsdp, dp x fsdp, dp x tp, Mixtral's fsdp x ep, dp x fsdp
+with 2 micro-batches, DeepSeek's MLA, GPT-2's fused c_attn under dp x tp):
 every kind within 10% of the HLO's bytes, except kinds under 2% of the step's bytes
 (XLA:CPU reshards a few KiB of weight gradients and embedding rows with all-to-alls and
 permutes the model does not price). The grid is benchmarks/bench_collectives.py
@@ -205,15 +205,19 @@ DEEPSEEK = dataclasses.replace(MODEL_SPECS["deepseek-v3"], name="tiny-deepseek",
                                num_dense_layers=1, vocab_size=512, num_params=None,
                                mla=MLADims(q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
                                            v_head_dim=16))
+# Fused c_attn (h, 3h) split over tp in 3h/tp blocks, q / k / v pinned to their heads: resharded by XLA.
+GPT2 = dataclasses.replace(MODEL_SPECS["gpt2"], name="tiny-gpt2", num_layers=2, hidden_size=128, num_heads=8,
+                           num_kv_heads=8, head_dim=16, intermediate_size=512, vocab_size=512,
+                           max_position_embeddings=512, num_params=None)
 MINOR = 0.02  # a kind under 2% of the step's bytes (XLA:CPU's few-KiB reshards) is not held to 10%
 
 
 @pytest.mark.parametrize("model,sizes,micro_batches",
                          [(TINY, {"fsdp": 8}, 1), (TINY, {"dp": 2, "fsdp": 4}, 1), (TINY, {"dp": 2, "tp": 4}, 1),
                           (MIXTRAL, {"fsdp": 2, "ep": 4}, 1), (TINY, {"dp": 2, "fsdp": 4}, 2),
-                          (DEEPSEEK, {"dp": 2, "tp": 4}, 1), (DEEPSEEK, {"tp": 8}, 1)],
+                          (DEEPSEEK, {"dp": 2, "tp": 4}, 1), (DEEPSEEK, {"tp": 8}, 1), (GPT2, {"dp": 2, "tp": 4}, 1)],
                          ids=["fsdp8", "dp2-fsdp4", "dp2-tp4", "mixtral-fsdp2-ep4", "dp2-fsdp4-2-micro-batches",
-                              "deepseek-mla-dp2-tp4", "deepseek-mla-tp8-alone"])
+                              "deepseek-mla-dp2-tp4", "deepseek-mla-tp8-alone", "gpt2-fused-qkv-dp2-tp4"])
 def test_model_bytes_per_kind_within_ten_percent_of_xla_cpu(model, sizes, micro_batches):
     # With micro-batches the step scans over them: the gradients are synced in every micro-batch, the
     # backward's gathers repeat and XLA:CPU hoists the loop-invariant forward gathers (read by trip count).
@@ -235,5 +239,7 @@ def test_model_bytes_per_kind_within_ten_percent_of_xla_cpu(model, sizes, micro_
     assert {k for k, _ in held} >= {"all-gather", "all-reduce"}
     if "ep" in sizes:
         assert "all-to-all" in {k for k, _ in held}  # GShard's dispatch: the experts' all-to-alls are there
+    if model is GPT2:  # the q / k / v reshard: permutes forward and in the recompute, all-to-alls backward
+        assert {k for k, _ in held} >= {"collective-permute", "all-to-all"}
     for kind, ratio in held:
         assert 0.9 <= ratio <= 1.1, (kind, ratio, table)
