@@ -102,6 +102,7 @@ TPU_CASES: tuple[Case, ...] = (
     ("llama-kv2", {"dp": 2, "tp": 4}, "full", 1),
     ("mixtral", {"fsdp": 2, "ep": 2, "tp": 2}, "full", 1),
     ("llama", {"fsdp": 8}, "none", 1),
+    ("gpt2", {"dp": 2, "tp": 4}, "full", 1),
 )
 """Few on purpose: each XLA:TPU compile of the TPU-sized steps takes minutes on a small machine."""
 TPU_BATCH, TPU_SEQ = 16, 2048
@@ -116,6 +117,10 @@ def tpu_sized(family: str) -> object:
         return dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="mixtral-1k", num_layers=2, hidden_size=1024,
                                    num_heads=8, num_kv_heads=4, head_dim=128, intermediate_size=1024,
                                    moe_intermediate_size=1024, vocab_size=8192, num_params=None)
+    if family == "gpt2":  # fused c_attn (h, 3h), tied embeddings, learned positions
+        return dataclasses.replace(MODEL_SPECS["gpt2"], name="gpt2-1k", num_layers=2, hidden_size=1024, num_heads=8,
+                                   num_kv_heads=8, head_dim=128, intermediate_size=4096, vocab_size=8192,
+                                   max_position_embeddings=2048, num_params=None)
     # "llama-kv2" / "llama-kv8": the same with 2 or 8 kv heads (K/V replicated over part of tp; no GQA).
     kv = int(family[len("llama-kv"):]) if family.startswith("llama-kv") else 4
     return dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-1k", num_layers=2, hidden_size=1024,

@@ -586,7 +586,11 @@ def activation_terms(
         # K/V heads that tp does not divide are split over gcd(tp, kv) and replicated beyond (XLA's choice).
         kv_part = kv_heads % tp != 0 and math.gcd(kv_heads, tp) > 1
         alone = all(n == 1 for a, n in sizes.items() if a != "tp")  # tp the mesh's only axis
-        cpu_fused = _fused_qkv_permutes(model, tp) if cpu else None  # GPT-2's c_attn resharded (XLA:CPU)
+        # GPT-2's c_attn resharded: the partitioner's slice and concatenate handling, the same on XLA:CPU and
+        # XLA:TPU (read on v5e-8, GPT-2 hidden 1024 dp=2 x tp=4: its 28 permutes and 8 all-to-alls exact);
+        # XLA:GPU not read. The fused gradient's gather for c_attn's weight gradient is XLA:CPU's only.
+        fused = _fused_qkv_permutes(model, tp) if backend in ("cpu", "tpu") else None
+        cpu_fused = fused if cpu else None
         if (cpu or mla_gpu) and mla:  # read from DeepSeek dp=2 x tp=4's HLO (see the module docstring)
             # MLA's down-projections (q_a, kv_a) are whole over tp: XLA:CPU runs them on the split stream and
             # sums their small outputs (the latent term below), so attention's input is never gathered and
@@ -692,24 +696,24 @@ def activation_terms(
                 # all-to-all, not priced).
                 add("tp all-gather of the fused qkv gradient (c_attn's weight gradient, XLA:CPU)", "all-gather",
                     "tp", 3 * x, layers)
-        if cpu_fused is not None:
+        if fused is not None:
             # Derived from XLA's partitioner (not fitted): each of q, k, v sliced out of the 3h/tp blocks is
             # resharded to its heads by halo-exchange permutes, forward and in the recompute; the backward's
             # concatenation of their gradients moves them off the split dim (to the batch or sequence, an
             # all-to-all of each), concatenates and moves the 3h-wide result back (HandleConcatenate ->
             # HandleElementwiseWithDimsToReplicate); with neither dim divisible it gathers them instead.
             row = b * s * itemsize  # bytes per element of the fused dim
-            for width in sorted(set(cpu_fused)):
-                add(f"tp collective-permute of the fused qkv's slices to their heads, {width} of 3h wide (XLA:CPU"
-                    f", fwd{' + recompute' if recompute else ''})", "collective-permute", "tp", row * width,
-                    cpu_fused.count(width) * (1 + r) * layers)
+            for width in sorted(set(fused)):
+                add(f"tp collective-permute of the fused qkv's slices to their heads, {width} of 3h wide (fwd"
+                    f"{' + recompute' if recompute else ''})", "collective-permute", "tp", row * width,
+                    fused.count(width) * (1 + r) * layers)
             if b % tp == 0 or s % tp == 0:
-                add("tp all-to-all of q, k, v's gradients off the hidden dim (XLA:CPU, bwd)", "all-to-all", "tp",
+                add("tp all-to-all of q, k, v's gradients off the hidden dim (bwd)", "all-to-all", "tp",
                     x // tp, 3 * layers)
-                add("tp all-to-all of their concatenation back to 3h/tp (XLA:CPU, bwd)", "all-to-all", "tp",
+                add("tp all-to-all of their concatenation back to 3h/tp (bwd)", "all-to-all", "tp",
                     3 * x // tp, layers)
             else:
-                add("tp all-gather of q, k, v's gradients for their concatenation (XLA:CPU, bwd)", "all-gather",
+                add("tp all-gather of q, k, v's gradients for their concatenation (bwd)", "all-gather",
                     "tp", x, 3 * layers)
         # XLA:TPU with the table split over fsdp exactly as wide as over tp (read from llama dp=2 x fsdp=2 x
         # tp=2's HLO, the lookup's op_name): it reshards the table instead of the lookup's output, a

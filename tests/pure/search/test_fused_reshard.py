@@ -130,9 +130,15 @@ def test_gpt2_on_xla_cpu_prices_the_reshard_per_layer_and_pass(sizes, remat):
     assert len(fused) == 1 and fused[0][3] == 3 * x and fused[0][4] == 2
 
 
-def test_the_fused_reshard_is_xla_cpu_only_and_gpt2_only():
+def test_xla_tpu_reshards_as_xla_cpu_without_the_fused_gradient_gather_and_gpu_and_llama_do_not():
+    # Read on v5e-8 (GPT-2 hidden 1024, dp=2 x tp=4): the same permutes and all-to-alls, exactly; its
+    # all-gathers are XLA:TPU's usual ones (no gather of the fused gradient). XLA:GPU: not read.
     sizes = {"dp": 2, "tp": 4}
-    assert not [t for t in _terms(GPT2, sizes, backend="tpu") if t[1] == "collective-permute" or "fused" in t[0]]
+    cpu, tpu = _terms(GPT2, sizes), _terms(GPT2, sizes, backend="tpu")
+    for kind in ("collective-permute", "all-to-all"):
+        assert (sum(t[3] * t[4] for t in tpu if t[1] == kind) == sum(t[3] * t[4] for t in cpu if t[1] == kind) > 0)
+    assert not [t for t in tpu if "fused qkv gradient" in t[0]]
+    assert not [t for t in _terms(GPT2, sizes, backend="gpu") if t[1] == "collective-permute" or "fused" in t[0]]
     llama = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=2, hidden_size=128, num_heads=8,
                                 num_kv_heads=8, head_dim=16, intermediate_size=256, vocab_size=512, num_params=None)
     assert not [t for t in _terms(llama, sizes) if t[1] == "collective-permute" or "fused" in t[0]]
