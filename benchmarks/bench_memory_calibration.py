@@ -129,7 +129,13 @@ def _generation(cluster: str) -> str:
 
 
 def _spec(family: str) -> ModelSpec:
-    """A grid family, or a preset (``"llama3-8b"``; ``"mixtral-8x7b/4L"`` cut to 4 layers) for full-size rows."""
+    """A grid family, or a preset (``"llama3-8b"``; ``"mixtral-8x7b/4L"`` cut to 4 layers) for full-size rows;
+    ``"mixtral{moe_intermediate_size=2048}"`` changes integer fields of either (held-out variants)."""
+    base, brace, fields = family.partition("{")
+    if brace:
+        changes = {k: int(v) for k, v in (kv.split("=") for kv in fields.rstrip("}").split(";"))}
+        return dataclasses.replace(_spec(base), name=f"{_spec(base).name}-{family[len(base):]}", num_params=None,
+                                   **changes)
     if family in FAMILIES:
         return FAMILIES[family]
     name, _, layers = family.partition("/")
