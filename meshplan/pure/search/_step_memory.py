@@ -58,9 +58,7 @@ gradients whole before slicing them, so it has its own coefficients; an H200
 64 takes 128 lanes (``lane_pad``); the Pallas flash kernel (TPU) keeps its own
 q/k/v/o copies and broadcasts its row statistics to 128 lanes; GShard's fp32
 one-hot slot tensor ``(b, s, top_k, experts, capacity)`` is kept for the
-backward pass (``routing_per_choice``), and where one fp32 routing tensor
-outweighs a layer's expert activations the MoE backward's moment holding two of
-them is the peak (``routing_moment``, v5p). The loss phase reads which operand
+backward pass (``routing_per_choice``). The loss phase reads which operand
 of the head's matmul XLA's SPMD partitioner gathers where the plan splits the
 head's vocabulary over a batch axis (:class:`HeadLayout`, ``loss_gather``): the
 hidden states, when their shard is the smaller operand, with the fp32 logits and
@@ -122,10 +120,6 @@ class Calibration:
         logits and their gradient in the compute dtype instead of a gathered head (structural, read off
         the full-size TPU rows); ``False``: the head is priced gathered (``logits_buffers``,
         ``head_buffers``) whatever the plan.
-      routing_moment: fp32 MoE routing tensors live at the MoE backward's own moment (the combine
-        gradient and its fp32 copy, ``(b, s, experts, capacity)`` each), priced in a recomputing
-        backward (remat other than ``none``) where one of them outweighs the layer's three expert-width
-        activations and more of them than the working set prices already; 0: not priced.
     """
 
     source: str
@@ -144,7 +138,6 @@ class Calibration:
     update_leaf: float = 0.0
     work_routing: float | None = None
     loss_gather: bool = False
-    routing_moment: float = 0.0
 
 
 # Fitted (least squares on log(analytic / exact)) to the reference steps of
@@ -179,15 +172,12 @@ CALIBRATIONS: dict[str, Calibration] = {
     # them (work_routing 1, where pricing it with the scores counted 1.39 x top_k); none_scale and
     # work_layers fitted (least squares on log ratio) to the 48 v5p-16 rows at 32 x 1024 (in-sample);
     # logits, head, gathered and update coefficients are v6e's (no v5p row identifies them). Held out:
-    # v5p-16 at 32 x 2048 and the full-size v5p rows. routing_moment (session 5, structural): every
-    # remat-full Mixtral row at 32 x 2048 holds two fp32 routing tensors at XLA's peak (f32[4,2048,8,640]
-    # x 2, both generations), where one fp32 routing tensor outweighs the three expert-width
-    # activations; at 32 x 1024 (40 against 41 MiB) 15 of 16 hold none. v6e prices 2.78 of them with its
-    # scores (fitted), more than two, so the term changes nothing there.
+    # v5p-16 at 32 x 2048 and the full-size v5p rows. (Session 5: at 32 x 2048 XLA holds two fp32 routing
+    # tensors where work_routing prices one; no plan fact found decides one vs two, see RESULTS.md.)
     "tpu-v5p": dataclasses.replace(
         _TPU_V6E, source="XLA:TPU v5p-16 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
                          "32 x 1024, 2026-11-23", none_scale=1.67, work_layers=0.29, work_scores=1.5,
-        flash_buffers=1.0, work_routing=1.0, routing_moment=2.0),
+        flash_buffers=1.0, work_routing=1.0),
     # CPU: gathered_layers refitted 2026-11-23 on the seq 256 rows when a layer's share of the gathered
     # bytes stopped including the embedding and head (LayerDims.layer_share).
     "cpu": Calibration("XLA:CPU (jax 0.10.2, 8 devices) argument + output - alias + temp of the reference "
@@ -569,13 +559,8 @@ def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: in
     saved = dims.layers * saved_layer
     logits, gathered_head = _loss_phase(dims, cal, head, tp=tp, t=t, itemsize=a, vocab_tiles=recipe.vocab_tiles)
     work = cal.work_layers * none_layer + cal.work_scores * scores + cal.flash_buffers * (flash + lanes)
-    per_choice = cal.work_scores * (max(dims.top_k, 1) if cal.routing_per_choice else 1)
     if cal.work_routing is not None:  # the routing tensors priced apart from the scores
-        work += (cal.work_routing - per_choice) * routing
-    if recipe.remat != "none" and routing > 3 * t * a * dims.expert_width:
-        # One fp32 routing tensor outweighs the layer's three expert-width activations: the MoE backward's
-        # moment holding both fp32 routing tensors (the combine gradient and its fp32 copy) is the peak.
-        work += max(cal.routing_moment - (per_choice if cal.work_routing is None else cal.work_routing), 0) * routing
+        work += (cal.work_routing - cal.work_scores * (max(dims.top_k, 1) if cal.routing_per_choice else 1)) * routing
     return ActivationParts(cal, a, saved, logits, gathered_head, work)
 
 

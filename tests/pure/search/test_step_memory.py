@@ -466,35 +466,3 @@ def test_the_search_reads_the_heads_layout_off_its_plan() -> None:
     assert m.total == gathered.peak and m.phase == gathered.peak_phase == "forward"
     assert 0.95 <= m.total / (5131.1 * 2**20) <= 1.10
     assert step_memory(layer_dims(model), {"fsdp": 8}, recipe, **kw).peak / (5131.1 * 2**20) > 1.2
-
-
-_SMALL_MOE = dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], num_layers=4, hidden_size=512, num_heads=8,
-                                 num_kv_heads=4, head_dim=64, vocab_size=4096, num_params=None)
-
-
-@settings(max_examples=examples(40))
-@given(st.sampled_from([176, 352, 704, 1408, 2048, 14336]), st.sampled_from([512, 1024, 1536, 2048, 4096]),
-       st.sampled_from([1, 2, 4]), st.sampled_from(["full", "offload", "none"]), st.sampled_from(["flash", "plain"]))
-def test_v5p_holds_a_second_fp32_routing_tensor_where_one_outweighs_the_expert_activations(
-        moe: int, seq: int, b: int, remat: str, attention: str) -> None:
-    # Recorded (memory_calibration_tpu.jsonl): every remat-full Mixtral row at 32 x 2048 holds two
-    # f32[b,s,experts,capacity] at XLA's peak; at 32 x 1024 (one routing tensor below the three expert-width
-    # activations, 40 against 41 MiB at fsdp=8) 15 of 16 hold none.
-    model = dataclasses.replace(_SMALL_MOE, moe_intermediate_size=moe)
-    d = layer_dims(model)
-    args = {"batch": 8 * b, "seq": seq, "params": 0, "grads": 0, "optimizer": 0}
-
-    def work(device: str, moment: float) -> float:
-        key = calibration_key(TrainingRecipe(device=device))
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setitem(CALIBRATIONS, key, dataclasses.replace(CALIBRATIONS[key], routing_moment=moment))
-            recipe = TrainingRecipe(remat=remat, attention=attention, device=device)
-            return dict(step_memory(d, {"fsdp": 8}, recipe, **args).parts)["work"]
-
-    t = b * seq
-    routing = t * seq * d.routing * 4
-    second = remat != "none" and routing > 3 * t * 2 * d.expert_width
-    assert work("v5p", 2.0) - work("v5p", 0.0) == pytest.approx(routing if second else 0.0, rel=1e-9, abs=2)
-    assert second == (remat != "none" and seq > 1.5 * moe)  # Mixtral: capacity factor 1.25, top 2 of 8
-    # v6e prices 2.78 routing tensors with the scores (fitted), more than two: unchanged.
-    assert work("v6e", 2.0) == work("v6e", 0.0)
