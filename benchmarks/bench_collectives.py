@@ -102,7 +102,13 @@ TPU_CASES: tuple[Case, ...] = (
     ("llama-kv2", {"dp": 2, "tp": 4}, "full", 1),
     ("mixtral", {"fsdp": 2, "ep": 2, "tp": 2}, "full", 1),
     ("llama", {"fsdp": 8}, "none", 1),
+    # XLA:TPU without remat keeps only the last layer's non-attention gathers for the backward (session 5).
+    ("llama-4l", {"fsdp": 8}, "none", 1),
+    ("mixtral", {"fsdp": 2, "ep": 4}, "none", 1),
+    ("llama", {"dp": 2, "fsdp": 4}, "none", 1),
+    ("gpt2", {"fsdp": 8}, "none", 1),
     ("gpt2", {"dp": 2, "tp": 4}, "full", 1),
+    ("gpt2", {"fsdp": 2, "tp": 4}, "full", 1),
 )
 """Few on purpose: each XLA:TPU compile of the TPU-sized steps takes minutes on a small machine."""
 TPU_BATCH, TPU_SEQ = 16, 2048
@@ -123,7 +129,8 @@ def tpu_sized(family: str) -> object:
                                    max_position_embeddings=2048, num_params=None)
     # "llama-kv2" / "llama-kv8": the same with 2 or 8 kv heads (K/V replicated over part of tp; no GQA).
     kv = int(family[len("llama-kv"):]) if family.startswith("llama-kv") else 4
-    return dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-1k", num_layers=2, hidden_size=1024,
+    layers = 4 if family == "llama-4l" else 2  # "llama-4l": 4 layers
+    return dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-1k", num_layers=layers, hidden_size=1024,
                                num_heads=8, num_kv_heads=kv, head_dim=128, intermediate_size=4096, vocab_size=8192,
                                num_params=None)
 
