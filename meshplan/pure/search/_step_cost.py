@@ -71,7 +71,13 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   kv_b's input gradients with the rope key's (bwd); sums of ``X``: o (fwd,
   recompute), the (shared expert's) MLP down and its gate / up input gradients;
   gathers: the MLP's input (fwd, recompute) and 5 backward; the router's logits
-  are summed (fp32). MLA on XLA:TPU keeps Megatron's counts (not read). On
+  are summed (fp32). MLA on XLA:TPU keeps Megatron's counts (not read).
+  **GPT-2's fused c_attn** (XLA:CPU and XLA:TPU, derived from XLA's SPMD
+  partitioner, :mod:`~meshplan.pure.search._slice_reshard`): split over ``tp``
+  in ``3h/tp`` blocks that are not its heads, q, k and v are resharded by
+  collective-permutes (forward, recompute) and their gradients by two
+  all-to-alls (``6X/tp`` per layer); XLA:CPU gathers the fused gradient
+  (``3X``) for the weight gradient instead of the block input. On
   XLA:CPU a dense layer's backward gathers 3 buffers, not 6, also when tp is the
   mesh's only axis (the two uses of a buffer share one gather there; MLA's
   layer then gathers 2 in its backward, not 5: o's and the MLP's output gradients).
