@@ -15,6 +15,11 @@ structure (GQA, gated MLP, routed experts with capacity-based dispatch, MLA).
     python benchmarks/bench_flops.py            # the grid: 52 cases, about 10 minutes on 2 cores
     python benchmarks/bench_flops.py --quick    # 4 cases
     python benchmarks/bench_flops.py --quick --tpu v5e-8   # XLA:TPU, compiled ahead of time
+    python benchmarks/bench_flops.py --devices 16 --only 'deepseek-v3-1layer:fsdp=2,tp=8:full'
+
+``--only`` also takes DeepSeek-V3 at its real width (``deepseek-v3-1layer``: one dense layer, vocabulary
+cut to 1024; about 10-15 s a compile) and, with ``--devices 16``, four 16-device meshes: where XLA's
+partitioner splits or repeats MLA's tp-replicated down projections (``tp_replicated_splits``).
 
 On TPU (``--tpu CLUSTER``, libtpu installed) the step is compiled for the slice's
 topology with XLA:TPU's windowed einsums off (``LIBTPU_INIT_ARGS``; they run a
@@ -38,7 +43,9 @@ import time
 from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+# Before jax starts: the simulated device count (8, or 16 for the 16-device meshes; --devices).
+_DEVICES = sys.argv[sys.argv.index("--devices") + 1] if "--devices" in sys.argv[:-1] else "8"
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={_DEVICES}"
 
 import jax  # noqa: E402
 
@@ -72,6 +79,13 @@ MESHES = {"fsdp=8": ((8,), ("fsdp",)), "fsdp=2,tp=4": ((2, 4), ("fsdp", "tp")),
           # Added in session 4 (benchmarks/RESULTS.md says which rows were held out from which rule).
           "fsdp=4,tp=2": ((4, 2), ("fsdp", "tp")), "dp=2,tp=4": ((2, 4), ("dp", "tp")),
           "dp=4,tp=2": ((4, 2), ("dp", "tp"))}
+# Outside the default grid (--only): DeepSeek-V3's real attention and dense MLP, and meshes of 16 devices.
+WIDE_SPECS = {"deepseek-v3-1layer": dataclasses.replace(MODEL_SPECS["deepseek-v3"], name="deepseek-v3-1layer",
+                                                        num_layers=1, num_dense_layers=1, vocab_size=1024,
+                                                        num_params=None)}
+MESHES_16 = {"fsdp=4,tp=4": ((4, 4), ("fsdp", "tp")), "fsdp=2,tp=8": ((2, 8), ("fsdp", "tp")),
+             "dp=2,fsdp=2,tp=4": ((2, 2, 4), ("dp", "fsdp", "tp")),
+             "dp=2,fsdp=4,tp=2": ((2, 4, 2), ("dp", "fsdp", "tp"))}
 QUICK = [("llama", "fsdp=2,tp=4", "full"), ("llama", "fsdp=8", "none"), ("mixtral", "fsdp=8", "dots"),
          ("gpt2", "dp=2,fsdp=2,tp=2", "full")]
 
@@ -129,7 +143,7 @@ def xla_flops(spec: Any, mesh_name: str, remat: str, *, batch: int, seq: int,
               tpu: str | None = None) -> tuple[float, float]:
     """Per-device FLOPs XLA's cost analysis reports for the unrolled reference step (on 8 CPU devices, or
     compiled for the TPU slice ``tpu``), and the matmul part of them read from the HLO."""
-    shape, names = MESHES[mesh_name]
+    shape, names = {**MESHES, **MESHES_16}[mesh_name]
     if tpu:
         mesh = meshplan.tpu_topology_mesh(tpu, names, shape)
     else:
@@ -144,7 +158,7 @@ def xla_flops(spec: Any, mesh_name: str, remat: str, *, batch: int, seq: int,
 
 def analytic(spec: Any, mesh_name: str, remat: str, *, batch: int, seq: int) -> tuple[float, float]:
     """``step_flops(...).per_device`` and its elementwise part."""
-    shape, names = MESHES[mesh_name]
+    shape, names = {**MESHES, **MESHES_16}[mesh_name]
     f = step_flops(spec, dict(zip(names, shape)), batch=batch, seq=seq, remat=remat, attention="plain")
     return f.per_device, f.elementwise
 
@@ -155,14 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--tpu", metavar="CLUSTER", help="compile for this 8-device TPU slice (v5e-8, v6e-8, v5p-16)")
+    ap.add_argument("--devices", type=int, choices=(8, 16), default=8,
+                    help="simulated XLA:CPU devices; 16 for the --only cases on MESHES_16")
     ap.add_argument("--only", help="';'-separated family:mesh:remat cases (e.g. 'llama:fsdp=8:full;gpt2:fsdp=2,tp=4:none')")
     args = ap.parse_args(argv)
     cases = QUICK if args.quick else [(f, m, r) for f in SPECS for m in MESHES for r in ("none", "dots", "full")
                                       if r != "dots" or m == "fsdp=8"]
     if args.only:
         cases = [tuple(c.split(":")) for c in args.only.split(";")]  # type: ignore[misc]
-        if bad := [c for c in cases if len(c) != 3 or c[0] not in SPECS or c[1] not in MESHES]:
-            ap.error(f"--only {bad}: each case is family:mesh:remat, families {list(SPECS)}, meshes {list(MESHES)}")
+        meshes = MESHES if args.devices == 8 else MESHES_16
+        if bad := [c for c in cases if len(c) != 3 or c[0] not in {**SPECS, **WIDE_SPECS} or c[1] not in meshes]:
+            ap.error(f"--only {bad}: each case is family:mesh:remat, families {list(SPECS) + list(WIDE_SPECS)}, "
+                     f"meshes {list(meshes)} (with --devices {args.devices})")
+    elif args.devices != 8:
+        ap.error("--devices 16 needs --only cases on the 16-device meshes")
     target = f"XLA:TPU {args.tpu} (AOT, windowed einsum off)" if args.tpu else \
         f"{jax.device_count()} x {jax.devices()[0].platform}"
     print(f"jax {jax.__version__}, {target}; batch {args.batch} x seq "
@@ -171,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'other':>6} {'compile':>8}")
     worst = 0.0
     for family, mesh_name, remat in cases:
-        spec = SPECS[family]
+        spec = {**SPECS, **WIDE_SPECS}[family]
         start = time.perf_counter()
         got, got_matmul = xla_flops(spec, mesh_name, remat, batch=args.batch, seq=args.seq, tpu=args.tpu)
         took = time.perf_counter() - start

@@ -23,7 +23,7 @@ import pytest
 
 from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF, libtpu_available
 from meshplan.facade._reference import ReferenceConfig, reference_step
-from meshplan.pure.presets import MODEL_SPECS
+from meshplan.pure.presets import MODEL_SPECS, MLADims
 from meshplan.pure.search._flops import step_flops
 
 _SMALL = dict(num_layers=1, hidden_size=512, num_heads=4, head_dim=128, intermediate_size=1536, vocab_size=1024,
@@ -43,6 +43,15 @@ CASES = [
     # Counting the weight gradient repeated too read 1.9% over the HLO's matmuls.
     (dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-small", num_kv_heads=2, **_SMALL),
      ((2, 4), ("fsdp", "tp")), "full"),
+    # MLA's down projections (q_a, kv_a), whole on every tp shard: with fsdp the only batch axis and fewer
+    # tokens per batch shard (2 x 128 / 2 = 128) than hidden (256), XLA's partitioner splits their forward
+    # over the 4 tp shards (slices the input, all-reduces partial sums) instead of repeating it
+    # (tp_replicated_splits). Counting it repeated read 3-7% over the HLO's matmuls.
+    (dataclasses.replace(MODEL_SPECS["deepseek-v3"], name="mla-small", num_kv_heads=4, num_dense_layers=1,
+                         mla=MLADims(q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=32,
+                                     v_head_dim=32),
+                         **{**_SMALL, "hidden_size": 256, "head_dim": 64, "intermediate_size": 512, "vocab_size": 256}),
+     ((2, 4), ("fsdp", "tp")), "none", 2),
 ]
 
 
@@ -56,12 +65,13 @@ def _matmul_flops(hlo: str) -> float:
     return float(module.matmul_flops(hlo))
 
 
-@pytest.mark.parametrize("spec, mesh_shape, remat", CASES,
-                         ids=["gpt2-fsdp2-tp4-full", "mixtral-fsdp8-none", "llama-gqa-fsdp2-tp4-full"])
-def test_flops_match_xla_cost_analysis(spec, mesh_shape, remat):
+@pytest.mark.parametrize("spec, mesh_shape, remat, batch", [c if len(c) == 4 else (*c, 8) for c in CASES],
+                         ids=["gpt2-fsdp2-tp4-full", "mixtral-fsdp8-none", "llama-gqa-fsdp2-tp4-full",
+                              "mla-fsdp2-tp4-none-split"])
+def test_flops_match_xla_cost_analysis(spec, mesh_shape, remat, batch):
     shape, names = mesh_shape
     mesh = jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape))
-    batch, seq = 8, 128
+    seq = 128
     ref = reference_step(spec, mesh, batch=batch, seq=seq,
                          config=ReferenceConfig(remat=remat, attention="plain", scan_layers=False))
     compiled = ref.lower().compile()

@@ -36,18 +36,34 @@ device runs ``1/n`` of the expert work). Replicated work: MLA's low-rank down pr
 router are replicated over ``tp``; so are the MoE dispatch/combine einsums (XLA
 finds no tp-split dim in them: measured, a 4-way tp Mixtral step ran them whole
 on each shard). K and V projections split ``gcd(tp, kv_heads)`` ways (whole
-heads; measured with 2 KV heads and tp=4). A matmul repeated on ``r`` tp shards
+heads; measured with 2 KV heads and tp=4). A K/V matmul repeated on ``r`` tp shards
 repeats in the forward, the recompute and the input gradient; its **weight
 gradient** (both operands whole on each of those shards) XLA splits over
 ``gcd(r, shards)`` of them, ``shards`` being the weights' split over the batch
-axes other than ``dp`` (``devices / (tp x dp)``: fsdp, and ep / sp, unmeasured):
-the gradient is reduce-scattered over them anyway. Read from the compiled HLO's
-dots, identical on XLA:CPU and XLA:TPU: Llama's K/V (2 KV heads, tp=4) split 2
-more ways with fsdp=2, repeated with dp=2 and no fsdp, exactly. MLA's ``q_a`` /
-``kv_a`` follow the partitioner's choice per mesh and shape, not modelled beyond
-that: with dp=2,fsdp=2,tp=2 at 8 x 128 XLA also splits their forward and
-recompute, with fsdp=4,tp=2 it repeats their weight gradient (the model's matmuls
-0.988-1.019 of the HLO's on small DeepSeek steps; benchmarks/RESULTS.md).
+axes other than ``dp`` (``devices / (tp x dp)``; read from the compiled HLO's dots,
+identical on XLA:CPU and XLA:TPU: Llama's K/V, 2 KV heads, tp=4, split 2 more ways
+with fsdp=2, repeated with dp=2 and no fsdp). The **tp-replicated weights**
+``W (out, hidden)`` (MLA's down projections, the router; :func:`tp_replicated_splits`)
+follow XLA's SPMD dot partitioner (``xla/service/spmd/dot_handler.cc``), read off the
+shardings it is given: the activation ``x (tokens, hidden)`` split over the ``G =
+devices / tp`` batch shards and whole on each tp shard, ``W``'s hidden dim split ``f =
+fsdp`` ways (where the default rule puts fsdp), the output like ``x``. It groups the
+devices by batch shard (``tp`` devices each) and moves ``W``'s split into the group
+where it can land on every device of it: ``tp % f == 0`` and either ``f == tp`` or
+``f == G`` (fsdp the only batch axis: the split is re-laid over the tp devices, ``tp``
+ways). Then, with the weight split along the contraction over the whole group and
+``x`` whole, it **splits the forward** (slices ``x``, all-reduces the partial sums)
+when the weight has more elements than the group's output, ``out x hidden > (T / G)
+x out``, i.e. ``hidden > T / G`` tokens per batch shard; otherwise it all-gathers
+``W`` and repeats the matmul on each tp shard. The recompute is the same dot; the
+input gradient always repeats; the **weight gradient** (contracting the tokens)
+splits ``f`` ways when ``tp % f == 0`` (the output's replicated dim groups by batch
+shard) and repeats otherwise, except ``q_a``'s when its norm's weight is fsdp-split
+and Shardy moves its output gradient off the batch (``out_norm``). Checked on XLA:CPU
+compiles at widths 256-7168 on 8 and 16 devices and one XLA:TPU v5e-8 compile
+(benchmarks/RESULTS.md, session 5). ``T`` is the whole batch's tokens: a step run as
+micro-batches has fewer per matmul, which can flip the forward's choice (not
+modelled: ``step_flops`` takes no micro-batch count).
 **Elementwise work** (:data:`ELEMENTWISE`; executed, never model FLOPs): norms, residual adds, biases,
 GELU/SiLU, rope, the softmax over the scores, the loss and the optimizer update, as XLA's
 ``cost_analysis()`` counts them (one FLOP per element per elementwise op, converts included). Counts per
@@ -71,11 +87,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure._check import as_count
-from meshplan.pure.presets import build_params
 from meshplan.pure.errors import PlanError
+from meshplan.pure.presets import build_params
+from meshplan.pure.rules import DEFAULT_MIN_SHARD_SIZE
 
 __all__ = ["DEFAULT_EFFICIENCY", "ELEMENTWISE", "RECOMPUTE", "LayerFlops", "StepFlops", "default_efficiency", "layer_flops",
-           "step_flops"]
+           "step_flops", "tp_replicated_splits"]
 
 RECOMPUTE: dict[str, float] = {"none": 0.0, "dots": 0.0, "full": 1.0, "offload": 1.0}
 """Forward passes of each layer rerun in the backward pass, per remat policy."""
@@ -112,11 +129,13 @@ class LayerFlops:
       attention: ``Q K^T`` and ``P V``.
       padding: MoE experts run on empty capacity slots (executed, not model FLOPs).
       einsum: one MoE dispatch or combine einsum (the forward runs two, the backward three).
-      replicated: extra forward ``weights`` FLOPs the tp shards repeat: each matmul split only ``k`` of
-        the ``tp`` ways counts ``tp / k - 1`` times (divide by the devices for one device's extra); the
-        step repeats it in the forward, the recompute and the input gradient.
+      replicated: extra forward ``weights`` FLOPs the tp shards repeat in the input gradient: each matmul
+        split only ``k`` of the ``tp`` ways counts ``tp / k - 1`` times (divide by the devices for one
+        device's extra).
       replicated_grad: the same for the weight gradients, which XLA splits further over the weights'
         batch-axis shards (the module docstring).
+      replicated_forward: the same for the forward, which the recompute repeats: ``replicated`` less the
+        tp-replicated weights whose forward XLA splits over tp (:func:`tp_replicated_splits`).
       tail: forward FLOPs of the layer's last matmuls, whose outputs the backward never needs
         (not recomputed under remat).
     """
@@ -128,6 +147,7 @@ class LayerFlops:
     replicated: float = 0.0
     tail: float = 0.0
     replicated_grad: float = 0.0
+    replicated_forward: float = 0.0
 
     @property
     def forward_overhead(self) -> float:
@@ -141,35 +161,91 @@ class LayerFlops:
 
 
 def _repeats(weights: int, split: int, tp: int, shards: int) -> tuple[int, int]:
-    """Extra copies of ``weights`` split ``split`` of the ``tp`` ways: (forward, weight gradient)."""
+    """Extra copies of K/V ``weights`` split ``split`` of the ``tp`` ways: (forward, weight gradient)."""
     r = tp // split  # tp shards holding the same part
     return weights * (r - 1), weights * (r // math.gcd(r, shards) - 1)
 
 
-def _attention_weights(model: Any, tp: int, shards: int) -> tuple[int, tuple[int, int], int, int]:
-    """(matmul weights of one attention block, extra copies the tp shards repeat (forward, weight
-    gradient), qk dim, v dim per head)."""
+def tp_replicated_splits(out: int, hidden: int, *, tokens: int, tp: int, fsdp: int = 1, batch_shards: int = 1,
+                         out_norm: bool = False) -> tuple[int, int]:
+    """Devices among which XLA's SPMD partitioner divides the forward and the weight gradient of a matmul
+    ``x (tokens, hidden) @ W (out, hidden).T`` whose weight is whole on each tp shard (MLA's down
+    projections, the router): ``(forward, weight gradient)``; ``tp x batch_shards`` (all devices) is an
+    even split, ``batch_shards`` a repeat on each tp shard (the module docstring says why).
+
+    Args:
+      out: the weight's output dim; hidden: its input dim, contracted in the forward.
+      tokens: tokens of the step (all devices); batch_shards: the tokens' split (``devices / tp``).
+      tp: the tp axis size.
+      fsdp: the fsdp axis size: the default rule splits ``hidden`` over it when it divides the weight's
+        largest dim, ``hidden``, and the leaf has ``DEFAULT_MIN_SHARD_SIZE`` elements.
+      out_norm: a norm with a weight of ``out`` elements follows (MLA's ``q_a_layernorm``): when fsdp
+        splits that weight, is the only batch axis and the step has fewer tokens than ``out``, the
+        output's gradient arrives split along ``out``, not over the batch (Shardy's choice, measured, not
+        read from its source) and the weight gradient runs over all the tokens, ``1 / fsdp`` of
+        ``hidden`` on each device.
+
+    Example:
+      >>> tp_replicated_splits(576, 7168, tokens=1024, tp=4, fsdp=2, batch_shards=2)  # DeepSeek-V3's kv_a
+      (8, 4)
+      >>> tp_replicated_splits(96, 512, tokens=1024, tp=4, fsdp=2, batch_shards=2)  # 512 tokens a shard
+      (2, 4)
+    """
+    f = fsdp if (fsdp > 1 and hidden % fsdp == 0 and hidden > out
+                 and out * hidden >= DEFAULT_MIN_SHARD_SIZE) else 1
+    if (out_norm and 1 < fsdp == batch_shards and out % fsdp == 0 and out >= DEFAULT_MIN_SHARD_SIZE
+            and tokens < out):
+        grad = fsdp
+    else:  # the output's replicated dim groups by batch shard when f divides tp
+        grad = batch_shards * (f if tp % f == 0 else 1)
+    # The weight's split lands on every device of a batch shard's group (tp % f == 0 and f == tp, or
+    # fsdp the only batch axis) and the weight outweighs the group's output: XLA slices x and
+    # all-reduces partial sums instead of all-gathering W.
+    split = f > 1 and tp % f == 0 and (f == tp or f == batch_shards) and hidden * batch_shards > tokens
+    return (tp * batch_shards if split else batch_shards), grad
+
+
+def _replicated(out: int, hidden: int, tp: int, place: tuple[int, int, int], out_norm: bool = False
+                ) -> tuple[int, int, int]:
+    """Extra copies of a tp-replicated weight ``(out, hidden)``'s forward FLOPs over the even split, in (the
+    forward, the input gradient, the weight gradient): a pass divided among ``k`` of ``n`` devices
+    counts ``n / k - 1`` (the input gradient always repeats on the tp shards)."""
+    tokens, fsdp, batch_shards = place
+    forward, grad = tp_replicated_splits(out, hidden, tokens=tokens, tp=tp, fsdp=fsdp, batch_shards=batch_shards,
+                                         out_norm=out_norm)
+    n, w = tp * batch_shards, out * hidden
+    return w * (n // forward - 1), w * (tp - 1), w * (n // grad - 1)
+
+
+def _attention_weights(model: Any, tp: int, shards: int, place: tuple[int, int, int]
+                       ) -> tuple[int, tuple[int, int, int], int, int]:
+    """(matmul weights of one attention block, extra copies the tp shards repeat (forward, input gradient,
+    weight gradient), qk dim, v dim per head); ``place`` = (tokens, fsdp, batch shards)."""
     h, n = model.hidden_size, model.num_heads
     if model.family == "gpt2":
-        return 4 * h * h, (0, 0), model.head_dim, model.head_dim
+        return 4 * h * h, (0, 0, 0), model.head_dim, model.head_dim
     mla = model.mla
     if mla is not None:
-        down = h * mla.q_lora_rank + h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        downs = (mla.q_lora_rank, mla.kv_lora_rank + mla.qk_rope_head_dim)
         up = mla.q_lora_rank * n * mla.qk_head_dim + mla.kv_lora_rank * n * (mla.qk_nope_head_dim + mla.v_head_dim)
-        return down + up + n * mla.v_head_dim * h, _repeats(down, 1, tp, shards), mla.qk_head_dim, mla.v_head_dim
+        q, kv = _replicated(downs[0], h, tp, place, out_norm=True), _replicated(downs[1], h, tp, place)
+        extra = (q[0] + kv[0], q[1] + kv[1], q[2] + kv[2])
+        return h * sum(downs) + up + n * mla.v_head_dim * h, extra, mla.qk_head_dim, mla.v_head_dim
     # K and V split over tp only as far as whole KV heads go: gcd(tp, kv_heads) ways, each
     # part repeated on the tp / gcd shards of a head (measured: 2 KV heads, tp=4).
     kv = 2 * h * model.num_kv_heads * model.head_dim
     total = 2 * h * n * model.head_dim + kv
-    return total, _repeats(kv, math.gcd(tp, model.num_kv_heads), tp, shards), model.head_dim, model.head_dim
+    copies, grad = _repeats(kv, math.gcd(tp, model.num_kv_heads), tp, shards)
+    return total, (copies, copies, grad), model.head_dim, model.head_dim
 
 
 def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention: str = "flash",
-                capacity_factor: float = 1.25, tp: int = 1, shards: int = 1) -> LayerFlops:
+                capacity_factor: float = 1.25, tp: int = 1, shards: int = 1, fsdp: int = 1,
+                dp: int = 1) -> LayerFlops:
     """Forward FLOPs of one layer of ``model`` for ``batch`` sequences of ``seq`` tokens (see the module docstring).
 
-    ``tp`` and ``shards`` (the weights' split over the batch axes other than dp) only place the
-    replicated work (``replicated``, ``replicated_grad``).
+    ``tp``, ``shards`` (the weights' split over the batch axes other than dp), ``fsdp`` and ``dp`` only
+    place the replicated work (``replicated``, ``replicated_forward``, ``replicated_grad``).
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
@@ -178,7 +254,8 @@ def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention:
       218
     """
     tokens = batch * seq
-    attn_w, (replicated, grad), qk, v = _attention_weights(model, tp, shards)
+    place = (tokens, fsdp, dp * shards)
+    attn_w, (forward, replicated, grad), qk, v = _attention_weights(model, tp, shards, place)
     span = seq / 2 if attention == "flash" else seq
     attn = 2.0 * tokens * span * model.num_heads * (qk + v)
     h = model.hidden_size
@@ -186,19 +263,19 @@ def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention:
         mlp = (2 if model.family == "gpt2" else 3) * h * model.intermediate_size
         down = 2.0 * tokens * h * model.intermediate_size
         return LayerFlops(2.0 * tokens * (attn_w + mlp), attn, replicated=2.0 * tokens * replicated, tail=down,
-                          replicated_grad=2.0 * tokens * grad)
+                          replicated_grad=2.0 * tokens * grad, replicated_forward=2.0 * tokens * forward)
     e, k, f = model.num_experts, model.num_experts_per_tok, model.moe_intermediate_size
     expert = 3 * h * f
     active = attn_w + h * e + expert * (k + model.num_shared_experts)
-    router = _repeats(h * e, 1, tp, shards)
-    replicated, grad = replicated + router[0], grad + router[1]
+    router = _replicated(e, h, tp, place)
+    forward, replicated, grad = forward + router[0], replicated + router[1], grad + router[2]
     capacity = max(1, math.ceil(k * seq * capacity_factor / e))
     slots = batch * e * capacity  # expert rows actually computed
     padding = 2.0 * expert * (slots - tokens * k)
     einsum = 2.0 * tokens * e * capacity * h  # one dispatch or combine einsum
     shared_down = 2.0 * tokens * h * f * model.num_shared_experts
     return LayerFlops(2.0 * tokens * active, attn, padding, einsum, 2.0 * tokens * replicated, shared_down + einsum,
-                      2.0 * tokens * grad)
+                      2.0 * tokens * grad, 2.0 * tokens * forward)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -261,18 +338,19 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
     b, s = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
     n = math.prod(as_count(v, f"sizes[{k!r}]", error=PlanError) for k, v in sizes.items())
     tp = sizes.get("tp", 1)
-    # The weights' split over the batch axes other than dp (fsdp, ep, sp): read through the device
-    # count, tp and dp only, the search's FLOPs cache key.
-    shards = max(1, n // (tp * sizes.get("dp", 1)))
+    # The weights' split over the batch axes other than dp (fsdp, ep, sp), and fsdp's own size: read
+    # through the device count, tp, dp and fsdp only, the search's FLOPs cache key.
+    dp, fsdp = sizes.get("dp", 1), sizes.get("fsdp", 1)
+    shards = max(1, n // (tp * dp))
     dense_layers = model.num_layers - model.num_moe_layers
     parts = []
     if dense_layers:
         parts.append((dense_layers, layer_flops(model, moe_layer=False, batch=b, seq=s, attention=attention,
-                                                tp=tp, shards=shards)))
+                                                tp=tp, shards=shards, fsdp=fsdp, dp=dp)))
     if model.num_moe_layers:
         parts.append((model.num_moe_layers, layer_flops(model, moe_layer=True, batch=b, seq=s,
                                                         attention=attention, capacity_factor=capacity_factor,
-                                                        tp=tp, shards=shards)))
+                                                        tp=tp, shards=shards, fsdp=fsdp, dp=dp)))
     head = 6.0 * b * s * model.vocab_size * model.hidden_size
     r = RECOMPUTE[remat]
     fwd = sum(c * (f.weights + f.attention) for c, f in parts)
@@ -280,9 +358,10 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
     # The combine einsum (overhead) is part of the tail; the rest of the tail is model FLOPs.
     recompute = r * sum(c * (f.weights + f.attention - (f.tail - f.einsum)) for c, f in parts)
     overhead = sum(c * (f.forward_overhead * (1 + r) - r * f.einsum + f.backward_overhead) for c, f in parts)
-    # Replicated matmuls run whole on each of the tp shards that hold them, in the forward, the
-    # recompute and the input gradient; their weight gradients split over the weights' shards too.
-    replicated = sum(c * (f.replicated * (2 + r) + f.replicated_grad) for c, f in parts)
+    # Replicated matmuls run whole on each of the tp shards that hold them, in the input gradient and,
+    # unless XLA splits their forward, in the forward and the recompute; their weight gradients split
+    # over the weights' shards too.
+    replicated = sum(c * (f.replicated_forward * (1 + r) + f.replicated + f.replicated_grad) for c, f in parts)
     # The dispatch/combine einsums have no dim tp splits (the residual stream is whole): tp runs them whole.
     einsums = sum(c * f.einsum * (5 + r) for c, f in parts)
     matmuls = (model_flops + recompute + overhead) / n + (replicated + einsums * (tp - 1)) / n

@@ -171,12 +171,13 @@ class _Search:
         self.bounded: list[tuple[int, ...]] = []
         self.bounded_at: list[float] = []
         self.placer = Placer(req.axes, req)
-        # The FLOPs per device depend on the mesh through its device count, tp and dp alone
-        # (tests/pure/search/test_search.py holds step_flops to that): cached by (tp, dp).
-        self.flops: dict[tuple[int, int], StepFlops] = {}
-        self.floors_s: dict[tuple[int, int], float] = {}  # the same key -> the step with no collectives
+        # The FLOPs per device depend on the mesh through its device count, tp, dp and fsdp alone
+        # (tests/pure/search/test_search.py holds step_flops to that): cached by (tp, dp, fsdp).
+        self.flops: dict[tuple[int, int, int], StepFlops] = {}
+        self.floors_s: dict[tuple[int, int, int], float] = {}  # the same key -> the step with no collectives
         self.tp_index = req.axes.index("tp") if "tp" in req.axes else None
         self.dp_index = req.axes.index("dp") if "dp" in req.axes else None
+        self.fsdp_index = req.axes.index("fsdp") if "fsdp" in req.axes else None
         self.sp_index = req.axes.index("sp") if "sp" in req.axes else None
         self.batch_index = tuple(i for i, a in enumerate(req.axes) if a in BATCH_AXES)
         # Positions of the rule's axes among the mesh's (an axis the mesh lacks has size 1).
@@ -214,9 +215,10 @@ class _Search:
                                                       else [m] if per_replica % m == 0 else [])
         return found
 
-    def _flops_key(self, s: _Scored) -> tuple[int, int]:
+    def _flops_key(self, s: _Scored) -> tuple[int, int, int]:
         return (s.sizes[self.tp_index] if self.tp_index is not None else 1,
-                s.sizes[self.dp_index] if self.dp_index is not None else 1)
+                s.sizes[self.dp_index] if self.dp_index is not None else 1,
+                s.sizes[self.fsdp_index] if self.fsdp_index is not None else 1)
 
     def _flops(self, s: _Scored) -> StepFlops:
         """The step's FLOPs on ``s``'s mesh (see ``self.flops``)."""
