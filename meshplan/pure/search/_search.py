@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -108,7 +109,7 @@ from meshplan.pure.search._step_memory import (
     price_state,
 )
 from meshplan.pure.search._flops import StepFlops, default_efficiency, step_flops
-from meshplan.pure.search._step_time import StepTime, accumulate, step_seconds, step_time
+from meshplan.pure.search._step_time import StepTime, accumulate, overlap_class, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import tree_facts
@@ -120,6 +121,10 @@ WEIGHT_AXES: tuple[str, ...] = ("fsdp", "ep", "tp")
 (dp and sp split the batch and the sequence, never weights.)"""
 
 _SCALES = (2, 4, 8, 16, 32, 64)
+# A mesh is skipped when a lower bound of its step is above the top_k-th best times this: the bound and the
+# step sum the same floats in different groupings, so a hair of slack keeps float rounding from ever
+# skipping a mesh that ties.
+_SLACK = 1 + 1e-9
 
 
 @dataclasses.dataclass(slots=True)
@@ -139,6 +144,9 @@ class _Scored:
     # Seconds of each pending collective, from that pass (numpy's elementwise arithmetic gives each
     # the same value whatever else is priced with it, so candidates reuse them).
     term_seconds: Sequence[float] = ()
+    # Its activation collectives and their seconds, when priced before the rest (_critical_steps).
+    activations: list[Pending] | None = None
+    activation_seconds: list[float] = dataclasses.field(default_factory=list)
 
 
 def _no_detail() -> str:
@@ -291,38 +299,78 @@ class _Search:
         self._price_steps(over)
         return self._contenders(fits), over, rejections, len(combos), len(fits)
 
+    def _place(self, s: _Scored) -> AxisPlacement:
+        """``s``'s :class:`AxisPlacement`, made when first needed (most meshes are never priced)."""
+        if s.placement is None:
+            dcn = self.placer.split(s.sizes)
+            assert dcn is not None  # its domains were placed before it was scored
+            s.placement = self.placer.placement(s.sizes, dcn)
+        return s.placement
+
     def _price_steps(self, scored: list[_Scored]) -> None:
         """List and price the collectives of ``scored`` (one vectorized pass) and their step times."""
-        for s in scored:
-            if s.placement is None:
-                dcn = self.placer.split(s.sizes)
-                assert dcn is not None  # its domains were placed before it was scored
-                s.placement = self.placer.placement(s.sizes, dcn)
-            s.pending = self._pending(s, s.placement)
-        flat = [p for s in scored for p in s.pending]
-        seconds = price(flat, self.req.cluster).tolist()  # Python floats: float() of each is then free
+        self._pass(scored, [])
+
+    def _pass(self, whole: list[_Scored], bound: list[_Scored], floors: Sequence[float] = ()) -> list[float]:
+        """One vectorized pricing pass (its numpy set-up costs as much as a few hundred collectives): the
+        step times of ``whole`` (their activation collectives priced by an earlier pass are taken as they
+        are), and of ``bound`` (whose :meth:`_floor` are ``floors``) the activation collectives, kept on
+        each mesh with their seconds, and the step with its critical-path ones alone (see
+        :meth:`_contenders`), returned."""
+        lists = []  # per mesh, the collectives priced here: whole, then bound
+        for s in whole:
+            placement = self._place(s)
+            terms = self._param_pending(s, placement)
+            if s.activations is None:
+                terms += self._activation_pending(s, placement)
+            lists.append(terms)
+        for s in bound:
+            acts = s.activations = self._activation_pending(s, self._place(s))
+            lists.append(acts)
+        seconds = price([p for terms in lists for p in terms], self.req.cluster).tolist()  # Python floats
         start = 0
-        for s in scored:
-            stop = start + len(s.pending)
-            s.term_seconds = seconds[start:stop]
-            start = stop
-        for s in scored:
+        for s, terms in zip(whole, lists[:len(whole)], strict=True):
+            stop = start + len(terms)
+            if s.activations is None:
+                s.pending, s.term_seconds = terms, seconds[start:stop]
+            else:
+                # numpy's elementwise arithmetic gives a term the same seconds whatever is priced with it.
+                s.pending, s.term_seconds = terms + s.activations, seconds[start:stop] + s.activation_seconds
             s.step_s = self._step_seconds(s, s.pending, s.term_seconds)
             # Summed in term order with Python floats: identical on every platform and run.
             s.seconds = float(sum(s.term_seconds))
+            start = stop
+        steps = []
+        for s, terms, floor in zip(bound, lists[len(whole):], floors, strict=True):
+            stop = start + len(terms)
+            s.activation_seconds = seconds[start:stop]
+            # The step with these alone: its compute, and the critical ones exposed whole (_step_time).
+            steps.append(floor + sum(t for p, t in zip(terms, s.activation_seconds, strict=True)
+                                     if overlap_class(p[0], p[1]) == "critical"))
+            start = stop
+        return steps
 
     def _contenders(self, fits: list[_Scored]) -> list[_Scored]:
         """The fitting meshes that can rank in the ``top_k``, priced; the others are only counted.
 
         Ranked by step time, no mesh's step is faster than its step with no collectives (its
-        compute; a test holds step_time to that). Meshes are priced in the order of that floor,
-        in chunks of ``top_k``, twice that, and so on (one vectorized pass each; once ``top_k``
-        are priced, only meshes whose floor is not above the ``top_k``-th best step), until the
-        next floor is strictly above that step: every mesh left has a floor, so a step, above it,
-        and that step can only fall as more are priced, so none can rank. For
-        Mixtral on 4096 GPUs the 505 of 685 fitting meshes with tp > 1 (whose replicated work alone
-        outlasts the best steps) were listed, priced and timed for nothing. Ranked by
-        communication, every mesh is priced.
+        compute, :meth:`_floor`; a test holds step_time to that), nor than its *critical step*, its
+        step with its critical-path collectives alone (tp / sp activation collectives, ep
+        all-to-alls: :func:`~meshplan.pure.search._step_time.overlap_class`; nothing hides those,
+        and the others only add exposed seconds >= 0 to the same compute; a test holds the bound).
+        The ``top_k`` least floors are priced first, for a ``top_k``-th best step to cut at; then
+        each pass gives the next floors not above that step (in floor order: ``top_k``, then twice
+        as many, and so on) their critical step, listing and pricing only their activation
+        collectives (the cheaper half), and prices whole the meshes bounded so far with the least
+        critical steps not above it (``top_k``, then twice as many, ...): one vectorized pass for
+        both, whose numpy set-up costs as much as a few hundred collectives. It ends when every
+        mesh left has a floor or a critical step, so a step, strictly above the ``top_k``-th best
+        step, which can only fall: none can rank. For Mixtral on 4096 GPUs the 505 of 685 fitting
+        meshes with tp > 1 (whose replicated work alone outlasts the best steps) were listed,
+        priced and timed for nothing; the critical steps then spare the parameter collectives of
+        about half the rest (on 4096 GPUs, priced whole: DeepSeek-V3 101 of the 184 meshes whose
+        floor passes, Llama-3-8B 59 of 277, Llama-3-70B 33 of 162; GPT-2, whose steps are mostly
+        parameter collectives, 204 of 227). Ranked by communication, every mesh is priced.
         """
         k = self.req.top_k
         if self.req.rank_by != "time" or len(fits) <= k:
@@ -331,21 +379,33 @@ class _Search:
         floor = [self._floor(s) for s in fits]
         order = sorted(range(len(fits)), key=lambda i: (floor[i], fits[i].sizes))
         floors = [floor[i] for i in order]  # ascending
-        priced: list[_Scored] = []
-        best: list[float] = []  # the k least step times priced so far, ascending
-        start, size = 0, k
-        while start < len(order):
-            if len(best) == k:
-                # Only meshes whose floor is not above the k-th best step can still rank.
-                size = min(size, bisect.bisect_right(floors, best[-1], lo=start) - start)
-                if size == 0:
-                    break
-            chunk = [fits[i] for i in order[start:start + size]]
-            self._price_steps(chunk)
+        # The least floors priced whole (a k-th best step to cut at), the next ones bounded.
+        priced, bound = [fits[i] for i in order[:k]], [fits[i] for i in order[k:3 * k]]
+        steps = self._pass(priced, bound, floors[k:3 * k])
+        best = sorted(s.step_s for s in priced)  # the k least step times priced so far, ascending
+        # Bounded meshes not yet priced whose critical step can still rank: (critical step, sizes, mesh).
+        waiting: list[tuple[float, tuple[int, ...], _Scored]] = []
+        start, size, batch = 3 * k, 4 * k, k
+        while True:
+            bar = best[-1] * _SLACK
+            for s, t in zip(bound, steps, strict=True):
+                if t <= bar:
+                    heapq.heappush(waiting, (t, s.sizes, s))
+            # Each pass bounds the next floors that can still rank and prices the least waiting.
+            stop = bisect.bisect_right(floors, bar, lo=start, hi=min(start + size, len(floors)))
+            bound = [fits[i] for i in order[start:stop]]
+            chunk: list[_Scored] = []
+            while waiting and waiting[0][0] <= bar and len(chunk) < batch:
+                chunk.append(heapq.heappop(waiting)[2])
+            if not chunk and not bound:
+                return priced
+            steps = self._pass(chunk, bound, floors[start:stop])
             priced += chunk
             best = sorted(best + [s.step_s for s in chunk])[:k]
-            start, size = start + size, 2 * size
-        return priced
+            if bound:
+                start, size = stop, 2 * size
+            if chunk:
+                batch *= 2
 
     def _floor(self, s: _Scored) -> float:
         """``s``'s step with no collectives (its compute), which reads the mesh only through its FLOPs."""
@@ -494,8 +554,9 @@ class _Search:
         return "memory", _no_detail if "memory" in self.rejected else (
             lambda: f"{mesh_text(mesh)}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget")
 
-    def _pending(self, s: _Scored, placement: AxisPlacement) -> list[Pending]:
-        """The collectives of one step on ``s``'s mesh (placed so), with its micro-batches, not yet priced."""
+    def _param_pending(self, s: _Scored, placement: AxisPlacement) -> list[Pending]:
+        """The parameter collectives of one step on ``s``'s mesh (placed so), with its micro-batches, not yet
+        priced: a step's collectives are these, then :meth:`_activation_pending`'s."""
         mesh = dict(zip(self.req.axes, s.sizes, strict=True))
         recipe = self.req.recipe
         # param_terms, its mesh-independent half once per plan.
@@ -504,9 +565,15 @@ class _Search:
             tables = self.tables[s.plan_key] = param_tables(self.plans[s.plan_key].traffic, self.req.axes,
                                                             backend=recipe.backend, remat=recipe.remat)
         pending = table_terms(tables, placement, mesh, layers=max(self.model.num_layers, 1))
-        pending += activation_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
-                                    itemsize=self.act_itemsize, remat=recipe.remat,
-                                    residual_split=recipe.residual_split, backend=recipe.backend)
+        return accumulate(pending, s.micro_batches, backend=recipe.backend)
+
+    def _activation_pending(self, s: _Scored, placement: AxisPlacement) -> list[Pending]:
+        """The activation collectives of one step on ``s``'s mesh, with its micro-batches, not yet priced
+        (accumulate maps each collective on its own, so the two halves are accumulated apart)."""
+        recipe = self.req.recipe
+        pending = activation_terms(self.model, dict(zip(self.req.axes, s.sizes, strict=True)), placement,
+                                   batch=self.req.batch, seq=self.req.seq, itemsize=self.act_itemsize,
+                                   remat=recipe.remat, residual_split=recipe.residual_split, backend=recipe.backend)
         return accumulate(pending, s.micro_batches, backend=recipe.backend)
 
     def _leanest(self, over: list[_Scored]) -> list[_Scored]:

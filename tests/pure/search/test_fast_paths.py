@@ -1,5 +1,6 @@
-"""The search's shortcuts give what the plain functions give: ``step_seconds`` is ``step_time(...).step_s``
-and ``path_strs`` is ``path_str`` of every key path (each shortcut skips work, never changes a value)."""
+"""The search's shortcuts give what the plain functions give: ``step_seconds`` is ``step_time(...).step_s``,
+``path_strs`` is ``path_str`` of every key path, the meshes a search skips pricing could not rank (each
+shortcut skips work, never changes a value)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import dataclasses
 
 import jax
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplan.pure import get_preset
-from meshplan.pure.search._step_time import step_seconds, step_time
+from meshplan.pure import get_preset, search_meshes
+from meshplan.pure.search import TrainingRecipe
+from meshplan.pure.search._step_time import overlap_class, step_seconds, step_time
 from meshplan.pure.specs._tree import _plain_paths, path_str, path_strs, tree_facts
 from tests.pure.search.test_step_time import inputs
 
@@ -104,3 +107,31 @@ def test_preset_trees_are_walked_without_key_paths() -> None:
         facts = tree_facts(get_preset(name).params)
         assert _plain_paths(facts.source) is not None
         assert facts.paths() == path_strs(facts.keypaths)
+
+
+@given(inputs(), st.floats(0.05, 1.0), st.sampled_from((None, 1e15)))
+def test_a_step_is_no_faster_than_its_critical_collectives_alone(case, efficiency, peak) -> None:
+    # The search skips a mesh whose step with its critical-path collectives alone is above the top_k-th
+    # best step (_Search._contenders): the step with every collective must be no less, to the last bit
+    # but for the search's slack of 1e-9.
+    # It takes that step as the compute (the step with no collectives) plus their seconds.
+    flops, terms, layers = case
+    kw = {"layers": layers, "peak_flops": peak, "efficiency": efficiency}
+    alone = step_seconds(flops, (), (), **kw) + sum(t[2] for t in terms if overlap_class(t[0], t[1]) == "critical")
+    assert alone <= step_seconds(flops, terms, [t[2] for t in terms], **kw)
+
+
+@pytest.mark.parametrize("model, cluster, options", [
+    ("deepseek-v3", "512x8xH100", {}),
+    ("llama3-8b", "512x8xH100", {}),
+    ("mixtral-8x7b", "v5p-128", {"recipe": TrainingRecipe(remat="none", attention="flash")}),
+    ("gpt2", "32x8xH100", {"micro_batches": 2}),
+])
+def test_the_top_k_are_the_first_k_when_every_mesh_is_priced(model, cluster, options) -> None:
+    # With top_k at least the fitting meshes, every one is priced whole (no floor, no critical step skips
+    # one); the shortcuts must leave the first k of that ranking as they are.
+    few = search_meshes(model, cluster, top_k=3, **options)
+    every = search_meshes(model, cluster, top_k=few.num_fitting, **options)
+    assert len(every.candidates) == few.num_fitting > 3
+    assert [c.text for c in few.candidates] == [c.text for c in every.candidates[:3]]
+    assert [c.step for c in few.candidates] == [c.step for c in every.candidates[:3]]
