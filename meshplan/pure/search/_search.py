@@ -99,11 +99,13 @@ from meshplan.pure.search._step_cost import (
     to_terms,
 )
 from meshplan.pure.search._step_memory import (
+    CALIBRATIONS,
     ActivationParts,
     HeadLayout,
     StepMemory,
     activation_floor,
     activation_parts,
+    calibration_key,
     head_layout,
     layer_dims,
     price_state,
@@ -172,9 +174,11 @@ class _Search:
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
         # The output head's group (the embedding when tied): how a plan splits it decides what XLA
-        # gathers for the loss (HeadLayout); None when the tree names none.
+        # gathers for the loss (HeadLayout); None when the tree names none or the calibration does not
+        # read it (Calibration.loss_gather).
         self.head_group = next((g for g, first in enumerate(groups.first) if groups.roles.get(first) == "head"
-                                and self.dims.vocab in groups.infos[g].shape), None)
+                                and self.dims.vocab in groups.infos[g].shape), None
+                               ) if CALIBRATIONS[calibration_key(req.recipe)].loss_gather else None
         # The bound-pruned meshes and their bounds (two lists: ~700 pairs would be as many more objects).
         self.bounded: list[tuple[int, ...]] = []
         self.bounded_at: list[float] = []

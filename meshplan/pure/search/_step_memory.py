@@ -69,8 +69,7 @@ it was fitted on."""
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from meshplan.pure._check import as_count, as_real, canonical_axis_sizes
@@ -409,20 +408,24 @@ def head_layout(spec: Any, shape: tuple[int, ...], sizes: Mapping[str, int], *, 
       >>> head_layout(P("tp", "fsdp"), (128256, 4096), {"fsdp": 4, "tp": 2}, vocab=128256)
       HeadLayout(vocab_batch=1, vocab_other=2, hidden=4)
     """
-    entries = tuple(spec) + (None,) * (len(shape) - len(tuple(spec)))
     if len(shape) != 2 or vocab not in shape:
         return HeadLayout()
-    v = shape.index(vocab)
+    v = 0 if shape[0] == vocab else 1
+    entries = tuple(spec)
+    vocab_batch = vocab_other = hidden = 1
+    for a in _entry_axes(entries[v] if v < len(entries) else None):
+        if a in _BATCH_AXES:
+            vocab_batch *= sizes.get(a, 1)
+        else:
+            vocab_other *= sizes.get(a, 1)
+    for a in _entry_axes(entries[1 - v] if 1 - v < len(entries) else None):
+        hidden *= sizes.get(a, 1)
+    return HeadLayout(vocab_batch, vocab_other, hidden)
 
-    def axes(entry: Any) -> tuple[str, ...]:
-        return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
-    def ways(names: Sequence[str]) -> int:
-        return math.prod(sizes.get(a, 1) for a in names)
-
-    on_vocab = axes(entries[v])
-    return HeadLayout(ways([a for a in on_vocab if a in _BATCH_AXES]),
-                      ways([a for a in on_vocab if a not in _BATCH_AXES]), ways(axes(entries[1 - v])))
+def _entry_axes(entry: Any) -> tuple[str, ...]:
+    """The mesh axes of one PartitionSpec entry (``None``, a name or a tuple of names)."""
+    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 def step_memory(
