@@ -59,6 +59,13 @@ def test_a_slice_each_device_already_holds_moves_nothing(case):
         assert slice_reshard(dim, start, size, n) == SliceReshard((), False)
 
 
+@given(st.integers(1, 64), st.data())
+def test_two_halves_that_lie_inside_their_blocks_move_nothing(shard, data):
+    # The slice straddles the middle: device 0 reads the end of its block, device 1 the start of its own.
+    out = data.draw(st.integers(1, shard))
+    assert slice_reshard(2 * shard, shard - out, 2 * out, 2) == SliceReshard((), False)
+
+
 @given(st.integers(1, 16), st.integers(1, 24))
 def test_the_whole_dimension_is_never_resharded(n, shard):
     assert slice_reshard(shard * n, 0, shard * n, n) == SliceReshard((), False)
