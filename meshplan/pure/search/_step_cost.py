@@ -14,7 +14,8 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   tp/ep-sharded leaf), and the gradient is reduce-scattered over ``S``
   (ZeRO-3 / FSDP: 2 all-gathers + 1 reduce-scatter per step; XLA:CPU with
   remat none keeps the forward's gathered weights, the matmuls' residuals, for
-  the backward: 1 all-gather);
+  the backward: 1 all-gather; XLA:TPU with remat none keeps only the last
+  layer's non-attention weights, see :func:`param_tables`);
 - *replica axes* ``R``: the batch/sequence axes (``dp, fsdp, ep, sp``) the
   leaf is NOT split over. Its gradient shard is all-reduced over ``R``.
   ``tp`` and ``ep`` in a spec split the compute itself: nothing is gathered.
@@ -355,7 +356,9 @@ def param_terms(
         ``"tpu"`` and ``"gpu"`` reduce the head's gradient in fp32 (read from their HLOs).
       remat: the remat policy. Under ``full`` / ``offload`` the layers' weights are gathered forward and
         in the recompute, whose gather the backward reuses; XLA:TPU gathers the attention weights
-        (``traffic.attn``) a third time in the backward.
+        (``traffic.attn``) a third time in the backward. Under ``none`` XLA:CPU keeps every layer's
+        forward gather for the backward; XLA:TPU gathers the attention weights again and keeps only the
+        last layer's other weights (see :func:`param_tables`).
 
     Returns:
       One pending collective per (kind, axis group) that spans more than one device.
@@ -365,8 +368,9 @@ def param_terms(
 
 
 ParamTables: TypeAlias = tuple[
-    tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int, bool], ...]
-""":func:`param_tables`: ``(kind, what, bytes per axis group, passes, fused per layer)`` per collective kind."""
+    tuple[CollectiveKind, str, tuple[tuple[tuple[str, ...], int], ...], int, bool, int], ...]
+""":func:`param_tables`: ``(kind, what, bytes per axis group, passes, fused per layer, passes the last layer
+skips)`` per collective kind (the last field: only for fused rows; XLA:TPU's remat-none gathers)."""
 
 
 def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str = "gpu",
@@ -377,7 +381,7 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
 
     Example:
       >>> t = ParamTraffic(gather=((("fsdp",), 100),), scatter=((("fsdp",), 100),), reduce=((("dp",), 50),))
-      >>> [(kind, table) for kind, _, table, _, _ in param_tables(t, ("dp", "fsdp")) if table]
+      >>> [(kind, table) for kind, _, table, _, _, _ in param_tables(t, ("dp", "fsdp")) if table]
       [('all-gather', ((('fsdp',), 100),)), ('reduce-scatter', ((('fsdp',), 100),)), ('all-reduce', ((('dp',), 50),))]
     """
     tpu = backend == "tpu"
@@ -387,7 +391,16 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     f32_head = backend in ("tpu", "gpu")
     policy = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError)
     recompute = policy in RECOMPUTING
-    regather = policy != "none" or backend != "cpu"  # XLA:TPU and XLA:GPU with remat none: not read
+    regather = policy != "none" or backend != "cpu"  # XLA:GPU with remat none: not read (textbook 2 passes)
+    # XLA:TPU with remat none (read from Llama fsdp=8's HLO before and after the pass
+    # schedule-aware-collective-cse): its SPMD partitioner gathers each weight again for the backward and
+    # that pass merges the backward's gather into the forward's only when their users lie within a
+    # distance threshold (flag xla_tpu_spmd_threshold_for_allgather_cse) in the dataflow graph: the head's
+    # (21 instructions apart) and the last layer's MLP (58-78) are merged, the layer before's MLP (227-247,
+    # a layer's forward and backward further) is not; every earlier layer is further still. The attention
+    # weights are never merged, at any threshold (a threshold of 1e6 still gathers them twice): the forward
+    # gathers the per-head view of q/k/v/o and the backward the flat leaf, two different instructions.
+    tpu_none = tpu and policy == "none"
 
     def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
               ) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -402,37 +415,40 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     whole = traffic.embed_whole if tpu else ()
     order = {a: k for k, a in enumerate(axes)}
     embed_ar = tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in whole)
-    # (kind, what, bytes per axis group, passes, fused per layer)
+    layer_gather = minus(traffic.gather, once, twice)
+    # (kind, what, bytes per axis group, passes, fused per layer, passes the last layer skips)
     return (
              # Without a recompute (remat none) the weights gathered forward are the matmuls' residuals, which
              # the backward reads: one gather per layer, not two (read from XLA:CPU's Llama fsdp=8, GPT-2 fsdp=8
              # and Mixtral fsdp=2 x ep=4 steps with remat none; "dots" saves only dot outputs and gathers again).
              ("all-gather", "all-gather of params (fwd + bwd)" if regather else
-              "all-gather of params (fwd, kept for the bwd)", minus(traffic.gather, once, twice), 1 + regather,
-              True),
-             ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False),
-             ("all-gather", "all-gather of params (head: fwd + bwd)", twice, 2, False),
+              "all-gather of params (fwd, kept for the bwd)",
+              traffic.attn if tpu_none else layer_gather, 1 + regather, True, 0),
+             ("all-gather", "all-gather of params (fwd + bwd, the last layer's kept for its bwd: XLA:TPU)",
+              minus(layer_gather, traffic.attn) if tpu_none else (), 2, True, 1),
+             ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False, 0),
+             ("all-gather", "all-gather of params (head: fwd + bwd)", twice, 2, False, 0),
              # XLA:TPU does not keep the attention weights the recompute gathered for the backward: it gathers
              # them again there (read from Mixtral fsdp=2 x ep=4's HLO by op_name and source line: q, k, v, o
              # in 3 passes, the experts' weights in 2; in Llama fsdp=8's, held out, only q and k: 1.04x).
              ("all-gather", "all-gather of params (attention, again in the bwd: XLA:TPU)",
-              traffic.attn if tpu and recompute else (), 1, True),
+              traffic.attn if tpu and recompute else (), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads",
               minus(traffic.scatter, traffic.head_scatter if f32_head else (),
-                    tuple((st, sb) for st, _, sb, _ in whole)), 1, True),
+                    tuple((st, sb) for st, _, sb, _ in whole)), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads (head, f32)", traffic.head_grad_f32 if f32_head else (),
-              1, False),
+              1, False, 0),
              # XLA:CPU sums a tied embedding's gradient in two parts, the lookup's scatter-add and the head's
              # matmul, each over the storage group (read from GPT-2 fsdp=8's HLO: two f32[512,128] operands
              # of one combined all-reduce).
              ("reduce-scatter", "reduce-scatter of grads (tied embedding's second part, XLA:CPU)",
-              traffic.head_scatter if backend == "cpu" and traffic.tied else (), 1, False),
+              traffic.head_scatter if backend == "cpu" and traffic.tied else (), 1, False, 0),
              ("all-reduce", "all-reduce of grads", minus(traffic.reduce, tuple((rep, rb) for _, rep, _, rb in whole)),
-              1, True),
-             ("all-reduce", "all-reduce of grads (input embedding, whole)", embed_ar, 1, False),
+              1, True, 0),
+             ("all-reduce", "all-reduce of grads (input embedding, whole)", embed_ar, 1, False, 0),
              # XLA:TPU and XLA:GPU all-reduce the head's gradient in fp32: the bytes beyond its grad-dtype share.
              ("all-reduce", "all-reduce of grads (head in f32, beyond its grad dtype)",
-              traffic.head_reduce_excess if f32_head else (), 1, False))
+              traffic.head_reduce_excess if f32_head else (), 1, False, 0))
 
 
 def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[str, int], *,
@@ -447,7 +463,7 @@ def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[st
       [('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 25.0, 8, 8, 1)]
     """
     out: list[Pending] = []
-    for kind, what, table, passes, fused in tables:
+    for kind, what, table, passes, fused, skipped in tables:
         if not table:  # most kinds are empty for a given backend and plan
             continue
         # Groups that differ only in size-1 axes are the same devices: one collective.
@@ -459,7 +475,8 @@ def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[st
         for shown, nbytes in merged.items():
             i, d = placement.split(shown)
             per = layers if fused else 1
-            out.append((f"{'+'.join(shown)} {what}", kind, shown, nbytes / per, passes * per, i, d))
+            out.append((f"{'+'.join(shown)} {what}", kind, shown, nbytes / per,
+                        passes * per - (skipped if fused else 0), i, d))
     return out
 
 

@@ -19,6 +19,7 @@ from meshplan.pure.search._groups import LeafGroups, evaluate_plan
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.search._step_cost import (
     AxisPlacement,
+    ParamTraffic,
     activation_bytes,
     activation_terms,
     group_time,
@@ -147,10 +148,11 @@ def test_embedding_is_gathered_once_and_the_head_once_on_tpu_with_an_f32_gradien
     assert total["all-gather"] == pytest.approx(2 * gather - once + (attn if tpu else 0))
     none = param_terms(traffic, AxisPlacement(("dp", "fsdp"), (2, 4), (1, 1), H100x2), sizes, layers=4,
                        backend=backend, remat="none")
-    # Without a recompute XLA:CPU keeps the layers' forward gathers for the backward (one pass, not two).
+    # Without a recompute XLA:CPU keeps the layers' forward gathers for the backward (one pass, not two);
+    # XLA:TPU only the last layer's weights outside attention (a quarter of them over layers=4 calls).
     layers = gather - (0 if tied else vh) - pos - vh
-    assert sum(t[3] * t[4] for t in none if t[1] == "all-gather") == pytest.approx(
-        2 * gather - once - (layers if backend == "cpu" else 0))
+    kept = layers if backend == "cpu" else (layers - attn) / 4 if tpu else 0
+    assert sum(t[3] * t[4] for t in none if t[1] == "all-gather") == pytest.approx(2 * gather - once - kept)
     # XLA:CPU reduces a tied embedding's gradient in two parts (the lookup's and the head's).
     tied_cpu = vh if tied and backend == "cpu" else 0
     assert total["reduce-scatter"] == pytest.approx(scatter + (vh if f32_head else 0) - (embed if tpu else 0)
@@ -372,3 +374,32 @@ def test_activation_memory_is_the_documented_sum() -> None:
     got = activation_bytes(model, {"dp": 4, "fsdp": 2, "tp": 2}, batch=16, seq=2048, itemsize=2, param_bytes=10**9)
     hidden = b * s * h * 2
     assert got == L * hidden // 2 + 17 * hidden // 2 + b * s * v * 4 // 2 + 2 * 10**9 * 2 // L
+
+
+@given(st.integers(0, 10**9), st.integers(0, 10**9), st.integers(0, 10**9), st.integers(1, 128),
+       st.sampled_from([("fsdp",), ("dp", "fsdp")]))
+def test_xla_tpu_without_remat_keeps_only_the_last_layers_non_attention_gathers(
+        attn: int, other: int, embed: int, layers: int, storage: tuple[str, ...]) -> None:
+    traffic = ParamTraffic(gather=((storage, attn + other + embed),), scatter=((storage, 1),), reduce=(),
+                           embed=((storage, embed),), attn=((storage, attn),))
+    sizes = {"dp": 2, "fsdp": 4}
+    placement = AxisPlacement(("dp", "fsdp"), (2, 4), (1, 1), H100x2)
+
+    def gathered(backend: str, remat: str) -> tuple[float, list]:
+        terms = param_terms(traffic, placement, sizes, layers=layers, backend=backend, remat=remat)
+        return sum(t[3] * t[4] for t in terms if t[1] == "all-gather"), terms
+
+    tpu, terms = gathered("tpu", "none")
+    # Attention fwd + bwd (its two gathers differ: never merged); the rest fwd + bwd but for the last layer's,
+    # which XLA:TPU's schedule-aware all-gather CSE merges into the forward's; the embedding once.
+    assert tpu == pytest.approx(embed + 2 * attn + (2 - 1 / layers) * other)
+    kept = [t for t in terms if "the last layer's kept" in t[0]]
+    assert [t[4] for t in kept] == ([2 * layers - 1] if other else [])
+    # Between XLA:CPU's one pass and the textbook's two (XLA:GPU's); two passes again under remat full.
+    cpu, gpu = gathered("cpu", "none")[0], gathered("gpu", "none")[0]
+    assert cpu - 1e-6 <= tpu <= gpu + 1e-6 and gathered("tpu", "full")[0] == pytest.approx(gpu + attn)
+    assert tpu == pytest.approx(cpu + attn + (1 - 1 / layers) * other)
+    # Only the gathers change: the gradients' collectives are those of any other policy.
+    others = [t for t in terms if t[1] != "all-gather"]
+    assert others == [t for t in param_terms(traffic, placement, sizes, layers=layers, backend="tpu")
+                      if t[1] != "all-gather"]
