@@ -143,8 +143,8 @@ def slice_reshard(dim: int, start: int, size: int, shards: int) -> SliceReshard:
       >>> slice_reshard(384, 128, 128, 2).permutes, slice_reshard(256, 0, 128, 2).width
       ((), 64)
     """
-    dim, start, size = as_count(dim, "dim", error=PlanError), as_int(start, "start"), as_count(size, "size", error=PlanError)
-    n = as_count(shards, "shards", error=PlanError)
+    dim, start = as_count(dim, "dim", error=PlanError), as_int(start, "start")
+    size, n = as_count(size, "size", error=PlanError), as_count(shards, "shards", error=PlanError)
     if start < 0 or start + size > dim:
         raise PlanError(f"slice [start={start}, start + size={start + size}) must lie inside dim={dim}.")
     if dim % n or size % n:

@@ -731,12 +731,12 @@ def activation_terms(
                     f"{' + recompute' if recompute else ''})", "collective-permute", "tp", row * width,
                     fused.count(width) * (1 + r) * layers)
             if b % tp == 0 or s % tp == 0:
-                add("tp all-to-all of q, k, v's gradients off the hidden dim (bwd)", "all-to-all", "tp",
+                add("tp all-to-all of the fused qkv's q, k, v gradients off the hidden dim (bwd)", "all-to-all", "tp",
                     x // tp, 3 * layers)
-                add("tp all-to-all of their concatenation back to 3h/tp (bwd)", "all-to-all", "tp",
+                add("tp all-to-all of the fused qkv's concatenated gradient back to 3h/tp (bwd)", "all-to-all", "tp",
                     3 * x // tp, layers)
             else:
-                add("tp all-gather of q, k, v's gradients for their concatenation (bwd)", "all-gather",
+                add("tp all-gather of the fused qkv's q, k, v gradients to concatenate them (bwd)", "all-gather",
                     "tp", x, 3 * layers)
         # XLA:TPU with the table split over fsdp exactly as wide as over tp (read from llama dp=2 x fsdp=2 x
         # tp=2's HLO, the lookup's op_name): it reshards the table instead of the lookup's output, a

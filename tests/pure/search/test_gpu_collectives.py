@@ -150,6 +150,9 @@ def test_xla_gpu_is_xla_tpu_but_for_the_gathers_the_narrow_sums_and_the_row_stat
         for t in ts:
             if "row statistics" in t[0] or "K and V gradients" in t[0]:
                 continue
+            if "fused qkv" in t[0]:  # GPT-2's c_attn reshard: read on XLA:TPU, XLA:GPU not compiled
+                assert model.family == "gpt2" and t in tpu
+                continue
             kind = "sum" if t[1] in ("all-reduce", "reduce-scatter") else t[1]
             out[(kind, t[3])] = out.get((kind, t[3]), 0) + t[4]
         return out
