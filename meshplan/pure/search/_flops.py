@@ -92,7 +92,7 @@ from meshplan.pure.presets import build_params
 from meshplan.pure.rules import DEFAULT_MIN_SHARD_SIZE
 
 __all__ = ["DEFAULT_EFFICIENCY", "ELEMENTWISE", "RECOMPUTE", "LayerFlops", "StepFlops", "default_efficiency", "layer_flops",
-           "step_flops", "tp_replicated_splits"]
+           "fsdp_read", "step_flops", "tp_replicated_splits"]
 
 RECOMPUTE: dict[str, float] = {"none": 0.0, "dots": 0.0, "full": 1.0, "offload": 1.0}
 """Forward passes of each layer rerun in the backward pass, per remat policy."""
@@ -191,18 +191,35 @@ def tp_replicated_splits(out: int, hidden: int, *, tokens: int, tp: int, fsdp: i
       >>> tp_replicated_splits(96, 512, tokens=1024, tp=4, fsdp=2, batch_shards=2)  # 512 tokens a shard
       (2, 4)
     """
-    f = fsdp if (fsdp > 1 and hidden % fsdp == 0 and hidden > out
-                 and out * hidden >= DEFAULT_MIN_SHARD_SIZE) else 1
-    if (out_norm and 1 < fsdp == batch_shards and out % fsdp == 0 and out >= DEFAULT_MIN_SHARD_SIZE
-            and tokens < out):
-        grad = fsdp
-    else:  # the output's replicated dim groups by batch shard when f divides tp
-        grad = batch_shards * (f if tp % f == 0 else 1)
-    # The weight's split lands on every device of a batch shard's group (tp % f == 0 and f == tp, or
-    # fsdp the only batch axis) and the weight outweighs the group's output: XLA slices x and
-    # all-reduces partial sums instead of all-gathering W.
-    split = f > 1 and tp % f == 0 and (f == tp or f == batch_shards) and hidden * batch_shards > tokens
+    f = fsdp if (hidden % fsdp == 0 and hidden > out and out * hidden >= DEFAULT_MIN_SHARD_SIZE) else 1
+    if f == 1 or tp % f:  # the weight's split cannot land on a batch shard's tp devices: all repeat
+        return batch_shards, batch_shards
+    # The output's replicated dim groups by batch shard: the weight gradient splits f ways, unless q_a's
+    # output gradient comes split along out (then each device runs all the tokens for 1/f of hidden,
+    # f == batch_shards: a repeat's cost).
+    norm_split = out_norm and f == batch_shards and out % f == 0 and out >= DEFAULT_MIN_SHARD_SIZE and tokens < out
+    grad = batch_shards if norm_split else batch_shards * f
+    # The weight's split lands on every device of a batch shard's group (f == tp, or fsdp the only batch
+    # axis) and the weight outweighs the group's output: XLA slices x and all-reduces partial sums
+    # instead of all-gathering W.
+    split = (f == tp or f == batch_shards) and hidden * batch_shards > tokens
     return (tp * batch_shards if split else batch_shards), grad
+
+
+def fsdp_read(model: Any, tp: int, fsdp: int) -> int:
+    """The fsdp size as far as :func:`step_flops` of ``model`` depends on it: ``fsdp`` when it divides
+    ``tp > 1`` and the model has tp-replicated weights (MLA, a router; their split can then land on a
+    batch shard's tp devices, :func:`tp_replicated_splits`), else 1 (the same FLOPs as with fsdp's
+    devices on another batch axis). The search keys its FLOPs cache with it.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> ds, llama = MODEL_SPECS["deepseek-v3"], MODEL_SPECS["llama3-8b"]
+      >>> fsdp_read(ds, 4, 2), fsdp_read(ds, 2, 4), fsdp_read(ds, 1, 8), fsdp_read(llama, 4, 2)
+      (2, 1, 1, 1)
+    """
+    replicated = model.mla is not None or model.is_moe
+    return fsdp if replicated and tp > 1 and tp % fsdp == 0 else 1
 
 
 def _replicated(out: int, hidden: int, tp: int, place: tuple[int, int, int], out_norm: bool = False

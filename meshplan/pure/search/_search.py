@@ -110,7 +110,7 @@ from meshplan.pure.search._step_memory import (
     layer_dims,
     price_state,
 )
-from meshplan.pure.search._flops import StepFlops, default_efficiency, step_flops
+from meshplan.pure.search._flops import StepFlops, default_efficiency, fsdp_read, step_flops
 from meshplan.pure.search._step_time import StepTime, accumulate, overlap_class, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._training import TrainingState
@@ -183,8 +183,9 @@ class _Search:
         self.bounded: list[tuple[int, ...]] = []
         self.bounded_at: list[float] = []
         self.placer = Placer(req.axes, req)
-        # The FLOPs per device depend on the mesh through its device count, tp, dp and fsdp alone
-        # (tests/pure/search/test_search.py holds step_flops to that): cached by (tp, dp, fsdp).
+        # The FLOPs per device depend on the mesh through its device count, tp, dp and fsdp alone, fsdp
+        # only where it divides tp (tests/pure/search/test_search.py and test_flops.py hold step_flops to
+        # that): cached by (tp, dp, fsdp_read(model, tp, fsdp)).
         self.flops: dict[tuple[int, int, int], StepFlops] = {}
         self.floors_s: dict[tuple[int, int, int], float] = {}  # the same key -> the step with no collectives
         self.tp_index = req.axes.index("tp") if "tp" in req.axes else None
@@ -228,9 +229,9 @@ class _Search:
         return found
 
     def _flops_key(self, s: _Scored) -> tuple[int, int, int]:
-        return (s.sizes[self.tp_index] if self.tp_index is not None else 1,
-                s.sizes[self.dp_index] if self.dp_index is not None else 1,
-                s.sizes[self.fsdp_index] if self.fsdp_index is not None else 1)
+        tp = s.sizes[self.tp_index] if self.tp_index is not None else 1
+        return (tp, s.sizes[self.dp_index] if self.dp_index is not None else 1,
+                fsdp_read(self.model, tp, s.sizes[self.fsdp_index]) if self.fsdp_index is not None else 1)
 
     def _flops(self, s: _Scored) -> StepFlops:
         """The step's FLOPs on ``s``'s mesh (see ``self.flops``)."""
