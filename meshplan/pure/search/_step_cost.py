@@ -335,7 +335,9 @@ class ParamTraffic:
     third time, in the backward (see :func:`param_terms`)."""
     tied: bool = False
     """The output head is the input embedding (tied weights): XLA:CPU reduces its gradient's two parts,
-    the lookup's scatter-add and the head's matmul, apart (see :func:`param_terms`)."""
+    the lookup's scatter-add and the head's matmul, apart; XLA:TPU gathers the table for the lookup and
+    again for the head's forward and backward, and the head's gradient for the lookup's scatter-add
+    (see :func:`param_tables`)."""
     """``head_scatter``: the head's share of ``scatter`` (its gradient dtype); ``head_grad_f32``: the same in
     fp32; ``head_reduce_excess``: what the head's gradient shard, all-reduced over its replica axes in fp32,
     moves beyond its share of ``reduce``."""
@@ -428,6 +430,14 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
               minus(layer_gather, traffic.attn) if tpu_none else (), 2, True, 1),
              ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False, 0),
              ("all-gather", "all-gather of params (head: fwd + bwd)", twice, 2, False, 0),
+             # A tied embedding on XLA:TPU: the pass merges a gather only into the first gather of the same
+             # operand, here the lookup's, 236-259 instructions from the head's forward and backward uses: both
+             # gather the table again; and the lookup's scatter-add gathers the head's gradient into which it
+             # adds (read from GPT-2 fsdp=8's HLO, remat none and full: 4 table-sized gathers, not 1).
+             ("all-gather", "all-gather of params (tied embedding, again for the head fwd + bwd: XLA:TPU)",
+              traffic.head if tpu and traffic.tied else (), 2, False, 0),
+             ("all-gather", "all-gather of grads (the tied head's, for the lookup's scatter-add: XLA:TPU)",
+              traffic.head_scatter if tpu and traffic.tied else (), 1, False, 0),
              # XLA:TPU does not keep the attention weights the recompute gathered for the backward: it gathers
              # them again there (read from Mixtral fsdp=2 x ep=4's HLO by op_name and source line: q, k, v, o
              # in 3 passes, the experts' weights in 2; in Llama fsdp=8's, held out, only q and k: 1.04x).
