@@ -113,6 +113,7 @@ from meshplan.pure.search._step_memory import (
 from meshplan.pure.search._flops import StepFlops, default_efficiency, fsdp_read, step_flops
 from meshplan.pure.search._step_time import StepTime, accumulate, overlap_class, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
+from meshplan.pure.specs._geometry import spec_axes
 from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.specs._tree import tree_facts
 
@@ -148,7 +149,7 @@ class _Scored:
     term_seconds: Sequence[float] = ()
     # Its activation collectives and their seconds, when priced before the rest (_critical_steps).
     activations: list[Pending] | None = None
-    activation_seconds: list[float] = dataclasses.field(default_factory=list)
+    activation_seconds: Sequence[float] = ()
 
 
 def _no_detail() -> str:
@@ -179,6 +180,8 @@ class _Search:
         self.head_group = next((g for g, first in enumerate(groups.first) if groups.roles.get(first) == "head"
                                 and self.dims.vocab in groups.infos[g].shape), None
                                ) if CALIBRATIONS[calibration_key(req.recipe)].loss_gather else None
+        self.head_axes: dict[tuple[Any, ...], tuple[str, ...]] = {}  # plan key -> the axes of its head's spec
+        self.heads: dict[tuple[Any, ...], HeadLayout] = {}  # see _head
         # The bound-pruned meshes and their bounds (two lists: ~700 pairs would be as many more objects).
         self.bounded: list[tuple[int, ...]] = []
         self.bounded_at: list[float] = []
@@ -260,7 +263,7 @@ class _Search:
                             peak_flops=self.req.cluster.device.peak_bf16_flops, efficiency=self.efficiency)
 
     def plan(self, sizes: dict[str, int]) -> tuple[tuple[Any, ...], PlanEval]:
-        key = tuple(sizes.items()) if self.reads is None else tuple(sizes.get(a, 1) for a in self.reads)
+        key = tuple(sizes.items()) if self.reads is None else tuple([sizes.get(a, 1) for a in self.reads])
         found = self.plans.get(key)
         if found is None:
             found = self.plans[key] = self.planner(sizes)
@@ -527,8 +530,7 @@ class _Search:
         m = counts[0]
         # What the step's peak reads of the mesh, once for every micro-batch count tried.
         gathered = sum(nbytes for axes, nbytes in plan.gather if any(mesh.get(x, 1) > 1 for x in axes))
-        head = None if self.head_group is None else head_layout(
-            plan.specs[self.head_group], self.groups.infos[self.head_group].shape, mesh, vocab=self.dims.vocab)
+        head = None if self.head_group is None else self._head(key, plan, mesh)
         tp, sp = mesh.get("tp", 1), mesh.get("sp", 1)
         state = plan.param_bytes + plan.grad_bytes + plan.optimizer_bytes
         # A count the plan is over the budget at (its bound says so) is not priced when another is tried
@@ -558,6 +560,22 @@ class _Search:
         over.append(scored)  # its collectives are listed only if it is among the leanest (see _leanest)
         return "memory", _no_detail if "memory" in self.rejected else (
             lambda: f"{mesh_text(mesh)}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget")
+
+    def _head(self, key: tuple[Any, ...], plan: PlanEval, mesh: dict[str, int]) -> HeadLayout:
+        """:func:`~meshplan.pure.search._step_memory.head_layout` of the plan's head group on this mesh, which
+        reads the mesh only through the sizes of the axes the head's spec uses: memoized by the plan (``key``)
+        and those sizes (a 4096-device search asks ~600 meshes of ~200 plans)."""
+        g = self.head_group
+        assert g is not None  # asked only when the tree has a head
+        axes = self.head_axes.get(key)
+        if axes is None:
+            axes = self.head_axes[key] = spec_axes(plan.specs[g])
+        memo = (key, tuple([mesh.get(a, 1) for a in axes]))
+        found = self.heads.get(memo)
+        if found is None:
+            found = self.heads[memo] = head_layout(plan.specs[g], self.groups.infos[g].shape, mesh,
+                                                   vocab=self.dims.vocab)
+        return found
 
     def _param_pending(self, s: _Scored, placement: AxisPlacement) -> list[Pending]:
         """The parameter collectives of one step on ``s``'s mesh (placed so), with its micro-batches, not yet

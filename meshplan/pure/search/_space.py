@@ -126,8 +126,10 @@ class Placer:
         remaining = self.domains
         if remaining == 1:
             return self._ones
-        dcn = []
+        dcn: list[int] = []
         for size, movable in zip(sizes, self.movable, strict=True):
+            if remaining == 1:  # every domain placed: the axes left lie inside domains
+                return (*dcn, *self._ones[len(dcn):])
             part = math.gcd(size, remaining) if movable else 1
             remaining //= part
             dcn.append(part)
