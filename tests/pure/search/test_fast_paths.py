@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
+import math
 
 import jax
 import numpy as np
@@ -14,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplan.pure import get_preset, search_meshes
-from meshplan.pure.search import TrainingRecipe
+from meshplan.pure.search import SearchRequest, TrainingRecipe
+from meshplan.pure.search._space import Placer
 from meshplan.pure.search._step_time import overlap_class, step_seconds, step_time
 from meshplan.pure.specs._tree import _plain_paths, path_str, path_strs, tree_facts
 from tests.pure.search.test_step_time import inputs
@@ -122,7 +125,7 @@ def test_a_step_is_no_faster_than_its_critical_collectives_alone(case, efficienc
 
 
 @pytest.mark.parametrize("model, cluster, options", [
-    ("deepseek-v3", "512x8xH100", {}),
+    ("deepseek-v3", "64x8xH100", {}),
     ("llama3-8b", "512x8xH100", {}),
     ("mixtral-8x7b", "v5p-128", {"recipe": TrainingRecipe(remat="none", attention="flash")}),
     ("gpt2", "32x8xH100", {"micro_batches": 2}),
@@ -135,3 +138,28 @@ def test_the_top_k_are_the_first_k_when_every_mesh_is_priced(model, cluster, opt
     assert len(every.candidates) == few.num_fitting > 3
     assert [c.text for c in few.candidates] == [c.text for c in every.candidates[:3]]
     assert [c.step for c in few.candidates] == [c.step for c in every.candidates[:3]]
+
+
+@functools.cache
+def _request(cluster: str) -> SearchRequest:
+    return search_meshes("llama3-8b", cluster, top_k=1).request
+
+
+@pytest.mark.parametrize("cluster", ["2x8xH100", "64x8xH100", "v5p-128", "2xv5p-256"])
+@given(data=st.data())
+def test_placer_split_stops_once_every_domain_is_placed(cluster, data) -> None:
+    # Placer.split returns as soon as no domain is left: the axes after take 1, as the whole walk gives.
+    req = _request(cluster)
+    placer = Placer(req.axes, req)
+    n = req.cluster.num_devices
+    sizes, left = [], n
+    for _ in req.axes[:-1]:
+        sizes.append(data.draw(st.sampled_from([d for d in range(1, left + 1) if left % d == 0])))
+        left //= sizes[-1]
+    sizes.append(left)
+    remaining, whole = req.cluster.num_ici_domains, []
+    for size, movable in zip(sizes, placer.movable, strict=True):
+        part = math.gcd(size, remaining) if movable else 1
+        remaining //= part
+        whole.append(part)
+    assert placer.split(tuple(sizes)) == (tuple(whole) if remaining == 1 else None)
