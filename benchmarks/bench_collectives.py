@@ -73,6 +73,7 @@ CASES: tuple[Case, ...] = (
     ("gpt2", {"tp": 8}, "none", 1),
     ("gpt2-h192", {"dp": 2, "tp": 4}, "full", 1),
     ("gpt2-h192", {"dp": 4, "tp": 2}, "full", 1),
+    ("gpt2", {"dp": 2, "tp": 4}, "dots", 1),
 )
 """(family, mesh, remat policy, micro-batches); remat "full" is the reference step's and the search's default.
 With micro-batches the step scans over them: the HLO lists the loop body once and the parser counts it

@@ -736,10 +736,13 @@ def activation_terms(
             # all-to-all of each), concatenates and moves the 3h-wide result back (HandleConcatenate ->
             # HandleElementwiseWithDimsToReplicate); with neither dim divisible it gathers them instead.
             row = b * s * itemsize  # bytes per element of the fused dim
+            # Remat "dots" saves only dot outputs: the slices (and their permutes) are recomputed as under "full"
+            # (read from GPT-2 dp=2 x tp=4 with dots on XLA:CPU: 28 permutes, as with full).
+            again = recompute or remat == "dots"
             for width in sorted(set(fused)):
                 add(f"tp collective-permute of the fused qkv's slices to their heads, {width} of 3h wide (fwd"
-                    f"{' + recompute' if recompute else ''})", "collective-permute", "tp", row * width,
-                    fused.count(width) * (1 + r) * layers)
+                    f"{' + recompute' if again else ''})", "collective-permute", "tp", row * width,
+                    fused.count(width) * (2 if again else 1) * layers)
             if b % tp == 0 or s % tp == 0:
                 add("tp all-to-all of the fused qkv's q, k, v gradients off the hidden dim (bwd)", "all-to-all", "tp",
                     x // tp, 3 * layers)
