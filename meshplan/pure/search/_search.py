@@ -304,8 +304,7 @@ class _Search:
                 rejections.append(Rejection(kind, counts[kind][0], counts[kind][1]))
         self._fill_leanest(over)
         over = self._leanest(over)
-        self._price_steps(over)
-        return self._contenders(fits), over, rejections, len(combos), len(fits)
+        return self._contenders(fits, over), over, rejections, len(combos), len(fits)
 
     def _place(self, s: _Scored) -> AxisPlacement:
         """``s``'s :class:`AxisPlacement`, made when first needed (most meshes are never priced)."""
@@ -358,8 +357,9 @@ class _Search:
             start = stop
         return steps
 
-    def _contenders(self, fits: list[_Scored]) -> list[_Scored]:
-        """The fitting meshes that can rank in the ``top_k``, priced; the others are only counted.
+    def _contenders(self, fits: list[_Scored], over: list[_Scored]) -> list[_Scored]:
+        """The fitting meshes that can rank in the ``top_k``, priced; the others are only counted. The
+        over-budget meshes ``over`` (all shown) are priced in the first pass.
 
         Ranked by step time, no mesh's step is faster than its step with no collectives (its
         compute, :meth:`_floor`; a test holds step_time to that), nor than its *critical step*, its
@@ -382,14 +382,14 @@ class _Search:
         """
         k = self.req.top_k
         if self.req.rank_by != "time" or len(fits) <= k:
-            self._price_steps(fits)
+            self._price_steps(fits + over)
             return fits
         floor = [self._floor(s) for s in fits]
         order = sorted(range(len(fits)), key=lambda i: (floor[i], fits[i].sizes))
         floors = [floor[i] for i in order]  # ascending
         # The least floors priced whole (a k-th best step to cut at), the next ones bounded.
         priced, bound = [fits[i] for i in order[:k]], [fits[i] for i in order[k:3 * k]]
-        steps = self._pass(priced, bound, floors[k:3 * k])
+        steps = self._pass(priced + over, bound, floors[k:3 * k])
         best = sorted(s.step_s for s in priced)  # the k least step times priced so far, ascending
         # Bounded meshes not yet priced whose critical step can still rank: (critical step, sizes, mesh).
         waiting: list[tuple[float, tuple[int, ...], _Scored]] = []
