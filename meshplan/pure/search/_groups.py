@@ -568,6 +568,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
     embed_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
     attn: dict[tuple[str, ...], int] = {}
     roles = {row[7] for row in rows}
+    head_tp = False
     for (_, _, _, count, p_unit, g_unit, _, role), share in zip(rows, shares, strict=True):
         elements = share.elements
         p, gr = elements * p_unit, elements * g_unit
@@ -577,6 +578,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
             if role == "embed":
                 embed[storage] = embed.get(storage, 0) + count * p * ways
             elif role == "head":
+                head_tp = head_tp or "tp" in share.axes
                 head[storage] = head.get(storage, 0) + count * p * ways
                 head_scatter[storage] = head_scatter.get(storage, 0) + count * gr * ways
                 head_f32[storage] = head_f32.get(storage, 0) + count * elements * 4 * ways
@@ -593,7 +595,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
     return ParamTraffic(gather, tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
                         tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
                         tuple(head_reduce.items()), tuple(embed_whole), tuple(attn.items()),
-                        tied="head" in roles and "embed" not in roles)
+                        tied="head" in roles and "embed" not in roles, head_tp=head_tp)
 
 
 _EMBEDDINGS = ("embed_tokens", "wte")

@@ -338,6 +338,9 @@ class ParamTraffic:
     the lookup's scatter-add and the head's matmul, apart; XLA:TPU gathers the table for the lookup and
     again for the head's forward and backward, and the head's gradient for the lookup's scatter-add
     (see :func:`param_tables`)."""
+    head_tp: bool = False
+    """The head's table is split over tp as well (its vocabulary; tied: XLA:TPU then looks up the gathered
+    token ids in the table's shard instead of gathering the table, see :func:`param_tables`)."""
     """``head_scatter``: the head's share of ``scatter`` (its gradient dtype); ``head_grad_f32``: the same in
     fp32; ``head_reduce_excess``: what the head's gradient shard, all-reduced over its replica axes in fp32,
     moves beyond its share of ``reduce``."""
@@ -403,6 +406,12 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     # weights are never merged, at any threshold (a threshold of 1e6 still gathers them twice): the forward
     # gathers the per-head view of q/k/v/o and the backward the flat leaf, two different instructions.
     tpu_none = tpu and policy == "none"
+    # A tied table split over tp (vocabulary) and over fsdp (hidden) on XLA:TPU (read from GPT-2 fsdp=2 x tp=4's
+    # HLO, v5e-8): the lookup gathers the token ids, not the table, which is gathered once, for the head; the
+    # head's fp32 gradient (vocab/tp, h) is all-reduced whole over its storage group, kept on one shard there
+    # (a select), the lookup's scatter-add added, and the sum reduce-scattered in its grad dtype. Neither the
+    # table nor its gradient is gathered again (the fsdp-only table's 4 gathers: see the rows below).
+    tied_tp = tpu and traffic.tied and traffic.head_tp
 
     def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
               ) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -435,19 +444,19 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
              # gather the table again; and the lookup's scatter-add gathers the head's gradient into which it
              # adds (read from GPT-2 fsdp=8's HLO, remat none and full: 4 table-sized gathers, not 1).
              ("all-gather", "all-gather of params (tied embedding, again for the head fwd + bwd: XLA:TPU)",
-              traffic.head if tpu and traffic.tied else (), 2, False, 0),
+              traffic.head if tpu and traffic.tied and not tied_tp else (), 2, False, 0),
              ("all-gather", "all-gather of grads (the tied head's, for the lookup's scatter-add: XLA:TPU)",
-              traffic.head_scatter if tpu and traffic.tied else (), 1, False, 0),
+              traffic.head_scatter if tpu and traffic.tied and not tied_tp else (), 1, False, 0),
              # XLA:TPU does not keep the attention weights the recompute gathered for the backward: it gathers
              # them again there (read from Mixtral fsdp=2 x ep=4's HLO by op_name and source line: q, k, v, o
              # in 3 passes, the experts' weights in 2; in Llama fsdp=8's, held out, only q and k: 1.04x).
              ("all-gather", "all-gather of params (attention, again in the bwd: XLA:TPU)",
               traffic.attn if tpu and recompute else (), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads",
-              minus(traffic.scatter, traffic.head_scatter if f32_head else (),
+              minus(traffic.scatter, traffic.head_scatter if f32_head and not tied_tp else (),
                     tuple((st, sb) for st, _, sb, _ in whole)), 1, True, 0),
-             ("reduce-scatter", "reduce-scatter of grads (head, f32)", traffic.head_grad_f32 if f32_head else (),
-              1, False, 0),
+             ("reduce-scatter", "reduce-scatter of grads (head, f32)",
+              traffic.head_grad_f32 if f32_head and not tied_tp else (), 1, False, 0),
              # XLA:CPU sums a tied embedding's gradient in two parts, the lookup's scatter-add and the head's
              # matmul, each over the storage group (read from GPT-2 fsdp=8's HLO: two f32[512,128] operands
              # of one combined all-reduce).
@@ -458,7 +467,9 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
              ("all-reduce", "all-reduce of grads (input embedding, whole)", embed_ar, 1, False, 0),
              # XLA:TPU and XLA:GPU all-reduce the head's gradient in fp32: the bytes beyond its grad-dtype share.
              ("all-reduce", "all-reduce of grads (head in f32, beyond its grad dtype)",
-              traffic.head_reduce_excess if f32_head else (), 1, False, 0))
+              traffic.head_reduce_excess if f32_head else (), 1, False, 0),
+             ("all-reduce", "all-reduce of grads (the tied head's, f32, whole before the lookup's scatter-add: "
+              "XLA:TPU)", traffic.head_grad_f32 if tied_tp else (), 1, False, 0))
 
 
 def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[str, int], *,
@@ -698,16 +709,24 @@ def activation_terms(
                 "tp", x, layers)
             add("tp all-reduce of the K and V grads over the kv replicas (XLA:TPU)", "all-reduce", "tp",
                 3 * b * s * local_kv * model.head_dim * itemsize, layers)
-        if (gpu or mla_gpu) and split and h % tp == 0:
+        if (tpu or mla_gpu) and split and h % tp == 0:
             # The hidden dim split over tp: every RMSNorm's mean of squares is summed over tp (fp32, one value
             # per token), 2 per layer + the final norm forward, again in the recompute, and once more per norm
             # backward (its input gradient's row sum), and the loss's logsumexp and gold logit over the
             # vocab-split logits (max, then sum and gold combined: 3 per token). Read from XLA:GPU's HLO by
             # op_name and source line (rms_norm:60, chunk_loss:316): 17 f32[b,s] per step in every Llama
-            # case with remat full (2 layers), 13 with remat none. GPT-2's LayerNorm: not read.
-            norms = 0 if model.family == "gpt2" else (4 + 2 * r) * layers + 2
-            add("tp all-reduce of the norms' and the loss's row statistics (XLA:GPU, f32)", "all-reduce", "tp",
-                b * s * 4, norms + (3 if vocab else 0))
+            # case with remat full (2 layers), 13 with remat none. XLA:TPU sums the same (read from Llama
+            # fsdp=2 x tp=4, tp=8 and dp=2 x tp=4 remat none, Mixtral fsdp=2 x tp=4 and ep=4 x tp=2: 17, 17,
+            # 13, 17, 17), and GPT-2's LayerNorm there: its mean and its variance forward (and in the
+            # recompute), three row sums backward (the mean's two uses and the scale's), read from GPT-2
+            # fsdp=2 x tp=4's HLO (layer_norm:67-69: 36 f32[b,s] with 2 layers). GPT-2 on XLA:GPU: not read.
+            norms_per_pass = 2 * layers + 1  # two per layer and the final norm
+            if model.family != "gpt2":
+                norms = (2 + r) * norms_per_pass - r  # forward, backward, recompute (the layers' only)
+            else:
+                norms = 0 if backend == "gpu" else (2 + 3) * norms_per_pass + 2 * r * (norms_per_pass - 1)
+            add(f"tp all-reduce of the norms' and the loss's row statistics (XLA:{backend.upper()}, f32)",
+                "all-reduce", "tp", b * s * 4, norms + (3 if vocab else 0))
         if split:
             # The LM head's input (fwd) and again for its weight gradient (bwd) on XLA:CPU and XLA:TPU;
             # XLA:TPU also gathers the embedding's output gradient for its scatter-add (XLA:GPU too, except

@@ -203,6 +203,7 @@ def test_xla_tpu_tp_collectives_are_the_counts_read_from_its_hlo() -> None:
         ("reduce-scatter", 2 * x, 1),             # the LM head's input gradient, in fp32
         ("all-gather", x, 10 * L - 1 + 3),        # 2 fwd + 2 recompute + 6 bwd per layer, one fewer; head x2, embed
         ("all-gather", kv, 2 * L),                # K and V gradients (GQA)
+        ("all-reduce", b * s * 4, 6 * L + 2 + 3),  # RMSNorm row statistics (fwd, rec, bwd) and the loss's, f32
         ("all-reduce", x, 1)])                    # the vocab-split embedding lookup
     # Without the recompute the 2 recompute gathers and the 1 recompute sum per layer go.
     none = {(t[1], t[3]): t[4] for t in activation_terms(model, sizes, p, batch=16, seq=2048, itemsize=2,
