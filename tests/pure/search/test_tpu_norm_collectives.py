@@ -16,8 +16,18 @@ from hypothesis import strategies as st
 
 from meshplan.pure import parse_cluster
 from meshplan.pure.presets import MODEL_SPECS
-from meshplan.pure.search import TrainingRecipe, collective_totals, search_meshes, xla_collectives
-from meshplan.pure.search._step_cost import AxisPlacement, ParamTraffic, activation_terms, param_tables
+from meshplan.pure.search import (
+    TrainingRecipe,
+    collective_totals,
+    search_meshes,
+    xla_collectives,
+)
+from meshplan.pure.search._step_cost import (
+    AxisPlacement,
+    ParamTraffic,
+    activation_terms,
+    param_tables,
+)
 
 ROW = "row statistics"
 
