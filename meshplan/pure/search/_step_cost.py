@@ -63,7 +63,10 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   replicated over part of tp add sums over the replicas (their projections'
   input gradients, ``X``, and ``3*b*s*(kv/gcd)*head_dim*a`` of their
   gradients per layer); K and V gradients are gathered with as many kv heads
-  as heads too. The vocab-split embedding lookup is a reduce-scatter into the split
+  as heads too. With the hidden dim split each norm's row statistics are
+  summed over tp in fp32 (``b*s*4``): RMSNorm's as on XLA:GPU (below),
+  GPT-2's LayerNorm 2 forward (mean, variance), 2 in the recompute and 3
+  backward; the loss's 3. The vocab-split embedding lookup is a reduce-scatter into the split
   stream when the table is not also split over fsdp; split over fsdp as wide as tp,
   XLA:TPU permutes the table's shard instead and the lookup needs no sum. **MLA on XLA:CPU** (read
   from DeepSeek dp=2 x tp=4): q_a and kv_a are whole over tp and run on the
@@ -590,9 +593,11 @@ def activation_terms(
       >>> from meshplan.pure import parse_cluster
       >>> from meshplan.pure.presets import MODEL_SPECS
       >>> p = AxisPlacement(("dp", "tp"), (2, 4), (1, 1), parse_cluster("H100"))
-      >>> [(t[1], t[4]) for t in activation_terms(MODEL_SPECS["llama3-8b"], {"dp": 2, "tp": 4}, p,
-      ...                                         batch=8, seq=1024, itemsize=2)]
-      [('reduce-scatter', 160), ('reduce-scatter', 1), ('all-gather', 322), ('all-gather', 64), ('reduce-scatter', 1)]
+      >>> terms = activation_terms(MODEL_SPECS["llama3-8b"], {"dp": 2, "tp": 4}, p, batch=8, seq=1024, itemsize=2)
+      >>> [(t[1], t[4]) for t in terms][:3]
+      [('reduce-scatter', 160), ('reduce-scatter', 1), ('all-reduce', 197)]
+      >>> [(t[1], t[4]) for t in terms][3:]
+      [('all-gather', 322), ('all-gather', 64), ('reduce-scatter', 1)]
     """
     backend = as_choice(backend, "backend", TP_BACKENDS, error=PlanError)
     recompute = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError) in RECOMPUTING
