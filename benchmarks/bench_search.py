@@ -237,7 +237,12 @@ def compare(before: str, rounds: int = 2) -> None:
     print(f"load: {os.getloadavg()}")
     ratios: dict[str, list[tuple[float, float, float, float]]] = {}
     for round_ in range(1, rounds + 1):
-        old, new = _measure(before), _measure(here)
+        # Which tree goes first alternates too: on a shared VM the second process of a pair often met a
+        # different neighbour than the first, and one fixed order leaned every ratio one way.
+        if round_ % 2:
+            old, new = _measure(before), _measure(here)
+        else:
+            new, old = _measure(here), _measure(before)
         for name in new:
             (s0, m0, p0), (s1, m1, p1) = old[name], new[name]
             ratios.setdefault(name, []).append((s1 / s0, m1 / m0, s1, m1))
