@@ -400,6 +400,8 @@ def head_layout(spec: Any, shape: tuple[int, ...], sizes: Mapping[str, int], *, 
     """The :class:`HeadLayout` of a head leaf of ``shape`` stored with ``spec`` (a PartitionSpec or its
     entries) on a mesh of ``sizes``; its vocabulary dim is the one of size ``vocab`` (the first, when
     both are). A leaf that is not 2-D, or has no dim of that size, gives the default (nothing known).
+    No argument checks: the search calls it per planned mesh with what it built (:func:`step_memory`
+    checks the layout it is given).
 
     Example:
       >>> from jax.sharding import PartitionSpec as P

@@ -466,3 +466,20 @@ def test_the_search_reads_the_heads_layout_off_its_plan() -> None:
     assert m.total == gathered.peak and m.phase == gathered.peak_phase == "forward"
     assert 0.95 <= m.total / (5131.1 * 2**20) <= 1.10
     assert step_memory(layer_dims(model), {"fsdp": 8}, recipe, **kw).peak / (5131.1 * 2**20) > 1.2
+
+
+@pytest.mark.parametrize("bad", [(8, 1), "fsdp"])
+def test_a_head_layout_that_is_not_one_is_refused_by_name(bad: object) -> None:
+    from meshplan.pure.errors import MeshplanTypeError
+
+    with pytest.raises(MeshplanTypeError, match="head=.*must be a HeadLayout"):
+        step_memory(layer_dims(MODEL_SPECS["llama3-8b"]), {"fsdp": 8}, TrainingRecipe(), batch=8, seq=1024,
+                    params=0, grads=0, optimizer=0, head=bad)  # type: ignore[arg-type]
+
+
+def test_a_head_layout_with_a_way_below_one_names_the_field() -> None:
+    from meshplan.pure.search._step_memory import HeadLayout
+
+    with pytest.raises(PlanError, match="head.vocab_batch"):
+        step_memory(layer_dims(MODEL_SPECS["llama3-8b"]), {"fsdp": 8}, TrainingRecipe(), batch=8, seq=1024,
+                    params=0, grads=0, optimizer=0, head=HeadLayout(vocab_batch=0))
