@@ -376,9 +376,10 @@ class _Search:
         step, which can only fall: none can rank. For Mixtral on 4096 GPUs the 505 of 685 fitting
         meshes with tp > 1 (whose replicated work alone outlasts the best steps) were listed,
         priced and timed for nothing; the critical steps then spare the parameter collectives of
-        about half the rest (on 4096 GPUs, priced whole: DeepSeek-V3 101 of the 184 meshes whose
-        floor passes, Llama-3-8B 59 of 277, Llama-3-70B 33 of 162; GPT-2, whose steps are mostly
-        parameter collectives, 204 of 227). Ranked by communication, every mesh is priced.
+        about half the rest (on 4096 GPUs, priced whole: DeepSeek-V3 93 of the 184 meshes whose
+        floor passes, Mixtral 101 of 180, Llama-3-8B 43 of 277, Llama-3-70B 21 of 162; GPT-2, whose
+        steps are mostly parameter collectives, 199 of 227). Ranked by communication, every mesh is
+        priced.
         """
         k = self.req.top_k
         if self.req.rank_by != "time" or len(fits) <= k:
