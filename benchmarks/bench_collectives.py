@@ -107,6 +107,7 @@ TPU_CASES: tuple[Case, ...] = (
     ("llama-4l", {"fsdp": 8}, "none", 1),
     ("mixtral", {"fsdp": 2, "ep": 4}, "none", 1),
     ("llama", {"dp": 2, "fsdp": 4}, "none", 1),
+    ("llama", {"fsdp": 8}, "none", 2),
     ("gpt2", {"fsdp": 8}, "none", 1),
     ("gpt2", {"dp": 2, "tp": 4}, "full", 1),
     ("gpt2", {"fsdp": 2, "tp": 4}, "full", 1),
