@@ -137,7 +137,7 @@ def _plan(args: argparse.Namespace) -> int:
         preset.spec, args.cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
         batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
         activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
-        ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args, args.cluster),
+        ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
         efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
     )
     if args.format == "json":
@@ -174,15 +174,14 @@ def _user_params(args: argparse.Namespace) -> Any:
         raise _UserError(str(err)) from None
 
 
-def _recipe(args: argparse.Namespace, cluster: str) -> Any:
+def _recipe(args: argparse.Namespace) -> Any:
     """The training recipe the plan prices, from the reference-step flags (``--remat``, ``--attention``, ...)."""
-    from meshplan.pure import parse_cluster
     from meshplan.pure.search import TrainingRecipe
 
-    backend = "tpu" if parse_cluster(cluster).device.ici_scope == "slice" else "gpu"
+    # backend left to the search, which takes the cluster's compiler.
     return TrainingRecipe(weight_dtype=args.dtype, optimizer=args.optimizer, master_weights=args.master_weights,
                           remat=args.remat, attention=args.attention, micro_batches=args.micro_batches or 1,
-                          vocab_tiles=args.vocab_tiles, backend=backend)
+                          vocab_tiles=args.vocab_tiles)
 
 
 def _check(args: argparse.Namespace) -> int:

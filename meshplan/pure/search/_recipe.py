@@ -30,9 +30,13 @@ moves the peak, with defaults of a MaxText-style bf16 step:
   ``batch / micro_batches``, an fp32 accumulator joins the gradients) and
   ``vocab_tiles`` (the loss computed in vocabulary chunks divides the
   logits buffers);
-- ``backend``: which compiler's buffer assignment the calibrated figures
-  follow (``"tpu"``, ``"gpu"`` or ``"cpu"``; see
-  :mod:`meshplan.pure.search._step_memory`), and ``device``: the accelerator
+- ``backend``: which compiler's buffer assignment and collectives the
+  figures follow (``"tpu"``, ``"gpu"`` or ``"cpu"``; see
+  :mod:`meshplan.pure.search._step_memory`); ``None`` (the default): the
+  cluster's, which the search fills in (XLA:TPU for a TPU slice, XLA:GPU
+  otherwise), so a recipe written for one cluster prices another's compiler
+  correctly; priced as XLA:TPU where no cluster says (:attr:`TrainingRecipe.compiler`).
+  And ``device``: the accelerator
   (a :data:`~meshplan.pure.search._hardware.DEVICE_SPECS` name). XLA:TPU
   schedules the same step differently per generation (v5p keeps more at once in
   a remat-full backward than v6e), so a device with coefficients of its own
@@ -107,7 +111,7 @@ class TrainingRecipe:
     micro_batches: int = 1
     vocab_tiles: int = 1
     residual_split: bool = True
-    backend: str = "tpu"
+    backend: str | None = None
     # Last, so positional construction of the fields above keeps working.
     device: str | None = None
 
@@ -115,7 +119,7 @@ class TrainingRecipe:
         problems = [p for p in (
             _choice(self.remat, "remat", REMAT_POLICIES),
             _choice(self.attention, "attention", ATTENTION_KINDS),
-            _choice(self.backend, "backend", BACKENDS),
+            None if self.backend is None else _choice(self.backend, "backend", BACKENDS),
             None if self.device is None or isinstance(self.device, str) and self.device in DEVICE_SPECS else
             f"device={self.device!r}: use one of {list(DEVICE_SPECS)} or None",
             _choice(self.optimizer, "optimizer", tuple(sorted(OPTIMIZER_COPIES)))) if p]
@@ -151,6 +155,16 @@ class TrainingRecipe:
         """Bytes per stored weight element."""
         return _itemsize(self.weight_dtype)
 
+    @property
+    def compiler(self) -> str:
+        """The backend priced: ``backend``, or ``"tpu"`` where neither the recipe nor a cluster says.
+
+        Example:
+          >>> TrainingRecipe().compiler, TrainingRecipe(backend="gpu").compiler
+          ('tpu', 'gpu')
+        """
+        return "tpu" if self.backend is None else self.backend
+
     def describe(self) -> str:
         """One line of the assumptions priced."""
         opt = OPTIMIZER_COPIES[self.optimizer]
@@ -158,7 +172,7 @@ class TrainingRecipe:
         extra = [f"{self.micro_batches} micro-batches"] if self.micro_batches > 1 else []
         extra += [f"{self.vocab_tiles} vocab tiles"] if self.vocab_tiles > 1 else []
         extra += ["fp32 master weights"] if self.master_weights else []
-        extra += [f"calibrated for {self.backend}"] if self.backend != "tpu" else []
+        extra += [f"calibrated for {self.compiler}"] if self.compiler != "tpu" else []
         return ", ".join([f"weights {self.weight_dtype}", f"compute {self.compute_dtype}",
                           f"grads {self.grad_dtype or self.weight_dtype}", state, f"remat {self.remat}",
                           f"{self.attention} attention", *extra])

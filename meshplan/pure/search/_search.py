@@ -587,9 +587,9 @@ class _Search:
         tables = self.tables.get(s.plan_key)
         if tables is None:
             tables = self.tables[s.plan_key] = param_tables(self.plans[s.plan_key].traffic, self.req.axes,
-                                                            backend=recipe.backend, remat=recipe.remat)
+                                                            backend=recipe.compiler, remat=recipe.remat)
         pending = table_terms(tables, placement, mesh, layers=max(self.model.num_layers, 1))
-        return accumulate(pending, s.micro_batches, backend=recipe.backend)
+        return accumulate(pending, s.micro_batches, backend=recipe.compiler)
 
     def _activation_pending(self, s: _Scored, placement: AxisPlacement) -> list[Pending]:
         """The activation collectives of one step on ``s``'s mesh, with its micro-batches, not yet priced
@@ -597,8 +597,8 @@ class _Search:
         recipe = self.req.recipe
         pending = activation_terms(self.model, dict(zip(self.req.axes, s.sizes, strict=True)), placement,
                                    batch=self.req.batch, seq=self.req.seq, itemsize=self.act_itemsize,
-                                   remat=recipe.remat, residual_split=recipe.residual_split, backend=recipe.backend)
-        return accumulate(pending, s.micro_batches, backend=recipe.backend)
+                                   remat=recipe.remat, residual_split=recipe.residual_split, backend=recipe.compiler)
+        return accumulate(pending, s.micro_batches, backend=recipe.compiler)
 
     def _leanest(self, over: list[_Scored]) -> list[_Scored]:
         """The over-budget meshes that can be among the ``top_k`` leanest, the only ones shown.
@@ -876,10 +876,11 @@ def search_meshes(
         optimizer = {2: "adamw", 1: "sgd", 0: "adafactor"}.get(copies, "adamw")
         recipe = TrainingRecipe(weight_dtype=weights, grad_dtype=None if grad_dt is None else str(grad_dt),
                                 optimizer=optimizer, optimizer_dtype=str(opt_dt),
-                                master_weights=flags["master_weights"],
-                                backend="tpu" if clus.device.ici_scope == "slice" else "gpu")
+                                master_weights=flags["master_weights"])
     else:
         recipe = dataclasses.replace(recipe, weight_dtype=weights)
+    if recipe.backend is None:  # the cluster's compiler: its lowering and its calibration
+        recipe = dataclasses.replace(recipe, backend="tpu" if clus.device.ici_scope == "slice" else "gpu")
     if recipe.device is None and clus.device.name in DEVICE_SPECS:
         # The accelerator picks its generation's memory coefficients where it has some (calibration_key).
         recipe = dataclasses.replace(recipe, device=clus.device.name)

@@ -205,10 +205,10 @@ def calibration_key(recipe: TrainingRecipe) -> str:
       'gpu'
     """
     if recipe.device is not None:
-        key = f"{recipe.backend}-{recipe.device}"
+        key = f"{recipe.compiler}-{recipe.device}"
         if key in CALIBRATIONS:
             return key
-    return recipe.backend
+    return recipe.compiler
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

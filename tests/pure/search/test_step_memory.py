@@ -186,10 +186,25 @@ def test_the_search_prices_the_recipe_it_is_given() -> None:
     heavy = TrainingRecipe(remat="none", attention="plain")
     a = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=512, recipe=lean)
     b = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=512, recipe=heavy, top_k=100)
-    # The search fills in what it knows: the weights' dtype and the cluster's device.
-    assert a.request.recipe == dataclasses.replace(lean, weight_dtype="bfloat16", device="H100")
+    # The search fills in what it knows: the weights' dtype, the cluster's device and its compiler.
+    assert a.request.recipe == dataclasses.replace(lean, weight_dtype="bfloat16", device="H100", backend="gpu")
     assert b.num_fitting <= a.num_fitting
     assert a.best.memory.phase in ("forward", "backward", "update")
+
+
+@pytest.mark.parametrize("cluster,compiler", [("2x8xH100", "gpu"), ("v5p-16", "tpu")])
+def test_a_recipe_without_a_backend_is_priced_for_the_clusters_compiler(cluster: str, compiler: str) -> None:
+    # A recipe written without naming the compiler prices exactly as one naming the cluster's (its collectives'
+    # lowering and its memory calibration); one that names another compiler is honoured.
+    kw = {"batch": 32, "seq": 1024, "top_k": 3}
+    left = search_meshes("llama3-8b", cluster, recipe=TrainingRecipe(remat="none", micro_batches=2), **kw)
+    named = search_meshes("llama3-8b", cluster, recipe=TrainingRecipe(remat="none", micro_batches=2,
+                                                                      backend=compiler), **kw)
+    assert left.to_json() == named.to_json() and left.request.recipe.compiler == compiler
+    other = "tpu" if compiler == "gpu" else "gpu"
+    forced = search_meshes("llama3-8b", cluster, recipe=TrainingRecipe(remat="none", micro_batches=2,
+                                                                       backend=other), **kw)
+    assert forced.request.recipe.backend == other and forced.to_json() != left.to_json()
 
 
 def test_fp32_weights_double_the_exact_parameter_bytes() -> None:
