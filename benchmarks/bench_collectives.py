@@ -108,6 +108,7 @@ TPU_CASES: tuple[Case, ...] = (
     ("mixtral", {"fsdp": 2, "ep": 4}, "none", 1),
     ("llama", {"dp": 2, "fsdp": 4}, "none", 1),
     ("llama", {"fsdp": 8}, "none", 2),
+    ("deepseek", {"fsdp": 8}, "none", 1),
     ("gpt2", {"fsdp": 8}, "none", 1),
     ("gpt2", {"dp": 2, "tp": 4}, "full", 1),
     ("gpt2", {"fsdp": 2, "tp": 4}, "full", 1),
@@ -125,6 +126,15 @@ def tpu_sized(family: str) -> object:
         return dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="mixtral-1k", num_layers=2, hidden_size=1024,
                                    num_heads=8, num_kv_heads=4, head_dim=128, intermediate_size=1024,
                                    moe_intermediate_size=1024, vocab_size=8192, num_params=None)
+    if family == "deepseek":  # one dense layer and one MoE layer (8 experts, top-2, a shared expert), MLA
+        from meshplan.pure.presets import MLADims
+
+        return dataclasses.replace(MODEL_SPECS["deepseek-v3"], name="deepseek-1k", num_layers=2, hidden_size=1024,
+                                   num_heads=8, num_kv_heads=8, head_dim=128, intermediate_size=4096,
+                                   moe_intermediate_size=512, num_experts=8, num_experts_per_tok=2,
+                                   num_shared_experts=1, num_dense_layers=1, vocab_size=8192, num_params=None,
+                                   mla=MLADims(q_lora_rank=512, kv_lora_rank=256, qk_nope_head_dim=128,
+                                               qk_rope_head_dim=64, v_head_dim=128))
     if family == "gpt2":  # fused c_attn (h, 3h), tied embeddings, learned positions
         return dataclasses.replace(MODEL_SPECS["gpt2"], name="gpt2-1k", num_layers=2, hidden_size=1024, num_heads=8,
                                    num_kv_heads=8, head_dim=128, intermediate_size=4096, vocab_size=8192,
