@@ -468,7 +468,7 @@ def test_xla_tpu_remat_none_all_gathers_match_the_compiled_steps(case: tuple) ->
     # than the mean layer the model takes off; every other case within 0.1%.
     expected = {"gpt2": 0.949, "deepseek": 1.011}.get(family, 1.0)
     assert analytic / compiled == pytest.approx(expected, abs=1e-3)
-    # The textbook's two passes (XLA:GPU's price) are 10-19% above every Llama / Mixtral step here.
+    # The textbook's two passes (XLA:GPU's price) are 10-21% above every Llama / Mixtral / DeepSeek step here.
     gpu = collective_totals(xla_collectives(
         search_meshes(_tpu_sized(family, layers), "1x8xH100", axes=tuple(sizes), fixed=sizes, batch=batch,
                       seq=2048, recipe=dataclasses.replace(recipe, backend="gpu")).best.comm,
