@@ -569,7 +569,9 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
     attn: dict[tuple[str, ...], int] = {}
     roles = {row[7] for row in rows}
     head_tp = False
-    for (_, _, _, count, p_unit, g_unit, _, role), share in zip(rows, shares, strict=True):
+    grad_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
+    head_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
+    for (_, shape, _, count, p_unit, g_unit, _, role), share in zip(rows, shares, strict=True):
         elements = share.elements
         p, gr = elements * p_unit, elements * g_unit
         storage, replicas, ways = share.storage, share.replicas, share.ways
@@ -586,8 +588,12 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                 attn[storage] = attn.get(storage, 0) + count * p * ways
             elif role == "pos":  # read only by an add, whose backward needs no weights: gathered once
                 embed[storage] = embed.get(storage, 0) + count * p * ways
-        if storage and replicas and role == "embed":
+        if storage and replicas and role == "head":
+            head_whole.append((storage, replicas, count * gr * ways, 0))
+        if storage and replicas and role in ("embed", "pos"):
             embed_whole.append((storage, replicas, count * gr * ways, count * gr))
+        elif storage and role not in ("embed", "head", "pos") and _narrow_minor(shape, share, ways, replicas):
+            grad_whole.append((storage, replicas, count * gr * ways, count * gr))
         if replicas:
             reduce[replicas] = reduce.get(replicas, 0) + count * gr
             if role == "head":  # its fp32 gradient is all-reduced in fp32 too (see ParamTraffic)
@@ -595,7 +601,21 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
     return ParamTraffic(gather, tuple(scatter.items()), tuple(reduce.items()), tuple(embed.items()),
                         tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
                         tuple(head_reduce.items()), tuple(embed_whole), tuple(attn.items()),
-                        tied="head" in roles and "embed" not in roles, head_tp=head_tp)
+                        tied="head" in roles and "embed" not in roles, head_tp=head_tp, grad_whole=tuple(grad_whole),
+                        head_whole=tuple(head_whole))
+
+
+def _narrow_minor(shape: Shape, share: _Share, ways: int, replicas: tuple[str, ...]) -> bool:
+    """Whether XLA:TPU sums this leaf's gradient whole over its storage group instead of reduce-scattering it
+    (see ``ParamTraffic.grad_whole``): with no replica axes, a matrix split over its storage axes on its last
+    dim alone into shards narrower than 512 elements. (Vectors, summed whole too at fsdp=8, are left out: under
+    tp their compiled sums differ, a few KiB a step.)"""
+    entries = tuple(share.spec)
+    if len(shape) < 2 or replicas or len(entries) != len(shape) or any(e is not None for e in entries[:-1]):
+        return False
+    last = entries[-1]
+    named = (last,) if isinstance(last, str) else tuple(last or ())
+    return set(named) == set(share.storage) and -(-shape[-1] // ways) < 512
 
 
 _EMBEDDINGS = ("embed_tokens", "wte")

@@ -332,7 +332,8 @@ class ParamTraffic:
     embed_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
     """Input embeddings stored split and also replicated: ``(storage, replicas, scatter bytes, reduce bytes)``.
     XLA:TPU all-reduces such an embedding's gradient (a scatter-add of every token) whole over both groups
-    instead of reduce-scattering it and all-reducing the shard."""
+    instead of reduce-scattering it and all-reducing the shard; a learned position table's (a sum over the
+    batch) too (read from GPT-2 dp=2 x fsdp=4's HLO: ``wpe`` whole over all 8 devices)."""
     attn: tuple[tuple[tuple[str, ...], int], ...] = ()
     """The attention weights' share of ``gather``: under a recomputing remat XLA:TPU gathers them a
     third time, in the backward (see :func:`param_terms`)."""
@@ -341,6 +342,14 @@ class ParamTraffic:
     the lookup's scatter-add and the head's matmul, apart; XLA:TPU gathers the table for the lookup and
     again for the head's forward and backward, and the head's gradient for the lookup's scatter-add
     (see :func:`param_tables`)."""
+    grad_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
+    """Layer leaves whose gradient XLA:TPU sums whole, as ``embed_whole``: ``(storage, replicas, scatter bytes,
+    reduce bytes)``. Its fusion pass turns the partitioner's all-reduce + dynamic-slice into a reduce-scatter
+    except, with no replica axes, for matrices split on their last dim alone into shards under 512 elements
+    (read from XLA:TPU's HLOs, see :func:`param_tables`)."""
+    head_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
+    """The head stored split and also replicated, as ``embed_whole`` (``(storage, replicas, scatter bytes, 0)``):
+    a tied table's lookup part is then summed whole over both groups on XLA:TPU (see :func:`param_tables`)."""
     head_tp: bool = False
     """The head's table is split over tp as well (its vocabulary; tied: XLA:TPU then looks up the gathered
     token ids in the table's shard instead of gathering the table, see :func:`param_tables`)."""
@@ -415,6 +424,7 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     # (a select), the lookup's scatter-add added, and the sum reduce-scattered in its grad dtype. Neither the
     # table nor its gradient is gathered again (the fsdp-only table's 4 gathers: see the rows below).
     tied_tp = tpu and traffic.tied and traffic.head_tp
+    tied_lookup = tpu and traffic.tied and not traffic.head_tp
 
     def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
               ) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -426,9 +436,24 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
 
     once = traffic.embed + (traffic.head if tpu else ())
     twice = () if tpu else traffic.head  # outside the layers: gathered forward and backward, not fused per layer
+    # XLA:TPU sums some layer gradients whole over storage (and replicas) instead of reduce-scattering them:
+    # after partitioning every weight gradient is an all-reduce + dynamic-slice, and its fusion pass (between
+    # the Pre_main_fusion dumps) makes a reduce-scatter of the pair except, with no replica axes, for slices
+    # along a matrix's last dim narrower than 512 elements (read from v5e-8 HLOs at fsdp=8: whole at 128 and 384 wide, Llama's k/v,
+    # GPT-2's c_attn, MLA's q_a / kv_a, DeepSeek's expert and shared gate / up; reduce-scattered at 512, the
+    # MLPs' down / c_fc, and along any other dim; with dp beside fsdp, Llama's k/v at 256 are reduce-scattered;
+    # held out: GPT-2 with ff 3072, its c_fc at 384 whole). Vectors (biases, norm weights, a few KiB) are
+    # summed whole too but not modelled: under tp their compiled sums differ.
+    layer_whole = traffic.grad_whole if tpu else ()
     whole = traffic.embed_whole if tpu else ()
     order = {a: k for k, a in enumerate(axes)}
-    embed_ar = tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in whole)
+
+    def summed(rows: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...]
+               ) -> tuple[tuple[tuple[str, ...], int], ...]:
+        return tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in rows)
+
+    embed_ar = summed(whole)
+    whole = whole + layer_whole
     layer_gather = minus(traffic.gather, once, twice)
     # (kind, what, bytes per axis group, passes, fused per layer, passes the last layer skips)
     return (
@@ -465,9 +490,20 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
              # of one combined all-reduce).
              ("reduce-scatter", "reduce-scatter of grads (tied embedding's second part, XLA:CPU)",
               traffic.head_scatter if backend == "cpu" and traffic.tied else (), 1, False, 0),
+             # A tied table not split over tp on XLA:TPU: the lookup's scatter-add is summed apart from the
+             # head's f32 matmul part, as an input embedding's: reduce-scattered in its grad dtype over the
+             # storage group (GPT-2 fsdp=8, remat none and full: a bf16 [8192,1024] reduce-scatter beside the f32
+             # one), or with replicas all-reduced whole over both groups (GPT-2 dp=2 x fsdp=4: over all 8).
+             ("reduce-scatter", "reduce-scatter of grads (tied embedding's lookup part: XLA:TPU)",
+              minus(traffic.head_scatter, tuple((st, sb) for st, _, sb, _ in traffic.head_whole))
+              if tied_lookup else (), 1, False, 0),
+             ("all-reduce", "all-reduce of grads (tied embedding's lookup part, whole: XLA:TPU)",
+              summed(traffic.head_whole) if tied_lookup else (), 1, False, 0),
              ("all-reduce", "all-reduce of grads", minus(traffic.reduce, tuple((rep, rb) for _, rep, _, rb in whole)),
               1, True, 0),
              ("all-reduce", "all-reduce of grads (input embedding, whole)", embed_ar, 1, False, 0),
+             ("all-reduce", "all-reduce of grads (narrow last-dim splits, whole: XLA:TPU)",
+              summed(layer_whole), 1, True, 0),
              # XLA:TPU and XLA:GPU all-reduce the head's gradient in fp32: the bytes beyond its grad-dtype share.
              ("all-reduce", "all-reduce of grads (head in f32, beyond its grad dtype)",
               traffic.head_reduce_excess if f32_head else (), 1, False, 0),
