@@ -608,14 +608,14 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
 def _narrow_minor(shape: Shape, share: _Share, ways: int, replicas: tuple[str, ...]) -> bool:
     """Whether XLA:TPU sums this leaf's gradient whole over its storage group instead of reduce-scattering it
     (see ``ParamTraffic.grad_whole``): with no replica axes, a matrix split over its storage axes on its last
-    dim alone into shards narrower than 512 elements. (Vectors, summed whole too at fsdp=8, are left out: under
-    tp their compiled sums differ, a few KiB a step.)"""
+    dim alone into shards an odd multiple of 128 elements wide. (Vectors, summed whole too at fsdp=8, are left
+    out: under tp their compiled sums differ, a few KiB a step.)"""
     entries = tuple(share.spec)
     if len(shape) < 2 or replicas or len(entries) != len(shape) or any(e is not None for e in entries[:-1]):
         return False
     last = entries[-1]
     named = (last,) if isinstance(last, str) else tuple(last or ())
-    return set(named) == set(share.storage) and -(-shape[-1] // ways) < 512
+    return set(named) == set(share.storage) and shape[-1] % ways == 0 and shape[-1] // ways % 256 == 128
 
 
 _EMBEDDINGS = ("embed_tokens", "wte")

@@ -345,8 +345,8 @@ class ParamTraffic:
     grad_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
     """Layer leaves whose gradient XLA:TPU sums whole, as ``embed_whole``: ``(storage, replicas, scatter bytes,
     reduce bytes)``. Its fusion pass turns the partitioner's all-reduce + dynamic-slice into a reduce-scatter
-    except, with no replica axes, for matrices split on their last dim alone into shards under 512 elements
-    (read from XLA:TPU's HLOs, see :func:`param_tables`)."""
+    except, with no replica axes, for matrices split on their last dim alone into shards an odd multiple of 128
+    elements wide (read from XLA:TPU's HLOs, see :func:`param_tables`)."""
     head_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
     """The head stored split and also replicated, as ``embed_whole`` (``(storage, replicas, scatter bytes, 0)``):
     a tied table's lookup part is then summed whole over both groups on XLA:TPU (see :func:`param_tables`)."""
@@ -436,14 +436,15 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
 
     once = traffic.embed + (traffic.head if tpu else ())
     twice = () if tpu else traffic.head  # outside the layers: gathered forward and backward, not fused per layer
-    # XLA:TPU sums some layer gradients whole over storage (and replicas) instead of reduce-scattering them:
-    # after partitioning every weight gradient is an all-reduce + dynamic-slice, and its fusion pass (between
-    # the Pre_main_fusion dumps) makes a reduce-scatter of the pair except, with no replica axes, for slices
-    # along a matrix's last dim narrower than 512 elements (read from v5e-8 HLOs at fsdp=8: whole at 128 and 384 wide, Llama's k/v,
-    # GPT-2's c_attn, MLA's q_a / kv_a, DeepSeek's expert and shared gate / up; reduce-scattered at 512, the
-    # MLPs' down / c_fc, and along any other dim; with dp beside fsdp, Llama's k/v at 256 are reduce-scattered;
-    # held out: GPT-2 with ff 3072, its c_fc at 384 whole). Vectors (biases, norm weights, a few KiB) are
-    # summed whole too but not modelled: under tp their compiled sums differ.
+    # XLA:TPU sums some layer gradients whole over storage instead of reduce-scattering them: after
+    # partitioning every weight gradient is an all-reduce + dynamic-slice, and its fusion pass (between the
+    # Pre_main_fusion dumps) makes a reduce-scatter of the pair except, with no replica axes, for slices along a
+    # matrix's last dim an odd multiple of 128 elements wide (read from v5e-8 HLOs at fsdp=8: whole at 128, 384
+    # and 640, Llama's k/v, GPT-2's c_attn and c_fc at those widths, MLA's q_a / kv_a, DeepSeek's expert and
+    # shared gate / up; reduce-scattered at 480 and 512 and along any other dim; with dp beside fsdp, Llama's
+    # k/v at 256 and GPT-2's c_attn at 768 are reduce-scattered). Fitted to those widths after a "< 512" rule
+    # failed on 480 / 640; why odd multiples is not read. Vectors (biases, norm weights, a few KiB) are summed
+    # whole too but not modelled: under tp their compiled sums differ.
     layer_whole = traffic.grad_whole if tpu else ()
     whole = traffic.embed_whole if tpu else ()
     order = {a: k for k, a in enumerate(axes)}

@@ -485,9 +485,9 @@ def test_xla_tpu_remat_none_all_gathers_match_the_compiled_steps(case: tuple) ->
 
 # Gradient reduction bytes per device per step of the same XLA:TPU v5e-8 compiles (reduce-scatter, all-reduce;
 # benchmarks/RESULTS.md, "Session 5 (2026-11-23): XLA:TPU with remat none", the helper H7 paragraph): the
-# whole-summed gradients (matrices split on their last dim alone into shards under 512 elements with no replica
-# axes; the position table and a tied table's lookup part) were read from these HLOs, so in-sample; held out:
-# GPT-2 with ff 3072 (its c_fc at 384 wide), compiled after the rule: 71,303,168 / 25,229,316 B.
+# whole-summed gradients (matrices split on their last dim alone into shards an odd multiple of 128 elements
+# wide, with no replica axes; the position table and a tied table's lookup part) were read from these HLOs and
+# from GPT-2 at ff 3072 and hidden 1280, so in-sample; held out: GPT-2 at ff 7168 (c_fc 896 wide, whole).
 TPU_GRADIENT_REDUCTIONS = {
     ("gpt2", "fsdp=8", 2, "none"): (92_274_688, 12_650_500),
     ("gpt2", "fsdp=8", 2, "full"): (92_274_688, 12_650_500),
