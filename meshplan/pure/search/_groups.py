@@ -592,8 +592,9 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
             head_whole.append((storage, replicas, count * gr * ways, 0))
         if storage and replicas and role in ("embed", "pos"):
             embed_whole.append((storage, replicas, count * gr * ways, count * gr))
-        elif storage and role not in ("embed", "head", "pos") and _narrow_minor(shape, share, ways, replicas):
-            grad_whole.append((storage, replicas, count * gr * ways, count * gr))
+        elif storage and role not in ("embed", "head", "pos") and _narrow_minor(shape, share, ways):
+            # Whole over the storage group only: the shard's all-reduce over its replicas stays as it is.
+            grad_whole.append((storage, (), count * gr * ways, 0))
         if replicas:
             reduce[replicas] = reduce.get(replicas, 0) + count * gr
             if role == "head":  # its fp32 gradient is all-reduced in fp32 too (see ParamTraffic)
@@ -605,13 +606,13 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                         head_whole=tuple(head_whole))
 
 
-def _narrow_minor(shape: Shape, share: _Share, ways: int, replicas: tuple[str, ...]) -> bool:
+def _narrow_minor(shape: Shape, share: _Share, ways: int) -> bool:
     """Whether XLA:TPU sums this leaf's gradient whole over its storage group instead of reduce-scattering it
-    (see ``ParamTraffic.grad_whole``): with no replica axes, a matrix split over its storage axes on its last
-    dim alone into shards an odd multiple of 128 elements wide. (Vectors, summed whole too at fsdp=8, are left
+    (see ``ParamTraffic.grad_whole``): a matrix split over its storage axes on its last dim alone into shards an
+    odd multiple of 128 elements wide. (Vectors, summed whole too at fsdp=8, are left
     out: under tp their compiled sums differ, a few KiB a step.)"""
     entries = tuple(share.spec)
-    if len(shape) < 2 or replicas or len(entries) != len(shape) or any(e is not None for e in entries[:-1]):
+    if len(shape) < 2 or len(entries) != len(shape) or any(e is not None for e in entries[:-1]):
         return False
     last = entries[-1]
     named = (last,) if isinstance(last, str) else tuple(last or ())

@@ -345,8 +345,9 @@ class ParamTraffic:
     grad_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
     """Layer leaves whose gradient XLA:TPU sums whole, as ``embed_whole``: ``(storage, replicas, scatter bytes,
     reduce bytes)``. Its fusion pass turns the partitioner's all-reduce + dynamic-slice into a reduce-scatter
-    except, with no replica axes, for matrices split on their last dim alone into shards an odd multiple of 128
-    elements wide (read from XLA:TPU's HLOs, see :func:`param_tables`)."""
+    except for matrices split on their last dim alone into shards an odd multiple of 128 elements wide: those
+    are all-reduced whole over the storage group (their shard then over its replicas as before; read from
+    XLA:TPU's HLOs, see :func:`param_tables`)."""
     head_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
     """The head stored split and also replicated, as ``embed_whole`` (``(storage, replicas, scatter bytes, 0)``):
     a tied table's lookup part is then summed whole over both groups on XLA:TPU (see :func:`param_tables`)."""
@@ -438,11 +439,11 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     twice = () if tpu else traffic.head  # outside the layers: gathered forward and backward, not fused per layer
     # XLA:TPU sums some layer gradients whole over storage instead of reduce-scattering them: after
     # partitioning every weight gradient is an all-reduce + dynamic-slice, and its fusion pass (between the
-    # Pre_main_fusion dumps) makes a reduce-scatter of the pair except, with no replica axes, for slices along a
-    # matrix's last dim an odd multiple of 128 elements wide (read from v5e-8 HLOs at fsdp=8: whole at 128, 384
+    # Pre_main_fusion dumps) makes a reduce-scatter of the pair except for slices along a matrix's last dim an
+    # odd multiple of 128 elements wide, summed whole over the storage group (then over dp as before) (read from v5e-8 HLOs at fsdp=8: whole at 128, 384
     # and 640, Llama's k/v, GPT-2's c_attn and c_fc at those widths, MLA's q_a / kv_a, DeepSeek's expert and
-    # shared gate / up; reduce-scattered at 480 and 512 and along any other dim; with dp beside fsdp, Llama's
-    # k/v at 256 and GPT-2's c_attn at 768 are reduce-scattered). Fitted to those widths after a "< 512" rule
+    # shared gate / up; reduce-scattered at 480 and 512 and along any other dim; with dp beside fsdp, 384 whole
+    # over fsdp, 256 and 768 reduce-scattered). Fitted to those widths after a "< 512" rule
     # failed on 480 / 640; why odd multiples is not read. Vectors (biases, norm weights, a few KiB) are summed
     # whole too but not modelled: under tp their compiled sums differ.
     layer_whole = traffic.grad_whole if tpu else ()

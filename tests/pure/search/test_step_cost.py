@@ -134,8 +134,8 @@ def test_embedding_is_gathered_once_and_the_head_once_on_tpu_with_an_f32_gradien
     tpu = backend == "tpu"
     f32_head = backend in ("tpu", "gpu")  # XLA:TPU and XLA:GPU reduce the head's gradient in fp32
     # XLA:TPU all-reduces an embedding (or a position table) stored split over fsdp but replicated over dp
-    # whole (a scatter-add, a sum over the batch); likewise a tied table's lookup. With dp replicas no
-    # narrow last-dim split is summed whole (Llama dp=2 x fsdp=4's k/v are reduce-scattered).
+    # whole (a scatter-add, a sum over the batch); likewise a tied table's lookup. No last-dim split here is
+    # an odd multiple of 128 wide (GPT-2's c_attn 576, c_fc 768; Llama's k/v 1024): none summed whole.
     assert traffic.embed_whole == ((("fsdp",), ("dp",), pos, pos // 4),) if tied else ((("fsdp",), ("dp",), vh, vh // 4),)
     assert traffic.grad_whole == ()
     assert traffic.head_whole == ((("fsdp",), ("dp",), vh, 0),)
@@ -486,8 +486,9 @@ def test_xla_tpu_remat_none_all_gathers_match_the_compiled_steps(case: tuple) ->
 # Gradient reduction bytes per device per step of the same XLA:TPU v5e-8 compiles (reduce-scatter, all-reduce;
 # benchmarks/RESULTS.md, "Session 5 (2026-11-23): XLA:TPU with remat none", the helper H7 paragraph): the
 # whole-summed gradients (matrices split on their last dim alone into shards an odd multiple of 128 elements
-# wide, with no replica axes; the position table and a tied table's lookup part) were read from these HLOs and
-# from GPT-2 at ff 3072 and hidden 1280, so in-sample; held out: GPT-2 at ff 7168 (c_fc 896 wide, whole).
+# wide, whole over their storage group; the position table and a tied table's lookup part) were read from these
+# HLOs and from GPT-2 at ff 3072, hidden 1280 and ff 1536 with dp, so in-sample; held out: GPT-2 at ff 7168
+# (c_fc 896 wide, whole).
 TPU_GRADIENT_REDUCTIONS = {
     ("gpt2", "fsdp=8", 2, "none"): (92_274_688, 12_650_500),
     ("gpt2", "fsdp=8", 2, "full"): (92_274_688, 12_650_500),
