@@ -97,7 +97,16 @@ COMPILED = {
 }
 
 
-@pytest.mark.parametrize("case", list(COMPILED), ids=lambda c: f"{c[0]}-{c[1].replace(' ', '-')}")
+# A known miss, hidden while the test held only the kinds major in the compiled program: the all-reduce is
+# priced at 3.6x what XLA emits (17.3 MB against 4.8 MB, 2.2% of the priced bytes); on XLA:TPU the same case's
+# excess was read as the vocab-split lookup's sum, which XLA reduce-scatters (RESULTS.md "Session 6"). Not
+# modelled yet.
+_KNOWN_MISSES = {("large", "llama fsdp=4,tp=2")}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(
+    strict=True, reason="all-reduce priced 3.6x XLA's (the vocab-split lookup's sum)"))
+    if c in _KNOWN_MISSES else c for c in COMPILED], ids=lambda c: f"{c[0]}-{c[1].replace(' ', '-')}")
 def test_every_major_kind_is_within_10_percent_of_xla_gpu(case: tuple[str, str]) -> None:
     size, name = case
     family, mesh, *rest = name.split(" ")
@@ -110,9 +119,13 @@ def test_every_major_kind_is_within_10_percent_of_xla_gpu(case: tuple[str, str])
     analytic = collective_totals(xla_collectives(best.comm, backend="gpu", itemsize=2, micro_batches=mb))
     compiled = COMPILED[case]
     total = sum(compiled.values())
-    for kind, nbytes in compiled.items():
-        if nbytes >= MINOR * total:
-            assert analytic.get(kind, (0, 0))[0] == pytest.approx(nbytes, rel=0.1), (kind, analytic, compiled)
+    priced_total = sum(b for b, _ in analytic.values()) or 1
+    # A kind is held to 10% when it is major in the compiled program *or* in the model: a kind the model
+    # prices and XLA never emits must fail, not pass as minor.
+    for kind in sorted(set(compiled) | set(analytic)):
+        nbytes, priced = compiled.get(kind, 0), analytic.get(kind, (0, 0))[0]
+        if nbytes >= MINOR * total or priced >= MINOR * priced_total:
+            assert priced == pytest.approx(nbytes, rel=0.1), (kind, analytic, compiled)
 
 
 @given(st.sampled_from(("llama3-8b", "llama3-70b", "mixtral-8x7b", "gpt2")), st.sampled_from((2, 4, 8)),
