@@ -1,10 +1,12 @@
-"""Shared helpers for the benchmark scripts: timing and a rich table."""
+"""Shared helpers for the benchmark scripts: timing, a rich table, and presets cut to fewer layers."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def best_of(fn: Callable[[], object], *, repeat: int = 7, number: int = 1) -> float:
@@ -39,3 +41,13 @@ def _fmt(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.2f} s"
+
+
+def cut_preset(name: str) -> Any:
+    """A preset at full width (``"llama3-8b"``), or cut to fewer layers (``"llama3-8b/2L"``; its parameter
+    count is then recounted from the shapes, not the preset's published total)."""
+    from meshplan.pure.presets import MODEL_SPECS
+
+    base, _, layers = name.partition("/")
+    spec = MODEL_SPECS[base]
+    return dataclasses.replace(spec, num_layers=int(layers.removesuffix("L")), num_params=None) if layers else spec

@@ -29,6 +29,7 @@ if __name__ == "__main__" and "--child" not in sys.argv:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
+from _table import cut_preset  # noqa: E402  (benchmarks/, the script's directory)
 from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF  # noqa: E402
 
 Case = tuple[str, dict[str, int], str, int]
@@ -131,8 +132,7 @@ def tpu_sized(family: str) -> object:
     from meshplan.pure.presets import MODEL_SPECS
 
     if "/" in family:
-        name, _, cut = family.partition("/")
-        return dataclasses.replace(MODEL_SPECS[name], num_layers=int(cut.removesuffix("L")))
+        return cut_preset(family)
 
     if family == "mixtral":
         return dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], name="mixtral-1k", num_layers=2, hidden_size=1024,
@@ -220,6 +220,7 @@ def run_cases(backend: str, topology: str | None, only: str = "", large: bool = 
     from jax.sharding import AxisType
 
     import meshplan
+    from meshplan.pure.search import collective_shares
 
     rows: list[dict[str, object]] = []
     cases = FULL_WIDTH_CASES if full_width else TPU_CASES if backend == "tpu" or large else CASES
@@ -240,13 +241,12 @@ def run_cases(backend: str, topology: str | None, only: str = "", large: bool = 
         except Exception as err:  # a case the reference step or the search refuses: say so, keep going
             rows.append({"case": case, "kind": "error", "error": f"{type(err).__name__}: {str(err)[:120]}"})
             continue
-        total = sum(c for _, _, c, _, _, _ in table) or 1
-        priced = sum(a for _, a, _, _, _, _ in table) or 1
+        # A kind's share is the larger of its compiled and its priced share: a kind the model prices and XLA
+        # never emits is a miss, not a minor kind.
+        shares = collective_shares([(kind, a, c, r) for kind, a, c, r, _, _ in table])
         for kind, a, c, r, na, nc in table:
-            # A kind's share is the larger of its compiled and its priced share: a kind the model prices
-            # and XLA never emits is a miss, not a minor kind.
             rows.append({"case": case, "kind": kind, "analytic": a, "compiled": c, "ratio": r,
-                         "calls_analytic": na, "calls_compiled": nc, "share": max(c / total, a / priced),
+                         "calls_analytic": na, "calls_compiled": nc, "share": shares[kind],
                          "seconds": round(time.perf_counter() - start, 1)})
     return rows
 

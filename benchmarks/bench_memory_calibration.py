@@ -50,6 +50,8 @@ from meshplan.pure.search._hardware import DEVICE_SPECS  # noqa: E402
 from meshplan.pure.presets import MODEL_SPECS, ModelSpec  # noqa: E402
 from meshplan.pure.search._recipe import TrainingRecipe  # noqa: E402
 
+from _table import cut_preset  # noqa: E402  (benchmarks/, the script's directory)
+
 _SMALL = {"num_layers": 4, "hidden_size": 512, "num_heads": 8, "head_dim": 64, "vocab_size": 4096,
           "num_params": None}
 FAMILIES = {
@@ -138,11 +140,7 @@ def _spec(family: str) -> ModelSpec:
                                    **changes)
     if family in FAMILIES:
         return FAMILIES[family]
-    name, _, layers = family.partition("/")
-    spec = MODEL_SPECS[name]
-    if layers:
-        spec = dataclasses.replace(spec, num_layers=int(layers.rstrip("L")), num_params=None)
-    return spec
+    return cut_preset(family)
 
 
 def run_case(family: str, sizes: dict[str, int], remat: str, attention: str, batch: int, seq: int,

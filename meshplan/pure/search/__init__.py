@@ -32,6 +32,7 @@ from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
 from meshplan.pure.search._step_cost import axis_domain_counts, xla_collectives
 from meshplan.pure.search._hlo_collectives import (
+    collective_shares,
     collective_totals,
     HLO_COLLECTIVE_KINDS,
     HloCollective,
@@ -79,6 +80,7 @@ __all__ = [
     "select_link",
     "TpuTopology",
     "tpu_topology",
+    "collective_shares",
     "collective_totals",
     "HLO_COLLECTIVE_KINDS",
     "HloCollective",

@@ -41,11 +41,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from meshplan.pure.errors import MeshplanTypeError
 
-__all__ = ["HLO_COLLECTIVE_KINDS", "HloCollective", "collective_totals", "parse_hlo_collectives", "ratio_table"]
+__all__ = ["HLO_COLLECTIVE_KINDS", "HloCollective", "collective_shares", "collective_totals", "parse_hlo_collectives",
+           "ratio_table"]
 
 HLO_COLLECTIVE_KINDS: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
                                          "collective-permute")
@@ -284,3 +285,31 @@ def ratio_table(analytic: Mapping[str, tuple[int, int]], compiled: Mapping[str, 
         a, c = analytic.get(k, (0, 0))[0], compiled.get(k, (0, 0))[0]
         rows.append((k, a, c, a / c if c else (1.0 if a == 0 else math.inf)))
     return tuple(rows)
+
+
+def collective_shares(table: Sequence[tuple[str, int, int, float]]) -> dict[str, float]:
+    """Each kind's share of a step's collective bytes, the larger of its compiled and its priced share.
+
+    A check that holds only the kinds above some share to a ratio must read both sides: by the compiled
+    share alone, a kind the model prices and the compiler never emits (compiled 0) would pass as minor.
+
+    Args:
+      table: :func:`ratio_table` rows ``(kind, analytic bytes, compiled bytes, ratio)``.
+
+    Returns:
+      ``{kind: share}`` in the table's order; a side with no bytes at all gives its kinds 0 there.
+
+    Example:
+      >>> collective_shares(ratio_table({"all-gather": (90, 1), "reduce-scatter": (10, 1)},
+      ...                               {"all-gather": (100, 1)}))
+      {'all-gather': 1.0, 'reduce-scatter': 0.1}
+    """
+    ok = isinstance(table, Sequence) and all(
+        isinstance(row, tuple) and len(row) == 4 and isinstance(row[0], str)
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in row[1:3]) for row in table)
+    if not ok:
+        raise MeshplanTypeError(f"table={table!r:.80} must hold (kind, analytic bytes, compiled bytes, ratio) rows, "
+                                "as ratio_table returns.")
+    priced = sum(a for _, a, _, _ in table) or 1
+    compiled = sum(c for _, _, c, _ in table) or 1
+    return {kind: max(a / priced, c / compiled) for kind, a, c, _ in table}
