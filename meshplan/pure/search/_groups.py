@@ -566,6 +566,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
     head_f32: dict[tuple[str, ...], int] = {}
     head_reduce: dict[tuple[str, ...], int] = {}
     embed_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
+    embed_table: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
     attn: dict[tuple[str, ...], int] = {}
     roles = {row[7] for row in rows}
     head_tp = False
@@ -579,6 +580,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
             scatter[storage] = scatter.get(storage, 0) + count * gr * ways
             if role == "embed":
                 embed[storage] = embed.get(storage, 0) + count * p * ways
+                embed_table.append((storage, replicas, count * p * ways, count * gr * ways))
             elif role == "head":
                 head_tp = head_tp or "tp" in share.axes
                 head[storage] = head.get(storage, 0) + count * p * ways
@@ -603,7 +605,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                         tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
                         tuple(head_reduce.items()), tuple(embed_whole), tuple(attn.items()),
                         tied="head" in roles and "embed" not in roles, head_tp=head_tp, grad_whole=tuple(grad_whole),
-                        head_whole=tuple(head_whole))
+                        head_whole=tuple(head_whole), embed_table=tuple(embed_table))
 
 
 def _narrow_minor(shape: Shape, share: _Share, ways: int) -> bool:

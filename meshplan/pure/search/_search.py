@@ -65,6 +65,7 @@ from meshplan.pure.rules._check_tree import check_rule
 from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, StepEstimate
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._hardware import DEVICE_SPECS
+from meshplan.pure.search._head_layout import gathers_hidden, vocab_batch_axes
 from meshplan.pure.search._groups import (
     LeafGroups,
     PlanEval,
@@ -92,6 +93,7 @@ from meshplan.pure.search._step_cost import (
     ParamTables,
     Pending,
     activation_terms,
+    hidden_state_terms,
     param_tables,
     price,
     step_activations,
@@ -174,12 +176,17 @@ class _Search:
         self.state_total = state_bytes(self.groups, self.state)
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
-        # The output head's group (the embedding when tied): how a plan splits it decides what XLA
-        # gathers for the loss (HeadLayout); None when the tree names none or the calibration does not
-        # read it (Calibration.loss_gather).
-        self.head_group = next((g for g, first in enumerate(groups.first) if groups.roles.get(first) == "head"
-                                and self.dims.vocab in groups.infos[g].shape), None
-                               ) if CALIBRATIONS[calibration_key(req.recipe)].loss_gather else None
+        # The output head's group (the embedding when tied) and the input embedding's: how a plan splits
+        # them decides what XLA gathers for the loss and the lookup (meshplan.pure.search._head_layout); None
+        # when the tree names none. The memory model reads the head's where its calibration does
+        # (Calibration.loss_gather), the comm model both on XLA:TPU.
+        self.head_group, self.embed_group = (next((g for g, first in enumerate(groups.first)
+                                                   if groups.roles.get(first) == role
+                                                   and self.dims.vocab in groups.infos[g].shape), None)
+                                             for role in ("head", "embed"))
+        self.loss_gather = CALIBRATIONS[calibration_key(req.recipe)].loss_gather
+        # plan key -> the batch axes its (head, embedding) vocabulary is split over (see _hidden_axes)
+        self.vocab_axes: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self.head_axes: dict[tuple[Any, ...], tuple[str, ...]] = {}  # plan key -> the axes of its head's spec
         self.heads: dict[tuple[Any, ...], HeadLayout] = {}  # see _head
         # The bound-pruned meshes and their bounds (two lists: ~700 pairs would be as many more objects).
@@ -531,7 +538,7 @@ class _Search:
         m = counts[0]
         # What the step's peak reads of the mesh, once for every micro-batch count tried.
         gathered = sum(nbytes for axes, nbytes in plan.gather if any(mesh.get(x, 1) > 1 for x in axes))
-        head = None if self.head_group is None else self._head(key, plan, mesh)
+        head = None if self.head_group is None or not self.loss_gather else self._head(key, plan, mesh)
         tp, sp = mesh.get("tp", 1), mesh.get("sp", 1)
         state = plan.param_bytes + plan.grad_bytes + plan.optimizer_bytes
         # A count the plan is over the budget at (its bound says so) is not priced when another is tried
@@ -583,13 +590,48 @@ class _Search:
         priced: a step's collectives are these, then :meth:`_activation_pending`'s."""
         mesh = dict(zip(self.req.axes, s.sizes, strict=True))
         recipe = self.req.recipe
-        # param_terms, its mesh-independent half once per plan.
-        tables = self.tables.get(s.plan_key)
+        head_axes, embed_axes = self._hidden_axes(s, mesh)
+        # param_terms, its mesh-independent half once per plan (and which tables' hidden states XLA gathers).
+        memo = (s.plan_key, bool(head_axes), bool(embed_axes))
+        tables = self.tables.get(memo)
         if tables is None:
-            tables = self.tables[s.plan_key] = param_tables(self.plans[s.plan_key].traffic, self.req.axes,
-                                                            backend=recipe.compiler, remat=recipe.remat)
+            tables = self.tables[memo] = param_tables(self.plans[s.plan_key].traffic, self.req.axes,
+                                                      backend=recipe.compiler, remat=recipe.remat,
+                                                      hidden_head=bool(head_axes), hidden_embed=bool(embed_axes))
         pending = table_terms(tables, placement, mesh, layers=max(self.model.num_layers, 1))
+        if head_axes or embed_axes:
+            pending += hidden_state_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
+                                          itemsize=self.act_itemsize, head_axes=head_axes, embed_axes=embed_axes)
         return accumulate(pending, s.micro_batches, backend=recipe.compiler)
+
+    def _hidden_axes(self, s: _Scored, mesh: dict[str, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The batch axes over which XLA:TPU gathers the hidden states for the output head and for the input
+        embedding on ``s``'s mesh, instead of their tables (``()``: it gathers the table; see
+        :func:`~meshplan.pure.search._head_layout.gathers_hidden`). Other compilers, and tied tables, were not
+        read: ``((), ())``."""
+        plan = self.plans[s.plan_key]
+        if self.req.recipe.compiler != "tpu" or plan.traffic.tied:
+            return (), ()
+        axes = self.vocab_axes.get(s.plan_key)
+        if axes is None:
+            head_axes, embed_axes = (
+                () if g is None else vocab_batch_axes(plan.specs[g], self.groups.infos[g].shape, vocab=self.dims.vocab)
+                for g in (self.head_group, self.embed_group))
+            axes = self.vocab_axes[s.plan_key] = (head_axes, embed_axes)
+        head_axes, embed_axes = axes
+        if not head_axes and not embed_axes:
+            return (), ()
+        # Tokens per device per micro-batch: what the partitioner compares (the loss in vocab_tiles chunks).
+        ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
+        tokens = self.req.batch // ways * (self.req.seq // mesh.get("sp", 1)) / s.micro_batches
+        dims = self.dims
+        out = []
+        for g, found, t in ((self.head_group, head_axes, tokens / self.req.recipe.vocab_tiles),
+                            (self.embed_group, embed_axes, tokens)):
+            layout = None if g is None or not found else head_layout(plan.specs[g], self.groups.infos[g].shape,
+                                                                     mesh, vocab=dims.vocab)
+            out.append(found if gathers_hidden(layout, tokens=t, hidden=dims.hidden, table=dims.head) else ())
+        return out[0], out[1]
 
     def _activation_pending(self, s: _Scored, placement: AxisPlacement) -> list[Pending]:
         """The activation collectives of one step on ``s``'s mesh, with its micro-batches, not yet priced

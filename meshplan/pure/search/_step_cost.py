@@ -149,7 +149,8 @@ from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
 __all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "RECOMPUTING", "STORAGE_AXES", "TP_BACKENDS", "AxisPlacement",
            "ParamTraffic",
-           "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "param_tables", "param_terms",
+           "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "hidden_state_terms",
+           "param_tables", "param_terms",
            "price", "step_activations", "table_terms", "to_terms", "xla_collectives"]
 
 AXIS_ORDER: tuple[str, ...] = ("dp", "fsdp", "ep", "sp", "tp")
@@ -351,6 +352,10 @@ class ParamTraffic:
     head_whole: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
     """The head stored split and also replicated, as ``embed_whole`` (``(storage, replicas, scatter bytes, 0)``):
     a tied table's lookup part is then summed whole over both groups on XLA:TPU (see :func:`param_tables`)."""
+    embed_table: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...] = ()
+    """The input embedding's own rows (not a position table's): ``(storage, replicas, gathered bytes, scatter
+    bytes)``. When XLA:TPU gathers the hidden states instead of the table (``hidden_embed`` in
+    :func:`param_tables`), these leave the gathers and the gradients' storage-group sums."""
     head_tp: bool = False
     """The head's table is split over tp as well (its vocabulary; tied: XLA:TPU then looks up the gathered
     token ids in the table's shard instead of gathering the table, see :func:`param_tables`)."""
@@ -361,7 +366,7 @@ class ParamTraffic:
 
 def param_terms(
     traffic: ParamTraffic, placement: AxisPlacement, sizes: Mapping[str, int], *, layers: int,
-    backend: str = "gpu", remat: str = "full",
+    backend: str = "gpu", remat: str = "full", hidden_head: bool = False, hidden_embed: bool = False,
 ) -> list[Pending]:
     """The parameter collectives of one step, not yet priced (see the module docstring).
 
@@ -377,12 +382,16 @@ def param_terms(
         (``traffic.attn``) a third time in the backward. Under ``none`` XLA:CPU keeps every layer's
         forward gather for the backward; XLA:TPU gathers the attention weights again and keeps only the
         last layer's other weights (see :func:`param_tables`).
+      hidden_head, hidden_embed: XLA:TPU gathers the batch's hidden states for the output head (the input
+        embedding) instead of its table (:func:`~meshplan.pure.search._head_layout.gathers_hidden`; read only
+        for ``"tpu"`` and an untied head): the table is not gathered and its gradient not summed over its
+        storage group (:func:`hidden_state_terms` prices what is moved instead).
 
     Returns:
       One pending collective per (kind, axis group) that spans more than one device.
     """
-    return table_terms(param_tables(traffic, tuple(sizes), backend=backend, remat=remat), placement, sizes,
-                       layers=layers)
+    return table_terms(param_tables(traffic, tuple(sizes), backend=backend, remat=remat, hidden_head=hidden_head,
+                                    hidden_embed=hidden_embed), placement, sizes, layers=layers)
 
 
 ParamTables: TypeAlias = tuple[
@@ -392,7 +401,7 @@ skips)`` per collective kind (the last field: only for fused rows; XLA:TPU's rem
 
 
 def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str = "gpu",
-                 remat: str = "full") -> ParamTables:
+                 remat: str = "full", hidden_head: bool = False, hidden_embed: bool = False) -> ParamTables:
     """:func:`param_terms`' bytes per axis group of each kind of collective, before the mesh's sizes and
     placement are read: a search lists the collectives of ~190 meshes whose ~70 plans each make one
     (``axes``: the mesh's axis names, in mesh order).
@@ -426,6 +435,13 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     # table nor its gradient is gathered again (the fsdp-only table's 4 gathers: see the rows below).
     tied_tp = tpu and traffic.tied and traffic.head_tp
     tied_lookup = tpu and traffic.tied and not traffic.head_tp
+    # XLA:TPU gathers the batch's hidden states, not the table, where they are the smaller operand
+    # (meshplan.pure.search._head_layout): the table is then neither gathered nor its gradient summed over
+    # its storage group (its shard still is over its replicas). Read on untied tables only.
+    hidden_head = tpu and not traffic.tied and hidden_head
+    hidden_embed = tpu and not traffic.tied and hidden_embed
+    embed_gather = tuple((st, gb) for st, _, gb, _ in traffic.embed_table) if hidden_embed else ()
+    embed_scatter = tuple((st, sb) for st, _, _, sb in traffic.embed_table) if hidden_embed else ()
 
     def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
               ) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -435,7 +451,7 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
                 left[axes] = left.get(axes, 0) - nbytes
         return tuple(left.items())
 
-    once = traffic.embed + (traffic.head if tpu else ())
+    once = minus(traffic.embed, embed_gather) + (traffic.head if tpu and not hidden_head else ())
     twice = () if tpu else traffic.head  # outside the layers: gathered forward and backward, not fused per layer
     # XLA:TPU sums some layer gradients whole over storage instead of reduce-scattering them: after
     # partitioning every weight gradient is an all-reduce + dynamic-slice, and its fusion pass (between the
@@ -447,7 +463,10 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     # failed on 480 / 640; why odd multiples is not read. Vectors (biases, norm weights, a few KiB) are summed
     # whole too but not modelled: under tp their compiled sums differ.
     layer_whole = traffic.grad_whole if tpu else ()
-    whole = traffic.embed_whole if tpu else ()
+    # (an embedding whose hidden states are gathered sums only its shard, over its replicas: "reduce")
+    whole = tuple(r for r in traffic.embed_whole
+                  if not any(r[:3] == (st, rep, sb) for st, rep, _, sb in traffic.embed_table)
+                  ) if hidden_embed else traffic.embed_whole if tpu else ()
     order = {a: k for k, a in enumerate(axes)}
 
     def summed(rows: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...]
@@ -456,7 +475,7 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
 
     embed_ar = summed(whole)
     whole = whole + layer_whole
-    layer_gather = minus(traffic.gather, once, twice)
+    layer_gather = minus(traffic.gather, traffic.embed, traffic.head)  # (the same bytes as once + twice, whole)
     # (kind, what, bytes per axis group, passes, fused per layer, passes the last layer skips)
     return (
              # Without a recompute (remat none) the weights gathered forward are the matmuls' residuals, which
@@ -484,9 +503,9 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
               traffic.attn if tpu and recompute else (), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads",
               minus(traffic.scatter, traffic.head_scatter if f32_head and not tied_tp else (),
-                    tuple((st, sb) for st, _, sb, _ in whole)), 1, True, 0),
+                    tuple((st, sb) for st, _, sb, _ in whole), embed_scatter), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads (head, f32)",
-              traffic.head_grad_f32 if f32_head and not tied_tp else (), 1, False, 0),
+              traffic.head_grad_f32 if f32_head and not tied_tp and not hidden_head else (), 1, False, 0),
              # XLA:CPU sums a tied embedding's gradient in two parts, the lookup's scatter-add and the head's
              # matmul, each over the storage group (read from GPT-2 fsdp=8's HLO: two f32[512,128] operands
              # of one combined all-reduce).
@@ -545,6 +564,69 @@ def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[st
 def _local_batch(sizes: Mapping[str, int], batch: int, seq: int) -> tuple[int, int]:
     ways = math.prod(sizes.get(a, 1) for a in BATCH_AXES)
     return batch // ways, seq // sizes.get("sp", 1)
+
+
+def hidden_state_terms(
+    model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
+    head_axes: tuple[str, ...] = (), embed_axes: tuple[str, ...] = (),
+) -> list[Pending]:
+    """What XLA:TPU moves instead of a table whose hidden states it gathers, not yet priced.
+
+    Where a plan splits the output head's (or the input embedding's) vocabulary over batch axes and the
+    hidden states' shard is the smaller operand (:func:`~meshplan.pure.search._head_layout.gathers_hidden`),
+    XLA:TPU gathers the batch's hidden states over those axes instead of the table (read from the HLO of
+    full-width Llama-3-8B/2L on v5e-8, fsdp=8 and dp=2 x fsdp=4; benchmarks/RESULTS.md, "Session 7"):
+
+    - the head: the final hidden states gathered forward and again backward, and the head's input
+      gradient (fp32, the fp32 logits') reduce-scattered back;
+    - the embedding: the token ids gathered, the lookup's output (each device's table rows)
+      reduce-scattered, and its gradient gathered for the scatter-add, which needs no sum.
+
+    :func:`param_tables` (``hidden_head``, ``hidden_embed``) leaves out the tables' gathers and gradient
+    sums in exchange.
+
+    Args:
+      model: a :class:`~meshplan.pure.ModelSpec`.
+      sizes: mesh axis sizes (missing axes count as 1).
+      placement: where the axes lie.
+      batch: global batch in sequences; seq: tokens per sequence.
+      itemsize: bytes per activation element.
+      head_axes: the batch axes the head's vocabulary is split over, when XLA gathers the hidden states for
+        it (:func:`~meshplan.pure.search._head_layout.vocab_batch_axes`); ``()``: it gathers the table.
+      embed_axes: the same for the input embedding.
+
+    Returns:
+      The pending collectives (none when neither table's hidden states are gathered).
+
+    Example:
+      >>> from meshplan.pure import parse_cluster
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> p = AxisPlacement(("fsdp",), (8,), (1,), parse_cluster("v5e-8"))
+      >>> terms = hidden_state_terms(MODEL_SPECS["llama3-8b"], {"fsdp": 8}, p, batch=16, seq=2048, itemsize=2,
+      ...                            head_axes=("fsdp",), embed_axes=("fsdp",))
+      >>> [(t[1], t[3] // 2**20, t[4]) for t in terms]
+      [('all-gather', 256, 2), ('reduce-scatter', 512, 1), ('all-gather', 0, 1), ('reduce-scatter', 256, 1), \
+('all-gather', 256, 1)]
+    """
+    b, s = _local_batch(sizes, batch, seq)
+    h = model.hidden_size
+    out: list[Pending] = []
+
+    def add(what: str, kind: StepKind, axes: tuple[str, ...], per_token: int, calls: int) -> None:
+        shown = tuple([a for a in axes if sizes.get(a, 1) > 1])
+        if shown:
+            i, d = placement.split(shown)
+            ways = math.prod(sizes[a] for a in shown)
+            out.append((f"{'+'.join(shown)} {what}", kind, shown, b * s * ways * per_token, calls, i, d))
+
+    add("all-gather of the hidden states for the LM head (fwd + bwd: XLA:TPU)", "all-gather", head_axes,
+        h * itemsize, 2)
+    add("reduce-scatter of the LM head's input gradient (hidden states gathered: XLA:TPU, f32)", "reduce-scatter",
+        head_axes, h * 4, 1)
+    add("all-gather of the token ids for the embedding lookup (XLA:TPU)", "all-gather", embed_axes, 4, 1)
+    add("reduce-scatter of the embedding lookup's output (XLA:TPU)", "reduce-scatter", embed_axes, h * itemsize, 1)
+    add("all-gather of the embedding lookup's output gradient (XLA:TPU)", "all-gather", embed_axes, h * itemsize, 1)
+    return out
 
 
 TP_BACKENDS: tuple[str, ...] = ("cpu", "gpu", "tpu")

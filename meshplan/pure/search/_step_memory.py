@@ -75,6 +75,7 @@ from typing import Any, NamedTuple
 from meshplan.pure._check import as_count, as_real, canonical_axis_sizes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._spec import ModelSpec
+from meshplan.pure.search._head_layout import HeadLayout, gathers_hidden, head_layout
 from meshplan.pure.search._recipe import TrainingRecipe
 
 __all__ = ["CALIBRATIONS", "ActivationParts", "Calibration", "HeadLayout", "LayerDims", "StepMemory",
@@ -376,60 +377,6 @@ def _split(n: int, k: int) -> int:
     return k if k > 1 and n % k == 0 else 1
 
 
-# The mesh axes a plan splits the batch over (meshplan.pure.search._step_cost.BATCH_AXES).
-_BATCH_AXES = ("dp", "fsdp", "ep")
-
-
-class HeadLayout(NamedTuple):
-    """How a plan splits the output head ``(vocab, hidden)`` on a mesh: what decides which operand of the
-    head's matmul XLA's SPMD partitioner gathers (see :func:`head_layout`).
-
-    Attributes:
-      vocab_batch: the ways its vocabulary is split over batch axes (``dp``, ``fsdp``, ``ep``): the
-        hidden states are split over them too, so one of the two operands is gathered over them.
-      vocab_other: the ways its vocabulary is split over other axes (``tp``).
-      hidden: the ways its hidden dim is split.
-    """
-
-    vocab_batch: int = 1
-    vocab_other: int = 1
-    hidden: int = 1
-
-
-def head_layout(spec: Any, shape: tuple[int, ...], sizes: Mapping[str, int], *, vocab: int) -> HeadLayout:
-    """The :class:`HeadLayout` of a head leaf of ``shape`` stored with ``spec`` (a PartitionSpec or its
-    entries) on a mesh of ``sizes``; its vocabulary dim is the one of size ``vocab`` (the first, when
-    both are). A leaf that is not 2-D, or has no dim of that size, gives the default (nothing known).
-    No argument checks: the search calls it per planned mesh with what it built (:func:`step_memory`
-    checks the layout it is given).
-
-    Example:
-      >>> from jax.sharding import PartitionSpec as P
-      >>> head_layout(P("fsdp"), (128256, 4096), {"fsdp": 8}, vocab=128256)
-      HeadLayout(vocab_batch=8, vocab_other=1, hidden=1)
-      >>> head_layout(P("tp", "fsdp"), (128256, 4096), {"fsdp": 4, "tp": 2}, vocab=128256)
-      HeadLayout(vocab_batch=1, vocab_other=2, hidden=4)
-    """
-    if len(shape) != 2 or vocab not in shape:
-        return HeadLayout()
-    v = 0 if shape[0] == vocab else 1
-    entries = tuple(spec)
-    vocab_batch = vocab_other = hidden = 1
-    for a in _entry_axes(entries[v] if v < len(entries) else None):
-        if a in _BATCH_AXES:
-            vocab_batch *= sizes.get(a, 1)
-        else:
-            vocab_other *= sizes.get(a, 1)
-    for a in _entry_axes(entries[1 - v] if 1 - v < len(entries) else None):
-        hidden *= sizes.get(a, 1)
-    return HeadLayout(vocab_batch, vocab_other, hidden)
-
-
-def _entry_axes(entry: Any) -> tuple[str, ...]:
-    """The mesh axes of one PartitionSpec entry (``None``, a name or a tuple of names)."""
-    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
-
-
 def step_memory(
     dims: LayerDims, sizes: dict[str, int], recipe: TrainingRecipe, *, batch: int, seq: int,
     params: int, grads: int, optimizer: int, gathered: int = 0, head: HeadLayout | None = None,
@@ -584,8 +531,8 @@ def _loss_phase(dims: LayerDims, cal: Calibration, head: HeadLayout | None, *, t
     and ``logits_buffers`` fp32 logits (fitted). With vocab tiling one chunk of the sequence is live.
     """
     tokens = t / vocab_tiles
-    if cal.loss_gather and head is not None and head.vocab_batch > 1 and (
-            tokens * dims.hidden < dims.head / (head.vocab_batch * head.vocab_other * head.hidden)):
+    if cal.loss_gather and gathers_hidden(head, tokens=tokens, hidden=dims.hidden, table=dims.head):
+        assert head is not None  # (gathers_hidden says so)
         return (tokens * dims.vocab / head.vocab_other * (4 + itemsize),
                 tokens * head.vocab_batch * dims.hidden * itemsize)
     vocab_split = _split(dims.vocab, tp)
