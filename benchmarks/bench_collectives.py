@@ -118,10 +118,18 @@ TPU_CASES: tuple[Case, ...] = (
 FULL_WIDTH_CASES: tuple[Case, ...] = (
     ("llama3-8b/2L", {"fsdp": 8}, "full", 1),
     ("mixtral-8x7b/2L", {"fsdp": 8}, "full", 1),
+    # Session 7: the head's layout (meshplan.pure.search._head_layout), held out on another mesh, and its
+    # threshold: at 64 x 2048 the hidden states' shard is 2% larger than the table's, at 32 x 2048 smaller.
+    ("llama3-8b/2L", {"dp": 2, "fsdp": 4}, "full", 1),
+    ("llama3-8b/2L", {"fsdp": 4, "tp": 2}, "full", 1),
+    ("llama3-8b/2L@32", {"fsdp": 8}, "full", 1),
+    ("llama3-8b/2L@64", {"fsdp": 8}, "full", 1),
 )
-"""Presets at full width cut to 2 layers (``--full-width``, XLA:TPU only, 16 x 2048): whether the partitioner
-still gathers weights where the TPU-sized cases say it does. Not part of the band: Mixtral's is a known miss
-(session 6: XLA gathers the dispatched tokens, not the experts' weights; see RESULTS.md)."""
+"""Presets at full width cut to 2 layers (``--full-width``, XLA:TPU only, 16 x 2048, or ``@B`` x 2048): whether
+the partitioner still gathers weights where the TPU-sized cases say it does. Not part of the band: Mixtral's is
+a known miss (session 6: XLA gathers the dispatched tokens, not the experts' weights), and fsdp=4 x tp=2's
+all-gathers (session 7: the embedding's lookup runs on its shard; see RESULTS.md). At ``@128`` the step
+needs more than v5e-8's 16 GiB (XLA refuses to compile it); v5p-16 compiles it."""
 TPU_BATCH, TPU_SEQ = 16, 2048
 """4,096 tokens per device on fsdp=8: where XLA:TPU's partitioner gathers weights (ZeRO-3) as at scale."""
 
@@ -198,8 +206,9 @@ def compare(family: str, sizes: dict[str, int], mesh: object, backend: str, rema
     # XLA:GPU (mocked devices) compiles the XLA:CPU cases' steps: the same models, so the two lowerings compare.
     # large: the TPU cases' models and shapes (XLA:GPU with --gpu-large).
     large = large or backend == "tpu"
+    family, _, at = family.partition("@")  # "llama3-8b/2L@64": that batch of TPU_SEQ tokens
     spec = tpu_sized(family) if large else tiny(family)
-    batch, seq = (TPU_BATCH, TPU_SEQ) if large else (BATCH, SEQ)
+    batch, seq = (int(at) if at else TPU_BATCH, TPU_SEQ) if large else (BATCH, SEQ)
     cluster = "1x8xH100"  # the links price the terms; they do not change bytes or calls
     # Residual split over tp: the plan's activation specs.
     recipe = TrainingRecipe(backend=backend, remat=remat, micro_batches=micro_batches)
