@@ -118,18 +118,25 @@ TPU_CASES: tuple[Case, ...] = (
 FULL_WIDTH_CASES: tuple[Case, ...] = (
     ("llama3-8b/2L", {"fsdp": 8}, "full", 1),
     ("mixtral-8x7b/2L", {"fsdp": 8}, "full", 1),
-    # Session 7: the head's layout (meshplan.pure.search._head_layout), held out on another mesh, and its
-    # threshold: at 64 x 2048 the hidden states' shard is 2% larger than the table's, at 32 x 2048 smaller.
+    # Session 7: which operand XLA gathers (meshplan.pure.search._gathered_operand), held out on other meshes,
+    # depths and batches either side of its thresholds (Llama: 131072 tokens at @64 against 128256 rows;
+    # Mixtral: 24 x 640 slots per expert at @24 against 14336 rows).
+    ("mixtral-8x7b/4L", {"fsdp": 8}, "full", 1),
     ("llama3-8b/2L", {"dp": 2, "fsdp": 4}, "full", 1),
+    ("mixtral-8x7b/2L", {"dp": 2, "fsdp": 4}, "full", 1),
     ("llama3-8b/2L", {"fsdp": 4, "tp": 2}, "full", 1),
     ("llama3-8b/2L@32", {"fsdp": 8}, "full", 1),
     ("llama3-8b/2L@64", {"fsdp": 8}, "full", 1),
+    ("mixtral-8x7b/2L@24", {"fsdp": 8}, "full", 1),
+    ("llama3-8b/2L@64", {"dp": 4, "fsdp": 2}, "full", 1),
+    ("mixtral-8x7b/2L@32", {"dp": 2, "fsdp": 4}, "full", 1),
 )
-"""Presets at full width cut to 2 layers (``--full-width``, XLA:TPU only, 16 x 2048, or ``@B`` x 2048): whether
-the partitioner still gathers weights where the TPU-sized cases say it does. Not part of the band: Mixtral's is
-a known miss (session 6: XLA gathers the dispatched tokens, not the experts' weights), and fsdp=4 x tp=2's
-all-gathers (session 7: the embedding's lookup runs on its shard; see RESULTS.md). At ``@128`` the step
-needs more than v5e-8's 16 GiB (XLA refuses to compile it); v5p-16 compiles it."""
+"""Presets at full width cut to 2 or 4 layers (``--full-width``, XLA:TPU only, 16 x 2048, or ``@B`` x 2048):
+whether the partitioner still gathers weights where the TPU-sized cases say it does. A known miss: fsdp=4 x
+tp=2's all-gathers (session 7: the embedding's lookup runs on its shard; see RESULTS.md). RESULTS.md records
+Mixtral @24 compiled for v6e-8 and the dp x fsdp steps @32 / @64 for v5p-16, chosen for their HBM (v5e-8 was not
+tried for them; a step that does not fit fails to compile and is reported as an error row). On v5p-16, fsdp=8
+over the whole slice all-reduces the gradients whole (session 6, not modelled)."""
 TPU_BATCH, TPU_SEQ = 16, 2048
 """4,096 tokens per device on fsdp=8: where XLA:TPU's partitioner gathers weights (ZeRO-3) as at scale."""
 

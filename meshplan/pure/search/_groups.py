@@ -567,6 +567,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
     head_reduce: dict[tuple[str, ...], int] = {}
     embed_whole: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
     embed_table: list[tuple[tuple[str, ...], tuple[str, ...], int, int]] = []
+    experts: list[tuple[tuple[str, ...], int, int]] = []
     attn: dict[tuple[str, ...], int] = {}
     roles = {row[7] for row in rows}
     head_tp = False
@@ -588,6 +589,8 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                 head_f32[storage] = head_f32.get(storage, 0) + count * elements * 4 * ways
             elif role == "attn":
                 attn[storage] = attn.get(storage, 0) + count * p * ways
+            elif role == "experts":
+                experts.append((storage, count * p * ways, count * gr * ways))
             elif role == "pos":  # read only by an add, whose backward needs no weights: gathered once
                 embed[storage] = embed.get(storage, 0) + count * p * ways
         if storage and replicas and role == "head":
@@ -605,7 +608,7 @@ def _traffic(gather: tuple[tuple[tuple[str, ...], int], ...], rows: tuple[_Row, 
                         tuple(head.items()), tuple(head_scatter.items()), tuple(head_f32.items()),
                         tuple(head_reduce.items()), tuple(embed_whole), tuple(attn.items()),
                         tied="head" in roles and "embed" not in roles, head_tp=head_tp, grad_whole=tuple(grad_whole),
-                        head_whole=tuple(head_whole), embed_table=tuple(embed_table))
+                        head_whole=tuple(head_whole), embed_table=tuple(embed_table), experts=tuple(experts))
 
 
 def _narrow_minor(shape: Shape, share: _Share, ways: int) -> bool:
@@ -628,11 +631,12 @@ _EMBEDDING_NAMES = re.compile("|".join(map(re.escape, _EMBEDDINGS)))
 _POSITION_NAMES = re.compile(r"(?:^|/)wpe/")  # GPT-2's learned position embedding
 _HEAD_NAMES = re.compile("|".join(map(re.escape, _HEADS)))
 _ATTENTION_NAMES = re.compile(r"(?:^|/)(?:self_attn|attn)/")  # Llama / Mixtral / DeepSeek, GPT-2
+_EXPERT_NAMES = re.compile(r"(?:^|/)experts/")  # Mixtral / DeepSeek routed experts (not shared_experts/)
 
 
 def _embedding_roles(leaf_group: list[int], first: list[int], templates: list[str]) -> dict[int, str]:
-    """``{group's first leaf: "embed" | "head" | "pos" | "attn"}`` for the input embedding, the output
-    head, a learned position embedding and the attention weights, by name.
+    """``{group's first leaf: "embed" | "head" | "pos" | "attn" | "experts"}`` for the input embedding, the
+    output head, a learned position embedding, the attention weights and the routed experts, by name.
 
     The compiled steps gather them differently from the other layers' weights (see ``ParamTraffic``); a
     tree without an output head uses its embedding as the head (tied weights). A group whose leaves
@@ -652,7 +656,7 @@ def _embedding_roles(leaf_group: list[int], first: list[int], templates: list[st
                 role = by_template[path] = (
                     "head" if _HEAD_NAMES.search(path) else "embed" if _EMBEDDING_NAMES.search(path)
                     else "pos" if _POSITION_NAMES.search(path) else "attn" if _ATTENTION_NAMES.search(path)
-                    else "")
+                    else "experts" if _EXPERT_NAMES.search(path) else "")
             leaf[i] = role
     if "head" not in leaf.values():
         leaf = {i: "head" if r == "embed" else r for i, r in leaf.items()}

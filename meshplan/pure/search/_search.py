@@ -65,7 +65,7 @@ from meshplan.pure.rules._check_tree import check_rule
 from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, StepEstimate
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._hardware import DEVICE_SPECS
-from meshplan.pure.search._head_layout import gathers_hidden, vocab_batch_axes
+from meshplan.pure.search._gathered_operand import gathers_hidden, gathers_tokens, vocab_batch_axes
 from meshplan.pure.search._groups import (
     LeafGroups,
     PlanEval,
@@ -92,7 +92,9 @@ from meshplan.pure.search._step_cost import (
     AxisPlacement,
     ParamTables,
     Pending,
+    RECOMPUTING,
     activation_terms,
+    expert_token_terms,
     hidden_state_terms,
     param_tables,
     price,
@@ -177,7 +179,7 @@ class _Search:
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
         # The output head's group (the embedding when tied) and the input embedding's: how a plan splits
-        # them decides what XLA gathers for the loss and the lookup (meshplan.pure.search._head_layout); None
+        # them decides what XLA gathers for the loss and the lookup (meshplan.pure.search._gathered_operand); None
         # when the tree names none. The memory model reads the head's where its calibration does
         # (Calibration.loss_gather), the comm model both on XLA:TPU.
         self.head_group, self.embed_group = (next((g for g, first in enumerate(groups.first)
@@ -185,8 +187,12 @@ class _Search:
                                                    and self.dims.vocab in groups.infos[g].shape), None)
                                              for role in ("head", "embed"))
         self.loss_gather = CALIBRATIONS[calibration_key(req.recipe)].loss_gather
-        # plan key -> the batch axes its (head, embedding) vocabulary is split over (see _hidden_axes)
+        # plan key -> the batch axes its (head, embedding) vocabulary is split over (see _gathered_axes)
         self.vocab_axes: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # The routed experts' groups, and per plan key the batch axes their intermediate dim is split over
+        # (None: split otherwise; see _gathered_axes).
+        self.expert_groups = tuple(g for g, first in enumerate(groups.first) if groups.roles.get(first) == "experts")
+        self.expert_axes: dict[tuple[Any, ...], tuple[str, ...] | None] = {}
         self.head_axes: dict[tuple[Any, ...], tuple[str, ...]] = {}  # plan key -> the axes of its head's spec
         self.heads: dict[tuple[Any, ...], HeadLayout] = {}  # see _head
         # The bound-pruned meshes and their bounds (two lists: ~700 pairs would be as many more objects).
@@ -590,27 +596,74 @@ class _Search:
         priced: a step's collectives are these, then :meth:`_activation_pending`'s."""
         mesh = dict(zip(self.req.axes, s.sizes, strict=True))
         recipe = self.req.recipe
-        head_axes, embed_axes = self._hidden_axes(s, mesh)
-        # param_terms, its mesh-independent half once per plan (and which tables' hidden states XLA gathers).
-        memo = (s.plan_key, bool(head_axes), bool(embed_axes))
+        head_axes, embed_axes, expert_axes = self._gathered_axes(s, mesh)
+        # param_terms, its mesh-independent half once per plan (and which operands XLA gathers).
+        memo = (s.plan_key, bool(head_axes), bool(embed_axes), bool(expert_axes))
         tables = self.tables.get(memo)
         if tables is None:
             tables = self.tables[memo] = param_tables(self.plans[s.plan_key].traffic, self.req.axes,
                                                       backend=recipe.compiler, remat=recipe.remat,
-                                                      hidden_head=bool(head_axes), hidden_embed=bool(embed_axes))
+                                                      hidden_head=bool(head_axes), hidden_embed=bool(embed_axes),
+                                                      tokens_experts=bool(expert_axes))
         pending = table_terms(tables, placement, mesh, layers=max(self.model.num_layers, 1))
         if head_axes or embed_axes:
             pending += hidden_state_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
                                           itemsize=self.act_itemsize, head_axes=head_axes, embed_axes=embed_axes)
+        if expert_axes:
+            pending += expert_token_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
+                                          itemsize=self.act_itemsize, axes=expert_axes)
         return accumulate(pending, s.micro_batches, backend=recipe.compiler)
 
-    def _hidden_axes(self, s: _Scored, mesh: dict[str, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The batch axes over which XLA:TPU gathers the hidden states for the output head and for the input
-        embedding on ``s``'s mesh, instead of their tables (``()``: it gathers the table; see
-        :func:`~meshplan.pure.search._head_layout.gathers_hidden`). Other compilers, and tied tables, were not
-        read: ``((), ())``."""
+    def _gathered_axes(self, s: _Scored, mesh: dict[str, int]
+                       ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """The batch axes over which XLA:TPU gathers, on ``s``'s mesh, the hidden states for the output head
+        and for the input embedding instead of their tables, and the dispatched tokens instead of the routed
+        experts' weights (``()``: it gathers the weights; see :mod:`meshplan.pure.search._gathered_operand`).
+        Other compilers were not read; nor tied tables, nor experts beside ep or tp or without a recompute."""
+        if self.req.recipe.compiler != "tpu":
+            return (), (), ()
         plan = self.plans[s.plan_key]
-        if self.req.recipe.compiler != "tpu" or plan.traffic.tied:
+        head_axes, embed_axes = self._hidden_axes(s, mesh, plan)
+        return head_axes, embed_axes, self._token_axes(s, mesh, plan)
+
+    def _token_axes(self, s: _Scored, mesh: dict[str, int], plan: PlanEval) -> tuple[str, ...]:
+        """See :meth:`_gathered_axes`: the experts' storage axes where XLA:TPU gathers the dispatched tokens."""
+        model, recipe = self.model, self.req.recipe
+        if (not self.expert_groups or recipe.remat not in RECOMPUTING or mesh.get("ep", 1) > 1
+                or mesh.get("tp", 1) > 1):
+            return ()
+        if s.plan_key not in self.expert_axes:
+            self.expert_axes[s.plan_key] = self._expert_split(plan)
+        axes = self.expert_axes[s.plan_key]
+        if not axes:
+            return ()
+        if math.prod(mesh.get(a, 1) for a in axes) == 1:
+            return ()
+        return axes if gathers_tokens(batch=self.req.batch // s.micro_batches, seq=self.req.seq,
+                                      top_k=model.num_experts_per_tok, experts=model.num_experts,
+                                      width=model.moe_intermediate_size) else ()
+
+    def _expert_split(self, plan: PlanEval) -> tuple[str, ...] | None:
+        """The batch axes every routed expert's leaf splits its intermediate dim over, and no other dim
+        (``None`` when the leaves differ or split another dim, or another axis)."""
+        width, found = self.model.moe_intermediate_size, None
+        for g in self.expert_groups:
+            shape, entries = self.groups.infos[g].shape, tuple(plan.specs[g])
+            axes: tuple[str, ...] = ()
+            for d, entry in zip(shape, entries + (None,) * (len(shape) - len(entries)), strict=True):
+                named = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+                if named and (d != width or any(a not in BATCH_AXES for a in named)):
+                    return None
+                axes += named
+            if found is not None and axes != found:
+                return None
+            found = axes
+        return found
+
+    def _hidden_axes(self, s: _Scored, mesh: dict[str, int], plan: PlanEval
+                     ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """See :meth:`_gathered_axes`: the head's and the embedding's (untied tables only)."""
+        if plan.traffic.tied:
             return (), ()
         axes = self.vocab_axes.get(s.plan_key)
         if axes is None:
@@ -621,16 +674,14 @@ class _Search:
         head_axes, embed_axes = axes
         if not head_axes and not embed_axes:
             return (), ()
-        # Tokens per device per micro-batch: what the partitioner compares (the loss in vocab_tiles chunks).
-        ways = math.prod(mesh.get(a, 1) for a in BATCH_AXES)
-        tokens = self.req.batch // ways * (self.req.seq // mesh.get("sp", 1)) / s.micro_batches
-        dims = self.dims
+        # The batch's tokens per micro-batch against the vocabulary (the loss in vocab_tiles chunks).
+        tokens = self.req.batch * self.req.seq / s.micro_batches
         out = []
         for g, found, t in ((self.head_group, head_axes, tokens / self.req.recipe.vocab_tiles),
                             (self.embed_group, embed_axes, tokens)):
             layout = None if g is None or not found else head_layout(plan.specs[g], self.groups.infos[g].shape,
-                                                                     mesh, vocab=dims.vocab)
-            out.append(found if gathers_hidden(layout, tokens=t, hidden=dims.hidden, table=dims.head) else ())
+                                                                     mesh, vocab=self.dims.vocab)
+            out.append(found if gathers_hidden(layout, tokens=t, vocab=self.dims.vocab) else ())
         return out[0], out[1]
 
     def _activation_pending(self, s: _Scored, placement: AxisPlacement) -> list[Pending]:

@@ -149,7 +149,8 @@ from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
 __all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "RECOMPUTING", "STORAGE_AXES", "TP_BACKENDS", "AxisPlacement",
            "ParamTraffic",
-           "activation_bytes", "activation_terms", "axis_domain_counts", "group_time", "hidden_state_terms",
+           "activation_bytes", "activation_terms", "axis_domain_counts", "expert_token_terms", "group_time",
+           "hidden_state_terms",
            "param_tables", "param_terms",
            "price", "step_activations", "table_terms", "to_terms", "xla_collectives"]
 
@@ -356,6 +357,10 @@ class ParamTraffic:
     """The input embedding's own rows (not a position table's): ``(storage, replicas, gathered bytes, scatter
     bytes)``. When XLA:TPU gathers the hidden states instead of the table (``hidden_embed`` in
     :func:`param_tables`), these leave the gathers and the gradients' storage-group sums."""
+    experts: tuple[tuple[tuple[str, ...], int, int], ...] = ()
+    """The routed experts' leaves stored split: ``(storage, gathered bytes, scatter bytes)``. Where XLA:TPU gathers
+    the dispatched tokens instead (``tokens_experts`` in :func:`param_tables`), these leave the layers' gathers
+    and their gradients' storage-group sums."""
     head_tp: bool = False
     """The head's table is split over tp as well (its vocabulary; tied: XLA:TPU then looks up the gathered
     token ids in the table's shard instead of gathering the table, see :func:`param_tables`)."""
@@ -367,6 +372,7 @@ class ParamTraffic:
 def param_terms(
     traffic: ParamTraffic, placement: AxisPlacement, sizes: Mapping[str, int], *, layers: int,
     backend: str = "gpu", remat: str = "full", hidden_head: bool = False, hidden_embed: bool = False,
+    tokens_experts: bool = False,
 ) -> list[Pending]:
     """The parameter collectives of one step, not yet priced (see the module docstring).
 
@@ -383,15 +389,20 @@ def param_terms(
         forward gather for the backward; XLA:TPU gathers the attention weights again and keeps only the
         last layer's other weights (see :func:`param_tables`).
       hidden_head, hidden_embed: XLA:TPU gathers the batch's hidden states for the output head (the input
-        embedding) instead of its table (:func:`~meshplan.pure.search._head_layout.gathers_hidden`; read only
+        embedding) instead of its table (:func:`~meshplan.pure.search._gathered_operand.gathers_hidden`; read only
         for ``"tpu"`` and an untied head): the table is not gathered and its gradient not summed over its
         storage group (:func:`hidden_state_terms` prices what is moved instead).
+      tokens_experts: XLA:TPU gathers the MoE layers' dispatched tokens instead of the routed experts'
+        weights (:func:`~meshplan.pure.search._gathered_operand.gathers_tokens`; read only for ``"tpu"``
+        under a recomputing remat): the experts are not gathered and their gradients not summed over their
+        storage group (:func:`expert_token_terms` prices what is moved instead).
 
     Returns:
       One pending collective per (kind, axis group) that spans more than one device.
     """
     return table_terms(param_tables(traffic, tuple(sizes), backend=backend, remat=remat, hidden_head=hidden_head,
-                                    hidden_embed=hidden_embed), placement, sizes, layers=layers)
+                                    hidden_embed=hidden_embed, tokens_experts=tokens_experts),
+                       placement, sizes, layers=layers)
 
 
 ParamTables: TypeAlias = tuple[
@@ -401,7 +412,8 @@ skips)`` per collective kind (the last field: only for fused rows; XLA:TPU's rem
 
 
 def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str = "gpu",
-                 remat: str = "full", hidden_head: bool = False, hidden_embed: bool = False) -> ParamTables:
+                 remat: str = "full", hidden_head: bool = False, hidden_embed: bool = False,
+                 tokens_experts: bool = False) -> ParamTables:
     """:func:`param_terms`' bytes per axis group of each kind of collective, before the mesh's sizes and
     placement are read: a search lists the collectives of ~190 meshes whose ~70 plans each make one
     (``axes``: the mesh's axis names, in mesh order).
@@ -436,12 +448,18 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     tied_tp = tpu and traffic.tied and traffic.head_tp
     tied_lookup = tpu and traffic.tied and not traffic.head_tp
     # XLA:TPU gathers the batch's hidden states, not the table, where they are the smaller operand
-    # (meshplan.pure.search._head_layout): the table is then neither gathered nor its gradient summed over
+    # (meshplan.pure.search._gathered_operand): the table is then neither gathered nor its gradient summed over
     # its storage group (its shard still is over its replicas). Read on untied tables only.
     hidden_head = tpu and not traffic.tied and hidden_head
     hidden_embed = tpu and not traffic.tied and hidden_embed
     embed_gather = tuple((st, gb) for st, _, gb, _ in traffic.embed_table) if hidden_embed else ()
     embed_scatter = tuple((st, sb) for st, _, _, sb in traffic.embed_table) if hidden_embed else ()
+    # XLA:TPU gathers the dispatched tokens, not the experts' weights, where they are the smaller operand: the
+    # experts then leave the layers' gathers, and their gradients need no sum over storage (read under remat
+    # full; its replicas' sum stays).
+    tokens_experts = tpu and recompute and tokens_experts
+    expert_gather = tuple((st, gb) for st, gb, _ in traffic.experts) if tokens_experts else ()
+    expert_scatter = tuple((st, sb) for st, _, sb in traffic.experts) if tokens_experts else ()
 
     def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
               ) -> tuple[tuple[tuple[str, ...], int], ...]:
@@ -463,6 +481,12 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     # failed on 480 / 640; why odd multiples is not read. Vectors (biases, norm weights, a few KiB) are summed
     # whole too but not modelled: under tp their compiled sums differ.
     layer_whole = traffic.grad_whole if tpu else ()
+    if tokens_experts:  # (an expert summed whole is not summed at all: one row per expert leaf group)
+        left = list(layer_whole)
+        for st, _, sb in traffic.experts:
+            if (st, (), sb, 0) in left:
+                left.remove((st, (), sb, 0))
+        layer_whole = tuple(left)
     # (an embedding whose hidden states are gathered sums only its shard, over its replicas: "reduce")
     whole = tuple(r for r in traffic.embed_whole
                   if not any(r[:3] == (st, rep, sb) for st, rep, _, sb in traffic.embed_table)
@@ -475,7 +499,8 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
 
     embed_ar = summed(whole)
     whole = whole + layer_whole
-    layer_gather = minus(traffic.gather, traffic.embed, traffic.head)  # (the same bytes as once + twice, whole)
+    layer_gather = minus(traffic.gather, traffic.embed, traffic.head,  # (the same bytes as once + twice, whole)
+                         expert_gather)
     # (kind, what, bytes per axis group, passes, fused per layer, passes the last layer skips)
     return (
              # Without a recompute (remat none) the weights gathered forward are the matmuls' residuals, which
@@ -503,7 +528,7 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
               traffic.attn if tpu and recompute else (), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads",
               minus(traffic.scatter, traffic.head_scatter if f32_head and not tied_tp else (),
-                    tuple((st, sb) for st, _, sb, _ in whole), embed_scatter), 1, True, 0),
+                    tuple((st, sb) for st, _, sb, _ in whole), embed_scatter, expert_scatter), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads (head, f32)",
               traffic.head_grad_f32 if f32_head and not tied_tp and not hidden_head else (), 1, False, 0),
              # XLA:CPU sums a tied embedding's gradient in two parts, the lookup's scatter-add and the head's
@@ -573,7 +598,7 @@ def hidden_state_terms(
     """What XLA:TPU moves instead of a table whose hidden states it gathers, not yet priced.
 
     Where a plan splits the output head's (or the input embedding's) vocabulary over batch axes and the
-    hidden states' shard is the smaller operand (:func:`~meshplan.pure.search._head_layout.gathers_hidden`),
+    hidden states' shard is the smaller operand (:func:`~meshplan.pure.search._gathered_operand.gathers_hidden`),
     XLA:TPU gathers the batch's hidden states over those axes instead of the table (read from the HLO of
     full-width Llama-3-8B/2L on v5e-8, fsdp=8 and dp=2 x fsdp=4; benchmarks/RESULTS.md, "Session 7"):
 
@@ -592,7 +617,7 @@ def hidden_state_terms(
       batch: global batch in sequences; seq: tokens per sequence.
       itemsize: bytes per activation element.
       head_axes: the batch axes the head's vocabulary is split over, when XLA gathers the hidden states for
-        it (:func:`~meshplan.pure.search._head_layout.vocab_batch_axes`); ``()``: it gathers the table.
+        it (:func:`~meshplan.pure.search._gathered_operand.vocab_batch_axes`); ``()``: it gathers the table.
       embed_axes: the same for the input embedding.
 
     Returns:
@@ -627,6 +652,49 @@ def hidden_state_terms(
     add("reduce-scatter of the embedding lookup's output (XLA:TPU)", "reduce-scatter", embed_axes, h * itemsize, 1)
     add("all-gather of the embedding lookup's output gradient (XLA:TPU)", "all-gather", embed_axes, h * itemsize, 1)
     return out
+
+
+def expert_token_terms(
+    model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
+    axes: tuple[str, ...], capacity_factor: float = 1.25,
+) -> list[Pending]:
+    """What XLA:TPU moves instead of the routed experts' weights when it gathers the dispatched tokens, not yet
+    priced (``axes``: the batch axes the experts are stored over; ``()``: it gathers the weights).
+
+    Where a plan splits the experts' intermediate dim over batch axes and the dispatched tokens ``(experts,
+    rows, capacity, hidden)`` are the smaller operand (:func:`~meshplan.pure.search._gathered_operand.
+    gathers_tokens`), XLA:TPU gathers the tokens and sums the experts' partial outputs, as under tp. Read by
+    op_name from the HLO of full-width Mixtral-8x7B fsdp=8 at 16 x 2048 on v5e-8, remat full, 2 and 4 layers:
+    per MoE layer the tokens are gathered 6 times (the forward's input; in the backward the recompute's
+    inputs and dispatch, the output gradient for ``w2``'s input gradient and the tokens again for the weights'
+    gradients) less 3 for the last layer, whose recompute's gathers are the forward's; the partial sums of
+    ``w2``'s output (forward, recompute) and of the tokens' gradient (backward) are reduce-scattered: 3 per MoE
+    layer. Each moves the whole dispatched buffer of the group, ``rows x ways x experts x capacity x hidden``.
+
+    Example:
+      >>> from meshplan.pure import parse_cluster
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> p = AxisPlacement(("fsdp",), (8,), (1,), parse_cluster("v5e-8"))
+      >>> import dataclasses
+      >>> m = dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], num_layers=2, num_params=None)
+      >>> [(t[1], t[3] // 2**20, t[4]) for t in expert_token_terms(m, {"fsdp": 8}, p, batch=16, seq=2048,
+      ...                                                          itemsize=2, axes=("fsdp",))]
+      [('all-gather', 640, 9), ('reduce-scatter', 640, 6)]
+    """
+    shown = tuple([a for a in axes if sizes.get(a, 1) > 1])
+    moe = model.num_moe_layers
+    if not shown or not moe:
+        return []
+    b, s = _local_batch(sizes, batch, seq)
+    e = model.num_experts
+    capacity = max(1, math.ceil(model.num_experts_per_tok * s * capacity_factor / e))
+    nbytes = b * math.prod(sizes[a] for a in shown) * e * capacity * model.hidden_size * itemsize
+    i, d = placement.split(shown)
+    group = "+".join(shown)
+    return [(f"{group} all-gather of the dispatched tokens for the experts (XLA:TPU)", "all-gather", shown, nbytes,
+             6 * moe - 3, i, d),
+            (f"{group} reduce-scatter of the experts' partial outputs and input grads (XLA:TPU)", "reduce-scatter",
+             shown, nbytes, 3 * moe, i, d)]
 
 
 TP_BACKENDS: tuple[str, ...] = ("cpu", "gpu", "tpu")

@@ -69,13 +69,16 @@ it was fitted on."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from meshplan.pure._check import as_count, as_real, canonical_axis_sizes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._spec import ModelSpec
-from meshplan.pure.search._head_layout import HeadLayout, gathers_hidden, head_layout
+from meshplan.pure.search._gathered_operand import (
+    HeadLayout,
+    gathers_hidden,
+    head_layout,
+)
 from meshplan.pure.search._recipe import TrainingRecipe
 
 __all__ = ["CALIBRATIONS", "ActivationParts", "Calibration", "HeadLayout", "LayerDims", "StepMemory",
@@ -509,7 +512,8 @@ def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: in
                                                                + 2 * dims.expert_width),
                    "full": x, "offload": 0.0}[recipe.remat]
     saved = dims.layers * saved_layer
-    logits, gathered_head = _loss_phase(dims, cal, head, tp=tp, t=t, itemsize=a, vocab_tiles=recipe.vocab_tiles)
+    logits, gathered_head = _loss_phase(dims, cal, head, tp=tp, t=t, itemsize=a, vocab_tiles=recipe.vocab_tiles,
+                                        batch_tokens=batch / recipe.micro_batches * seq)
     work = cal.work_layers * none_layer + cal.work_scores * scores + cal.flash_buffers * (flash + lanes)
     if cal.work_routing is not None:  # the routing tensors priced apart from the scores
         work += (cal.work_routing - cal.work_scores * (max(dims.top_k, 1) if cal.routing_per_choice else 1)) * routing
@@ -517,13 +521,14 @@ def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: in
 
 
 def _loss_phase(dims: LayerDims, cal: Calibration, head: HeadLayout | None, *, tp: int, t: float, itemsize: int,
-                vocab_tiles: int) -> tuple[float, float]:
+                vocab_tiles: int, batch_tokens: float) -> tuple[float, float]:
     """The loss phase's logits-sized buffers and its gathered operand (bytes per device): ``(logits, head)``.
 
     A plan that splits the head's vocabulary over a batch axis (``head.vocab_batch``; fsdp alone stores
     Llama-3-8B's ``lm_head`` ``(vocab / fsdp, hidden)``) splits both operands of the head's matmul over it,
-    and XLA's SPMD partitioner gathers the smaller one (its shard: the hidden states, ``t x hidden``,
-    against the head's, ``vocab x hidden / ways``). When it gathers the hidden states it holds them
+    and XLA gathers the smaller one, by their whole sizes (the batch's ``batch_tokens`` hidden states against
+    the ``vocab`` rows: :func:`~meshplan.pure.search._gathered_operand.gathers_hidden`). When it gathers the
+    hidden states it holds them
     (``t x vocab_batch x hidden``), the fp32 logits in the gathered layout ``(t x vocab_batch, vocab /
     vocab_batch)`` and their gradient in the compute dtype, resharded for the matmul's transpose
     (full-size Llama-3-8B on v5p-16 fsdp=8, 16 x 2048: ``bf16[16,2048,16032]`` and ``bf16[16,2048,4096]``
@@ -531,7 +536,7 @@ def _loss_phase(dims: LayerDims, cal: Calibration, head: HeadLayout | None, *, t
     and ``logits_buffers`` fp32 logits (fitted). With vocab tiling one chunk of the sequence is live.
     """
     tokens = t / vocab_tiles
-    if cal.loss_gather and gathers_hidden(head, tokens=tokens, hidden=dims.hidden, table=dims.head):
+    if cal.loss_gather and gathers_hidden(head, tokens=batch_tokens / vocab_tiles, vocab=dims.vocab):
         assert head is not None  # (gathers_hidden says so)
         return (tokens * dims.vocab / head.vocab_other * (4 + itemsize),
                 tokens * head.vocab_batch * dims.hidden * itemsize)

@@ -1,10 +1,12 @@
-"""The comm model against XLA:TPU at full width: Llama-3-8B cut to 2 layers, compiled ahead of time.
+"""The comm model against XLA:TPU at full width: Llama-3-8B and Mixtral-8x7B cut to 2 (or 4) layers.
 
 No TPU and no compile: the bytes below are per device per step, per kind, read from the optimized HLO of the
-unrolled reference step (windowed einsum off) by ``python benchmarks/bench_collectives.py --tpu v5e-8
---tpu-only --full-width`` on 2026-11-23 (jax 0.10.2, libtpu 0.0.42.1; benchmarks/RESULTS.md, "Session 7").
-The head-layout rule (meshplan.pure.search._head_layout) was read from fsdp=8 at 16 x 2048; dp=2 x fsdp=4
-and the batches 32 and 64 (either side of the rule's threshold) were compiled after it was written down.
+unrolled reference step (remat full, windowed einsum off), compiled ahead of time on 2026-11-23 (jax 0.10.2,
+libtpu 0.0.42.1) by ``python benchmarks/bench_collectives.py --tpu TOPOLOGY --tpu-only --full-width``
+(benchmarks/RESULTS.md, "Session 7"). Which operand XLA gathers (meshplan.pure.search._gathered_operand) was
+read from Llama fsdp=8 @16 and Mixtral fsdp=8 @16 (2 and 4 layers); every other row was compiled after a rule
+was written down, two of them (Llama dp=4 x fsdp=2 @64, Mixtral dp=2 x fsdp=4 @32) to choose between the
+rule's first form (per-device shards, refuted by both) and Shardy's (whole tensors).
 """
 
 from __future__ import annotations
@@ -25,41 +27,58 @@ from meshplan.pure.search import (
 
 MINOR = 0.02  # as bench_collectives: kinds under 2% of the step's compiled and priced bytes are not held
 
-# (mesh, batch) -> compiled bytes per kind (XLA:TPU v5e-8, llama3-8b/2L, x 2048 tokens, remat full; the
-# entry named "v6e" compiled for v6e-8).
+# (preset/layers, mesh, batch x 2048, topology) -> compiled bytes per kind.
 COMPILED = {
-    ("fsdp=8", 16): {"all-gather": 2_634_956_800, "reduce-scatter": 1_681_391_616, "all-reduce": 475_140,
-                     "collective-permute": 2_752_512},
-    ("dp=2,fsdp=4", 16): {"all-gather": 2_231_910_400, "reduce-scatter": 1_277_952_000,
-                          "all-reduce": 1_006_387_204, "collective-permute": 1_966_080},
-    ("fsdp=8", 32): {"all-gather": 3_441_049_600, "reduce-scatter": 2_488_270_848, "all-reduce": 868_356,
-                     "collective-permute": 3_670_016},
-    ("fsdp=8", 64): {"all-gather": 3_930_210_304, "reduce-scatter": 4_031_250_432, "all-reduce": 81_924,
-                     "collective-permute": 4_587_520},
-    ("fsdp=8 v6e", 32): {"all-gather": 3_441_049_600, "reduce-scatter": 2_495_938_560, "all-reduce": 868_356,
-                         "collective-permute": 9_977_856},
-    ("fsdp=4,tp=2", 16): {"all-gather": 2_983_469_056, "reduce-scatter": 2_834_432_000, "all-reduce": 50_929_668,
-                          "all-to-all": 100_663_296, "collective-permute": 79_837_184},
+    ("llama3-8b/2L", "fsdp=8", 16, "v5e-8"): {"all-gather": 2_634_956_800, "all-reduce": 475_140,
+                                              "collective-permute": 2_752_512, "reduce-scatter": 1_681_391_616},
+    ("llama3-8b/2L", "dp=2,fsdp=4", 16, "v5e-8"): {"all-gather": 2_231_910_400, "all-reduce": 1_006_387_204,
+                                                   "collective-permute": 1_966_080, "reduce-scatter": 1_277_952_000},
+    ("llama3-8b/2L", "fsdp=8", 32, "v5e-8"): {"all-gather": 3_441_049_600, "all-reduce": 868_356,
+                                              "collective-permute": 3_670_016, "reduce-scatter": 2_488_270_848},
+    ("llama3-8b/2L", "fsdp=8", 32, "v6e-8"): {"all-gather": 3_441_049_600, "all-reduce": 868_356,
+                                              "collective-permute": 9_977_856, "reduce-scatter": 2_495_938_560},
+    ("llama3-8b/2L", "fsdp=8", 64, "v5e-8"): {"all-gather": 3_930_210_304, "all-reduce": 81_924,
+                                              "collective-permute": 4_587_520, "reduce-scatter": 4_031_250_432},
+    ("llama3-8b/2L", "dp=4,fsdp=2", 64, "v5p-16"): {"all-gather": 3_930_210_304, "all-reduce": 2_537_635_844,
+                                                    "collective-permute": 7_077_888, "reduce-scatter": 2_987_917_312},
+    ("llama3-8b/2L", "fsdp=4,tp=2", 16, "v5e-8"): {"all-gather": 2_983_469_056, "all-reduce": 50_929_668,
+                                                   "all-to-all": 100_663_296, "collective-permute": 79_837_184,
+                                                   "reduce-scatter": 2_834_432_000},
+    ("mixtral-8x7b/2L", "fsdp=8", 16, "v5e-8"): {"all-gather": 7_067_811_840, "all-reduce": 81_924,
+                                                 "collective-permute": 10_551_296, "reduce-scatter": 4_995_153_920},
+    ("mixtral-8x7b/4L", "fsdp=8", 16, "v5e-8"): {"all-gather": 15_624_585_216, "all-reduce": 147_460,
+                                                 "collective-permute": 17_432_576, "reduce-scatter": 9_197_584_384},
+    ("mixtral-8x7b/2L", "dp=2,fsdp=4", 16, "v5e-8"): {"all-gather": 4_047_912_960, "all-reduce": 1_844_559_876,
+                                                      "collective-permute": 7_667_712, "reduce-scatter": 2_715_811_840},
+    ("mixtral-8x7b/2L", "fsdp=8", 24, "v6e-8"): {"all-gather": 12_302_303_232, "all-reduce": 81_924,
+                                                 "collective-permute": 11_927_552, "reduce-scatter": 6_612_058_112},
+    ("mixtral-8x7b/2L", "dp=2,fsdp=4", 32, "v5p-16"): {"all-gather": 12_302_303_232, "all-reduce": 1_844_559_876,
+                                                       "collective-permute": 12_582_912,
+                                                       "reduce-scatter": 6_346_244_096},
 }
 KNOWN_MISSES = {
     # The embedding (vocab over tp, hidden over fsdp) is not gathered: XLA gathers the token ids and looks
-    # them up in its shard (the table's shard is the larger operand), which the model does not price yet.
-    (("fsdp=4,tp=2", 16), "all-gather"): "the embedding's lookup runs on its shard (1.19x)",
+    # them up in its shard, which the model does not price yet.
+    (("llama3-8b/2L", "fsdp=4,tp=2", 16, "v5e-8"), "all-gather"): "the embedding's lookup on its shard (1.19x)",
 }
 
 
-def _analytic(mesh: str, batch: int) -> dict[str, tuple[int, int]]:
-    sizes = {k: int(v) for k, v in (kv.split("=") for kv in mesh.split()[0].split(","))}
-    model = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=2, num_params=None)
-    cand = search_meshes(model, "1x8xH100", axes=tuple(sizes), fixed=sizes, batch=batch, seq=2048,
+def _model(name: str) -> object:
+    base, _, layers = name.partition("/")
+    return dataclasses.replace(MODEL_SPECS[base], num_layers=int(layers.removesuffix("L")), num_params=None)
+
+
+def _best(name: str, mesh: str, batch: int) -> object:
+    sizes = {k: int(v) for k, v in (kv.split("=") for kv in mesh.split(","))}
+    return search_meshes(_model(name), "1x8xH100", axes=tuple(sizes), fixed=sizes, batch=batch, seq=2048,
                          recipe=TrainingRecipe(backend="tpu", remat="full")).best
-    return collective_totals(xla_collectives(cand.comm, backend="tpu", itemsize=2))
 
 
-@pytest.mark.parametrize("case", list(COMPILED), ids=lambda c: f"{c[0]}-b{c[1]}")
-def test_every_major_kind_is_within_10_percent_of_xla_tpu_at_full_width(case: tuple[str, int]) -> None:
+@pytest.mark.parametrize("case", list(COMPILED), ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}-{c[3]}")
+def test_every_major_kind_is_within_10_percent_of_xla_tpu_at_full_width(case: tuple[str, str, int, str]) -> None:
     compiled = {k: (v, 1) for k, v in COMPILED[case].items()}
-    table = ratio_table(_analytic(*case), compiled)
+    analytic = collective_totals(xla_collectives(_best(*case[:3]).comm, backend="tpu", itemsize=2))
+    table = ratio_table(analytic, compiled)
     shares = collective_shares(table)
     for kind, a, c, r in table:
         if shares[kind] < MINOR:
@@ -71,14 +90,16 @@ def test_every_major_kind_is_within_10_percent_of_xla_tpu_at_full_width(case: tu
             assert inside, f"{case} {kind}: analytic {a:,} B vs compiled {c:,} B ({r:.3f})"
 
 
-@pytest.mark.parametrize(("batch", "hidden"), [(16, True), (32, True), (64, False)])
-def test_the_head_gathers_the_operand_xla_tpu_gathered(batch: int, hidden: bool) -> None:
-    """Either side of the threshold (at 64 x 2048 the hidden states' shard is 2% larger than the table's):
-    the compiles gathered the hidden states at 16 and 32, the tables at 64."""
-    sizes = {"fsdp": 8}
-    model = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=2, num_params=None)
-    cand = search_meshes(model, "1x8xH100", axes=("fsdp",), fixed=sizes, batch=batch, seq=2048,
-                         recipe=TrainingRecipe(backend="tpu")).best
-    whats = {t.what for t in cand.comm}
-    assert ("fsdp all-gather of the hidden states for the LM head (fwd + bwd: XLA:TPU)" in whats) == hidden
-    assert ("fsdp all-gather of params (embedding, head: once)" in whats) == (not hidden)
+@pytest.mark.parametrize(("name", "mesh", "batch", "hidden", "tokens"), [
+    ("llama3-8b/2L", "fsdp=8", 16, True, False), ("llama3-8b/2L", "fsdp=8", 32, True, False),
+    ("llama3-8b/2L", "fsdp=8", 64, False, False), ("llama3-8b/2L", "dp=4,fsdp=2", 64, False, False),
+    ("mixtral-8x7b/2L", "fsdp=8", 16, False, True), ("mixtral-8x7b/2L", "dp=2,fsdp=4", 16, False, True),
+    ("mixtral-8x7b/2L", "fsdp=8", 24, False, False), ("mixtral-8x7b/2L", "dp=2,fsdp=4", 32, False, False)])
+def test_the_search_gathers_the_operand_xla_tpu_gathered(name: str, mesh: str, batch: int, hidden: bool,
+                                                        tokens: bool) -> None:
+    """Either side of both thresholds, as the compiles above gathered them (Llama at 64 x 2048 has 131072
+    tokens against 128256 rows; Mixtral at 24 x 2048 has 24 x 640 slots per expert against 14336 rows)."""
+    whats = {t.what.split(" ", 1)[1] for t in _best(name, mesh, batch).comm}
+    assert ("all-gather of the hidden states for the LM head (fwd + bwd: XLA:TPU)" in whats) == hidden
+    assert ("all-gather of params (embedding, head: once)" in whats) == (not hidden)
+    assert ("all-gather of the dispatched tokens for the experts (XLA:TPU)" in whats) == tokens

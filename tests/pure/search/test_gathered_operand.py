@@ -1,4 +1,4 @@
-"""Which operand of the head's matmul XLA:TPU gathers (meshplan.pure.search._head_layout), and what the comm
+"""Which operand of the head's matmul XLA:TPU gathers (meshplan.pure.search._gathered_operand), and what the comm
 model prices for each choice (``param_tables``' ``hidden_head`` / ``hidden_embed``, ``hidden_state_terms``).
 
 The rule was read from and checked on XLA:TPU's HLO of full-width Llama-3-8B/2L steps:
@@ -15,15 +15,17 @@ from jax.sharding import PartitionSpec as P
 
 from meshplan.pure import parse_cluster
 from meshplan.pure.presets import MODEL_SPECS
-from meshplan.pure.search._head_layout import (
+from meshplan.pure.search._gathered_operand import (
     HeadLayout,
     gathers_hidden,
+    gathers_tokens,
     head_layout,
     vocab_batch_axes,
 )
 from meshplan.pure.search._step_cost import (
     AxisPlacement,
     ParamTraffic,
+    expert_token_terms,
     hidden_state_terms,
     param_tables,
 )
@@ -53,17 +55,16 @@ def test_the_vocab_batch_axes_are_the_axes_head_layout_counts_as_vocab_batch(cas
     assert set(axes) <= {"dp", "fsdp", "ep"}
 
 
-@given(st.integers(1, 16), st.integers(1, 8), st.integers(1, 8), st.integers(1, 10**6), st.integers(1, 10**6))
-def test_the_hidden_states_are_gathered_only_when_theirs_is_the_smaller_shard(vb: int, vo: int, hid: int,
-                                                                             tokens: int, rows: int) -> None:
-    layout, h = HeadLayout(vb, vo, hid), 64
-    table = rows * h
-    gathered = gathers_hidden(layout, tokens=tokens, hidden=h, table=table)
-    assert gathered == (vb > 1 and tokens * h * vb * vo * hid < table)
-    # Monotone: fewer tokens per device never turn the choice back to the table.
-    if gathered:
-        assert gathers_hidden(layout, tokens=max(tokens // 2, 1), hidden=h, table=table)
-    assert not gathers_hidden(None, tokens=tokens, hidden=h, table=table)
+@given(st.integers(1, 16), st.integers(1, 8), st.integers(1, 8), st.integers(1, 10**7), st.integers(1, 10**6))
+def test_the_hidden_states_are_gathered_only_when_they_are_the_smaller_tensor(vb: int, vo: int, hid: int,
+                                                                             tokens: int, vocab: int) -> None:
+    layout = HeadLayout(vb, vo, hid)
+    gathered = gathers_hidden(layout, tokens=tokens, vocab=vocab)
+    # Shardy keeps the larger tensor's split (whole sizes, hidden cancels); a tie keeps the hidden states'.
+    assert gathered == (vb > 1 and tokens < vocab)
+    if gathered:  # fewer tokens never turn the choice back to the table
+        assert gathers_hidden(layout, tokens=max(tokens // 2, 1), vocab=vocab)
+    assert not gathers_hidden(None, tokens=tokens, vocab=vocab)
 
 
 def _traffic(embed: int, head: int, layers: int, replicated: bool) -> ParamTraffic:
@@ -105,7 +106,8 @@ def test_gathered_hidden_states_take_exactly_the_tables_gathers_and_storage_sums
         embed if hidden_embed and not replicated else 0)
     if replicated and hidden_embed:
         assert "all-reduce of grads (input embedding, whole)" not in after
-        assert after["all-reduce of grads"][("dp",)] == before.get("all-reduce of grads", {}).get(("dp",), 0) + embed // 4
+        summed = before.get("all-reduce of grads", {}).get(("dp",), 0)
+        assert after.get("all-reduce of grads", {}).get(("dp",), 0) == summed + embed // 4
     # The layers' rows do not move.
     for what in ("all-gather of params (fwd + bwd)", "all-gather of params (attention, again in the bwd: XLA:TPU)"):
         assert after.get(what) == before.get(what)
@@ -146,3 +148,61 @@ def test_hidden_state_terms_move_the_gathered_batch_over_the_tables_axes(mesh: t
     assert sum(v for (k, _), v in moved.items() if k == "reduce-scatter") == (
         head * group_tokens * h * 4 + embed * group_tokens * h * 2)
     assert all(t[2] == ("fsdp",) for t in terms)
+
+
+@given(st.integers(1, 512), st.sampled_from([512, 2048, 4096]), st.integers(1, 8), st.sampled_from([8, 64, 256]),
+       st.integers(128, 20000))
+def test_the_dispatched_tokens_are_gathered_only_when_they_are_the_smaller_tensor(
+        batch: int, seq: int, top_k: int, experts: int, width: int) -> None:
+    gathered = gathers_tokens(batch=batch, seq=seq, top_k=top_k, experts=experts, width=width)
+    capacity = max(1, math.ceil(top_k * seq * 1.25 / experts))
+    # The two whole tensors (hidden cancels): experts x batch x capacity against experts x width.
+    assert gathered == (experts * batch * capacity < experts * width)
+    if gathered and batch > 1:  # a smaller batch never turns the choice back to the weights
+        assert gathers_tokens(batch=batch - 1, seq=seq, top_k=top_k, experts=experts, width=width)
+
+
+def _moe_traffic(experts: int, rest: int, narrow: bool) -> ParamTraffic:
+    """A plan's traffic on fsdp whose routed experts move ``experts`` bytes (their gradients summed whole over
+    fsdp when ``narrow``), the other layers ``rest``."""
+    fs = ("fsdp",)
+    return ParamTraffic(gather=((fs, experts + rest),), scatter=((fs, experts + rest),), reduce=(),
+                        experts=((fs, experts, experts),),
+                        grad_whole=((fs, (), experts, 0),) if narrow else ())
+
+
+@given(st.integers(1, 10**9), st.integers(0, 10**9), st.booleans(), st.sampled_from(["none", "dots", "full", "offload"]),
+       st.sampled_from(["cpu", "gpu", "tpu"]))
+def test_gathered_tokens_take_exactly_the_experts_gathers_and_sums_out(experts: int, rest: int, narrow: bool,
+                                                                      remat: str, backend: str) -> None:
+    traffic = _moe_traffic(experts, rest, narrow)
+    before = _rows(param_tables(traffic, ("fsdp",), backend=backend, remat=remat))
+    after = _rows(param_tables(traffic, ("fsdp",), backend=backend, remat=remat, tokens_experts=True))
+    if backend != "tpu" or remat not in ("full", "offload"):  # read on XLA:TPU under a recompute only
+        assert after == before
+        return
+    fs = ("fsdp",)
+    assert after.get("all-gather of params (fwd + bwd)", {}).get(fs, 0) == rest
+    assert after.get("reduce-scatter of grads", {}).get(fs, 0) == rest
+    assert "all-reduce of grads (narrow last-dim splits, whole: XLA:TPU)" not in after
+
+
+@given(st.sampled_from([(1, 8), (2, 4), (8, 1)]), st.sampled_from([8, 16, 32]), st.integers(1, 4))
+def test_expert_token_terms_move_the_groups_dispatched_buffer(mesh: tuple[int, int], batch: int, layers: int) -> None:
+    import dataclasses
+
+    dp, fsdp = mesh
+    sizes = {"dp": dp, "fsdp": fsdp}
+    model = dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], num_layers=layers, num_params=None)
+    p = AxisPlacement(("dp", "fsdp"), (dp, fsdp), (1, 1), parse_cluster("1x8xH100"))
+    terms = expert_token_terms(model, sizes, p, batch=batch, seq=2048, itemsize=2, axes=("fsdp",))
+    if fsdp == 1:
+        assert terms == []
+        return
+    capacity = math.ceil(2 * 2048 * 1.25 / 8)
+    group_rows = batch // (dp * fsdp) * fsdp
+    assert [(t[1], t[3], t[4]) for t in terms] == [
+        ("all-gather", group_rows * 8 * capacity * model.hidden_size * 2, 6 * layers - 3),
+        ("reduce-scatter", group_rows * 8 * capacity * model.hidden_size * 2, 3 * layers)]
+    dense = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=layers, num_params=None)
+    assert expert_token_terms(dense, sizes, p, batch=batch, seq=2048, itemsize=2, axes=("fsdp",)) == []
