@@ -130,13 +130,18 @@ FULL_WIDTH_CASES: tuple[Case, ...] = (
     ("mixtral-8x7b/2L@24", {"fsdp": 8}, "full", 1),
     ("llama3-8b/2L@64", {"dp": 4, "fsdp": 2}, "full", 1),
     ("mixtral-8x7b/2L@32", {"dp": 2, "fsdp": 4}, "full", 1),
+    ("mixtral-8x7b/2L", {"fsdp": 8}, "none", 1),
+    ("mixtral-8x7b/3L", {"fsdp": 8}, "none", 1),
+    ("mixtral-8x7b/4L", {"fsdp": 8}, "none", 1),
+    ("mixtral-8x7b/2L", {"dp": 2, "fsdp": 4}, "none", 1),
 )
-"""Presets at full width cut to 2 or 4 layers (``--full-width``, XLA:TPU only, 16 x 2048, or ``@B`` x 2048):
+"""Presets at full width cut to 2-4 layers (``--full-width``, XLA:TPU only, 16 x 2048, or ``@B`` x 2048):
 whether the partitioner still gathers weights where the TPU-sized cases say it does. A known miss: fsdp=4 x
 tp=2's all-gathers (session 7: the embedding's lookup runs on its shard; see RESULTS.md). RESULTS.md records
-Mixtral @24 compiled for v6e-8 and the dp x fsdp steps @32 / @64 for v5p-16, chosen for their HBM (v5e-8 was not
-tried for them; a step that does not fit fails to compile and is reported as an error row). On v5p-16, fsdp=8
-over the whole slice all-reduces the gradients whole (session 6, not modelled)."""
+Mixtral @24 and Mixtral without remat at 3 and 4 layers (and dp x fsdp) compiled for v6e-8, and the dp x fsdp
+steps @32 / @64 for v5p-16, chosen for their HBM (v5e-8 was not tried for them; a step that does not fit fails
+to compile and is reported as an error row). On v5p-16, fsdp=8 over the whole slice all-reduces the gradients
+whole (session 6, not modelled)."""
 TPU_BATCH, TPU_SEQ = 16, 2048
 """4,096 tokens per device on fsdp=8: where XLA:TPU's partitioner gathers weights (ZeRO-3) as at scale."""
 

@@ -92,7 +92,7 @@ from meshplan.pure.search._step_cost import (
     AxisPlacement,
     ParamTables,
     Pending,
-    RECOMPUTING,
+    TOKEN_REMATS,
     activation_terms,
     expert_token_terms,
     hidden_state_terms,
@@ -611,7 +611,7 @@ class _Search:
                                           itemsize=self.act_itemsize, head_axes=head_axes, embed_axes=embed_axes)
         if expert_axes:
             pending += expert_token_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
-                                          itemsize=self.act_itemsize, axes=expert_axes)
+                                          itemsize=self.act_itemsize, axes=expert_axes, remat=recipe.remat)
         return accumulate(pending, s.micro_batches, backend=recipe.compiler)
 
     def _gathered_axes(self, s: _Scored, mesh: dict[str, int]
@@ -619,7 +619,7 @@ class _Search:
         """The batch axes over which XLA:TPU gathers, on ``s``'s mesh, the hidden states for the output head
         and for the input embedding instead of their tables, and the dispatched tokens instead of the routed
         experts' weights (``()``: it gathers the weights; see :mod:`meshplan.pure.search._gathered_operand`).
-        Other compilers were not read; nor tied tables, nor experts beside ep or tp or without a recompute."""
+        Other compilers were not read; nor tied tables, nor experts beside ep or tp or under remat dots."""
         if self.req.recipe.compiler != "tpu":
             return (), (), ()
         plan = self.plans[s.plan_key]
@@ -629,7 +629,7 @@ class _Search:
     def _token_axes(self, s: _Scored, mesh: dict[str, int], plan: PlanEval) -> tuple[str, ...]:
         """See :meth:`_gathered_axes`: the experts' storage axes where XLA:TPU gathers the dispatched tokens."""
         model, recipe = self.model, self.req.recipe
-        if (not self.expert_groups or recipe.remat not in RECOMPUTING or mesh.get("ep", 1) > 1
+        if (not self.expert_groups or recipe.remat not in TOKEN_REMATS or mesh.get("ep", 1) > 1
                 or mesh.get("tp", 1) > 1):
             return ()
         if s.plan_key not in self.expert_axes:

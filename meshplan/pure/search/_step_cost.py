@@ -147,12 +147,10 @@ from meshplan.pure.search._cost import CollectiveKind, collective_time
 from meshplan.pure.search._slice_reshard import slice_reshard
 from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
-__all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "RECOMPUTING", "STORAGE_AXES", "TP_BACKENDS", "AxisPlacement",
-           "ParamTraffic",
-           "activation_bytes", "activation_terms", "axis_domain_counts", "expert_token_terms", "group_time",
-           "hidden_state_terms",
-           "param_tables", "param_terms",
-           "price", "step_activations", "table_terms", "to_terms", "xla_collectives"]
+__all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "RECOMPUTING", "STORAGE_AXES", "TOKEN_REMATS", "TP_BACKENDS",
+           "AxisPlacement", "ParamTraffic", "activation_bytes", "activation_terms", "axis_domain_counts",
+           "expert_token_terms", "group_time", "hidden_state_terms", "param_tables", "param_terms", "price",
+           "step_activations", "table_terms", "to_terms", "xla_collectives"]
 
 AXIS_ORDER: tuple[str, ...] = ("dp", "fsdp", "ep", "sp", "tp")
 """The axis kinds the search knows, outermost (least traffic) first."""
@@ -394,7 +392,7 @@ def param_terms(
         storage group (:func:`hidden_state_terms` prices what is moved instead).
       tokens_experts: XLA:TPU gathers the MoE layers' dispatched tokens instead of the routed experts'
         weights (:func:`~meshplan.pure.search._gathered_operand.gathers_tokens`; read only for ``"tpu"``
-        under a recomputing remat): the experts are not gathered and their gradients not summed over their
+        under the remat policies of :data:`TOKEN_REMATS`): the experts are not gathered and their gradients not summed over their
         storage group (:func:`expert_token_terms` prices what is moved instead).
 
     Returns:
@@ -456,8 +454,8 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     embed_scatter = tuple((st, sb) for st, _, _, sb in traffic.embed_table) if hidden_embed else ()
     # XLA:TPU gathers the dispatched tokens, not the experts' weights, where they are the smaller operand: the
     # experts then leave the layers' gathers, and their gradients need no sum over storage (read under remat
-    # full; its replicas' sum stays).
-    tokens_experts = tpu and recompute and tokens_experts
+    # full and none; its replicas' sum stays).
+    tokens_experts = tpu and policy in TOKEN_REMATS and tokens_experts
     expert_gather = tuple((st, gb) for st, gb, _ in traffic.experts) if tokens_experts else ()
     expert_scatter = tuple((st, sb) for st, _, sb in traffic.experts) if tokens_experts else ()
 
@@ -654,9 +652,13 @@ def hidden_state_terms(
     return out
 
 
+TOKEN_REMATS: tuple[str, ...] = ("none", "full", "offload")
+"""Remat policies under which :func:`expert_token_terms` were read (``offload`` recomputes as ``full`` does)."""
+
+
 def expert_token_terms(
     model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
-    axes: tuple[str, ...], capacity_factor: float = 1.25,
+    axes: tuple[str, ...], remat: str = "full", capacity_factor: float = 1.25,
 ) -> list[Pending]:
     """What XLA:TPU moves instead of the routed experts' weights when it gathers the dispatched tokens, not yet
     priced (``axes``: the batch axes the experts are stored over; ``()``: it gathers the weights).
@@ -664,12 +666,14 @@ def expert_token_terms(
     Where a plan splits the experts' intermediate dim over batch axes and the dispatched tokens ``(experts,
     rows, capacity, hidden)`` are the smaller operand (:func:`~meshplan.pure.search._gathered_operand.
     gathers_tokens`), XLA:TPU gathers the tokens and sums the experts' partial outputs, as under tp. Read by
-    op_name from the HLO of full-width Mixtral-8x7B fsdp=8 at 16 x 2048 on v5e-8, remat full, 2 and 4 layers:
-    per MoE layer the tokens are gathered 6 times (the forward's input; in the backward the recompute's
-    inputs and dispatch, the output gradient for ``w2``'s input gradient and the tokens again for the weights'
-    gradients) less 3 for the last layer, whose recompute's gathers are the forward's; the partial sums of
-    ``w2``'s output (forward, recompute) and of the tokens' gradient (backward) are reduce-scattered: 3 per MoE
-    layer. Each moves the whole dispatched buffer of the group, ``rows x ways x experts x capacity x hidden``.
+    op_name from the HLO of full-width Mixtral-8x7B fsdp=8 at 16 x 2048, 2 and 4 layers. Remat full (or
+    offload): per MoE layer the tokens are gathered 6 times (the forward's input; in the backward the
+    recompute's inputs and dispatch, the output gradient for ``w2``'s input gradient and the tokens again for
+    the weights' gradients) less 3 for the last layer, whose recompute's gathers are the forward's; the partial
+    sums of ``w2``'s output (forward, recompute) and of the tokens' gradient (backward) are reduce-scattered: 3
+    per MoE layer. Remat none: 5 gathers per MoE layer less 1, and per layer the forward's sum an all-reduce,
+    the backward's a reduce-scatter. Each moves the whole dispatched buffer of the group, ``rows x ways x
+    experts x capacity x hidden``. Other policies (``dots``) were not read: no terms.
 
     Example:
       >>> from meshplan.pure import parse_cluster
@@ -681,9 +685,10 @@ def expert_token_terms(
       ...                                                          itemsize=2, axes=("fsdp",))]
       [('all-gather', 640, 9), ('reduce-scatter', 640, 6)]
     """
+    policy = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError)
     shown = tuple([a for a in axes if sizes.get(a, 1) > 1])
     moe = model.num_moe_layers
-    if not shown or not moe:
+    if not shown or not moe or policy not in TOKEN_REMATS:
         return []
     b, s = _local_batch(sizes, batch, seq)
     e = model.num_experts
@@ -691,10 +696,16 @@ def expert_token_terms(
     nbytes = b * math.prod(sizes[a] for a in shown) * e * capacity * model.hidden_size * itemsize
     i, d = placement.split(shown)
     group = "+".join(shown)
-    return [(f"{group} all-gather of the dispatched tokens for the experts (XLA:TPU)", "all-gather", shown, nbytes,
-             6 * moe - 3, i, d),
-            (f"{group} reduce-scatter of the experts' partial outputs and input grads (XLA:TPU)", "reduce-scatter",
-             shown, nbytes, 3 * moe, i, d)]
+    gathers = f"{group} all-gather of the dispatched tokens for the experts (XLA:TPU)"
+    sums = f"{group} reduce-scatter of the experts' partial outputs and input grads (XLA:TPU)"
+    if policy == "none":
+        return [(gathers, "all-gather", shown, nbytes, 5 * moe - 1, i, d),
+                (f"{group} all-reduce of the experts' partial outputs (fwd, XLA:TPU)", "all-reduce", shown, nbytes,
+                 moe, i, d),
+                (f"{group} reduce-scatter of the experts' partial input grads (bwd, XLA:TPU)", "reduce-scatter",
+                 shown, nbytes, moe, i, d)]
+    return [(gathers, "all-gather", shown, nbytes, 6 * moe - 3, i, d),
+            (sums, "reduce-scatter", shown, nbytes, 3 * moe, i, d)]
 
 
 TP_BACKENDS: tuple[str, ...] = ("cpu", "gpu", "tpu")
