@@ -193,6 +193,7 @@ class _Search:
         # (None: split otherwise; see _gathered_axes).
         self.expert_groups = tuple(g for g, first in enumerate(groups.first) if groups.roles.get(first) == "experts")
         self.expert_axes: dict[tuple[Any, ...], tuple[str, ...] | None] = {}
+        self.embed_split: dict[tuple[Any, ...], bool] = {}  # plan key -> vocabulary over tp, hidden over fsdp
         self.head_axes: dict[tuple[Any, ...], tuple[str, ...]] = {}  # plan key -> the axes of its head's spec
         self.heads: dict[tuple[Any, ...], HeadLayout] = {}  # see _head
         # The bound-pruned meshes and their bounds (two lists: ~700 pairs would be as many more objects).
@@ -598,13 +599,14 @@ class _Search:
         recipe = self.req.recipe
         head_axes, embed_axes, expert_axes = self._gathered_axes(s, mesh)
         # param_terms, its mesh-independent half once per plan (and which operands XLA gathers).
-        memo = (s.plan_key, bool(head_axes), bool(embed_axes), bool(expert_axes))
+        on_shard = self._embed_on_shard(s, mesh)
+        memo = (s.plan_key, bool(head_axes), bool(embed_axes), bool(expert_axes), on_shard)
         tables = self.tables.get(memo)
         if tables is None:
             tables = self.tables[memo] = param_tables(self.plans[s.plan_key].traffic, self.req.axes,
                                                       backend=recipe.compiler, remat=recipe.remat,
                                                       hidden_head=bool(head_axes), hidden_embed=bool(embed_axes),
-                                                      tokens_experts=bool(expert_axes))
+                                                      tokens_experts=bool(expert_axes), embed_on_shard=on_shard)
         pending = table_terms(tables, placement, mesh, layers=max(self.model.num_layers, 1))
         if head_axes or embed_axes:
             pending += hidden_state_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
@@ -625,6 +627,24 @@ class _Search:
         plan = self.plans[s.plan_key]
         head_axes, embed_axes = self._hidden_axes(s, mesh, plan)
         return head_axes, embed_axes, self._token_axes(s, mesh, plan)
+
+    def _embed_on_shard(self, s: _Scored, mesh: dict[str, int]) -> bool:
+        """Whether XLA:TPU looks the token ids up in the input embedding's shard on ``s``'s mesh instead of
+        gathering it: the plan splits its vocabulary over tp and its hidden dim over fsdp, and fsdp != tp
+        (equal, XLA permutes the shard: see ``activation_terms``)."""
+        tp, fsdp = mesh.get("tp", 1), mesh.get("fsdp", 1)
+        if self.req.recipe.compiler != "tpu" or self.embed_group is None or tp == 1 or fsdp in (1, tp):
+            return False
+        found = self.embed_split.get(s.plan_key)
+        if found is None:
+            g = self.embed_group
+            shape, entries = self.groups.infos[g].shape, tuple(self.plans[s.plan_key].specs[g])
+            entries += (None,) * (len(shape) - len(entries))
+            named = [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in entries]
+            v = 0 if shape[0] == self.dims.vocab else 1
+            found = self.embed_split[s.plan_key] = (len(shape) == 2 and "tp" in named[v] and "fsdp" in named[1 - v]
+                                                    and not self.plans[s.plan_key].traffic.tied)
+        return found
 
     def _token_axes(self, s: _Scored, mesh: dict[str, int], plan: PlanEval) -> tuple[str, ...]:
         """See :meth:`_gathered_axes`: the experts' storage axes where XLA:TPU gathers the dispatched tokens."""

@@ -370,7 +370,7 @@ class ParamTraffic:
 def param_terms(
     traffic: ParamTraffic, placement: AxisPlacement, sizes: Mapping[str, int], *, layers: int,
     backend: str = "gpu", remat: str = "full", hidden_head: bool = False, hidden_embed: bool = False,
-    tokens_experts: bool = False,
+    tokens_experts: bool = False, embed_on_shard: bool = False,
 ) -> list[Pending]:
     """The parameter collectives of one step, not yet priced (see the module docstring).
 
@@ -394,12 +394,15 @@ def param_terms(
         weights (:func:`~meshplan.pure.search._gathered_operand.gathers_tokens`; read only for ``"tpu"``
         under the remat policies of :data:`TOKEN_REMATS`): the experts are not gathered and their gradients not summed over their
         storage group (:func:`expert_token_terms` prices what is moved instead).
+      embed_on_shard: XLA:TPU looks the token ids up in the input embedding's shard (vocabulary over tp,
+        hidden over fsdp, fsdp != tp): the table is not gathered; its gradient is summed as before.
 
     Returns:
       One pending collective per (kind, axis group) that spans more than one device.
     """
     return table_terms(param_tables(traffic, tuple(sizes), backend=backend, remat=remat, hidden_head=hidden_head,
-                                    hidden_embed=hidden_embed, tokens_experts=tokens_experts),
+                                    hidden_embed=hidden_embed, tokens_experts=tokens_experts,
+                                    embed_on_shard=embed_on_shard),
                        placement, sizes, layers=layers)
 
 
@@ -411,7 +414,7 @@ skips)`` per collective kind (the last field: only for fused rows; XLA:TPU's rem
 
 def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str = "gpu",
                  remat: str = "full", hidden_head: bool = False, hidden_embed: bool = False,
-                 tokens_experts: bool = False) -> ParamTables:
+                 tokens_experts: bool = False, embed_on_shard: bool = False) -> ParamTables:
     """:func:`param_terms`' bytes per axis group of each kind of collective, before the mesh's sizes and
     placement are read: a search lists the collectives of ~190 meshes whose ~70 plans each make one
     (``axes``: the mesh's axis names, in mesh order).
@@ -450,7 +453,12 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     # its storage group (its shard still is over its replicas). Read on untied tables only.
     hidden_head = tpu and not traffic.tied and hidden_head
     hidden_embed = tpu and not traffic.tied and hidden_embed
-    embed_gather = tuple((st, gb) for st, _, gb, _ in traffic.embed_table) if hidden_embed else ()
+    # An embedding split over tp (vocabulary) and fsdp (hidden, fsdp != tp): XLA:TPU gathers the token ids and
+    # looks them up in the table's shard (read by op_name from llama fsdp=4 x tp=2 and fsdp=2 x tp=4, hidden
+    # 1024 and 4096; activation_terms prices the lookup's sum): the table is not gathered, and its gradient is
+    # still reduce-scattered over fsdp.
+    embed_on_shard = tpu and not traffic.tied and embed_on_shard
+    embed_gather = tuple((st, gb) for st, _, gb, _ in traffic.embed_table) if hidden_embed or embed_on_shard else ()
     embed_scatter = tuple((st, sb) for st, _, _, sb in traffic.embed_table) if hidden_embed else ()
     # XLA:TPU gathers the dispatched tokens, not the experts' weights, where they are the smaller operand: the
     # experts then leave the layers' gathers, and their gradients need no sum over storage (read under remat
@@ -981,12 +989,17 @@ def activation_terms(
         # with no activation collective. The permute (the table's shard, < 1% of the step's bytes there) is
         # not priced. fsdp = 2 x tp = 4 and fsdp = 4 x tp = 2 summed the lookup's output (an all-reduce;
         # all-to-all + permute of the same bytes).
-        reshard = tpu and split and not narrow and sizes.get("fsdp", 1) == tp
+        fsdp = sizes.get("fsdp", 1)
+        reshard = tpu and split and not narrow and fsdp == tp
         if vocab and not reshard:
             # XLA:TPU sums the lookup into the split residual stream with a reduce-scatter when the table is
-            # not also stored split over fsdp (with fsdp it emitted an all-reduce, or permutes: priced as that).
-            lookup: CollectiveKind = ("reduce-scatter" if (tpu or mla_gpu) and split and not narrow and sizes.get("fsdp", 1) == 1
-                                      else "all-reduce")
+            # not also stored split over fsdp, or split over fsdp wider than over tp (session 7, by op_name:
+            # llama fsdp=4 x tp=2 at hidden 1024 and 4096 looks the token ids up in its shard of the table and
+            # reduce-scatters the sum over tp, then an all-to-all over fsdp and a permute of 1/tp of it, not
+            # priced); narrower (fsdp=2 x tp=4) it all-reduces. XLA:GPU (``tpu`` here) agrees: its Llama
+            # fsdp=4 x tp=2 step, held out, reduce-scatters the sum too.
+            lookup: CollectiveKind = ("reduce-scatter" if (tpu or mla_gpu) and split and not narrow
+                                      and (fsdp == 1 or (tpu and fsdp > tp)) else "all-reduce")
             add(f"tp {lookup} of the vocab-split embedding lookup", lookup, "tp", x, 1)
         if (cpu or tpu or mla_gpu) and moe:
             # The experts' MLP split over tp works on the dispatched buffer, not the residual stream.

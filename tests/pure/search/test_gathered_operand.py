@@ -212,3 +212,17 @@ def test_expert_token_terms_move_the_groups_dispatched_buffer(mesh: tuple[int, i
     assert expert_token_terms(model, sizes, p, batch=batch, seq=2048, itemsize=2, axes=("fsdp",), remat="dots") == []
     dense = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=layers, num_params=None)
     assert expert_token_terms(dense, sizes, p, batch=batch, seq=2048, itemsize=2, axes=("fsdp",)) == []
+
+
+@given(st.integers(1, 10**9), st.integers(1, 10**9), st.integers(0, 10**10), st.sampled_from(["cpu", "gpu", "tpu"]))
+def test_an_embedding_looked_up_on_its_shard_is_not_gathered_and_still_summed(embed: int, head: int, layers: int,
+                                                                           backend: str) -> None:
+    traffic = _traffic(embed, head, layers, False)
+    before = _rows(param_tables(traffic, ("dp", "fsdp"), backend=backend))
+    after = _rows(param_tables(traffic, ("dp", "fsdp"), backend=backend, embed_on_shard=True))
+    if backend != "tpu":  # read on XLA:TPU only
+        assert after == before
+        return
+    once = "all-gather of params (embedding, head: once)"
+    assert after[once][("fsdp",)] == before[once][("fsdp",)] - embed
+    assert {w: t for w, t in after.items() if w != once} == {w: t for w, t in before.items() if w != once}
