@@ -101,6 +101,7 @@ from meshplan.pure.search._step_cost import (
     step_activations,
     table_terms,
     to_terms,
+    whole_slice_sums,
 )
 from meshplan.pure.search._step_memory import (
     CALIBRATIONS,
@@ -114,6 +115,7 @@ from meshplan.pure.search._step_memory import (
     layer_dims,
     price_state,
 )
+from meshplan.pure.search._topology import tpu_topology
 from meshplan.pure.search._flops import StepFlops, default_efficiency, fsdp_read, step_flops
 from meshplan.pure.search._step_time import StepTime, accumulate, overlap_class, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
@@ -156,6 +158,18 @@ class _Scored:
     activation_seconds: Sequence[float] = ()
 
 
+def _v5p_slice_chips(cluster: Cluster) -> int | None:
+    """The chips of one slice of a v5p ``cluster`` whose chip grid spans all three dims (2x2x2 and up), else
+    None (see :func:`~meshplan.pure.search._step_cost.whole_slice_sums`)."""
+    if cluster.device.name != "v5p":
+        return None
+    try:
+        topology = tpu_topology(cluster)
+    except ClusterError:  # a slice size with no TPU shape: nothing read
+        return None
+    return topology.chips_per_slice if len(topology.grid) == 3 and min(topology.grid) >= 2 else None
+
+
 def _no_detail() -> str:
     return ""
 
@@ -194,6 +208,9 @@ class _Search:
         self.expert_groups = tuple(g for g, first in enumerate(groups.first) if groups.roles.get(first) == "experts")
         self.expert_axes: dict[tuple[Any, ...], tuple[str, ...] | None] = {}
         self.embed_split: dict[tuple[Any, ...], bool] = {}  # plan key -> vocabulary over tp, hidden over fsdp
+        # Chips of one v5p slice whose grid spans all three dims (XLA:TPU all-reduces gradient sums over it
+        # whole: whole_slice_sums); None elsewhere.
+        self.slice_chips = _v5p_slice_chips(req.cluster) if req.recipe.compiler == "tpu" else None
         self.head_axes: dict[tuple[Any, ...], tuple[str, ...]] = {}  # plan key -> the axes of its head's spec
         self.heads: dict[tuple[Any, ...], HeadLayout] = {}  # see _head
         # The bound-pruned meshes and their bounds (two lists: ~700 pairs would be as many more objects).
@@ -614,6 +631,8 @@ class _Search:
         if expert_axes:
             pending += expert_token_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
                                           itemsize=self.act_itemsize, axes=expert_axes, remat=recipe.remat)
+        if self.slice_chips is not None:
+            pending = whole_slice_sums(pending, mesh, chips=self.slice_chips)
         return accumulate(pending, s.micro_batches, backend=recipe.compiler)
 
     def _gathered_axes(self, s: _Scored, mesh: dict[str, int]

@@ -150,7 +150,8 @@ from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 __all__ = ["AXIS_ORDER", "BATCH_AXES", "DATA_AXES", "RECOMPUTING", "STORAGE_AXES", "TOKEN_REMATS", "TP_BACKENDS",
            "AxisPlacement", "ParamTraffic", "activation_bytes", "activation_terms", "axis_domain_counts",
            "expert_token_terms", "group_time", "hidden_state_terms", "param_tables", "param_terms", "price",
-           "step_activations", "table_terms", "to_terms", "xla_collectives"]
+           "step_activations", "table_terms", "to_terms", "whole_slice_sums",
+           "xla_collectives"]
 
 AXIS_ORDER: tuple[str, ...] = ("dp", "fsdp", "ep", "sp", "tp")
 """The axis kinds the search knows, outermost (least traffic) first."""
@@ -714,6 +715,33 @@ def expert_token_terms(
                  shown, nbytes, moe, i, d)]
     return [(gathers, "all-gather", shown, nbytes, 6 * moe - 3, i, d),
             (sums, "reduce-scatter", shown, nbytes, 3 * moe, i, d)]
+
+
+def whole_slice_sums(pending: Sequence[Pending], sizes: Mapping[str, int], *, chips: int) -> list[Pending]:
+    """XLA:TPU's gradient sums on v5p over a whole slice of ``chips`` chips: all-reduces, not reduce-scatters.
+
+    On v5p a reduce-scatter whose group is every chip of a slice whose chip grid spans all three dims (2x2x2
+    and up) is emitted as an all-reduce of the same buffer (and a slice): read from TPU-sized Llama fsdp=8 on
+    v5p-16 and fsdp=16 on v5p-32, Mixtral fsdp=8 on v5p-16 and full-width Llama fsdp=8 on v5p-16 (its weight
+    gradients, the head's input gradient and the lookup's sum alike); the same groups on v5e-8 (2x4), a whole
+    2x2x1 v5p-8 slice and groups short of the slice (dp x fsdp, fsdp x tp on v5p-16 and v5p-32, also 2x2x2 blocks
+    of a v5p-32) reduce-scatter (benchmarks/RESULTS.md, "Session 6", "Session 7"). Why the 3-D whole slice was
+    not read. The search passes ``chips`` only for such a v5p slice.
+
+    Example:
+      >>> t = [("fsdp reduce-scatter of grads", "reduce-scatter", ("fsdp",), 100, 2, 8, 1)]
+      >>> whole_slice_sums(t, {"fsdp": 8}, chips=8)
+      [('fsdp all-reduce of grads (whole v5p slice: XLA:TPU)', 'all-reduce', ('fsdp',), 100, 2, 8, 1)]
+      >>> whole_slice_sums(t, {"fsdp": 8}, chips=16) == t
+      True
+    """
+    out: list[Pending] = []
+    for what, kind, axes, nbytes, calls, i, d in pending:
+        if kind == "reduce-scatter" and math.prod(sizes.get(a, 1) for a in axes) == chips:
+            group, _, rest = what.partition(" reduce-scatter ")
+            what, kind = f"{group} all-reduce {rest} (whole v5p slice: XLA:TPU)", "all-reduce"
+        out.append((what, kind, axes, nbytes, calls, i, d))
+    return out
 
 
 TP_BACKENDS: tuple[str, ...] = ("cpu", "gpu", "tpu")

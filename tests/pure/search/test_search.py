@@ -353,7 +353,7 @@ FINGERPRINT_CASES = {
     ("mixtral-8x7b", "512x8xH100", ()): "afda1977eb88fcbd",
     ("deepseek-v3", "512x8xH100", ()): "77812d9038d6445a",
     ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "4f964135d8affcd5",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "030795a154c4a9c2",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "ea3d9b8cdc5dc559",
     ("gpt2", "2x8xH100", (("batch", 64),)): "43726fe38913188a",
     ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "10b46920320e210f",
     ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "8776a018f9e4387b",
