@@ -122,15 +122,18 @@ def test_the_recorded_full_size_tpu_rows_stay_in_band() -> None:
     assert max(full) < 1.07
 
 
-def test_the_full_width_v5p_grid_stays_where_it_was_recorded() -> None:
-    # The full-width grid (memory_calibration_tpu_wide.jsonl, session 6, every row held out: Llama-3-8B and
-    # Mixtral-8x7B cut to 2 layers at 16 x 2048, GPT-2 cut to 4 layers at 32 x 1024, the grid's 4 meshes,
-    # remat full / none, flash / plain, v5p-16): 26 of its 43 rows in band, all within 0.84-1.18 (RESULTS.md
-    # "session 6"); the misses are Mixtral without ep (XLA gathers the dispatched tokens, not the experts'
-    # weights) and GPT-2's loss phase.
+def test_the_full_width_grid_stays_where_it_was_recorded() -> None:
+    # The full-width grid (memory_calibration_tpu_wide.jsonl, every row held out: Llama-3-8B and Mixtral-8x7B
+    # cut to 2 layers at 16 x 2048, GPT-2 cut to 4 layers at 32 x 1024, the grid's 4 meshes, remat full / none,
+    # flash / plain), on v5p-16 (session 6: 43 rows) and v6e-8 (session 8: 47 rows; the 48th of each is in
+    # memory_calibration_tpu_fullsize.jsonl): RESULTS.md "session 8". The misses are Mixtral (without ep XLA
+    # gathers the dispatched tokens, not the experts' weights; with tp its remat-none steps are over-priced),
+    # GPT-2's loss phase, and v6e's fsdp x tp remat-full steps, which peak up to 18% above v5p's.
     g = _repriced("memory_calibration_tpu_wide.jsonl")
     counts = {k: (_inside(v), len(v)) for k, v in g.items()}
     assert counts == {"memory_calibration_tpu_wide v5p-16 full": (8, 19),
-                      "memory_calibration_tpu_wide v5p-16 none": (18, 24)}
+                      "memory_calibration_tpu_wide v5p-16 none": (18, 24),
+                      "memory_calibration_tpu_wide v6e-8 full": (12, 23),
+                      "memory_calibration_tpu_wide v6e-8 none": (20, 24)}
     ratios = [r for v in g.values() for r in v]
-    assert 0.83 < min(ratios) and max(ratios) < 1.19
+    assert 0.82 < min(ratios) and max(ratios) < 1.19
