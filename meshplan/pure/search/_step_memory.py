@@ -226,8 +226,10 @@ class LayerDims:
       q_width: ``heads * q_head_dim``; ``kv_width``: ``kv_heads * head_dim`` (k and v each).
       mlp_width: dense MLP width averaged over layers (split over tp).
       expert_width: MoE layers' expert width per token averaged over layers (routed ``top_k x
-        capacity_factor`` plus shared experts); expert activations are split over the
-        expert axis by token, not over tp.
+        capacity_factor`` plus shared experts); priced split over the expert axis by token and
+        not over tp. (XLA:TPU does split them over tp, as the plan splits the experts' weights; the
+        remat-none coefficients were fitted with the unsplit count, and the split alone moves ten
+        scaled-down grid rows out of band: benchmarks/RESULTS.md, "session 8".)
       vocab: vocabulary size.
       head: elements of the output head (``vocab x hidden``).
       routing: MoE dispatch/combine elements per token per token of its sequence, averaged
