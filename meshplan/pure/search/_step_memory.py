@@ -228,7 +228,7 @@ class LayerDims:
       expert_width: MoE layers' expert width per token averaged over layers (routed ``top_k x
         capacity_factor`` plus shared experts); priced split over the expert axis by token and
         not over tp. (XLA:TPU does split them over tp, as the plan splits the experts' weights; the
-        remat-none coefficients were fitted with the unsplit count, and the split alone moves ten
+        remat-none coefficients were fitted with the unsplit count, and the split alone moves eight
         scaled-down grid rows out of band: benchmarks/RESULTS.md, "session 8".)
       vocab: vocabulary size.
       head: elements of the output head (``vocab x hidden``).
