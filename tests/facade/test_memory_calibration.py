@@ -125,8 +125,8 @@ def test_the_recorded_full_size_tpu_rows_stay_in_band() -> None:
 def test_the_full_width_grid_stays_where_it_was_recorded() -> None:
     # The full-width grid (memory_calibration_tpu_wide.jsonl, every row held out: Llama-3-8B and Mixtral-8x7B
     # cut to 2 layers at 16 x 2048, GPT-2 cut to 4 layers at 32 x 1024, the grid's 4 meshes, remat full / none,
-    # flash / plain), on v5p-16 (session 6: 43 rows) and v6e-8 (session 8: 47 rows; the 48th of each is in
-    # memory_calibration_tpu_fullsize.jsonl): RESULTS.md "session 8". The misses are Mixtral (without ep XLA
+    # flash / plain), on v5p-16 (session 6: 43 rows, 5 more in memory_calibration_tpu_fullsize.jsonl) and v6e-8
+    # (session 8: 47 rows, the 48th there): RESULTS.md "session 8". The misses are Mixtral (without ep XLA
     # gathers the dispatched tokens, not the experts' weights; with tp its remat-none steps are over-priced),
     # GPT-2's loss phase, and v6e's fsdp x tp remat-full steps, which peak up to 18% above v5p's.
     g = _repriced("memory_calibration_tpu_wide.jsonl")
