@@ -256,6 +256,20 @@ def main(argv: list[str] | None = None) -> None:
     _summary(rows, markdown=args.markdown)
 
 
+BAND = (0.95, 1.10)
+"""The issue's band for analytic / exact."""
+
+
+def sizes_of(row: dict[str, object]) -> dict[str, int]:
+    """A recorded row's mesh, ``"dp=2,fsdp=4"`` -> ``{"dp": 2, "fsdp": 4}``."""
+    return {k: int(v) for k, v in (kv.split("=") for kv in str(row["mesh"]).split(","))}
+
+
+def spec_of(family: str) -> ModelSpec:
+    """The model a recorded row's ``family`` names (:func:`_spec`)."""
+    return _spec(family)
+
+
 def _parse_case(text: str, backend: str) -> tuple[str, str, dict[str, int], tuple[int, int], str, str]:
     """``FAMILY:MESH:REMAT:ATTENTION:BxS`` -> a grid entry (``llama3-8b:fsdp=4:full:flash:4x2048``)."""
     family, mesh, remat, attention, shape = text.split(":")
@@ -265,8 +279,7 @@ def _parse_case(text: str, backend: str) -> tuple[str, str, dict[str, int], tupl
 
 
 def _reprice(row: dict[str, object]) -> dict[str, object]:
-    sizes = {k: int(v) for k, v in (kv.split("=") for kv in str(row["mesh"]).split(","))}
-    cand, _ = analytic(str(row["family"]), sizes, str(row["remat"]), str(row["attention"]), int(row["batch"]),  # type: ignore[call-overload]
+    cand, _ = analytic(str(row["family"]), sizes_of(row), str(row["remat"]), str(row["attention"]), int(row["batch"]),  # type: ignore[call-overload]
                        int(row["seq"]), str(row["backend"]), str(row.get("cluster", CLUSTER)))  # type: ignore[call-overload]
     return {**row, "analytic": cand.memory.total, "ratio": cand.memory.total / int(row["exact"]),  # type: ignore[call-overload]
             "phase": cand.memory.phase}
@@ -306,7 +319,7 @@ def _band(rows: list[dict[str, object]]) -> None:
     for backend in sorted({str(r.get("cluster", r["backend"])) for r in rows}):
         ratios = sorted(float(r["ratio"]) for r in rows  # type: ignore[arg-type]
                         if r.get("cluster", r["backend"]) == backend)
-        inside = sum(0.95 <= x <= 1.10 for x in ratios)
+        inside = sum(BAND[0] <= x <= BAND[1] for x in ratios)
         print(f"{backend}: {len(ratios)} cases, ratio min {ratios[0]:.2f} median {ratios[len(ratios) // 2]:.2f} "
               f"max {ratios[-1]:.2f}; {inside} within 0.95-1.10")
 
