@@ -68,10 +68,11 @@ class CompiledMemory:
       device_kind: e.g. ``"TPU v5 lite"``.
       num_devices: devices the step runs on.
       compile_seconds: lowering plus compilation time.
-      largest: the biggest buffers in device memory live at XLA's peak, biggest
-        first (:class:`~meshplan.pure.search.LiveBuffer`: name, bytes, shape,
-        dtype, kind, source), read from XLA's buffer-assignment dump; ``()``
-        where there is none, and ``largest_note`` says why.
+      largest: the biggest buffers in device memory live at the step where it is
+        fullest (the moment ``peak_bytes`` reports), biggest first
+        (:class:`~meshplan.pure.search.LiveBuffer`: name, bytes, shape, dtype,
+        kind, source), read from XLA's buffer-assignment dump; ``()`` where there
+        is none, and ``largest_note`` says why.
       largest_note: where ``largest`` comes from, or why it is empty.
 
     Example:
@@ -262,7 +263,7 @@ def _largest(dump_dir: str | None, top: int, options: Mapping[str, Any]) -> tupl
         return (), "not available: XLA's live-range report states no peak"
     device, largest = report.device_buffers, report.largest(top)
     return largest, (f"XLA's buffer assignment: the {len(largest)} biggest of {len(device)} buffers in device "
-                     f"memory at its live-range peak (schedule step {report.moment}; "
+                     f"memory at its fullest step (schedule step {report.moment}; "
                      f"{fmt_bytes(report.device_bytes)} live then)")
 
 

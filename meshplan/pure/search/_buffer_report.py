@@ -18,13 +18,20 @@ back), three text reports this module parses; plain text in, records out:
 - ``*-memory-usage-report.txt`` (optional): names the memory spaces
   (``Memory Space: vmem (color=1)``).
 
-What "the peak" is: XLA's own live-range peak, the schedule step where the
-logical bytes of live values are largest (its file says which). On XLA:CPU the
-sizes are the device sizes; on TPU the peak moment is chosen by unpadded sizes
-while ``compiled.memory_analysis()`` reports the padded heap peak, so the list
-is what is live at XLA's stated moment, each buffer at its device size.
-Values that share a buffer (an in-place update, a loop-carried tuple element)
-are listed as XLA lists them, each once.
+What "the peak" is: the schedule step where the program's device memory
+(colour 0) is fullest, each value at its device size and a buffer that several
+values share (an in-place update, a loop-carried tuple element) counted once;
+computed from every value's live range (``BufferLiveRange``) and where the
+buffer assignment puts it (allocation, offset). That is the moment
+``compiled.memory_analysis()`` reports: on XLA:TPU its ``peak_memory_in_bytes``
+(2026-11-23, libtpu 0.0.42.1: 186.2 of 186.2 MiB and 130.0 of 133.4 MiB on two
+v6e-8 train steps). XLA's own ``Live ranges at T (peak)`` section is a
+different moment: it ranks steps by logical (unpadded) sizes over every memory
+space, so on TPU, where the on-chip VMEM holds a hundred MiB of staging
+copies, it can name a step with half the device memory live (85 of 167 MiB of
+temporaries on the second step). Its moment and total are kept
+(``stated_moment``, ``stated_bytes``); a report without live ranges falls
+back to its listing.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from meshplan.pure._check import as_count, as_sequence, as_str
 from meshplan.pure._format import fmt_bytes
@@ -48,6 +56,8 @@ DEFAULT_SPACE = "default"
 _PEAK_HEADER = re.compile(r"^\s*Live ranges at (\d+) \(peak\):\s*$")
 _PEAK_ITEM = re.compile(r"^\s+([\w.\-]+)(\{[\d,]*\})?: (\d+) bytes \(cumulative: (\d+) bytes\)\s*$")
 _PEAK_TOTAL = re.compile(r"^\s*Stack trace breakdown for peak usage: ([\d ]+) bytes\s*$")
+_RANGES_HEADER = re.compile(r"^\s*BufferLiveRange:\s*$")
+_RANGE = re.compile(r"^\s+([\w.\-]+)(\{[\d,]*\}):(\d+)-(\d+)\s*$")
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):\s*$")
 # `<ID NAME{INDEX} (phi) @COLOR>`: the index only for a tuple-shaped instruction, the colour only once assigned.
 _VALUE = re.compile(r"^\s+value: <(\d+) ([\w.\-]+)(\{[\d,]*\})?(?: \(phi\))?(?: @(\d+))?> "
@@ -110,13 +120,16 @@ class LiveBuffer:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BufferReport:
-    """Every value live at XLA's peak moment, biggest first (device bytes, then name).
+    """Every value live at the device-memory peak, biggest first (device bytes, then name).
 
     Attributes:
-      moment: the schedule step of the peak (XLA's live-range report), -1 when the report has none.
-      buffers: the values live then, every memory space, biggest first.
-      stated_bytes: XLA's own total of their logical bytes (``Stack trace breakdown for
-        peak usage``), or the last running total; 0 when the report states none.
+      moment: the schedule step where device memory is fullest (see the module docstring); XLA's
+        stated step when the report has no live ranges; -1 when it has neither.
+      buffers: the values live then, every memory space, biggest first; a buffer several values
+        share is listed once, as its biggest value.
+      stated_bytes: XLA's own total of the logical bytes live at *its* peak (``Stack trace breakdown
+        for peak usage``), or the last running total; 0 when the report states none.
+      stated_moment: the step XLA's live-range report calls its peak (-1: none stated).
 
     Example:
       >>> r = BufferReport(3, (LiveBuffer("a", 64, "f32[16]", "f32", "parameter"),), 64)
@@ -127,9 +140,11 @@ class BufferReport:
     moment: int
     buffers: tuple[LiveBuffer, ...]
     stated_bytes: int = 0
+    stated_moment: int = -1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "moment", as_count(self.moment, "moment", minimum=-1, error=PlanError))
+        for field in ("moment", "stated_moment"):
+            object.__setattr__(self, field, as_count(getattr(self, field), field, minimum=-1, error=PlanError))
         object.__setattr__(self, "stated_bytes", as_count(self.stated_bytes, "stated_bytes", minimum=0,
                                                           error=PlanError))
         buffers = as_sequence(self.buffers, "buffers")
@@ -150,7 +165,7 @@ class BufferReport:
 
     @property
     def logical_bytes(self) -> int:
-        """Every listed buffer's logical bytes summed (equals ``stated_bytes`` for a whole report)."""
+        """Every listed buffer's logical bytes summed (``stated_bytes`` when the moment is XLA's)."""
         return sum(b.logical_bytes for b in self.buffers)
 
     def largest(self, n: int) -> tuple[LiveBuffer, ...]:
@@ -199,6 +214,105 @@ def _peak_values(live_range: str) -> tuple[int, list[tuple[str, int]], int]:
     return moment, items, stated or last
 
 
+def _live_ranges(live_range: str) -> dict[str, tuple[int, int]]:
+    """Value name -> (first step, last step) from the report's ``BufferLiveRange`` section."""
+    out: dict[str, tuple[int, int]] = {}
+    inside = False
+    for line in live_range.splitlines():
+        if _RANGES_HEADER.match(line):
+            inside = True
+            continue
+        if not inside:
+            continue
+        m = _RANGE.match(line)
+        if m is None:
+            if line.strip():
+                inside = False  # the section ends at the first line of another shape
+            continue
+        index = m.group(2)
+        out.setdefault(m.group(1) + ("" if index == "{}" else index), (int(m.group(3)), int(m.group(4))))
+    return out
+
+
+class _Assigned(NamedTuple):
+    """Where the buffer assignment puts one value."""
+
+    bytes: int
+    shape: str
+    kind: str
+    color: int
+    allocation: int
+    offset: int
+
+
+def _device_peak(ranges: dict[str, tuple[int, int]], assigned: dict[str, _Assigned]) -> int:
+    """The first step at which the colour-0 values live then take the most device bytes, a buffer
+    (allocation, offset) counted once at its biggest live value; -1 when no such value has a range.
+
+    Parameters and constants with no live range of their own are live throughout.
+    """
+    last = max((end for _, end in ranges.values()), default=0)
+    spans: list[tuple[int, int, tuple[int, int], int]] = []
+    for name, a in assigned.items():
+        if a.color != 0:
+            continue
+        span = ranges.get(name)
+        if span is None and a.kind in ("parameter", "constant"):
+            span = (0, last)
+        if span is not None and span[0] <= span[1]:
+            spans.append((span[0], span[1], (a.allocation, a.offset), a.bytes))
+    if not spans:
+        return -1
+    events: dict[int, list[tuple[int, tuple[int, int], int]]] = {}
+    for start, end, slot, size in spans:
+        events.setdefault(start, []).append((1, slot, size))
+        events.setdefault(end + 1, []).append((-1, slot, size))
+    active: dict[tuple[int, int], dict[int, int]] = {}  # slot -> {size: how many live values have it}
+    total, best, moment = 0, -1, -1
+    for step in sorted(events):
+        for sign, slot, size in events[step]:
+            sizes = active.setdefault(slot, {})
+            before = max(sizes, default=0)
+            sizes[size] = sizes.get(size, 0) + sign
+            if not sizes[size]:
+                del sizes[size]
+            total += max(sizes, default=0) - before
+        if total > best:
+            best, moment = total, step
+    return moment
+
+
+def _live_at(moment: int, ranges: dict[str, tuple[int, int]], assigned: dict[str, _Assigned]) -> list[str]:
+    """The values live at ``moment``, one per buffer (its biggest, ties by name), every memory space."""
+    last = max((end for _, end in ranges.values()), default=0)
+    chosen: dict[tuple[int, int], tuple[int, str]] = {}
+    for name, a in assigned.items():
+        span = ranges.get(name, (0, last) if a.kind in ("parameter", "constant") else (-1, -2))
+        if span[0] <= moment <= span[1]:
+            slot, key = (a.allocation, a.offset), (-a.bytes, name)
+            if slot not in chosen or key < chosen[slot]:
+                chosen[slot] = key
+    return sorted(name for _, name in chosen.values())
+
+
+# Bytes per element of XLA's primitive types (sub-byte types: a half), for a value's logical size.
+_ELEMENT_BYTES = {"pred": 1.0, "s4": 0.5, "u4": 0.5, "s8": 1.0, "u8": 1.0, "s16": 2.0, "u16": 2.0, "f16": 2.0,
+                  "bf16": 2.0, "s32": 4.0, "u32": 4.0, "f32": 4.0, "s64": 8.0, "u64": 8.0, "f64": 8.0,
+                  "c64": 8.0, "c128": 16.0}
+
+
+def _logical(shape: str, dtype: str, device: int) -> int:
+    """A value's shape bytes without layout padding (``device`` for tuples and unknown types)."""
+    m = _ARRAY_SHAPE.match(shape)
+    per = _ELEMENT_BYTES.get(dtype, 1.0 if dtype.startswith("f8") else 0.0)
+    if m is None or not per:
+        return device
+    elements = 1
+    for d in filter(None, m.group(2).split(",")):
+        elements *= int(d)
+    return min(device, -int(-elements * per // 1))
+
+
 def _kind(flags: str) -> str:
     """An allocation's kind from the flags after its size (``, parameter 3, shape |..| at ShapeIndex {}``)."""
     if ", parameter " in flags:
@@ -212,16 +326,16 @@ def _kind(flags: str) -> str:
     return "temp"
 
 
-def _assigned_values(buffer_assignment: str) -> dict[str, tuple[int, str, str, int]]:
-    """Value name -> (device bytes, shape text, kind, colour) from the buffer-assignment report."""
-    out: dict[str, tuple[int, str, str, int]] = {}
-    kind, alloc_color = "temp", 0
+def _assigned_values(buffer_assignment: str) -> dict[str, _Assigned]:
+    """Value name -> where the buffer-assignment report puts it."""
+    out: dict[str, _Assigned] = {}
+    kind, alloc_color, allocation = "temp", 0, -1
     for line in buffer_assignment.splitlines():
         alloc = _ALLOCATION.match(line)
         if alloc:
             # Shapes between |...| may hold anything but '|'; drop them before looking for flags.
             flags = re.sub(r"\|[^|]*\|", "||", alloc.group(3))
-            kind = _kind(flags)
+            kind, allocation = _kind(flags), int(alloc.group(1))
             color = _COLOR.search(flags)
             alloc_color = int(color.group(1)) if color else 0
             continue
@@ -230,8 +344,9 @@ def _assigned_values(buffer_assignment: str) -> dict[str, tuple[int, str, str, i
             continue
         name = value.group(2) + (value.group(3) or "")
         color_text = value.group(4)
-        out.setdefault(name, (int(value.group(5)), value.group(7), kind,
-                              int(color_text) if color_text is not None else alloc_color))
+        out.setdefault(name, _Assigned(int(value.group(5)), value.group(7), kind,
+                                       int(color_text) if color_text is not None else alloc_color,
+                                       allocation, int(value.group(6))))
     return out
 
 
@@ -298,15 +413,26 @@ def parse_buffer_report(live_range: str, buffer_assignment: str, values: str = "
     sources = _sources(_text(values, "values"))
     spaces = _spaces(_text(memory_usage, "memory_usage"))
     del live_range, buffer_assignment, values, memory_usage
-    moment, items, stated = _peak_values(live_text)
+    stated_moment, items, stated = _peak_values(live_text)
+    ranges = _live_ranges(live_text)
+    moment = _device_peak(ranges, assigned) if ranges else -1
+    stated_logical = dict(items)
+    if moment < 0:  # no live ranges: what XLA lists at its own peak
+        moment, names = stated_moment, [name for name, _ in items]
+    else:
+        names = _live_at(moment, ranges, assigned)
+        if moment != stated_moment:
+            stated_logical = {}
     buffers = []
-    for name, logical in items:
-        size, shape_text, kind, color = assigned.get(name, (logical, "unknown", "temp", 0))
-        shape, dtype = _shape_and_dtype(shape_text)
-        buffers.append(LiveBuffer(name=name, bytes=size, shape=shape, dtype=dtype, kind=kind,
+    for name in names:
+        logical = stated_logical.get(name)
+        a = assigned.get(name, _Assigned(logical or 0, "unknown", "temp", 0, -1, 0))
+        shape, dtype = _shape_and_dtype(a.shape)
+        buffers.append(LiveBuffer(name=name, bytes=a.bytes, shape=shape, dtype=dtype, kind=a.kind,
                                   source=sources.get(name.split("{", 1)[0], ""),
-                                  memory_space=spaces.get(color, f"color {color}"), logical_bytes=logical))
-    return BufferReport(moment, _biggest_first(buffers), stated)
+                                  memory_space=spaces.get(a.color, f"color {a.color}"),
+                                  logical_bytes=logical if logical is not None else _logical(shape, dtype, a.bytes)))
+    return BufferReport(moment, _biggest_first(buffers), stated, stated_moment)
 
 
 def _biggest_first(buffers: Iterable[LiveBuffer]) -> tuple[LiveBuffer, ...]:
