@@ -249,16 +249,14 @@ def _device_peak(ranges: dict[str, tuple[int, int]], assigned: dict[str, _Assign
     """The first step at which the colour-0 values live then take the most device bytes, a buffer
     (allocation, offset) counted once at its biggest live value; -1 when no such value has a range.
 
-    Parameters and constants with no live range of their own are live throughout.
+    A parameter's or constant's buffer is held for the whole program (the arguments are allocated
+    before it runs and, donated, receive its outputs), whatever its values' live ranges say.
     """
-    last = max((end for _, end in ranges.values()), default=0)
     spans: list[tuple[int, int, tuple[int, int], int]] = []
     for name, a in assigned.items():
         if a.color != 0:
             continue
-        span = ranges.get(name)
-        if span is None and a.kind in ("parameter", "constant"):
-            span = (0, last)
+        span = _span(name, a, ranges)
         if span is not None and span[0] <= span[1]:
             spans.append((span[0], span[1], (a.allocation, a.offset), a.bytes))
     if not spans:
@@ -282,17 +280,30 @@ def _device_peak(ranges: dict[str, tuple[int, int]], assigned: dict[str, _Assign
     return moment
 
 
+def _span(name: str, a: _Assigned, ranges: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """The steps a value's buffer is held: its live range, the whole program for a parameter or constant."""
+    if a.kind in ("parameter", "constant"):
+        return 0, max((end for _, end in ranges.values()), default=0)
+    return ranges.get(name)
+
+
 def _live_at(moment: int, ranges: dict[str, tuple[int, int]], assigned: dict[str, _Assigned]) -> list[str]:
-    """The values live at ``moment``, one per buffer (its biggest, ties by name), every memory space."""
-    last = max((end for _, end in ranges.values()), default=0)
-    chosen: dict[tuple[int, int], tuple[int, str]] = {}
+    """The values live at ``moment``, one per buffer, every memory space.
+
+    A buffer is named by its biggest value, and among values as big by the one its live range says it
+    holds then; a parameter's buffer whose values are all dead then (read, not yet written back) by the
+    first of them, the argument itself; ties by name.
+    """
+    chosen: dict[tuple[int, int], tuple[int, bool, int, str]] = {}
     for name, a in assigned.items():
-        span = ranges.get(name, (0, last) if a.kind in ("parameter", "constant") else (-1, -2))
+        span = _span(name, a, ranges) or (-1, -2)
         if span[0] <= moment <= span[1]:
-            slot, key = (a.allocation, a.offset), (-a.bytes, name)
+            own = ranges.get(name, (0, -1))
+            key = (-a.bytes, not own[0] <= moment <= own[1], own[0], name)
+            slot = (a.allocation, a.offset)
             if slot not in chosen or key < chosen[slot]:
                 chosen[slot] = key
-    return sorted(name for _, name in chosen.values())
+    return sorted(key[-1] for key in chosen.values())
 
 
 # Bytes per element of XLA's primitive types (sub-byte types: a half), for a value's logical size.
