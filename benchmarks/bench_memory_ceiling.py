@@ -3,20 +3,21 @@
 Run: ``python benchmarks/bench_memory_ceiling.py benchmarks/data/memory_calibration_tpu.jsonl [...]
 [--markdown]`` (no compiling: it reads rows recorded by ``bench_memory_calibration.py``).
 
-Two meshes of the calibration grid give every device the same activation shapes when they split
-the batch the same number of ways and tp the same (``dp=2,fsdp=4`` and ``fsdp=8``; ``dp=2,fsdp=2,tp=2``
-and ``fsdp=4,tp=2``): the same tokens per device, the same heads and MLP width per device. They differ
-only in how the weights are stored (fsdp shards) and reduced. A model that prices buffers from shapes
-gives the pair the same activation bytes, plus each mesh's exact state (parameters, gradients,
-optimizer), plus at most the weight-sized buffers the two meshes may hold differently. This script
-bounds the last generously: ``slack`` = the whole model's weights gathered in bf16 and its gradient in
-fp32, all layers at once, unsplit (6 bytes per parameter), added to either mesh.
+Two meshes of the calibration grid give every device the same batch share and the same tp split when
+they split the batch the same number of ways (``dp=2,fsdp=4`` and ``fsdp=8``; ``dp=2,fsdp=2,tp=2`` and
+``fsdp=4,tp=2``): the same tokens, heads and MLP width per device. They differ in how the weights are
+stored (fsdp shards) and reduced, and in what XLA gathers over fsdp: a layer's weights (the same gathered
+size on both) or, where the activations are the smaller operand, the activations (fsdp times the device's
+share: twice as many at ``fsdp=8`` as at ``dp=2,fsdp=4``; Mixtral's dispatched tokens at full width,
+``meshplan.pure.search._gathered_operand``). A model that gives such a pair the same activation bytes
+(each mesh's exact state, parameters + gradients + optimizer, added) is what the first verdict bounds; the
+second lets either mesh add up to ``slack`` of its own: the whole model's weights gathered in bf16 and its
+gradient in fp32, all layers at once, unsplit (6 bytes per parameter).
 
 For each pair it asks: is there one activation figure ``A`` that puts both peaks within 0.95-1.10,
-``0.95 E_i <= S_i + A + w_i <= 1.10 E_i`` with ``0 <= w_i <= slack``? Where there is none, at least one
-of the two rows is out of the band for *every* model that prices buffers from shapes and weights: the
-compiler's schedule, not a buffer the step computes, holds the difference. The count of such pairs is a
-floor on the misses, so ``rows - infeasible pairs`` is a ceiling on the rows any such model puts in band.
+``0.95 E_i <= S_i + A + w_i <= 1.10 E_i`` with ``0 <= w_i <= slack`` (``w_i = 0`` for the first verdict)?
+Where there is none, at least one of the two rows is out of the band for every such model, so ``rows -
+pairs with no common figure`` is a ceiling on the rows it puts in band.
 
 The baseline, in the same process: the pair's first mesh (the ratio column is the second mesh's
 activation bytes over the first's).
