@@ -19,19 +19,20 @@ back), three text reports this module parses; plain text in, records out:
   (``Memory Space: vmem (color=1)``).
 
 What "the peak" is: the schedule step where the program's device memory
-(colour 0) is fullest, each value at its device size and a buffer that several
-values share (an in-place update, a loop-carried tuple element) counted once;
-computed from every value's live range (``BufferLiveRange``) and where the
-buffer assignment puts it (allocation, offset). That is the moment
-``compiled.memory_analysis()`` reports: on XLA:TPU its ``peak_memory_in_bytes``
-(2026-11-23, libtpu 0.0.42.1: 186.2 of 186.2 MiB and 130.0 of 133.4 MiB on two
-v6e-8 train steps). XLA's own ``Live ranges at T (peak)`` section is a
-different moment: it ranks steps by logical (unpadded) sizes over every memory
-space, so on TPU, where the on-chip VMEM holds a hundred MiB of staging
-copies, it can name a step with half the device memory live (85 of 167 MiB of
-temporaries on the second step). Its moment and total are kept
-(``stated_moment``, ``stated_bytes``); a report without live ranges falls
-back to its listing.
+(colour 0) is fullest, each value at its device size, a buffer that several
+values share (an in-place update, a loop-carried tuple element) counted once,
+and a parameter's buffer held the whole program (allocated before it runs and,
+donated, receiving its output); computed from every value's live range
+(``BufferLiveRange``) and where the buffer assignment puts it (allocation,
+offset). That is the moment ``compiled.memory_analysis()`` reports: on XLA:TPU
+its ``peak_memory_in_bytes`` (2026-11-23, libtpu 0.0.42.1, seven of nine train
+steps to 0.1 MiB, up to Mixtral-8x7B/2L's 8382.2 MiB on v5p-16, one 130.0 of
+133.4 MiB; ``benchmarks/bench_peak_listing.py``). XLA's own ``Live ranges at
+T (peak)`` section is a different moment: it ranks steps by logical (unpadded)
+sizes over every memory space, the TPU's on-chip VMEM included, and counts
+each value of a shared buffer, so its listing held 0.18-1.82x the peak on
+those TPU steps. Its moment and total are kept (``stated_moment``,
+``stated_bytes``); a report without live ranges falls back to its listing.
 """
 
 from __future__ import annotations
