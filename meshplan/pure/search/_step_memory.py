@@ -149,7 +149,8 @@ class Calibration:
 # 16 x 256 (2026-11-22; 16 x 512 held out); TPU as said below. Recorded rows in benchmarks/data/.
 # XLA:TPU v6e (and the TPU fallback): fitted 2026-11-23 to the 12 v6e-8 rows at 32 x 1024 on fsdp=8 (3 families
 # x remat x plain/flash); score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash
-# kernel's buffers and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak;
+# kernel's buffers and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak
+# (at the step XLA's live-range report names, which is not always the fullest: RESULTS.md "session 9");
 # head_buffers is the 2026-11-22 value (no row of the grid peaks where it matters); gathered_layers refitted
 # 2026-11-23 (the same 12 rows) when a layer's share stopped including the embedding and head. The update
 # (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8 (8 x 1024) peak at arguments +
