@@ -38,6 +38,7 @@ those TPU steps. Its moment and total are kept (``stated_moment``,
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -253,11 +254,12 @@ def _device_peak(ranges: dict[str, tuple[int, int]], assigned: dict[str, _Assign
     A parameter's or constant's buffer is held for the whole program (the arguments are allocated
     before it runs and, donated, receive its outputs), whatever its values' live ranges say.
     """
+    last = _last_step(ranges)
     spans: list[tuple[int, int, tuple[int, int], int]] = []
     for name, a in assigned.items():
         if a.color != 0:
             continue
-        span = _span(name, a, ranges)
+        span = _span(name, a, ranges, last)
         if span is not None and span[0] <= span[1]:
             spans.append((span[0], span[1], (a.allocation, a.offset), a.bytes))
     if not spans:
@@ -281,10 +283,15 @@ def _device_peak(ranges: dict[str, tuple[int, int]], assigned: dict[str, _Assign
     return moment
 
 
-def _span(name: str, a: _Assigned, ranges: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
-    """The steps a value's buffer is held: its live range, the whole program for a parameter or constant."""
+def _last_step(ranges: dict[str, tuple[int, int]]) -> int:
+    """The program's last step that any live range reaches (0 for none)."""
+    return max((end for _, end in ranges.values()), default=0)
+
+
+def _span(name: str, a: _Assigned, ranges: dict[str, tuple[int, int]], last: int) -> tuple[int, int] | None:
+    """The steps a value's buffer is held: its live range, steps 0 to ``last`` for a parameter or constant."""
     if a.kind in ("parameter", "constant"):
-        return 0, max((end for _, end in ranges.values()), default=0)
+        return 0, last
     return ranges.get(name)
 
 
@@ -295,9 +302,10 @@ def _live_at(moment: int, ranges: dict[str, tuple[int, int]], assigned: dict[str
     holds then; a parameter's buffer whose values are all dead then (read, not yet written back) by the
     first of them, the argument itself; ties by name.
     """
+    last = _last_step(ranges)
     chosen: dict[tuple[int, int], tuple[int, bool, int, str]] = {}
     for name, a in assigned.items():
-        span = _span(name, a, ranges) or (-1, -2)
+        span = _span(name, a, ranges, last) or (-1, -2)
         if span[0] <= moment <= span[1]:
             own = ranges.get(name, (0, -1))
             key = (-a.bytes, not own[0] <= moment <= own[1], own[0], name)
@@ -319,10 +327,8 @@ def _logical(shape: str, dtype: str, device: int) -> int:
     per = _ELEMENT_BYTES.get(dtype, 1.0 if dtype.startswith("f8") else 0.0)
     if m is None or not per:
         return device
-    elements = 1
-    for d in filter(None, m.group(2).split(",")):
-        elements *= int(d)
-    return min(device, -int(-elements * per // 1))
+    elements = math.prod(int(d) for d in m.group(2).split(",") if d)
+    return min(device, math.ceil(elements * per))
 
 
 def _kind(flags: str) -> str:
