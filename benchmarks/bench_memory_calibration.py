@@ -265,11 +265,6 @@ def sizes_of(row: dict[str, object]) -> dict[str, int]:
     return {k: int(v) for k, v in (kv.split("=") for kv in str(row["mesh"]).split(","))}
 
 
-def spec_of(family: str) -> ModelSpec:
-    """The model a recorded row's ``family`` names (:func:`_spec`)."""
-    return _spec(family)
-
-
 def _parse_case(text: str, backend: str) -> tuple[str, str, dict[str, int], tuple[int, int], str, str]:
     """``FAMILY:MESH:REMAT:ATTENTION:BxS`` -> a grid entry (``llama3-8b:fsdp=4:full:flash:4x2048``)."""
     family, mesh, remat, attention, shape = text.split(":")

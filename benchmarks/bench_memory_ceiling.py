@@ -37,9 +37,9 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 from bench_memory_calibration import (  # (benchmarks/, the script's directory)
     BAND,
+    _spec,
     analytic,
     sizes_of,
-    spec_of,
 )
 
 from meshplan.pure.search._step_memory import _stacked_leaves
@@ -133,7 +133,7 @@ def _pair(first: Row, second: Row) -> Pair:
         state.append(float(m.params + m.grads + m.optimizer))
         activations.append(float(m.total) - state[-1])
     # Every weight gathered in bf16 and its gradient in fp32, all layers at once, unsplit.
-    slack = 6.0 * sum(_stacked_leaves(spec_of(str(first["family"]))))
+    slack = 6.0 * sum(_stacked_leaves(_spec(str(first["family"]))))
     return Pair(first, second, (exact[0], exact[1]), (state[0], state[1]), (activations[0], activations[1]), slack)
 
 

@@ -260,3 +260,12 @@ def test_the_peak_is_the_fullest_step_counting_a_shared_buffer_once(program):
         assert report.moment == totals.index(max(totals))  # the first fullest step
         # One value per buffer, each live then.
         assert len({(b.name) for b in report.buffers}) == len(report.buffers)
+
+
+def test_a_live_range_that_ends_before_it_starts_holds_nothing():
+    live = "  BufferLiveRange:\n    a{}:5-3\n    b{}:1-2\n"
+    assign = ("allocation 0: size 64, preallocated-temp:\n"
+              " value: <1 a @0> (size=64,offset=0): f32[16]{0}\n"
+              " value: <2 b @0> (size=32,offset=32): f32[8]{0}\n")
+    report = parse_buffer_report(live, assign)
+    assert (report.moment, [b.name for b in report.buffers], report.device_bytes) == (1, ["b"], 32)
