@@ -260,7 +260,7 @@ def _largest(dump_dir: str | None, top: int, options: Mapping[str, Any]) -> tupl
                     "taken from jax's persistent compilation cache is not recompiled, so nothing is dumped)")
     report = parse_buffer_report(*texts)
     if report.moment < 0:
-        return (), "not available: XLA's live-range report states no peak"
+        return (), "not available: XLA's live-range report has no live ranges and states no peak"
     device, largest = report.device_buffers, report.largest(top)
     return largest, (f"XLA's buffer assignment: the {len(largest)} biggest of {len(device)} buffers in device "
                      f"memory at its fullest step (schedule step {report.moment}; "

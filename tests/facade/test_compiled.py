@@ -83,6 +83,15 @@ def test_every_buffer_listed_adds_up_to_xlas_peak(cpu_llama):
     assert 0.99 * mem.peak_bytes <= listed <= mem.peak_bytes
 
 
+def test_a_dump_with_neither_live_ranges_nor_a_peak_lists_nothing_and_says_so(tmp_path):
+    from meshplan.facade._compiled import _largest
+
+    (tmp_path / "module.jit_step-live-range.txt").write_text("HloLiveRange (max 0):\n")
+    (tmp_path / "module.jit_step-buffer-assignment.txt").write_text("BufferAssignment:\n")
+    note = "not available: XLA's live-range report has no live ranges and states no peak"
+    assert _largest(str(tmp_path), 10, {}) == ((), note)
+
+
 def test_the_dump_lives_in_a_temporary_directory_removed_afterwards(tmp_path, monkeypatch):
     import tempfile
 

@@ -408,8 +408,9 @@ def parse_buffer_report(live_range: str, buffer_assignment: str, values: str = "
       memory_usage: the ``*-memory-usage-report.txt`` text, for memory-space names (optional).
 
     Returns:
-      A :class:`BufferReport`; no buffers when the live-range text has no peak section. A value
-      missing from the buffer assignment keeps its logical size and an unknown shape.
+      A :class:`BufferReport`; XLA's own listing when the live-range text has no live ranges of
+      device-memory values, and no buffers when it has no peak section either. A value missing from
+      the buffer assignment keeps its logical size and an unknown shape.
 
     Raises:
       MeshplanTypeError: an argument that is not text.
