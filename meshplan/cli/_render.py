@@ -23,6 +23,12 @@ from meshplan.pure import (
 )
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.search import axis_domain_counts
+from meshplan.pure.search._calibration_spread import (
+    Spread,
+    calibration_spread,
+    describe_spread,
+    peak_bounds,
+)
 from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
 
 __all__ = ["device_grid", "render_mesh", "render_plan", "write_png"]
@@ -67,7 +73,8 @@ def render_plan(result: SearchResult, console: Any) -> None:
                   f"rule {req.rule}")
     console.print(f"priced: {req.recipe.describe()}; params, grads and optimizer exact, activations calibrated "
                   f"against {CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
-                  "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles)")
+                  "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles); "
+                  f"{describe_spread(req.recipe)}")
     table = Table(title=f"Ranked meshes ({result.num_fitting} of {result.num_candidates} fit; top "
                         f"{len(result.candidates)})")
     numbers = ("#", "memory/device", "micro-batches", "step time", "MFU", "exposed comm", "step comm")
@@ -84,6 +91,11 @@ def render_plan(result: SearchResult, console: Any) -> None:
                       "-" if st is None else _seconds(st.exposed_s),
                       _seconds(cand.step_comm_s), _headline(cand.verdict))
     console.print(table)
+    found = calibration_spread(req.recipe)
+    spread = None if found is None else found[1]
+    margin = _margin(result, spread)
+    if margin:
+        console.print(margin)
     if result.rejected:
         over = Table(title="Leanest meshes over the memory budget")
         for col in ("mesh", "memory/device", "verdict"):
@@ -96,7 +108,21 @@ def render_plan(result: SearchResult, console: Any) -> None:
         for r in result.rejections:
             what = "mesh" if r.count == 1 else "meshes"
             console.print(f"  - {r.example} [dim]({r.count} {what}, {r.kind})[/dim]")
-    _render_chosen(best, c, console)
+    _render_chosen(best, c, console, spread)
+
+
+def _margin(result: SearchResult, spread: Spread | None) -> str:
+    """Which ranked meshes that fit would not at the highest ratio recorded for these coefficients
+    (:func:`~meshplan.pure.search.peak_bounds`); ``""`` when every one would, or none is recorded."""
+    if spread is None:
+        return ""
+    tight = [f"#{c.rank}" for c in result.candidates
+             if c.memory.fits and peak_bounds(c.memory, spread)[1] > c.memory.budget]
+    if not tight:
+        return ""
+    return (f"With the calibrated part at its highest recorded ratio ({spread.high:.2f}x), {', '.join(tight)} would "
+            f"not fit the {fmt_bytes(result.request.budget)} budget: --verify K compiles the top K and shows "
+            "XLA's own peak.")
 
 
 def _headline(verdict: str) -> str:
@@ -110,7 +136,7 @@ def _shape(cand: MeshCandidate, parts: Sequence[int]) -> str:
     return ",".join(shown) or "1"
 
 
-def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any) -> None:
+def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any, spread: Spread | None) -> None:
     from rich.table import Table
 
     unit = cluster.ici_domain_name
@@ -134,8 +160,13 @@ def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any) -> None:
     peak = f"peak, {m.phase} phase" if m.phase else "total"
     for label, value in (("params (exact)", m.params), (f"{grads} (exact)", m.grads),
                          ("optimizer (exact)", m.optimizer), (f"{m.label('activations')} (calibrated)", m.activations),
-                         (peak, m.total), ("budget", m.budget)):
+                         (peak, m.total)):
         mem.add_row(label, fmt_bytes(value))
+    if spread is not None:
+        low, high = peak_bounds(m, spread)
+        mem.add_row(f"peak at the recorded spread ({spread.low:.2f}-{spread.high:.2f}x the calibrated part)",
+                    f"{fmt_bytes(low)} - {fmt_bytes(high)}")
+    mem.add_row("budget", fmt_bytes(m.budget))
     console.print(mem)
     if best.step is not None and cluster.device.peak_bf16_flops is None:
         console.print(f"Predicted step: {_seconds(best.step.step_s)} of exposed communication; compute not priced "

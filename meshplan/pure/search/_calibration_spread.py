@@ -1,0 +1,138 @@
+"""How far the compiler's peak has run from the analytic one: the spread an estimate is stated with.
+
+The step-memory model (:mod:`meshplan.pure.search._step_memory`) prices parameters, gradients and
+optimizer state exactly and the rest (activations, or the update's temporaries) with coefficients fitted
+to XLA's ``memory_analysis()``. The calibrated part is where it misses, and how far depends on what XLA's
+scheduler keeps live together, which shapes do not show (two meshes that give every device the same shapes
+can peak 2x apart: ``benchmarks/bench_memory_ceiling.py``). So an estimate is stated with the range of
+``(exact peak - exact state) / calibrated part`` seen on the recorded compiles priced by the same
+coefficients and remat policy, and a peak with its bounds (:func:`peak_bounds`).
+
+:data:`SPREADS` is measured, not chosen: ``benchmarks/bench_memory_spread.py --python`` prints it from
+the rows in ``benchmarks/data/`` re-priced with today's model, and a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+from meshplan.pure._check import as_real
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.search._candidate import MemoryBreakdown
+from meshplan.pure.search._recipe import TrainingRecipe
+from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
+
+__all__ = ["SPREADS", "Spread", "calibration_spread", "describe_spread", "peak_bounds"]
+
+
+class Spread(NamedTuple):
+    """What XLA's peak held beyond the exact state, over the calibrated part the model priced, on the
+    recorded compiles of one calibration and remat policy.
+
+    Attributes:
+      low, high: the lowest and highest ratio, rounded outwards to hundredths.
+      rows: how many recorded compiles.
+    """
+
+    low: float
+    high: float
+    rows: int
+
+
+# benchmarks/bench_memory_spread.py --python, 2026-11-23 (the reference steps of
+# bench_memory_calibration.py: GPT-2, Llama and Mixtral, scaled down and full size, AdamW, one micro-batch;
+# the 16 x 256 TPU rows left out, see the script). No recorded compile uses remat "dots".
+SPREADS: dict[tuple[str, str], Spread] = {
+    ("cpu", "full"): Spread(0.36, 1.24, 27),
+    ("cpu", "none"): Spread(0.58, 1.09, 25),
+    ("gpu", "full"): Spread(0.76, 1.47, 63),
+    ("gpu", "none"): Spread(0.88, 1.11, 63),
+    ("tpu-v5p", "full"): Spread(0.55, 1.63, 77),
+    ("tpu-v5p", "none"): Spread(0.79, 1.13, 65),
+    ("tpu-v5p", "offload"): Spread(1.01, 1.02, 1),
+    ("tpu-v6e", "full"): Spread(0.43, 1.98, 66),
+    ("tpu-v6e", "none"): Spread(0.81, 1.12, 64),
+    ("tpu-v6e", "offload"): Spread(1.01, 1.78, 5),
+}
+
+
+def _measured_key(key: str) -> str:
+    """The calibration whose recorded compiles measure ``key``'s coefficients: ``"tpu"`` (v4, v5e and a TPU
+    recipe without a device) is priced with v6e's coefficients, so v6e's compiles are what say how they miss.
+    """
+    for other in sorted(CALIBRATIONS):
+        if other != key and CALIBRATIONS[other] is CALIBRATIONS[key] and any(k == other for k, _ in SPREADS):
+            return other
+    return key
+
+
+def calibration_spread(recipe: TrainingRecipe) -> tuple[str, Spread] | None:
+    """The recorded :class:`Spread` for the coefficients and remat policy ``recipe`` is priced
+    with, and the calibration it was measured on; ``None`` where no recorded compile used them.
+
+    Example:
+      >>> calibration_spread(TrainingRecipe(remat="full", device="v6e"))
+      ('tpu-v6e', Spread(low=0.43, high=1.98, rows=66))
+      >>> calibration_spread(TrainingRecipe(remat="full", device="v5e"))[0]  # v6e's coefficients, v6e's compiles
+      'tpu-v6e'
+      >>> calibration_spread(TrainingRecipe(remat="dots")) is None
+      True
+    """
+    if not isinstance(recipe, TrainingRecipe):
+        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
+    key = calibration_key(recipe)
+    if (key, recipe.remat) not in SPREADS:
+        key = _measured_key(key)
+    found = SPREADS.get((key, recipe.remat))
+    return None if found is None else (key, found)
+
+
+def describe_spread(recipe: TrainingRecipe) -> str:
+    """One sentence saying how far the compiler's peak has run from the estimate for ``recipe``.
+
+    Example:
+      >>> where, held = describe_spread(TrainingRecipe(remat="full", device="v6e")).split(", ")
+      >>> where
+      'on 66 recorded XLA:TPU v6e compiles with remat full'
+      >>> held
+      'the peak held 0.43-1.98x the calibrated part beyond the exact state'
+      >>> describe_spread(TrainingRecipe(remat="dots"))
+      'no recorded compile with remat dots checks these coefficients'
+    """
+    found = calibration_spread(recipe)
+    if found is None:
+        return f"no recorded compile with remat {recipe.remat} checks these coefficients"
+    key, s = found
+    compiler, _, device = key.partition("-")
+    where = f"XLA:{compiler.upper()}" + (f" {device}" if device else "")
+    compiles = "compile" if s.rows == 1 else "compiles"
+    return (f"on {s.rows} recorded {where} {compiles} with remat {recipe.remat}, the peak held "
+            f"{s.low:.2f}-{s.high:.2f}x the calibrated part beyond the exact state")
+
+
+def peak_bounds(memory: MemoryBreakdown, spread: Spread) -> tuple[int, int]:
+    """``memory``'s peak with its calibrated part (activations, or the update's temporaries) scaled by the
+    lowest and the highest recorded ratio: the range the recorded compiles put the compiler's peak in.
+
+    Example:
+      >>> m = MemoryBreakdown(params=10, grads=10, optimizer=40, activations=100, budget=200)
+      >>> peak_bounds(m, Spread(0.5, 1.5, 3)), m.total
+      ((110, 210), 160)
+    """
+    if not isinstance(memory, MemoryBreakdown):
+        raise MeshplanTypeError(f"memory={memory!r:.80} must be a MemoryBreakdown (a candidate's .memory), not "
+                                f"{type(memory).__name__}.")
+    if not isinstance(spread, Spread):
+        raise MeshplanTypeError(f"spread={spread!r:.80} must be a Spread (calibration_spread(recipe)[1]), not "
+                                f"{type(spread).__name__}.")
+    low, high = (as_real(v, f"spread.{n}", allow_zero=True, error=PlanError) for n, v in (("low", spread.low),
+                                                                                      ("high", spread.high)))
+    if low > high:
+        raise PlanError(f"spread={spread!r} has low > high; a spread runs from its lowest ratio to its highest.")
+    state = memory.total - memory.activations
+    # Exact rational products: a float product of a huge ratio and a huge byte count overflows, and
+    # rounding in floats could put a bound one byte inside the range it states.
+    return (state + math.floor(Fraction(low) * memory.activations),
+            state + math.ceil(Fraction(high) * memory.activations))
