@@ -176,12 +176,9 @@ def _user_params(args: argparse.Namespace) -> Any:
 
 def _recipe(args: argparse.Namespace) -> Any:
     """The training recipe the plan prices, from the reference-step flags (``--remat``, ``--attention``, ...)."""
-    from meshplan.pure.search import TrainingRecipe
+    from meshplan.cli._verify import training_recipe
 
-    # backend left to the search, which takes the cluster's compiler.
-    return TrainingRecipe(weight_dtype=args.dtype, optimizer=args.optimizer, master_weights=args.master_weights,
-                          remat=args.remat, attention=args.attention, micro_batches=args.micro_batches or 1,
-                          vocab_tiles=args.vocab_tiles)
+    return training_recipe(args)  # backend left to the search, which takes the cluster's compiler
 
 
 def _check(args: argparse.Namespace) -> int:

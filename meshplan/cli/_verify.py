@@ -31,7 +31,7 @@ from meshplan.pure._format import fmt_bytes
 from meshplan.pure.presets import ModelSpec
 from meshplan.pure.search import Cluster, MeshCandidate
 
-__all__ = ["VerifyRow", "check_layout", "reference_config", "verify_candidates"]
+__all__ = ["VerifyRow", "check_layout", "reference_config", "training_recipe", "verify_candidates"]
 
 _TOP_BUFFERS = 5  # buffers live at the peak shown per compiled mesh
 
@@ -67,6 +67,18 @@ class VerifyRow:
         out["largest"] = [b.to_dict() for b in self.largest]
         out["analytic_over_exact"] = self.ratio
         return out
+
+
+def training_recipe(args: Any, *, backend: str | None = None) -> Any:
+    """The :class:`~meshplan.pure.search.TrainingRecipe` the reference-step flags describe (``--remat``,
+    ``--attention``, ...): what ``plan`` prices, and what ``check`` prices next to the step it compiles.
+    ``backend`` ``None``: the cluster's compiler, which the search fills in."""
+    from meshplan.pure.search import TrainingRecipe
+
+    return TrainingRecipe(weight_dtype=args.dtype, optimizer=args.optimizer,
+                          master_weights=getattr(args, "master_weights", False), remat=args.remat,
+                          attention=args.attention, micro_batches=args.micro_batches or 1,
+                          vocab_tiles=args.vocab_tiles, backend=backend)
 
 
 def reference_config(args: Any, param_dtype: str) -> Any:
@@ -279,6 +291,12 @@ def run_plan_verify(result: Any, spec: ModelSpec, args: Any, console: Any) -> No
     rows = verify_candidates(cands, spec, req.cluster, batch=req.batch, seq=req.seq, config=config,
                              target=args.target, budget=req.budget)
     render_rows(rows, console, title=f"Exact memory: the reference step compiled by XLA ({config.text})")
+    if args.target == "cpu" and req.recipe.compiler != "cpu":
+        # The plan priced the cluster's compiler; XLA:CPU lowers the same step differently (fp32 matmul
+        # operands, whole-gradient all-reduces), so this ratio measures the lowering as well as the model.
+        console.print(f"analytic: priced for XLA:{req.recipe.compiler.upper()}, the plan's cluster, and compiled "
+                      "on XLA:CPU, which lowers the step differently: `meshplan check --target cpu` prices "
+                      "XLA:CPU's lowering.")
 
 
 def run_check(args: Any, console: Any) -> int:
@@ -299,8 +317,12 @@ def run_check(args: Any, console: Any) -> int:
     budget = int(cluster.hbm_bytes * (1 - args.headroom))
     note = ""
     try:
+        # Price the step that compiles: its remat, attention, optimizer, micro-batches and vocab tiles, and
+        # the compiler it compiles on (XLA:CPU with --target cpu lowers differently: calibration_key).
         found = search_meshes(spec, cluster, dtype=args.dtype, axes=list(mesh), fixed=mesh, batch=batch, seq=seq,
-                              headroom=args.headroom, top_k=1)
+                              headroom=args.headroom, top_k=1, recipe=training_recipe(args, backend=(
+                                  "cpu" if args.target == "cpu" else None)),
+                              micro_batches=args.micro_batches or 1)
         cand = found.candidates[0]
         analytic, plan = cand.memory.total, cand
         dcn = args.dcn if args.dcn is not None else dict(zip(cand.axis_names, cand.dcn_shape, strict=True))

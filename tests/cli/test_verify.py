@@ -53,12 +53,46 @@ def test_check_json_carries_xlas_figures_and_the_largest_buffers(capsys):
     assert {"name", "shape", "dtype", "kind", "source"} <= set(row["largest"][0])
 
 
+def test_check_prices_the_step_it_compiles(capsys):
+    # --remat, --attention and the compiler the step compiles on (--target cpu: XLA:CPU's coefficients)
+    # are what the estimate prices; before, check priced remat full on the cluster's compiler whatever it
+    # compiled.
+    import json
+
+    from meshplan.cli._verify import scaled_model
+    from meshplan.pure import get_preset, search_meshes
+    from meshplan.pure.search import TrainingRecipe
+
+    analytic = {}
+    for remat in ("full", "none"):
+        code = cli.main(["check", "--model", "gpt2", "--cluster", "H100", "--mesh", "fsdp=8", "--layers", "1",
+                         "--seq", "64", "--target", "cpu", "--remat", remat, "--attention", "plain", "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        analytic[remat] = json.loads(out)["analytic_bytes"]
+        spec = scaled_model(get_preset("gpt2").spec, 1)
+        want = search_meshes(spec, "H100", axes=["fsdp"], fixed={"fsdp": 8}, batch=8, seq=64, top_k=1, micro_batches=1,
+                             recipe=TrainingRecipe(remat=remat, attention="plain", backend="cpu")).best.memory.total
+        assert analytic[remat] == want, remat
+    assert analytic["none"] > analytic["full"]
+
+
 def test_verify_for_a_gpu_cluster_without_those_gpus_says_so(capsys):
     code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--seq", "64", "--verify", "1"])
     out, err = capsys.readouterr()
     assert code == 1
     assert "Ranked meshes" in out  # the plan still prints
     assert "needs one local H100 GPU" in err and "this machine has no GPU" in err and "--target cpu" in err
+
+
+def test_verify_on_cpu_for_a_gpu_plan_says_which_lowering_each_figure_is(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "220")
+    code = cli.main(["plan", "--model", "gpt2", "--cluster", "1x8xH100", "--seq", "64", "--batch", "8",
+                     "--verify", "1", "--target", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "8 x XLA:CPU" in out
+    assert "priced for XLA:GPU, the plan's cluster, and compiled on XLA:CPU" in " ".join(out.split())
 
 
 def test_verify_needs_the_table_format(capsys):
