@@ -316,15 +316,15 @@ def run_check(args: Any, console: Any) -> int:
     plan: Any = None
     budget = int(cluster.hbm_bytes * (1 - args.headroom))
     note = ""
+    # Price the step that compiles: its remat, attention, optimizer, micro-batches and vocab tiles, and
+    # the compiler it compiles on (XLA:CPU with --target cpu lowers differently: calibration_key).
+    recipe = training_recipe(args, backend="cpu" if args.target == "cpu" else None)
     try:
-        # Price the step that compiles: its remat, attention, optimizer, micro-batches and vocab tiles, and
-        # the compiler it compiles on (XLA:CPU with --target cpu lowers differently: calibration_key).
         found = search_meshes(spec, cluster, dtype=args.dtype, axes=list(mesh), fixed=mesh, batch=batch, seq=seq,
-                              headroom=args.headroom, top_k=1, recipe=training_recipe(args, backend=(
-                                  "cpu" if args.target == "cpu" else None)),
-                              micro_batches=args.micro_batches or 1)
+                              headroom=args.headroom, top_k=1, recipe=recipe, micro_batches=args.micro_batches or 1)
         cand = found.candidates[0]
         analytic, plan = cand.memory.total, cand
+        recipe = found.request.recipe  # the search filled in the compiler and device it priced
         dcn = args.dcn if args.dcn is not None else dict(zip(cand.axis_names, cand.dcn_shape, strict=True))
     except PlanError as err:
         note = f"planner: {err}"
@@ -336,11 +336,42 @@ def run_check(args: Any, console: Any) -> int:
                        target=args.target, rank=None, analytic=analytic, budget=budget, stream=sys.stderr)
     if args.format == "json":
         sys.stdout.write(json.dumps({**row.to_dict(), "model": spec.name, "cluster": cluster.text, "batch": batch,
-                                     "seq": seq, "config": config.text, "planner_note": note}) + "\n")
+                                     "seq": seq, "config": config.text, "planner_note": note,
+                                     "spread": None if plan is None else _spread_dict(plan.memory, recipe)})
+                         + "\n")
         return 0 if not row.error else 1
     render_rows([row], console, title=f"meshplan check: {spec.name} on {cluster.text}, batch {batch} x seq {seq} "
                                       f"({config.text})")
     render_largest(row, console)
+    if plan is not None and row.peak_bytes is not None:
+        console.print(_against_spread(plan.memory, row.peak_bytes, recipe))
     if note:
         console.print(note)
     return 0 if not row.error else 1
+
+
+def _spread_dict(memory: Any, recipe: Any) -> dict[str, Any] | None:
+    """The recorded spread for ``recipe`` and the estimate's peak at both ends, JSON-ready (``None``: none
+    recorded)."""
+    from meshplan.pure.search import calibration_spread, peak_bounds
+
+    found = calibration_spread(recipe)
+    if found is None:
+        return None
+    key, s = found
+    low, high = peak_bounds(memory, s)
+    return {"calibration": key, "remat": recipe.remat, "low": s.low, "high": s.high, "rows": s.rows,
+            "peak_low_bytes": low, "peak_high_bytes": high}
+
+
+def _against_spread(memory: Any, peak: int, recipe: Any) -> str:
+    """Where XLA's peak falls against the range the recorded spread gives the estimate."""
+    from meshplan.pure.search import calibration_spread, describe_spread, peak_bounds
+
+    found = calibration_spread(recipe)
+    if found is None:
+        return f"spread: {describe_spread(recipe)}."
+    low, high = peak_bounds(memory, found[1])
+    where = "inside" if low <= peak <= high else "below" if peak < low else "above"
+    return (f"spread: {describe_spread(recipe)}; for this estimate {fmt_bytes(low)} - {fmt_bytes(high)}, "
+            f"and XLA's peak ({fmt_bytes(peak)}) is {where} it.")

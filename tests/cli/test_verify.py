@@ -37,6 +37,9 @@ def test_check_compiles_one_layout_and_prints_xlas_figures(capsys, monkeypatch):
     assert "largest buffers live at the peak: XLA's buffer assignment: the 5 biggest" in out
     listed = out.split("largest buffers live at the peak")[1].splitlines()[1:6]
     assert all(re.match(r"  \S+ [0-9.]+ (B|KiB|MiB|GiB) [a-z0-9]+\[[0-9,]*\] \w", ln) for ln in listed), listed
+    # Where XLA's peak falls against the recorded spread of XLA:CPU's remat-full coefficients.
+    assert re.search(r"spread: on \d+ recorded XLA:CPU compiles with remat full, .* and XLA's peak \([0-9.]+ [KMG]iB\) "
+                     r"is (inside|below|above) it\.", " ".join(out.split()))
 
 
 def test_check_json_carries_xlas_figures_and_the_largest_buffers(capsys):
@@ -51,6 +54,9 @@ def test_check_json_carries_xlas_figures_and_the_largest_buffers(capsys):
     sizes = [b["bytes"] for b in row["largest"]]
     assert len(sizes) == 5 and sizes == sorted(sizes, reverse=True) and sum(sizes) <= row["peak_bytes"]
     assert {"name", "shape", "dtype", "kind", "source"} <= set(row["largest"][0])
+    spread = row["spread"]
+    assert spread["calibration"] == "cpu" and spread["remat"] == "full"
+    assert spread["peak_low_bytes"] <= row["analytic_bytes"] <= spread["peak_high_bytes"]
 
 
 def test_check_prices_the_step_it_compiles(capsys):
