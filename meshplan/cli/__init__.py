@@ -152,8 +152,6 @@ def _plan(args: argparse.Namespace) -> int:
     if args.verify:
         from meshplan.cli import _verify
 
-        if args.micro_batches is None and result.best.step is not None:
-            args.micro_batches = result.best.step.micro_batches  # the reference step runs the best mesh's count
         _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
 

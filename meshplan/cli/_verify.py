@@ -53,6 +53,7 @@ class VerifyRow:
     error: str = ""
     largest: tuple[Any, ...] = ()  # LiveBuffer records: the biggest buffers live at XLA's peak
     largest_note: str = ""
+    micro_batches: int = 1  # gradient-accumulation steps the compiled step ran (the candidate's own count)
 
     @property
     def ratio(self) -> float | None:
@@ -155,7 +156,7 @@ def _compile_one(spec: ModelSpec, cluster: Cluster, names: Sequence[str], sizes:
     stream.write(f"meshplan: compiling the reference step of {spec.name} on {text} for {where} ...\n")
     stream.flush()
     start = time.perf_counter()
-    row = VerifyRow(text, rank, analytic, budget, where)
+    row = VerifyRow(text, rank, analytic, budget, where, micro_batches=config.micro_batches)
     try:
         ref = reference_step(spec, mesh, batch=batch, seq=seq, plan=plan, config=config)
         # XLA:CPU: less LLVM effort halves the compile; buffer assignment (the figures) comes before it.
@@ -188,13 +189,18 @@ def scaled_model(spec: ModelSpec, layers: int | None) -> ModelSpec:
 def verify_candidates(candidates: Sequence[MeshCandidate], spec: ModelSpec, cluster: Cluster, *, batch: int,
                       seq: int, config: Any, target: str = "auto", budget: int,
                       stream: TextIO | None = None) -> list[VerifyRow]:
-    """Compile the reference step of each candidate; one :class:`VerifyRow` per candidate."""
+    """Compile the reference step of each candidate; one :class:`VerifyRow` per candidate.
+
+    Each compiles with the micro-batch count its estimate priced (the search chooses one per mesh when the
+    request does not fix it); ``config`` gives everything else.
+    """
     out = stream if stream is not None else sys.stderr
     rows = []
     for i, cand in enumerate(candidates, 1):
         out.write(f"meshplan: [{i}/{len(candidates)}] ")
+        own = config if cand.step is None else dataclasses.replace(config, micro_batches=cand.step.micro_batches)
         rows.append(_compile_one(spec, cluster, cand.axis_names, cand.axis_sizes, cand.dcn_shape, cand,
-                                 batch=batch, seq=seq, config=config, target=target, rank=cand.rank,
+                                 batch=batch, seq=seq, config=own, target=target, rank=cand.rank,
                                  analytic=cand.memory.total, budget=budget, stream=out))
     return rows
 
@@ -215,13 +221,13 @@ def render_rows(rows: Sequence[VerifyRow], console: Any, *, title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("#", "mesh", "target", "analytic", "XLA argument", "XLA temp", "XLA peak", "analytic/peak",
-                "fits (XLA)", "compile"):
+    for col in ("#", "mesh", "micro-batches", "target", "analytic", "XLA argument", "XLA temp", "XLA peak",
+                "analytic/peak", "fits (XLA)", "compile"):
         table.add_column(col, justify="left" if col in ("mesh", "target", "fits (XLA)") else "right")
     for r in rows:
         fits = r.error or ("yes" if r.peak_bytes is not None and r.peak_bytes <= r.budget_bytes else
                            f"no: over the {fmt_bytes(r.budget_bytes)} budget")
-        table.add_row("" if r.rank is None else str(r.rank), r.mesh, r.target,
+        table.add_row("" if r.rank is None else str(r.rank), r.mesh, str(r.micro_batches), r.target,
                       "-" if r.analytic_bytes is None else fmt_bytes(r.analytic_bytes),
                       _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes),
                       "-" if r.ratio is None else f"{r.ratio:.2f}", fits, f"{r.compile_seconds:.1f} s")

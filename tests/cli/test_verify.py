@@ -28,10 +28,11 @@ def test_check_compiles_one_layout_and_prints_xlas_figures(capsys, monkeypatch):
     assert "compiling the reference step of gpt2 (1 layers) on dp=2,tp=4 for 8 x XLA:CPU" in err
     assert re.search(r"peak [0-9.]+ [KMG]iB \([0-9.]+ s\)", err)
     row = _table_row(out, "dp=2,tp=4")
-    # columns: #, mesh, target, analytic, XLA argument, XLA temp, XLA peak, analytic/peak, fits, compile
-    assert row[2] == "8 x XLA:CPU" and row[8] == "yes"
-    assert all(re.fullmatch(r"[0-9.]+ [KMG]iB", c) for c in row[3:7]), row
-    assert float(row[7]) > 0
+    # columns: #, mesh, micro-batches, target, analytic, XLA argument, XLA temp, XLA peak, analytic/peak, fits,
+    # compile
+    assert row[2] == "1" and row[3] == "8 x XLA:CPU" and row[9] == "yes"
+    assert all(re.fullmatch(r"[0-9.]+ [KMG]iB", c) for c in row[4:8]), row
+    assert float(row[8]) > 0
     assert "XLA:CPU's peak_memory_in_bytes leaves temporaries out" in out
     # The five biggest buffers live at XLA's peak, one line each: name, size, shape, kind, jax source.
     assert "largest buffers live at the peak: XLA's buffer assignment: the 5 biggest" in out
@@ -81,6 +82,24 @@ def test_check_prices_the_step_it_compiles(capsys):
                              recipe=TrainingRecipe(remat=remat, attention="plain", backend="cpu")).best.memory.total
         assert analytic[remat] == want, remat
     assert analytic["none"] > analytic["full"]
+
+
+def test_verify_compiles_each_candidate_with_the_micro_batches_its_estimate_priced():
+    # The search priced these candidates with 2 accumulation steps; the flags' config says 1. The compile
+    # must run what was priced (before, every candidate compiled with the best mesh's count).
+    import io
+
+    from meshplan.cli._verify import scaled_model, verify_candidates
+    from meshplan.facade._reference import ReferenceConfig
+    from meshplan.pure import get_preset, parse_cluster, search_meshes
+
+    spec = scaled_model(get_preset("gpt2").spec, 1)
+    found = search_meshes(spec, "1x8xH100", axes=["dp", "fsdp"], batch=16, seq=32, top_k=2, micro_batches=2)
+    rows = verify_candidates(found.candidates, spec, parse_cluster("1x8xH100"), batch=16, seq=32,
+                             config=ReferenceConfig(micro_batches=1), target="cpu", budget=found.request.budget,
+                             stream=io.StringIO())
+    assert [r.micro_batches for r in rows] == [c.step.micro_batches for c in found.candidates] == [2, 2]
+    assert all(not r.error and r.peak_bytes for r in rows)
 
 
 def test_verify_for_a_gpu_cluster_without_those_gpus_says_so(capsys):
