@@ -3,7 +3,14 @@ space, and the ranked result. Builds on :mod:`meshplan.pure.rules` and the prese
 """
 
 from meshplan.pure.search._buffer_report import BUFFER_KINDS, BufferReport, LiveBuffer, parse_buffer_report
-from meshplan.pure.search._calibration_spread import calibration_spread, describe_spread, peak_bounds, Spread, SPREADS
+from meshplan.pure.search._calibration_spread import (
+    calibration_spread,
+    describe_spread,
+    outside_recorded,
+    peak_bounds,
+    Spread,
+    SPREADS,
+)
 from meshplan.pure.search._candidate import CommTerm, MemoryBreakdown, MeshCandidate, ParamGroup
 from meshplan.pure.search._cluster import Cluster, parse_cluster
 from meshplan.pure.search._cost import (
@@ -46,6 +53,7 @@ __all__ = [
     "ATTENTION_KINDS",
     "calibration_spread",
     "describe_spread",
+    "outside_recorded",
     "peak_bounds",
     "Spread",
     "SPREADS",

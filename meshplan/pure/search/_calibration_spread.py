@@ -24,7 +24,7 @@ from meshplan.pure.search._candidate import MemoryBreakdown
 from meshplan.pure.search._recipe import TrainingRecipe
 from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
 
-__all__ = ["SPREADS", "Spread", "calibration_spread", "describe_spread", "peak_bounds"]
+__all__ = ["SPREADS", "Spread", "calibration_spread", "describe_spread", "outside_recorded", "peak_bounds"]
 
 
 class Spread(NamedTuple):
@@ -89,6 +89,31 @@ def calibration_spread(recipe: TrainingRecipe) -> tuple[str, Spread] | None:
     return None if found is None else (key, found)
 
 
+def outside_recorded(recipe: TrainingRecipe) -> tuple[str, ...]:
+    """What ``recipe`` prices that no recorded compile of :data:`SPREADS` ran: they all used AdamW with fp32
+    moments, bf16 weights, compute and gradients, no master weights, one micro-batch and the loss in one
+    piece, so a spread says nothing about those choices.
+
+    Example:
+      >>> outside_recorded(TrainingRecipe(optimizer="lion", micro_batches=4))
+      ('optimizer lion', '4 micro-batches')
+      >>> outside_recorded(TrainingRecipe(remat="none", attention="flash"))
+      ()
+    """
+    if not isinstance(recipe, TrainingRecipe):
+        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
+    grads = recipe.grad_dtype or recipe.weight_dtype
+    checks = ((recipe.optimizer != "adamw", f"optimizer {recipe.optimizer}"),
+              (recipe.optimizer_dtype != "float32", f"optimizer state {recipe.optimizer_dtype}"),
+              (recipe.weight_dtype != "bfloat16", f"weights {recipe.weight_dtype}"),
+              (recipe.compute_dtype != "bfloat16", f"compute {recipe.compute_dtype}"),
+              (grads != "bfloat16", f"grads {grads}"),
+              (recipe.master_weights, "master weights"),
+              (recipe.micro_batches > 1, f"{recipe.micro_batches} micro-batches"),
+              (recipe.vocab_tiles > 1, f"{recipe.vocab_tiles} vocab tiles"))
+    return tuple(text for differs, text in checks if differs)
+
+
 def describe_spread(recipe: TrainingRecipe) -> str:
     """One sentence saying how far the compiler's peak has run from the estimate for ``recipe``.
 
@@ -108,8 +133,13 @@ def describe_spread(recipe: TrainingRecipe) -> str:
     compiler, _, device = key.partition("-")
     where = f"XLA:{compiler.upper()}" + (f" {device}" if device else "")
     compiles = "compile" if s.rows == 1 else "compiles"
-    return (f"on {s.rows} recorded {where} {compiles} with remat {recipe.remat}, the peak held "
+    text = (f"on {s.rows} recorded {where} {compiles} with remat {recipe.remat}, the peak held "
             f"{s.low:.2f}-{s.high:.2f}x the calibrated part beyond the exact state")
+    outside = outside_recorded(recipe)
+    if outside:
+        text += (f" (all with AdamW, bf16 weights and one micro-batch; this recipe's {', '.join(outside)} "
+                 f"{'is' if len(outside) == 1 else 'are'} outside them)")
+    return text
 
 
 def peak_bounds(memory: MemoryBreakdown, spread: Spread) -> tuple[int, int]:

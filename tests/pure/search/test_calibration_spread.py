@@ -6,6 +6,7 @@ its invariants, the lookup's agreement with the coefficients a recipe is priced 
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 import pytest
@@ -21,6 +22,7 @@ from meshplan.pure.search import (
     describe_spread,
     peak_bounds,
 )
+from meshplan.pure.search._calibration_spread import outside_recorded
 from meshplan.pure.search._hardware import DEVICE_SPECS
 from meshplan.pure.search._recipe import BACKENDS, REMAT_POLICIES, TrainingRecipe
 from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
@@ -118,3 +120,21 @@ def test_bad_input_is_a_typed_error_naming_the_value() -> None:
         peak_bounds(m, Spread(1.0, float("inf"), 1))
     with pytest.raises(MeshplanTypeError, match="spread.low"):
         peak_bounds(m, Spread("1", 2.0, 1))  # type: ignore[arg-type]
+
+
+@given(RECIPES, st.sampled_from(["lion", "sgd", "adafactor"]), st.integers(2, 64), st.integers(2, 8), st.booleans())
+def test_what_no_recorded_compile_ran_is_named_and_nothing_else(recipe: TrainingRecipe, optimizer: str, micro: int,
+                                                               tiles: int, master: bool) -> None:
+    # The recorded steps' choices (any remat, attention, compiler or device) are inside.
+    assert outside_recorded(recipe) == ()
+    assert "outside them" not in describe_spread(recipe)
+    other = dataclasses.replace(recipe, optimizer=optimizer, micro_batches=micro, vocab_tiles=tiles,
+                                master_weights=master, weight_dtype="float32")
+    named = outside_recorded(other)
+    assert named[:1] == (f"optimizer {optimizer}",) and "weights float32" in named and "grads float32" in named
+    assert f"{micro} micro-batches" in named and f"{tiles} vocab tiles" in named
+    assert ("master weights" in named) == master
+    if calibration_spread(other) is not None:
+        assert all(text in describe_spread(other) for text in named)
+    with pytest.raises(MeshplanTypeError, match="TrainingRecipe"):
+        outside_recorded({"optimizer": optimizer})  # type: ignore[arg-type]
