@@ -6,8 +6,9 @@ rows recorded by ``bench_memory_calibration.py`` in ``benchmarks/data/``).
 The analytic peak is calibrated, not exact (``meshplan.pure.search._step_memory``). What a user needs
 besides the figure is how far the compiler's peak has been from it. Parameters, gradients and optimizer
 state are exact, so the error is in the calibrated rest (activations, or the update's temporaries): for
-each set of coefficients (``calibration_key``: ``tpu-v6e``, ``tpu-v5p``, ``cpu``, ``gpu``) and remat
-policy, the lowest and highest ratio of what XLA's peak held beyond the exact state to what the model
+each set of coefficients (``calibration_key``: ``tpu-v6e``, ``tpu-v5p``, ``cpu``, ``gpu``), remat
+policy and attention class (``flash``, or ``scores`` for plain and XLA's dot_product attention), the
+lowest and highest ratio of what XLA's peak held beyond the exact state to what the model
 priced there, over the recorded compiles re-priced with today's model. (A ratio of totals would
 understate the error of a small step and overstate that of a full-size one, whose state is most of it.)
 ``--python`` prints them as the literal of :data:`meshplan.pure.search._calibration_spread.SPREADS`, which
@@ -41,7 +42,7 @@ from bench_memory_calibration import (  # (benchmarks/, the script's directory)
     sizes_of,
 )
 
-from meshplan.pure.search._calibration_spread import Spread
+from meshplan.pure.search._calibration_spread import Spread, attention_class
 from meshplan.pure.search._recipe import TrainingRecipe
 from meshplan.pure.search._step_memory import calibration_key
 
@@ -74,18 +75,18 @@ def calibrated_ratio(row: Row) -> float:
     return (int(row["exact"]) - (m.total - m.activations)) / m.activations
 
 
-def spreads(rows: Iterable[Row]) -> dict[tuple[str, str], Spread]:
-    """``(calibration key, remat) -> Spread`` of :func:`calibrated_ratio` over ``rows``, re-priced today;
+def spreads(rows: Iterable[Row]) -> dict[tuple[str, str, str], Spread]:
+    """``(calibration key, remat, attention class) -> Spread`` of :func:`calibrated_ratio` over ``rows``, re-priced today;
     the bounds rounded outwards to hundredths, so the stated range holds every row.
 
     Example:
       >>> s = spreads(recorded_rows())
-      >>> s["tpu-v6e", "none"].low <= 1.0 <= s["tpu-v6e", "none"].high
+      >>> s["tpu-v6e", "none", "flash"].low <= 1.0 <= s["tpu-v6e", "none", "flash"].high
       True
     """
-    ratios: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    ratios: dict[tuple[str, str, str], list[float]] = collections.defaultdict(list)
     for row in rows:
-        ratios[key_of(row), str(row["remat"])].append(calibrated_ratio(row))
+        ratios[key_of(row), str(row["remat"]), attention_class(str(row["attention"]))].append(calibrated_ratio(row))
     return {k: Spread(math.floor(min(v) * 100) / 100, math.ceil(max(v) * 100) / 100, len(v))
             for k, v in sorted(ratios.items())}
 
@@ -97,18 +98,18 @@ def main() -> None:
     args = parser.parse_args()
     table = spreads(recorded_rows())
     if args.python:
-        for (key, remat), s in table.items():
-            print(f"    ({key!r}, {remat!r}): Spread({s.low}, {s.high}, {s.rows}),")
+        for (key, remat, kind), s in table.items():
+            print(f"    ({key!r}, {remat!r}, {kind!r}): Spread({s.low}, {s.high}, {s.rows}),")
         return
-    head = ("calibration", "remat", "rows", "calibrated part, lowest", "highest")
+    head = ("calibration", "remat", "attention", "rows", "calibrated part, lowest", "highest")
     if args.markdown:
-        print("| " + " | ".join(head) + " |\n|---|---|---:|---:|---:|")
-        for (key, remat), s in table.items():
-            print(f"| {key} | {remat} | {s.rows} | {s.low:.2f} | {s.high:.2f} |")
+        print("| " + " | ".join(head) + " |\n|---|---|---|---:|---:|---:|")
+        for (key, remat, kind), s in table.items():
+            print(f"| {key} | {remat} | {kind} | {s.rows} | {s.low:.2f} | {s.high:.2f} |")
         return
-    print(f"{head[0]:12s} {head[1]:8s} {head[2]:>5s} {head[3]:>25s} {head[4]:>8s}")
-    for (key, remat), s in table.items():
-        print(f"{key:12s} {remat:8s} {s.rows:5d} {s.low:25.2f} {s.high:8.2f}")
+    print(f"{head[0]:12s} {head[1]:8s} {head[2]:9s} {head[3]:>5s} {head[4]:>25s} {head[5]:>8s}")
+    for (key, remat, kind), s in table.items():
+        print(f"{key:12s} {remat:8s} {kind:9s} {s.rows:5d} {s.low:25.2f} {s.high:8.2f}")
 
 
 if __name__ == "__main__":

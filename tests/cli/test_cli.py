@@ -138,10 +138,11 @@ def test_plan_states_the_recorded_spread_and_which_ranked_meshes_it_would_push_o
     # Llama-3-8B on v6e-8 (remat full by default): the best mesh fits at the estimate with 0.1 GiB to spare,
     # and not at the highest ratio recorded for v6e's coefficients with remat full.
     text = _run("plan", "--model", "llama3-8b", "--cluster", "v6e-8").stdout
-    assert "on 66 recorded XLA:TPU v6e compiles with remat full, the peak held 0.43-1.98x" in " ".join(text.split())
-    assert "highest recorded ratio (1.98x), #1" in text
-    assert "peak at the recorded spread (0.43-1.98x the calibrated part)" in text
+    assert ("on 32 recorded XLA:TPU v6e compiles with remat full and fp32 scores (plain or dot_product attention), "
+            "the peak held 0.66-1.46x") in " ".join(text.split())
+    assert "highest recorded ratio (1.46x), #1" in text
+    assert "peak at the recorded spread (0.66-1.46x the calibrated part)" in text
     # No recorded compile used remat dots: said so, and no margin is claimed.
     dots = " ".join(_run("plan", "--model", "llama3-8b", "--cluster", "v6e-8", "--remat", "dots").stdout.split())
-    assert "no recorded compile with remat dots checks these coefficients" in dots
+    assert "no recorded compile with remat dots and fp32 scores" in dots
     assert "highest recorded ratio" not in dots and "recorded spread" not in dots

@@ -4,6 +4,7 @@ space, and the ranked result. Builds on :mod:`meshplan.pure.rules` and the prese
 
 from meshplan.pure.search._buffer_report import BUFFER_KINDS, BufferReport, LiveBuffer, parse_buffer_report
 from meshplan.pure.search._calibration_spread import (
+    attention_class,
     calibration_spread,
     describe_spread,
     outside_recorded,
@@ -51,6 +52,7 @@ from meshplan.pure.search._topology import TpuTopology, tpu_topology
 
 __all__ = [
     "ATTENTION_KINDS",
+    "attention_class",
     "calibration_spread",
     "describe_spread",
     "outside_recorded",

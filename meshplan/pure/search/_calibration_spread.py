@@ -6,7 +6,8 @@ to XLA's ``memory_analysis()``. The calibrated part is where it misses, and how 
 scheduler keeps live together, which shapes do not show (two meshes that give every device the same shapes
 can peak 2x apart: ``benchmarks/bench_memory_ceiling.py``). So an estimate is stated with the range of
 ``(exact peak - exact state) / calibrated part`` seen on the recorded compiles priced by the same
-coefficients and remat policy, and a peak with its bounds (:func:`peak_bounds`).
+coefficients, remat policy and kind of attention (flash, or a form that materialises the scores), and a
+peak with its bounds (:func:`peak_bounds`).
 
 :data:`SPREADS` is measured, not chosen: ``benchmarks/bench_memory_spread.py --python`` prints it from
 the rows in ``benchmarks/data/`` re-priced with today's model, and a test holds the two equal.
@@ -24,12 +25,13 @@ from meshplan.pure.search._candidate import MemoryBreakdown
 from meshplan.pure.search._recipe import TrainingRecipe
 from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
 
-__all__ = ["SPREADS", "Spread", "calibration_spread", "describe_spread", "outside_recorded", "peak_bounds"]
+__all__ = ["SPREADS", "Spread", "attention_class", "calibration_spread", "describe_spread", "outside_recorded",
+           "peak_bounds"]
 
 
 class Spread(NamedTuple):
     """What XLA's peak held beyond the exact state, over the calibrated part the model priced, on the
-    recorded compiles of one calibration and remat policy.
+    recorded compiles of one calibration, remat policy and :func:`attention_class`.
 
     Attributes:
       low, high: the lowest and highest ratio, rounded outwards to hundredths.
@@ -44,18 +46,34 @@ class Spread(NamedTuple):
 # benchmarks/bench_memory_spread.py --python, 2026-11-23 (the reference steps of
 # bench_memory_calibration.py: GPT-2, Llama and Mixtral, scaled down and full size, AdamW, one micro-batch;
 # the 16 x 256 TPU rows left out, see the script). No recorded compile uses remat "dots".
-SPREADS: dict[tuple[str, str], Spread] = {
-    ("cpu", "full"): Spread(0.36, 1.24, 27),
-    ("cpu", "none"): Spread(0.58, 1.09, 25),
-    ("gpu", "full"): Spread(0.76, 1.47, 63),
-    ("gpu", "none"): Spread(0.88, 1.11, 63),
-    ("tpu-v5p", "full"): Spread(0.55, 1.63, 77),
-    ("tpu-v5p", "none"): Spread(0.79, 1.13, 65),
-    ("tpu-v5p", "offload"): Spread(1.01, 1.02, 1),
-    ("tpu-v6e", "full"): Spread(0.43, 1.98, 66),
-    ("tpu-v6e", "none"): Spread(0.81, 1.12, 64),
-    ("tpu-v6e", "offload"): Spread(1.01, 1.78, 5),
+SPREADS: dict[tuple[str, str, str], Spread] = {
+    ('cpu', 'full', 'scores'): Spread(0.36, 1.24, 27),
+    ('cpu', 'none', 'scores'): Spread(0.58, 1.09, 25),
+    ('gpu', 'full', 'scores'): Spread(0.76, 1.47, 63),
+    ('gpu', 'none', 'scores'): Spread(0.88, 1.11, 63),
+    ('tpu-v5p', 'full', 'flash'): Spread(0.55, 1.63, 39),
+    ('tpu-v5p', 'full', 'scores'): Spread(0.8, 1.33, 38),
+    ('tpu-v5p', 'none', 'flash'): Spread(0.82, 1.13, 32),
+    ('tpu-v5p', 'none', 'scores'): Spread(0.79, 1.08, 33),
+    ('tpu-v5p', 'offload', 'flash'): Spread(1.01, 1.02, 1),
+    ('tpu-v6e', 'full', 'flash'): Spread(0.43, 1.98, 34),
+    ('tpu-v6e', 'full', 'scores'): Spread(0.66, 1.46, 32),
+    ('tpu-v6e', 'none', 'flash'): Spread(0.84, 1.12, 32),
+    ('tpu-v6e', 'none', 'scores'): Spread(0.81, 1.09, 32),
+    ('tpu-v6e', 'offload', 'flash'): Spread(1.01, 1.78, 3),
+    ('tpu-v6e', 'offload', 'scores'): Spread(1.11, 1.66, 2),
 }
+
+
+def attention_class(attention: str) -> str:
+    """``"flash"`` for the fused kernels, ``"scores"`` for the forms that materialise fp32 scores (plain and
+    XLA's ``dot_product_attention``, which compile to the same peak): what a spread is kept apart by.
+
+    Example:
+      >>> attention_class("flash"), attention_class("dot_product")
+      ('flash', 'scores')
+    """
+    return "flash" if attention == "flash" else "scores"
 
 
 def _measured_key(key: str) -> str:
@@ -63,18 +81,18 @@ def _measured_key(key: str) -> str:
     recipe without a device) is priced with v6e's coefficients, so v6e's compiles are what say how they miss.
     """
     for other in sorted(CALIBRATIONS):
-        if other != key and CALIBRATIONS[other] is CALIBRATIONS[key] and any(k == other for k, _ in SPREADS):
+        if other != key and CALIBRATIONS[other] is CALIBRATIONS[key] and any(k == other for k, _, _ in SPREADS):
             return other
     return key
 
 
 def calibration_spread(recipe: TrainingRecipe) -> tuple[str, Spread] | None:
-    """The recorded :class:`Spread` for the coefficients and remat policy ``recipe`` is priced
-    with, and the calibration it was measured on; ``None`` where no recorded compile used them.
+    """The recorded :class:`Spread` for the coefficients, remat policy and attention class ``recipe`` is
+    priced with, and the calibration it was measured on; ``None`` where no recorded compile used them.
 
     Example:
-      >>> calibration_spread(TrainingRecipe(remat="full", device="v6e"))
-      ('tpu-v6e', Spread(low=0.43, high=1.98, rows=66))
+      >>> calibration_spread(TrainingRecipe(remat="full", attention="flash", device="v6e"))
+      ('tpu-v6e', Spread(low=0.43, high=1.98, rows=34))
       >>> calibration_spread(TrainingRecipe(remat="full", device="v5e"))[0]  # v6e's coefficients, v6e's compiles
       'tpu-v6e'
       >>> calibration_spread(TrainingRecipe(remat="dots")) is None
@@ -82,10 +100,10 @@ def calibration_spread(recipe: TrainingRecipe) -> tuple[str, Spread] | None:
     """
     if not isinstance(recipe, TrainingRecipe):
         raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
-    key = calibration_key(recipe)
-    if (key, recipe.remat) not in SPREADS:
+    key, kind = calibration_key(recipe), attention_class(recipe.attention)
+    if (key, recipe.remat, kind) not in SPREADS:
         key = _measured_key(key)
-    found = SPREADS.get((key, recipe.remat))
+    found = SPREADS.get((key, recipe.remat, kind))
     return None if found is None else (key, found)
 
 
@@ -120,20 +138,22 @@ def describe_spread(recipe: TrainingRecipe) -> str:
     Example:
       >>> where, held = describe_spread(TrainingRecipe(remat="full", device="v6e")).split(", ")
       >>> where
-      'on 66 recorded XLA:TPU v6e compiles with remat full'
+      'on 32 recorded XLA:TPU v6e compiles with remat full and fp32 scores (plain or dot_product attention)'
       >>> held
-      'the peak held 0.43-1.98x the calibrated part beyond the exact state'
-      >>> describe_spread(TrainingRecipe(remat="dots"))
-      'no recorded compile with remat dots checks these coefficients'
+      'the peak held 0.66-1.46x the calibrated part beyond the exact state'
+      >>> describe_spread(TrainingRecipe(remat="dots", attention="flash"))
+      'no recorded compile with remat dots and flash attention checks these coefficients'
     """
+    kind = ("flash attention" if attention_class(recipe.attention) == "flash" else
+            "fp32 scores (plain or dot_product attention)")
     found = calibration_spread(recipe)
     if found is None:
-        return f"no recorded compile with remat {recipe.remat} checks these coefficients"
+        return f"no recorded compile with remat {recipe.remat} and {kind} checks these coefficients"
     key, s = found
     compiler, _, device = key.partition("-")
     where = f"XLA:{compiler.upper()}" + (f" {device}" if device else "")
     compiles = "compile" if s.rows == 1 else "compiles"
-    text = (f"on {s.rows} recorded {where} {compiles} with remat {recipe.remat}, the peak held "
+    text = (f"on {s.rows} recorded {where} {compiles} with remat {recipe.remat} and {kind}, the peak held "
             f"{s.low:.2f}-{s.high:.2f}x the calibrated part beyond the exact state")
     outside = outside_recorded(recipe)
     if outside:

@@ -19,18 +19,19 @@ from meshplan.pure.search import (
     MemoryBreakdown,
     Spread,
     calibration_spread,
+    attention_class,
     describe_spread,
     peak_bounds,
 )
 from meshplan.pure.search._calibration_spread import outside_recorded
 from meshplan.pure.search._hardware import DEVICE_SPECS
-from meshplan.pure.search._recipe import BACKENDS, REMAT_POLICIES, TrainingRecipe
+from meshplan.pure.search._recipe import ATTENTION_KINDS, BACKENDS, REMAT_POLICIES, TrainingRecipe
 from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
 
 BYTES = st.integers(min_value=0, max_value=2**50)
 RATIO = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
 RECIPES = st.builds(TrainingRecipe, remat=st.sampled_from(REMAT_POLICIES), backend=st.sampled_from(BACKENDS),
-                    device=st.sampled_from([None, *sorted(DEVICE_SPECS)]))
+                    attention=st.sampled_from(ATTENTION_KINDS), device=st.sampled_from([None, *sorted(DEVICE_SPECS)]))
 
 
 @st.composite
@@ -45,9 +46,10 @@ def spreads(draw: st.DrawFn) -> Spread:
     return Spread(low, high, draw(st.integers(1, 1000)))
 
 
-def test_every_recorded_spread_names_known_coefficients_and_a_remat_policy_and_holds_one_row_at_least() -> None:
-    for (key, remat), s in SPREADS.items():
+def test_every_recorded_spread_names_known_coefficients_remat_and_attention_and_holds_one_row_at_least() -> None:
+    for (key, remat, kind), s in SPREADS.items():
         assert key in CALIBRATIONS and remat in REMAT_POLICIES
+        assert kind in {attention_class(a) for a in ATTENTION_KINDS} == {"flash", "scores"}
         assert 0 < s.low <= s.high and s.rows >= 1
 
 
@@ -57,11 +59,11 @@ def test_a_spread_is_measured_on_the_coefficients_the_recipe_is_priced_with(reci
     if found is None:
         # Only when no recorded key with these very coefficients has a row with this remat policy.
         same = [k for k in CALIBRATIONS if CALIBRATIONS[k] is CALIBRATIONS[calibration_key(recipe)]]
-        assert all((k, recipe.remat) not in SPREADS for k in same)
+        assert all((k, recipe.remat, attention_class(recipe.attention)) not in SPREADS for k in same)
     else:
         key, s = found
         assert CALIBRATIONS[key] is CALIBRATIONS[calibration_key(recipe)]
-        assert SPREADS[key, recipe.remat] == s
+        assert SPREADS[key, recipe.remat, attention_class(recipe.attention)] == s
 
 
 def test_v4_and_v5e_state_the_v6e_compiles_that_measured_their_coefficients() -> None:
@@ -69,14 +71,19 @@ def test_v4_and_v5e_state_the_v6e_compiles_that_measured_their_coefficients() ->
         found = calibration_spread(TrainingRecipe(remat="full", device=device))
         assert found is not None and found[0] == "tpu-v6e"
     # v5p has coefficients and compiles of its own.
-    assert calibration_spread(TrainingRecipe(remat="full", device="v5p")) == ("tpu-v5p", SPREADS["tpu-v5p", "full"])
+    assert calibration_spread(TrainingRecipe(remat="full", device="v5p")) == ("tpu-v5p",
+                                                                             SPREADS["tpu-v5p", "full", "scores"])
+    # Plain and XLA's dot_product attention compile to the same peak: one spread; flash has its own.
+    plain, dot, flash = (calibration_spread(TrainingRecipe(remat="full", attention=a, device="v6e"))
+                         for a in ("plain", "dot_product", "flash"))
+    assert plain == dot != flash
 
 
 @given(RECIPES)
 def test_the_sentence_states_the_rows_and_both_bounds_or_that_none_is_recorded(recipe: TrainingRecipe) -> None:
     text, found = describe_spread(recipe), calibration_spread(recipe)
     if found is None:
-        assert text.startswith("no recorded compile") and recipe.remat in text
+        assert text.startswith("no recorded compile") and f"remat {recipe.remat} and " in text
     else:
         s = found[1]
         assert f" {s.rows} recorded " in text and f"{s.low:.2f}-{s.high:.2f}x" in text
