@@ -76,8 +76,8 @@ def calibrated_ratio(row: Row) -> float:
 
 
 def spreads(rows: Iterable[Row]) -> dict[tuple[str, str, str], Spread]:
-    """``(calibration key, remat, attention class) -> Spread`` of :func:`calibrated_ratio` over ``rows``, re-priced today;
-    the bounds rounded outwards to hundredths, so the stated range holds every row.
+    """``(calibration key, remat, attention class) -> Spread`` of :func:`calibrated_ratio` over ``rows``,
+    re-priced today; the bounds rounded outwards to hundredths, so the stated range holds every row.
 
     Example:
       >>> s = spreads(recorded_rows())
