@@ -65,6 +65,10 @@ SPREADS: dict[tuple[str, str, str], Spread] = {
 }
 
 
+# The accelerator each calibration's recorded compiles ran on or were compiled for (XLA:CPU: simulated devices).
+_MEASURED_ON = {"tpu-v6e": "v6e", "tpu-v5p": "v5p", "gpu": "H200"}
+
+
 def attention_class(attention: str) -> str:
     """``"flash"`` for the fused kernels, ``"scores"`` for the forms that materialise fp32 scores (plain and
     XLA's ``dot_product_attention``, which compile to the same peak): what a spread is kept apart by.
@@ -141,6 +145,8 @@ def describe_spread(recipe: TrainingRecipe) -> str:
       'on 32 recorded XLA:TPU v6e compiles with remat full and fp32 scores (plain or dot_product attention)'
       >>> held
       'the peak held 0.66-1.46x the calibrated part beyond the exact state'
+      >>> describe_spread(TrainingRecipe(remat="none", device="v5e")).split("state ")[1]
+      "(v5e has no compiled grid: it is priced with v6e's coefficients)"
       >>> describe_spread(TrainingRecipe(remat="dots", attention="flash"))
       'no recorded compile with remat dots and flash attention checks these coefficients'
     """
@@ -150,11 +156,14 @@ def describe_spread(recipe: TrainingRecipe) -> str:
     if found is None:
         return f"no recorded compile with remat {recipe.remat} and {kind} checks these coefficients"
     key, s = found
-    compiler, _, device = key.partition("-")
+    compiler = key.partition("-")[0]
+    device = _MEASURED_ON.get(key, "")
     where = f"XLA:{compiler.upper()}" + (f" {device}" if device else "")
     compiles = "compile" if s.rows == 1 else "compiles"
     text = (f"on {s.rows} recorded {where} {compiles} with remat {recipe.remat} and {kind}, the peak held "
             f"{s.low:.2f}-{s.high:.2f}x the calibrated part beyond the exact state")
+    if device and recipe.device is not None and recipe.device != device:
+        text += f" ({recipe.device} has no compiled grid: it is priced with {device}'s coefficients)"
     outside = outside_recorded(recipe)
     if outside:
         text += (f" (all with AdamW, bf16 weights and one micro-batch; this recipe's {', '.join(outside)} "

@@ -87,6 +87,11 @@ def test_the_sentence_states_the_rows_and_both_bounds_or_that_none_is_recorded(r
     else:
         s = found[1]
         assert f" {s.rows} recorded " in text and f"{s.low:.2f}-{s.high:.2f}x" in text
+        # A device whose own compiles are not recorded is said to borrow another's coefficients.
+        measured = {"tpu-v6e": "v6e", "tpu-v5p": "v5p", "gpu": "H200"}.get(found[0])
+        borrowed = recipe.device is not None and measured is not None and recipe.device != measured
+        note = f"{recipe.device} has no compiled grid: it is priced with {measured}'s coefficients"
+        assert (note in text) == borrowed
 
 
 @given(memories(), spreads())
