@@ -99,7 +99,7 @@ def main() -> None:
     table = spreads(recorded_rows())
     if args.python:
         for (key, remat, kind), s in table.items():
-            print(f"    ({key!r}, {remat!r}, {kind!r}): Spread({s.low}, {s.high}, {s.rows}),")
+            print(f'    ("{key}", "{remat}", "{kind}"): Spread({s.low}, {s.high}, {s.rows}),')
         return
     head = ("calibration", "remat", "attention", "rows", "calibrated part, lowest", "highest")
     if args.markdown:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from meshplan.pure._check import as_real
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search._candidate import MemoryBreakdown
-from meshplan.pure.search._recipe import TrainingRecipe
+from meshplan.pure.search._recipe import ATTENTION_KINDS, TrainingRecipe
 from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
 
 __all__ = ["SPREADS", "Spread", "attention_class", "calibration_spread", "describe_spread", "outside_recorded",
@@ -47,21 +47,21 @@ class Spread(NamedTuple):
 # bench_memory_calibration.py: GPT-2, Llama and Mixtral, scaled down and full size, AdamW, one micro-batch;
 # the 16 x 256 TPU rows left out, see the script). No recorded compile uses remat "dots".
 SPREADS: dict[tuple[str, str, str], Spread] = {
-    ('cpu', 'full', 'scores'): Spread(0.36, 1.24, 27),
-    ('cpu', 'none', 'scores'): Spread(0.58, 1.09, 25),
-    ('gpu', 'full', 'scores'): Spread(0.76, 1.47, 63),
-    ('gpu', 'none', 'scores'): Spread(0.88, 1.11, 63),
-    ('tpu-v5p', 'full', 'flash'): Spread(0.55, 1.63, 39),
-    ('tpu-v5p', 'full', 'scores'): Spread(0.8, 1.33, 38),
-    ('tpu-v5p', 'none', 'flash'): Spread(0.82, 1.13, 32),
-    ('tpu-v5p', 'none', 'scores'): Spread(0.79, 1.08, 33),
-    ('tpu-v5p', 'offload', 'flash'): Spread(1.01, 1.02, 1),
-    ('tpu-v6e', 'full', 'flash'): Spread(0.43, 1.98, 34),
-    ('tpu-v6e', 'full', 'scores'): Spread(0.66, 1.46, 32),
-    ('tpu-v6e', 'none', 'flash'): Spread(0.84, 1.12, 32),
-    ('tpu-v6e', 'none', 'scores'): Spread(0.81, 1.09, 32),
-    ('tpu-v6e', 'offload', 'flash'): Spread(1.01, 1.78, 3),
-    ('tpu-v6e', 'offload', 'scores'): Spread(1.11, 1.66, 2),
+    ("cpu", "full", "scores"): Spread(0.36, 1.24, 27),
+    ("cpu", "none", "scores"): Spread(0.58, 1.09, 25),
+    ("gpu", "full", "scores"): Spread(0.76, 1.47, 63),
+    ("gpu", "none", "scores"): Spread(0.88, 1.11, 63),
+    ("tpu-v5p", "full", "flash"): Spread(0.55, 1.63, 39),
+    ("tpu-v5p", "full", "scores"): Spread(0.8, 1.33, 38),
+    ("tpu-v5p", "none", "flash"): Spread(0.82, 1.13, 32),
+    ("tpu-v5p", "none", "scores"): Spread(0.79, 1.08, 33),
+    ("tpu-v5p", "offload", "flash"): Spread(1.01, 1.02, 1),
+    ("tpu-v6e", "full", "flash"): Spread(0.43, 1.98, 34),
+    ("tpu-v6e", "full", "scores"): Spread(0.66, 1.46, 32),
+    ("tpu-v6e", "none", "flash"): Spread(0.84, 1.12, 32),
+    ("tpu-v6e", "none", "scores"): Spread(0.81, 1.09, 32),
+    ("tpu-v6e", "offload", "flash"): Spread(1.01, 1.78, 3),
+    ("tpu-v6e", "offload", "scores"): Spread(1.11, 1.66, 2),
 }
 
 
@@ -77,6 +77,8 @@ def attention_class(attention: str) -> str:
       >>> attention_class("flash"), attention_class("dot_product")
       ('flash', 'scores')
     """
+    if not isinstance(attention, str) or attention not in ATTENTION_KINDS:
+        raise PlanError(f"attention={attention!r:.60}: use one of {list(ATTENTION_KINDS)}.")
     return "flash" if attention == "flash" else "scores"
 
 

@@ -130,6 +130,8 @@ def test_bad_input_is_a_typed_error_naming_the_value() -> None:
         peak_bounds(m, Spread(2.0, 1.0, 1))
     with pytest.raises(PlanError, match="spread.high=inf"):
         peak_bounds(m, Spread(1.0, float("inf"), 1))
+    with pytest.raises(PlanError, match="attention='fused'"):
+        attention_class("fused")
     with pytest.raises(MeshplanTypeError, match="spread.low"):
         peak_bounds(m, Spread("1", 2.0, 1))  # type: ignore[arg-type]
 
