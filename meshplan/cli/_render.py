@@ -22,9 +22,9 @@ from meshplan.pure import (
     layout_device_ids,
 )
 from meshplan.pure._format import fmt_bytes
-from meshplan.pure.search import axis_domain_counts
-from meshplan.pure.search._calibration_spread import (
+from meshplan.pure.search import (
     Spread,
+    axis_domain_counts,
     calibration_spread,
     describe_spread,
     peak_bounds,
