@@ -359,15 +359,15 @@ def run_check(args: Any, console: Any) -> int:
 def _spread_dict(memory: Any, recipe: Any) -> dict[str, Any] | None:
     """The recorded spread for ``recipe`` and the estimate's peak at both ends, JSON-ready (``None``: none
     recorded)."""
-    from meshplan.pure.search import calibration_spread, peak_bounds
+    from meshplan.pure.search import attention_class, calibration_spread, peak_bounds
 
     found = calibration_spread(recipe)
     if found is None:
         return None
     key, s = found
     low, high = peak_bounds(memory, s)
-    return {"calibration": key, "remat": recipe.remat, "low": s.low, "high": s.high, "rows": s.rows,
-            "peak_low_bytes": low, "peak_high_bytes": high}
+    return {"calibration": key, "remat": recipe.remat, "attention": attention_class(recipe.attention),
+            "low": s.low, "high": s.high, "rows": s.rows, "peak_low_bytes": low, "peak_high_bytes": high}
 
 
 def _against_spread(memory: Any, peak: int, recipe: Any) -> str:

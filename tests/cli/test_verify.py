@@ -56,7 +56,7 @@ def test_check_json_carries_xlas_figures_and_the_largest_buffers(capsys):
     assert len(sizes) == 5 and sizes == sorted(sizes, reverse=True) and sum(sizes) <= row["peak_bytes"]
     assert {"name", "shape", "dtype", "kind", "source"} <= set(row["largest"][0])
     spread = row["spread"]
-    assert spread["calibration"] == "cpu" and spread["remat"] == "full"
+    assert spread["calibration"] == "cpu" and spread["remat"] == "full" and spread["attention"] == "scores"
     assert spread["peak_low_bytes"] <= row["analytic_bytes"] <= spread["peak_high_bytes"]
 
 
