@@ -152,6 +152,8 @@ def describe_spread(recipe: TrainingRecipe) -> str:
       >>> describe_spread(TrainingRecipe(remat="dots", attention="flash"))
       'no recorded compile with remat dots and flash attention checks these coefficients'
     """
+    if not isinstance(recipe, TrainingRecipe):
+        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
     kind = ("flash attention" if attention_class(recipe.attention) == "flash" else
             "fp32 scores (plain or dot_product attention)")
     found = calibration_spread(recipe)

@@ -120,8 +120,9 @@ def test_a_spread_of_one_is_the_estimate(m: MemoryBreakdown) -> None:
 
 def test_bad_input_is_a_typed_error_naming_the_value() -> None:
     m = MemoryBreakdown(1, 1, 1, 1, 10)
-    with pytest.raises(MeshplanTypeError, match="TrainingRecipe"):
-        calibration_spread("full")  # type: ignore[arg-type]
+    for fn in (calibration_spread, describe_spread, outside_recorded):
+        with pytest.raises(MeshplanTypeError, match="TrainingRecipe"):
+            fn("full")  # type: ignore[arg-type]
     with pytest.raises(MeshplanTypeError, match="MemoryBreakdown"):
         peak_bounds({"total": 1}, Spread(1.0, 1.0, 1))  # type: ignore[arg-type]
     with pytest.raises(MeshplanTypeError, match="must be a Spread"):
