@@ -234,7 +234,7 @@ def render_rows(rows: Sequence[VerifyRow], console: Any, *, title: str) -> None:
     console.print(table)
     sources = sorted({r.peak_source for r in rows if r.peak_source})
     console.print("peak: " + "; ".join(sources) + ". analytic: the planner's per-device total "
-                  "(params + grads + optimizer + approximate activations).")
+                  "(params, grads and optimizer exact, activations calibrated).")
 
 
 def render_largest(row: VerifyRow, console: Any) -> None:

@@ -146,3 +146,6 @@ def test_plan_states_the_recorded_spread_and_which_ranked_meshes_it_would_push_o
     dots = " ".join(_run("plan", "--model", "llama3-8b", "--cluster", "v6e-8", "--remat", "dots").stdout.split())
     assert "no recorded compile with remat dots and fp32 scores" in dots
     assert "highest recorded ratio" not in dots and "recorded spread" not in dots
+    # A plan with room to spare at the high end names no mesh.
+    roomy = _run("plan", "--model", "gpt2", "--cluster", "v6e-8").stdout
+    assert "peak at the recorded spread" in roomy and "highest recorded ratio" not in roomy

@@ -14,6 +14,12 @@ from meshplan import cli
 from meshplan.facade._compiled import libtpu_available
 
 
+def _bytes(text: str) -> float:
+    """``'414.8 MiB'`` -> bytes (as printed: to a tenth of the unit)."""
+    number, unit = text.split()
+    return float(number) * 1024 ** ["B", "KiB", "MiB", "GiB", "TiB"].index(unit)
+
+
 def _table_row(text: str, mesh: str) -> list[str]:
     line = next(ln for ln in text.splitlines() if f" {mesh} " in ln and "│" in ln)
     return [c.strip() for c in line.split("│")[1:-1]]
@@ -38,9 +44,14 @@ def test_check_compiles_one_layout_and_prints_xlas_figures(capsys, monkeypatch):
     assert "largest buffers live at the peak: XLA's buffer assignment: the 5 biggest" in out
     listed = out.split("largest buffers live at the peak")[1].splitlines()[1:6]
     assert all(re.match(r"  \S+ [0-9.]+ (B|KiB|MiB|GiB) [a-z0-9]+\[[0-9,]*\] \w", ln) for ln in listed), listed
-    # Where XLA's peak falls against the recorded spread of XLA:CPU's remat-full coefficients.
-    assert re.search(r"spread: on \d+ recorded XLA:CPU compiles with remat full and .*, .* and XLA's peak "
-                     r"\([0-9.]+ [KMG]iB\) is (inside|below|above) it\.", " ".join(out.split()))
+    # Where XLA's peak falls against the recorded spread of XLA:CPU's remat-full coefficients, and the word
+    # agrees with the figures printed.
+    said = re.search(r"spread: on \d+ recorded XLA:CPU compiles with remat full and .*; for this estimate "
+                     r"(\S+ \S+) - (\S+ \S+), and XLA's peak \((\S+ \S+)\) is (inside|below|above) it\.",
+                     " ".join(out.split()))
+    assert said, out
+    low, high, peak = (_bytes(said.group(i)) for i in (1, 2, 3))
+    assert said.group(4) == ("below" if peak < low else "above" if peak > high else "inside")
 
 
 def test_check_json_carries_xlas_figures_and_the_largest_buffers(capsys):
