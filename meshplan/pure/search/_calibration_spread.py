@@ -82,6 +82,12 @@ def attention_class(attention: str) -> str:
     return "flash" if attention == "flash" else "scores"
 
 
+def _check_recipe(recipe: object) -> None:
+    """Refuse anything but a :class:`TrainingRecipe` with a typed error (its fields are read next)."""
+    if not isinstance(recipe, TrainingRecipe):
+        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
+
+
 def _measured_key(key: str) -> str:
     """The calibration whose recorded compiles measure ``key``'s coefficients: ``"tpu"`` (v4, v5e and a TPU
     recipe without a device) is priced with v6e's coefficients, so v6e's compiles are what say how they miss.
@@ -104,8 +110,7 @@ def calibration_spread(recipe: TrainingRecipe) -> tuple[str, Spread] | None:
       >>> calibration_spread(TrainingRecipe(remat="dots")) is None
       True
     """
-    if not isinstance(recipe, TrainingRecipe):
-        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
+    _check_recipe(recipe)
     key, kind = calibration_key(recipe), attention_class(recipe.attention)
     if (key, recipe.remat, kind) not in SPREADS:
         key = _measured_key(key)
@@ -124,8 +129,7 @@ def outside_recorded(recipe: TrainingRecipe) -> tuple[str, ...]:
       >>> outside_recorded(TrainingRecipe(remat="none", attention="flash"))
       ()
     """
-    if not isinstance(recipe, TrainingRecipe):
-        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
+    _check_recipe(recipe)
     grads = recipe.grad_dtype or recipe.weight_dtype
     checks = ((recipe.optimizer != "adamw", f"optimizer {recipe.optimizer}"),
               (recipe.optimizer_dtype != "float32", f"optimizer state {recipe.optimizer_dtype}"),
@@ -152,8 +156,7 @@ def describe_spread(recipe: TrainingRecipe) -> str:
       >>> describe_spread(TrainingRecipe(remat="dots", attention="flash"))
       'no recorded compile with remat dots and flash attention checks these coefficients'
     """
-    if not isinstance(recipe, TrainingRecipe):
-        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe, not {type(recipe).__name__}.")
+    _check_recipe(recipe)
     kind = ("flash attention" if attention_class(recipe.attention) == "flash" else
             "fp32 scores (plain or dot_product attention)")
     found = calibration_spread(recipe)
