@@ -118,7 +118,7 @@ TPU_CASES: tuple[Case, ...] = (
 FULL_WIDTH_CASES: tuple[Case, ...] = (
     ("llama3-8b/2L", {"fsdp": 8}, "full", 1),
     ("mixtral-8x7b/2L", {"fsdp": 8}, "full", 1),
-    # Session 7: which operand XLA gathers (meshplan.pure.search._gathered_operand), held out on other meshes,
+    # Session 7: which operand XLA gathers (meshplan.pure.cost._gathered_operand), held out on other meshes,
     # depths and batches either side of its thresholds (Llama: 131072 tokens at @64 against 128256 rows;
     # Mixtral: 24 x 640 slots per expert at @24 against 14336 rows).
     ("mixtral-8x7b/4L", {"fsdp": 8}, "full", 1),

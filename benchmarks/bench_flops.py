@@ -9,7 +9,7 @@ printed next to ``step_flops(...).per_device`` (ratio analytic / XLA; 1.00 exact
 XLA counts every floating-point op, elementwise ones included (norms, softmax,
 rope, the loss, the optimizer update); the analytic ``per_device`` counts the
 matmuls plus ``StepFlops.elementwise`` (per-element counts derived from
-single-device compiles, see ``meshplan/pure/search/_flops.py``). The scaled-down models keep the real families'
+single-device compiles, see ``meshplan/pure/cost/_flops.py``). The scaled-down models keep the real families'
 structure (GQA, gated MLP, routed experts with capacity-based dispatch, MLA).
 
     python benchmarks/bench_flops.py            # the grid: 52 cases, about 10 minutes on 2 cores
@@ -59,7 +59,7 @@ if "--tpu" in sys.argv:
 import meshplan  # noqa: E402
 from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
 from meshplan.pure.presets import MODEL_SPECS, MLADims  # noqa: E402
-from meshplan.pure.search._flops import step_flops  # noqa: E402
+from meshplan.pure.cost._flops import step_flops  # noqa: E402
 
 _COMMON = dict(num_layers=2, hidden_size=512, num_heads=4, num_kv_heads=4, head_dim=128, intermediate_size=1536,
                vocab_size=1024, num_params=None)

@@ -9,7 +9,7 @@ For every case (family x mesh x remat x attention x shape) it
 
 - asks the search for that one mesh (``search_meshes(..., fixed=mesh, recipe=...)``): the
   *analytic* peak is the candidate's ``memory.total`` (params, grads and optimizer exact,
-  activations calibrated, :mod:`meshplan.pure.search._step_memory`);
+  activations calibrated, :mod:`meshplan.pure.cost._step_memory`);
 - builds the reference train step with the candidate's own parameter specs
   (:func:`meshplan.facade._reference.reference_step`: scanned layers, donated state,
   AdamW with fp32 state, fp32-logits cross-entropy) and compiles it with
@@ -45,10 +45,10 @@ from meshplan import compiled_memory  # noqa: E402
 from meshplan.facade._compiled import gpu_topology_mesh, libtpu_available, tpu_topology_mesh  # noqa: E402
 from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
 from meshplan.pure import MeshCandidate, search_meshes  # noqa: E402
-from meshplan.pure.search._cluster import Cluster, parse_cluster  # noqa: E402
-from meshplan.pure.search._hardware import DEVICE_SPECS  # noqa: E402
+from meshplan.pure.cluster._cluster import Cluster, parse_cluster  # noqa: E402
+from meshplan.pure.cluster._devices import DEVICE_SPECS  # noqa: E402
 from meshplan.pure.presets import MODEL_SPECS, ModelSpec  # noqa: E402
-from meshplan.pure.search._recipe import TrainingRecipe  # noqa: E402
+from meshplan.pure.cost._recipe import TrainingRecipe  # noqa: E402
 
 from _table import cut_preset  # noqa: E402  (benchmarks/, the script's directory)
 

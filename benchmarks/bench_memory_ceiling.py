@@ -9,7 +9,7 @@ they split the batch the same number of ways (``dp=2,fsdp=4`` and ``fsdp=8``; ``
 stored (fsdp shards) and reduced, and in what XLA gathers over fsdp: a layer's weights (the same gathered
 size on both) or, where the activations are the smaller operand, the activations (fsdp times the device's
 share: twice as many at ``fsdp=8`` as at ``dp=2,fsdp=4``; Mixtral's dispatched tokens at full width,
-``meshplan.pure.search._gathered_operand``). A model that gives such a pair the same activation bytes
+``meshplan.pure.cost._gathered_operand``). A model that gives such a pair the same activation bytes
 (each mesh's exact state, parameters + gradients + optimizer, added) is what the first verdict bounds; the
 second lets either mesh add up to ``slack`` of its own: the whole model's weights gathered in bf16 and its
 gradient in fp32, all layers at once, unsplit (6 bytes per parameter).
@@ -42,7 +42,7 @@ from bench_memory_calibration import (  # (benchmarks/, the script's directory)
     sizes_of,
 )
 
-from meshplan.pure.search._step_memory import _stacked_leaves
+from meshplan.pure.cost._step_memory import _stacked_leaves
 
 _MiB = 2**20
 Row = dict[str, Any]

@@ -3,7 +3,7 @@
 Run: ``python benchmarks/bench_memory_spread.py [--markdown] [--python]`` (no compiling: it re-prices the
 rows recorded by ``bench_memory_calibration.py`` in ``benchmarks/data/``).
 
-The analytic peak is calibrated, not exact (``meshplan.pure.search._step_memory``). What a user needs
+The analytic peak is calibrated, not exact (``meshplan.pure.cost._step_memory``). What a user needs
 besides the figure is how far the compiler's peak has been from it. Parameters, gradients and optimizer
 state are exact, so the error is in the calibrated rest (activations, or the update's temporaries): for
 each set of coefficients (``calibration_key``: ``tpu-v6e``, ``tpu-v5p``, ``cpu``, ``gpu``), remat
@@ -11,7 +11,7 @@ policy and attention class (``flash``, or ``scores`` for plain and XLA's dot_pro
 lowest and highest ratio of what XLA's peak held beyond the exact state to what the model
 priced there, over the recorded compiles re-priced with today's model. (A ratio of totals would
 understate the error of a small step and overstate that of a full-size one, whose state is most of it.)
-``--python`` prints them as the literal of :data:`meshplan.pure.search._calibration_spread.SPREADS`, which
+``--python`` prints them as the literal of :data:`meshplan.pure.cost._memory_spread.SPREADS`, which
 ``tests/test_bench_memory_spread.py`` holds equal to this script's reading, so a model change that moves a
 ratio cannot leave a stale spread behind.
 
@@ -42,9 +42,9 @@ from bench_memory_calibration import (  # (benchmarks/, the script's directory)
     sizes_of,
 )
 
-from meshplan.pure.search._calibration_spread import Spread, attention_class
-from meshplan.pure.search._recipe import TrainingRecipe
-from meshplan.pure.search._step_memory import calibration_key
+from meshplan.pure.cost._memory_spread import Spread, attention_class
+from meshplan.pure.cost._recipe import TrainingRecipe
+from meshplan.pure.cost._step_memory import calibration_key
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 LEFT_OUT = ("memory_calibration_tpu_16x256.jsonl",)

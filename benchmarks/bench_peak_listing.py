@@ -35,7 +35,7 @@ from bench_memory_calibration import (  # (benchmarks/)
 import meshplan
 from meshplan.facade._compiled import _read_dump
 from meshplan.facade._reference import ReferenceConfig, reference_step
-from meshplan.pure.search._buffer_report import BufferReport, parse_buffer_report
+from meshplan.pure.xla._buffer_report import BufferReport, parse_buffer_report
 
 CASES = ("llama:fsdp=8:full:plain:16x256@cpu", "llama:dp=2,fsdp=2,tp=2:none:plain:16x256@cpu",
          "llama:dp=2,fsdp=2,tp=2:full:flash:32x1024@v6e-8", "llama:fsdp=4,tp=2:full:flash:32x1024@v6e-8")

@@ -13,7 +13,7 @@ parallelism layout, what was measured, where it was published) the script asks
   (ranked by predicted step time), and the layout meshplan predicts fastest.
 
 Nothing is fitted to these runs: every prediction uses the documented default
-efficiency (``meshplan.pure.search._flops.DEFAULT_EFFICIENCY``: 0.4 of peak bf16
+efficiency (``meshplan.pure.cost._flops.DEFAULT_EFFICIENCY``: 0.4 of peak bf16
 on GPU, 0.5 on TPU). Axis names map data -> dp, fsdp -> fsdp, tensor -> tp,
 expert -> ep, context/sequence -> sp. meshplan has no pipeline axis, so runs
 that use pipeline parallelism get no pinned prediction (their row shows only the
@@ -46,8 +46,8 @@ from meshplan.pure import (
     search_meshes,
 )
 from meshplan.pure.search import DEVICE_SPECS, TrainingRecipe
-from meshplan.pure.search._candidate import StepEstimate
-from meshplan.pure.search._flops import DEFAULT_EFFICIENCY
+from meshplan.pure.cost._estimates import StepEstimate
+from meshplan.pure.cost._flops import DEFAULT_EFFICIENCY
 
 # H800: the export H100 (same SXM compute, 989 TFLOP/s dense bf16) with NVLink cut to 400 GB/s
 # bidirectional, i.e. 200 GB/s per direction where meshplan's H100 has 450 GB/s (NVIDIA H800

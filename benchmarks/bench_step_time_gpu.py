@@ -14,7 +14,7 @@ For every case (model, batch x seq, remat, attention) it
   (the model's executed FLOPs / (measured seconds x peak)).
 
 Nothing is fitted to these rows: the efficiency is the documented default
-(:data:`meshplan.pure.search._flops.DEFAULT_EFFICIENCY`), so the ratio says how far that
+(:data:`meshplan.pure.cost._flops.DEFAULT_EFFICIENCY`), so the ratio says how far that
 default is from what XLA:GPU sustains on these steps.
 """
 
@@ -32,7 +32,7 @@ from bench_compiled import scaled  # the compiled-memory table's scaled-down pre
 from meshplan.facade._reference import ReferenceConfig, reference_step
 from meshplan.pure import search_meshes
 from meshplan.pure.search import DEVICE_SPECS
-from meshplan.pure.search._recipe import TrainingRecipe
+from meshplan.pure.cost._recipe import TrainingRecipe
 
 CLUSTER = "1x1xH200"
 

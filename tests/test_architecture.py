@@ -50,11 +50,14 @@ def test_pure_module_never_touches_devices_or_the_facade(path: pathlib.Path) -> 
     assert not bad, f"{path.name} imports {sorted(bad)}; imports flow facade -> pure, never back"
 
 
-# --- layers inside pure: search -> presets -> rules -> specs -> mesh; shared helpers below them all ------------
+# --- layers inside pure: search -> cost -> xla -> cluster -> presets -> rules -> specs -> mesh --------------------
+# (xla, the compiler-text parsers, sits below cost so that both cost and search may read it; it reads neither.)
+# Shared helpers sit below them all.
 
 # A module may import its own layer and any layer after it in this list, never one before it.
-_LAYERS = ("search", "presets", "rules", "specs", "mesh")
-_SHARED = {"meshplan.pure._types", "meshplan.pure._check", "meshplan.pure._format", "meshplan.pure.errors"}
+_LAYERS = ("search", "cost", "xla", "cluster", "presets", "rules", "specs", "mesh")
+_SHARED = {"meshplan.pure._types", "meshplan.pure._check", "meshplan.pure._format", "meshplan.pure._fields",
+           "meshplan.pure.errors"}
 
 
 def _layer(module: str) -> str | None:
@@ -98,11 +101,22 @@ def test_shared_pure_modules_import_no_layer(path: pathlib.Path) -> None:
     assert not layered, f"{path.name} is shared by every layer and must not import {layered}"
 
 
-def test_the_layer_test_catches_an_upward_import(tmp_path: pathlib.Path) -> None:
-    # The check above must be able to fail: an import from rules inside mesh is upward.
-    tree = ast.parse("from meshplan.pure.rules._auto import AutoRule\n")
-    found = {m for m in _imported_modules(tree) if _layer(m)}
-    assert found and all(_LAYERS.index(_layer(m) or "") < _LAYERS.index("mesh") for m in found)
+@pytest.mark.parametrize("source, inside", [
+    ("from meshplan.pure.rules._auto import AutoRule\n", "mesh"),
+    ("from meshplan.pure.search._candidate import MeshCandidate\n", "cost"),
+    ("from meshplan.pure.cost._step_memory import step_memory\n", "xla"),
+    ("from meshplan.pure.cost._collective_time import collective_time\n", "cluster"),
+])
+def test_the_layer_test_catches_an_upward_import(source: str, inside: str) -> None:
+    # The check above must be able to fail: each of these imports points up from the layer ``inside``.
+    found = {m for m in _imported_modules(ast.parse(source)) if _layer(m)}
+    assert found and all(_LAYERS.index(_layer(m) or "") < _LAYERS.index(inside) for m in found)
+
+
+def test_every_pure_subpackage_is_a_layer() -> None:
+    # A new room under pure/ must take its place in the order, or the layer test would not look at it.
+    rooms = sorted(p.name for p in (ROOT / "pure").iterdir() if (p / "__init__.py").exists())
+    assert rooms == sorted(_LAYERS)
 
 
 def test_importing_pure_loads_no_facade_module() -> None:
@@ -128,7 +142,9 @@ def test_the_top_level_names_the_facade_lazily_and_all_of_them_resolve() -> None
 
 
 @pytest.mark.parametrize("package", ["meshplan", "meshplan.pure", "meshplan.pure.mesh", "meshplan.pure.specs",
-                                     "meshplan.pure.rules", "meshplan.pure.search", "meshplan.facade"])
+                                     "meshplan.pure.rules", "meshplan.pure.presets", "meshplan.pure.cluster",
+                                     "meshplan.pure.xla", "meshplan.pure.cost", "meshplan.pure.search",
+                                     "meshplan.facade"])
 def test_init_modules_only_re_export(package: str) -> None:
     # An __init__ holds imports, __all__ and (top level only) the lazy loader: no logic of its own.
     path = ROOT.parent / package.replace(".", "/") / "__init__.py"

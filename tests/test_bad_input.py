@@ -402,7 +402,7 @@ def test_an_absurd_cluster_is_answered_within_a_second(cluster: str) -> None:
 
 
 def test_the_largest_cluster_still_plans_and_one_more_device_is_refused() -> None:
-    from meshplan.pure.search._cluster import MAX_DEVICES
+    from meshplan.pure.cluster._cluster import MAX_DEVICES
 
     assert pure.Cluster(search.DEVICE_SPECS["H100"], MAX_DEVICES // 8, 8).num_devices == MAX_DEVICES
     with pytest.raises(E.ClusterError, match=str(MAX_DEVICES + 1)):

@@ -1,6 +1,6 @@
 """``benchmarks/bench_peak_listing.py --show``: the groups it prints are the fullest step's buffers, biggest first.
 
-Read on the real XLA:CPU and XLA:TPU dumps of ``tests/pure/search/data/buffer_report`` (no compiling).
+Read on the real XLA:CPU and XLA:TPU dumps of ``tests/pure/xla/data/buffer_report`` (no compiling).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import bench_peak_listing as bench
 
 from meshplan.pure.search import parse_buffer_report
 
-DATA = ROOT / "tests" / "pure" / "search" / "data" / "buffer_report"
+DATA = ROOT / "tests" / "pure" / "xla" / "data" / "buffer_report"
 FILES = ("live-range.txt", "buffer-assignment.txt", "buffer-assignment-values.txt", "memory-usage-report.txt")
 LINE = re.compile(r" {4} *([0-9.]+) MiB +(\d+) x (\S+) +(\w+)")
 

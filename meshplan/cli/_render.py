@@ -29,7 +29,7 @@ from meshplan.pure.search import (
     describe_spread,
     peak_bounds,
 )
-from meshplan.pure.search._step_memory import CALIBRATIONS, calibration_key
+from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
 
 __all__ = ["device_grid", "render_mesh", "render_plan", "write_png"]
 

@@ -36,9 +36,9 @@ from meshplan.pure.errors import (
     MeshplanTypeError,
     PlanError,
 )
-from meshplan.pure.search._buffer_report import LiveBuffer, parse_buffer_report
-from meshplan.pure.search._cluster import Cluster, parse_cluster
-from meshplan.pure.search._topology import TpuTopology, tpu_topology
+from meshplan.pure.xla._buffer_report import LiveBuffer, parse_buffer_report
+from meshplan.pure.cluster._cluster import Cluster, parse_cluster
+from meshplan.pure.cluster._topology import TpuTopology, tpu_topology
 from meshplan.pure.specs._tree import flatten_with_path, path_str
 
 __all__ = ["CompiledMemory", "compiled_memory", "gpu_topology_mesh", "libtpu_available", "local_gpus",

@@ -14,7 +14,7 @@ from typing import Any
 
 from meshplan.facade._compiled import jitted_step, lower_step
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.search._hlo_collectives import HloCollective, parse_hlo_collectives
+from meshplan.pure.xla._hlo_collectives import HloCollective, parse_hlo_collectives
 
 __all__ = ["compiled_collectives"]
 

@@ -4,13 +4,16 @@ Nothing here touches devices, backends, global state or I/O: inputs are
 tuples, ordered dicts of axis sizes, dtypes and PartitionSpecs; outputs are
 the same kinds of values. :mod:`meshplan.facade` binds these to live jax.
 
-Four layers, each importing only the ones below it:
+Layers, each importing only the ones below it (``tests/test_architecture.py`` holds the order):
 
 * :mod:`meshplan.pure.mesh`: mesh shapes, strings, host/ICI/DCN splits, device layout;
 * :mod:`meshplan.pure.specs`: shard geometry, leaf facts, validation, memory;
 * :mod:`meshplan.pure.rules`: the rule protocol, the plan engine, the built-in rules;
-* :mod:`meshplan.pure.search`: hardware, clusters, cost models, the mesh search
-  (over the model presets in :mod:`meshplan.pure.presets`).
+* :mod:`meshplan.pure.presets`: model shapes (:class:`ModelSpec`) and their parameter trees;
+* :mod:`meshplan.pure.cluster`: what the machine is: accelerators, links, clusters, TPU topologies;
+* :mod:`meshplan.pure.xla`: pure parsers of the compiler's text (HLO collectives, buffer reports);
+* :mod:`meshplan.pure.cost`: what a step costs: collectives, FLOPs, memory, step time;
+* :mod:`meshplan.pure.search`: how to choose a mesh: the search, its ranked result, the exports.
 
 This module re-exports the headline names of each; the rest live in the
 subpackage that owns them.

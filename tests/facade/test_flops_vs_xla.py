@@ -24,7 +24,7 @@ import pytest
 from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF, libtpu_available
 from meshplan.facade._reference import ReferenceConfig, reference_step
 from meshplan.pure.presets import MODEL_SPECS, MLADims
-from meshplan.pure.search._flops import step_flops
+from meshplan.pure.cost._flops import step_flops
 
 _SMALL = dict(num_layers=1, hidden_size=512, num_heads=4, head_dim=128, intermediate_size=1536, vocab_size=1024,
               num_params=None)
@@ -91,7 +91,7 @@ import dataclasses, json, sys
 import meshplan
 from meshplan.facade._reference import ReferenceConfig, reference_step
 from meshplan.pure.presets import MODEL_SPECS
-from meshplan.pure.search._flops import step_flops
+from meshplan.pure.cost._flops import step_flops
 spec = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-small", num_layers=1, hidden_size=512, num_heads=4,
                            num_kv_heads=2, head_dim=128, intermediate_size=1536, vocab_size=1024, num_params=None)
 mesh = meshplan.tpu_topology_mesh("v5e-8", ("fsdp", "tp"), (2, 4))

@@ -1,110 +1,86 @@
-"""The mesh search: the hardware catalogue, clusters, the collective cost and step models, the search
-space, and the ranked result. Builds on :mod:`meshplan.pure.rules` and the presets.
+"""How to choose a mesh: the search space of axis sizes over a cluster, parameter groups and their specs, the
+search itself (:func:`search_meshes`), its JSON-ready result (:class:`SearchResult`, :class:`MeshCandidate`)
+and the exports to flax logical rules and MaxText settings. It prices meshes with :mod:`meshplan.pure.cost` on
+the machines of :mod:`meshplan.pure.cluster`.
+
+The names of :mod:`meshplan.pure.cluster`, :mod:`meshplan.pure.cost` and :mod:`meshplan.pure.xla` that this
+package held before they had rooms of their own are re-exported here, so code written against
+``meshplan.pure.search`` keeps working; new code imports them from their own package.
 """
 
-from meshplan.pure.search._buffer_report import BUFFER_KINDS, BufferReport, LiveBuffer, parse_buffer_report
-from meshplan.pure.search._calibration_spread import (
-    attention_class,
-    calibration_spread,
-    describe_spread,
-    outside_recorded,
-    peak_bounds,
-    Spread,
-    SPREADS,
+from meshplan.pure.cluster import (
+    DEVICE_SPECS,
+    Cluster,
+    DeviceSpec,
+    Link,
+    TpuTopology,
+    parse_cluster,
+    select_link,
+    tpu_topology,
 )
-from meshplan.pure.search._candidate import CommTerm, MemoryBreakdown, MeshCandidate, ParamGroup
-from meshplan.pure.search._cluster import Cluster, parse_cluster
-from meshplan.pure.search._cost import (
+from meshplan.pure.cost import (
+    ATTENTION_KINDS,
+    COLLECTIVE_KINDS,
+    OPTIMIZER_COPIES,
+    REMAT_POLICIES,
+    SPREADS,
+    CollectiveKind,
+    CommTerm,
+    MemoryBreakdown,
+    Spread,
+    StepMemory,
+    TrainingRecipe,
     all_gather_time,
     all_reduce_time,
     all_to_all_time,
-    COLLECTIVE_KINDS,
+    attention_class,
+    axis_domain_counts,
+    calibration_spread,
     collective_time,
-    CollectiveKind,
-    Link,
+    describe_spread,
+    layer_dims,
+    outside_recorded,
+    peak_bounds,
     reduce_scatter_time,
-    select_link,
+    step_memory,
+    xla_collectives,
 )
+from meshplan.pure.search._candidate import MeshCandidate, ParamGroup
 from meshplan.pure.search._export import (
     EXPORT_FORMATS,
-    export_plan,
-    logical_export,
-    LogicalExport,
     MAXTEXT_AXIS_MAP,
     MAXTEXT_MESH_AXES,
+    LogicalExport,
+    export_plan,
+    logical_export,
     maxtext_settings,
 )
-from meshplan.pure.search._hardware import DEVICE_SPECS, DeviceSpec
-from meshplan.pure.search._recipe import ATTENTION_KINDS, OPTIMIZER_COPIES, REMAT_POLICIES, TrainingRecipe
-from meshplan.pure.search._step_memory import StepMemory, layer_dims, step_memory
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
-from meshplan.pure.search._step_cost import axis_domain_counts, xla_collectives
-from meshplan.pure.search._hlo_collectives import (
+from meshplan.pure.xla import (
+    BUFFER_KINDS,
+    HLO_COLLECTIVE_KINDS,
+    BufferReport,
+    HloCollective,
+    LiveBuffer,
     collective_shares,
     collective_totals,
-    HLO_COLLECTIVE_KINDS,
-    HloCollective,
+    parse_buffer_report,
     parse_hlo_collectives,
     ratio_table,
 )
-from meshplan.pure.search._topology import TpuTopology, tpu_topology
 
-__all__ = [
-    "ATTENTION_KINDS",
-    "attention_class",
-    "calibration_spread",
-    "describe_spread",
-    "outside_recorded",
-    "peak_bounds",
-    "Spread",
-    "SPREADS",
-    "OPTIMIZER_COPIES",
-    "REMAT_POLICIES",
-    "StepMemory",
-    "TrainingRecipe",
-    "layer_dims",
-    "step_memory",
-    "all_gather_time",
-    "all_reduce_time",
-    "all_to_all_time",
-    "axis_domain_counts",
-    "Cluster",
-    "COLLECTIVE_KINDS",
-    "collective_time",
-    "CollectiveKind",
-    "CommTerm",
-    "DEVICE_SPECS",
-    "DeviceSpec",
-    "EXPORT_FORMATS",
-    "export_plan",
-    "Link",
-    "logical_export",
-    "LogicalExport",
-    "MAXTEXT_AXIS_MAP",
-    "MAXTEXT_MESH_AXES",
-    "maxtext_settings",
-    "MemoryBreakdown",
-    "MeshCandidate",
-    "ParamGroup",
-    "parse_cluster",
-    "reduce_scatter_time",
-    "Rejection",
-    "search_meshes",
-    "SearchRequest",
-    "SearchResult",
-    "select_link",
-    "TpuTopology",
-    "tpu_topology",
-    "collective_shares",
-    "collective_totals",
-    "HLO_COLLECTIVE_KINDS",
-    "HloCollective",
-    "parse_hlo_collectives",
-    "ratio_table",
-    "xla_collectives",
-    "BUFFER_KINDS",
-    "BufferReport",
-    "LiveBuffer",
-    "parse_buffer_report",
-]
+# The search's own names.
+__all__ = ["EXPORT_FORMATS", "LogicalExport", "MAXTEXT_AXIS_MAP", "MAXTEXT_MESH_AXES", "MeshCandidate",
+           "ParamGroup", "Rejection", "SearchRequest", "SearchResult", "export_plan", "logical_export",
+           "maxtext_settings", "search_meshes"]
+# Re-exported from the rooms they moved to (see the module docstring).
+__all__ += ["Cluster", "DEVICE_SPECS", "DeviceSpec", "Link", "TpuTopology", "parse_cluster", "select_link",
+            "tpu_topology"]
+__all__ += ["ATTENTION_KINDS", "COLLECTIVE_KINDS", "CollectiveKind", "CommTerm", "MemoryBreakdown",
+            "OPTIMIZER_COPIES", "REMAT_POLICIES", "SPREADS", "Spread", "StepMemory", "TrainingRecipe",
+            "all_gather_time", "all_reduce_time", "all_to_all_time", "attention_class", "axis_domain_counts",
+            "calibration_spread", "collective_time", "describe_spread", "layer_dims", "outside_recorded",
+            "peak_bounds", "reduce_scatter_time", "step_memory", "xla_collectives"]
+__all__ += ["BUFFER_KINDS", "BufferReport", "HLO_COLLECTIVE_KINDS", "HloCollective", "LiveBuffer",
+            "collective_shares", "collective_totals", "parse_buffer_report", "parse_hlo_collectives", "ratio_table"]

@@ -14,10 +14,11 @@ import numpy as np
 
 from meshplan.pure._check import as_count, as_real, as_sequence
 from meshplan.pure.errors import PlanError
-from meshplan.pure.search._candidate import MeshCandidate, _fields, _records
-from meshplan.pure.search._cluster import Cluster
-from meshplan.pure.search._recipe import TrainingRecipe
-from meshplan.pure.search._fields import (
+from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure._fields import fields_of as _fields, records as _records
+from meshplan.pure.cluster._cluster import Cluster
+from meshplan.pure.cost._recipe import TrainingRecipe
+from meshplan.pure._fields import (
     as_bool,
     as_nonneg,
     as_text,

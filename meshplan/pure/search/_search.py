@@ -23,15 +23,15 @@ parallelism is not modelled), prices each mesh and ranks those that fit.
    :class:`~meshplan.pure.AxisKindRule`), once per distinct sizes
    of the axes the rule reads (see :mod:`meshplan.pure.search._groups`), and
    count params, grads and optimizer copies per device exactly; price the
-   step's peak (:mod:`meshplan.pure.search._step_memory`: phases priced for the
+   step's peak (:mod:`meshplan.pure.cost._step_memory`: phases priced for the
    ``recipe``, activations calibrated); reject meshes above the budget
    (``hbm * (1 - headroom)``). A mesh with a weight axis (fsdp, ep, tp) of
    size > 1 that splits no parameter is rejected with the rule's reason for
    the largest such leaf: it would only replicate while paying the axis's
    collectives, and must never be ranked silently.
-5. **Price** a training step's collectives (:mod:`meshplan.pure.search._step_cost`)
-   and its compute (:mod:`meshplan.pure.search._flops`), overlap them
-   (:mod:`meshplan.pure.search._step_time`) and rank by predicted step time
+5. **Price** a training step's collectives (:mod:`meshplan.pure.cost._step_collectives`)
+   and its compute (:mod:`meshplan.pure.cost._flops`), overlap them
+   (:mod:`meshplan.pure.cost._step_time`) and rank by predicted step time
    (``rank="comm"``: by communication seconds alone), then by memory, then by
    the axis sizes (a total, deterministic order). Only meshes that can be
    shown are priced: fitting ones in the order of their step with no
@@ -62,10 +62,11 @@ from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.rules._base import Rule, reads_axes, rule_name
 from meshplan.pure.rules._check_tree import check_rule
-from meshplan.pure.search._candidate import MemoryBreakdown, MeshCandidate, StepEstimate
-from meshplan.pure.search._cluster import Cluster, parse_cluster
-from meshplan.pure.search._hardware import DEVICE_SPECS
-from meshplan.pure.search._gathered_operand import gathers_hidden, gathers_tokens, vocab_batch_axes
+from meshplan.pure.cost._estimates import MemoryBreakdown, StepEstimate
+from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.cluster._cluster import Cluster, parse_cluster
+from meshplan.pure.cluster._devices import DEVICE_SPECS
+from meshplan.pure.cost._gathered_operand import gathers_hidden, gathers_tokens, vocab_batch_axes
 from meshplan.pure.search._groups import (
     LeafGroups,
     PlanEval,
@@ -85,8 +86,8 @@ from meshplan.pure.search._space import (
     Placer,
     unit,
 )
-from meshplan.pure.search._recipe import OPTIMIZER_COPIES, TrainingRecipe
-from meshplan.pure.search._step_cost import (
+from meshplan.pure.cost._recipe import OPTIMIZER_COPIES, TrainingRecipe
+from meshplan.pure.cost._step_collectives import (
     AXIS_ORDER,
     BATCH_AXES,
     AxisPlacement,
@@ -103,7 +104,7 @@ from meshplan.pure.search._step_cost import (
     to_terms,
     whole_slice_sums,
 )
-from meshplan.pure.search._step_memory import (
+from meshplan.pure.cost._step_memory import (
     CALIBRATIONS,
     ActivationParts,
     HeadLayout,
@@ -115,9 +116,9 @@ from meshplan.pure.search._step_memory import (
     layer_dims,
     price_state,
 )
-from meshplan.pure.search._topology import tpu_topology
-from meshplan.pure.search._flops import StepFlops, default_efficiency, fsdp_read, step_flops
-from meshplan.pure.search._step_time import StepTime, accumulate, overlap_class, step_seconds, step_time
+from meshplan.pure.cluster._topology import tpu_topology
+from meshplan.pure.cost._flops import StepFlops, default_efficiency, fsdp_read, step_flops
+from meshplan.pure.cost._step_time import StepTime, accumulate, overlap_class, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._geometry import spec_axes
 from meshplan.pure.specs._training import TrainingState
@@ -160,7 +161,7 @@ class _Scored:
 
 def _v5p_slice_chips(cluster: Cluster) -> int | None:
     """The chips of one slice of a v5p ``cluster`` whose chip grid spans all three dims (2x2x2 and up), else
-    None (see :func:`~meshplan.pure.search._step_cost.whole_slice_sums`)."""
+    None (see :func:`~meshplan.pure.cost._step_collectives.whole_slice_sums`)."""
     if cluster.device.name != "v5p":
         return None
     try:
@@ -193,7 +194,7 @@ class _Search:
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)
         # The output head's group (the embedding when tied) and the input embedding's: how a plan splits
-        # them decides what XLA gathers for the loss and the lookup (meshplan.pure.search._gathered_operand); None
+        # them decides what XLA gathers for the loss and the lookup (meshplan.pure.cost._gathered_operand); None
         # when the tree names none. The memory model reads the head's where its calibration does
         # (Calibration.loss_gather), the comm model both on XLA:TPU.
         self.head_group, self.embed_group = (next((g for g, first in enumerate(groups.first)
@@ -218,7 +219,7 @@ class _Search:
         self.bounded_at: list[float] = []
         self.placer = Placer(req.axes, req)
         # The FLOPs per device depend on the mesh through its device count, tp, dp and fsdp alone, fsdp
-        # only where it divides tp (tests/pure/search/test_search.py and test_flops.py hold step_flops to
+        # only where it divides tp (tests/pure/search/test_search.py and tests/pure/cost/test_flops.py hold step_flops to
         # that): cached by (tp, dp, fsdp_read(model, tp, fsdp)).
         self.flops: dict[tuple[int, int, int], StepFlops] = {}
         self.floors_s: dict[tuple[int, int, int], float] = {}  # the same key -> the step with no collectives
@@ -395,7 +396,7 @@ class _Search:
         Ranked by step time, no mesh's step is faster than its step with no collectives (its
         compute, :meth:`_floor`; a test holds step_time to that), nor than its *critical step*, its
         step with its critical-path collectives alone (tp / sp activation collectives, ep
-        all-to-alls: :func:`~meshplan.pure.search._step_time.overlap_class`; nothing hides those,
+        all-to-alls: :func:`~meshplan.pure.cost._step_time.overlap_class`; nothing hides those,
         and the others only add exposed seconds >= 0 to the same compute; a test holds the bound).
         The ``top_k`` least floors are priced first, for a ``top_k``-th best step to cut at; then
         each pass gives the next floors not above that step (in floor order: ``top_k``, then twice
@@ -510,7 +511,7 @@ class _Search:
         return self.state_total / split
 
     def _lower_bound(self, state: float, tp: int, sp: int, ways: int, micro_batches: int) -> float:
-        """:func:`~meshplan.pure.search._step_memory.lower_bound` of a mesh with this :meth:`_state_bound_of`, tp, sp and
+        """:func:`~meshplan.pure.cost._step_memory.lower_bound` of a mesh with this :meth:`_state_bound_of`, tp, sp and
         dp*fsdp*ep, its activation floor cached by what it reads."""
         if self.reads is None:
             return 0.0
@@ -519,7 +520,7 @@ class _Search:
         return state + self._activation_floor(tp, sp, ways, micro_batches)
 
     def _activation_floor(self, tp: int, sp: int, ways: int, micro_batches: int) -> int:
-        """:func:`~meshplan.pure.search._step_memory.activation_floor` on a mesh with this tp, sp and
+        """:func:`~meshplan.pure.cost._step_memory.activation_floor` on a mesh with this tp, sp and
         dp*fsdp*ep, cached by what it reads (the step's activations, so only when they are priced)."""
         key = (tp, sp, ways, micro_batches)
         floor = self.floors.get(key)
@@ -535,7 +536,7 @@ class _Search:
 
     def _price(self, key: tuple[int, int, int, int], params: int, grads: int, optimizer: int,
                gathered: int, head: HeadLayout | None = None) -> StepMemory:
-        """:func:`~meshplan.pure.search._step_memory.step_memory` without re-checking what the search built."""
+        """:func:`~meshplan.pure.cost._step_memory.step_memory` without re-checking what the search built."""
         recipe = self.recipe(key[3])
         parts = self.parts.get((*key, head))
         if parts is None:  # what the peak reads of the mesh: ~1000 peaks of a search have ~100 distinct ones
@@ -594,7 +595,7 @@ class _Search:
             lambda: f"{mesh_text(mesh)}: {fmt_bytes(memory.total)}/device > {fmt_bytes(req.budget)} budget")
 
     def _head(self, key: tuple[Any, ...], plan: PlanEval, mesh: dict[str, int]) -> HeadLayout:
-        """:func:`~meshplan.pure.search._step_memory.head_layout` of the plan's head group on this mesh, which
+        """:func:`~meshplan.pure.cost._step_memory.head_layout` of the plan's head group on this mesh, which
         reads the mesh only through the sizes of the axes the head's spec uses: memoized by the plan (``key``)
         and those sizes (a 4096-device search asks ~600 meshes of ~200 plans)."""
         g = self.head_group
@@ -639,7 +640,7 @@ class _Search:
                        ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         """The batch axes over which XLA:TPU gathers, on ``s``'s mesh, the hidden states for the output head
         and for the input embedding instead of their tables, and the dispatched tokens instead of the routed
-        experts' weights (``()``: it gathers the weights; see :mod:`meshplan.pure.search._gathered_operand`).
+        experts' weights (``()``: it gathers the weights; see :mod:`meshplan.pure.cost._gathered_operand`).
         Other compilers were not read; nor tied tables, nor experts beside ep or tp or under remat dots."""
         if self.req.recipe.compiler != "tpu":
             return (), (), ()
@@ -747,7 +748,7 @@ class _Search:
 
     def _memory(self, plan: PlanEval, gathered: int, tp: int, sp: int, ways: int,
                 micro_batches: int, head: HeadLayout | None = None) -> MemoryBreakdown:
-        """The step's peak (see :mod:`meshplan.pure.search._step_memory`) on a mesh with this tp, sp and
+        """The step's peak (see :mod:`meshplan.pure.cost._step_memory`) on a mesh with this tp, sp and
         dp*fsdp*ep, whose plan's ``gathered`` bytes are split over axes of size > 1 and whose output head
         is laid out as ``head``; the state alone without activations."""
         if not self.req.activations:
@@ -933,7 +934,7 @@ def search_meshes(
       grad_dtype: gradient dtype (default: the parameter's).
       optimizer_dtype: dtype of the optimizer copies.
       activations: price the step's peak (activations by phase, see
-        :mod:`meshplan.pure.search._step_memory`) in the fit; ``False`` counts the state only.
+        :mod:`meshplan.pure.cost._step_memory`) in the fit; ``False`` counts the state only.
       tp_within_domain, ep_within_domain: keep tp / ep inside one ICI domain.
       top_k: how many fitting (and how many over-budget) meshes to return.
       recipe: the training step priced (:class:`~meshplan.pure.search.TrainingRecipe`: remat,
@@ -941,12 +942,12 @@ def search_meshes(
         copies, master weights and gradient/optimizer dtypes replace ``dtype``,
         ``optimizer_copies``, ``master_weights``, ``grad_dtype`` and ``optimizer_dtype``.
       efficiency: fraction of the device's peak bf16 FLOP/s the step's matmuls sustain (default
-        per device kind, :data:`~meshplan.pure.search._flops.DEFAULT_EFFICIENCY`).
+        per device kind, :data:`~meshplan.pure.cost._flops.DEFAULT_EFFICIENCY`).
       rank: ``"time"`` ranks by predicted step time (compute + exposed communication, see
-        :mod:`meshplan.pure.search._step_time`); ``"comm"`` by communication seconds alone.
+        :mod:`meshplan.pure.cost._step_time`); ``"comm"`` by communication seconds alone.
       micro_batches: gradient-accumulation steps. ``None`` (default) chooses per mesh the fewest
         (the largest micro-batch) whose step peak fits, among the divisors of the mesh's per-replica
-        batch (``batch / (dp*fsdp*ep)``), priced with :func:`~meshplan.pure.search._step_time.accumulate`;
+        batch (``batch / (dp*fsdp*ep)``), priced with :func:`~meshplan.pure.cost._step_time.accumulate`;
         a count fixes it (meshes whose per-replica batch it does not divide are rejected). A ``recipe``
         with ``micro_batches > 1`` fixes it too.
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from meshplan.pure import get_preset, search_meshes
 from meshplan.pure.search import SearchRequest, TrainingRecipe
 from meshplan.pure.search._space import Placer
-from meshplan.pure.search._step_time import overlap_class, step_seconds, step_time
+from meshplan.pure.cost._step_time import overlap_class, step_seconds, step_time
 from meshplan.pure.specs._tree import _plain_paths, path_str, path_strs, tree_facts
-from tests.pure.search.test_step_time import inputs
+from tests.pure.cost.test_step_time import inputs
 
 
 @given(inputs(), st.floats(0.05, 1.0), st.sampled_from((None, 1e15)))

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from meshplan.pure import PlanError, search_meshes
 from meshplan.pure.search import SearchResult, TrainingRecipe
 from meshplan.pure.search._space import divisors
-from meshplan.pure.search._step_cost import price
-from meshplan.pure.search._step_time import accumulate, overlap_class
-from meshplan.pure.search._cluster import parse_cluster
+from meshplan.pure.cost._step_collectives import price
+from meshplan.pure.cost._step_time import accumulate, overlap_class
+from meshplan.pure.cluster._cluster import parse_cluster
 from tests.profiles import examples
 
 BATCH_AXES = ("dp", "fsdp", "ep")

@@ -28,8 +28,8 @@ from meshplan.pure import (
 )
 from meshplan.pure.presets import build_params, preset_names
 from meshplan.pure.search import TrainingRecipe
-from meshplan.pure.search._step_cost import BATCH_AXES, STORAGE_AXES
-from meshplan.pure.search._step_memory import head_layout, layer_dims, step_memory
+from meshplan.pure.cost._step_collectives import BATCH_AXES, STORAGE_AXES
+from meshplan.pure.cost._step_memory import head_layout, layer_dims, step_memory
 from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
 from meshplan.testing import model_specs
 
@@ -413,8 +413,8 @@ def test_collectives_never_make_a_step_faster(per_device: float, fwd: float, bwd
                                               terms: list, peak: float | None, efficiency: float) -> None:
     # The search prices a tp class only if its step with no collectives (the floor) can rank: it
     # relies on this, exactly (not approximately), in floats.
-    from meshplan.pure.search._flops import StepFlops
-    from meshplan.pure.search._step_time import step_time
+    from meshplan.pure.cost._flops import StepFlops
+    from meshplan.pure.cost._step_time import step_time
 
     flops = StepFlops(per_device, 0.0, 0.0, per_device, fwd, bwd, 0.0)
     kw = dict(layers=layers, tokens=1 << 20, devices=8, peak_flops=peak, efficiency=efficiency)
@@ -428,7 +428,7 @@ def test_step_flops_read_only_the_device_count_tp_dp_and_fsdp(name: str, tp: int
     # The search caches step_flops by (tp, dp, fsdp) on one cluster: another split of the other axes over
     # the same devices must give the same FLOPs (a new dependency must change that cache's key).
     from meshplan.pure.presets import MODEL_SPECS
-    from meshplan.pure.search._flops import step_flops
+    from meshplan.pure.cost._flops import step_flops
 
     fsdp, ep, sp = rest[0] * rest[1], rest[2], rest[3]
     other = {"dp": dp, "fsdp": fsdp, "ep": sp, "sp": ep, "tp": tp}

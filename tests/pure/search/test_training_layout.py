@@ -27,9 +27,9 @@ from jax.sharding import PartitionSpec as P
 from meshplan.errors import PlanError
 from meshplan.pure import DeviceInfo, SearchResult, get_preset, layout_device_ids, search_meshes
 from meshplan.pure.search import MeshCandidate
-from meshplan.pure.search._recipe import TrainingRecipe
-from meshplan.pure.search._step_cost import step_activations
-from meshplan.pure.search._step_memory import CALIBRATIONS, layer_dims, step_memory
+from meshplan.pure.cost._recipe import TrainingRecipe
+from meshplan.pure.cost._step_collectives import step_activations
+from meshplan.pure.cost._step_memory import CALIBRATIONS, layer_dims, step_memory
 from meshplan.pure.specs import check_specs, host_batch_slices, optimizer_state_specs
 
 SEARCHES = [("llama3-70b", "8x8xH100", 64, 4096), ("llama3-8b", "2x8xH100", 16, 4096),

@@ -1,0 +1,44 @@
+"""What a training step costs on a mesh: the recipe priced (:class:`TrainingRecipe`), the collectives' alpha-beta
+times (:func:`collective_time`), the collectives a sharded step runs and their bytes
+(:func:`xla_collectives`), its FLOPs (:func:`step_flops`), the fullest device's bytes at the step's peak
+(:func:`step_memory`) with the spread XLA's compiles showed around it (:func:`calibration_spread`), and the step
+time with the communication left exposed (:func:`step_time`). Every figure is an estimate; the
+``meshplan.facade`` compiles the step when the exact one is wanted.
+
+Example:
+  >>> from meshplan.pure.cluster import Link
+  >>> all_reduce_time(1e9, 2, Link(bandwidth=1e9, latency=0.0))
+  1.0
+"""
+
+from meshplan.pure.cost._collective_time import (
+    COLLECTIVE_KINDS,
+    CollectiveKind,
+    all_gather_time,
+    all_reduce_time,
+    all_to_all_time,
+    collective_time,
+    reduce_scatter_time,
+)
+from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
+from meshplan.pure.cost._flops import LayerFlops, StepFlops, layer_flops, step_flops
+from meshplan.pure.cost._memory_spread import (
+    SPREADS,
+    Spread,
+    attention_class,
+    calibration_spread,
+    describe_spread,
+    outside_recorded,
+    peak_bounds,
+)
+from meshplan.pure.cost._recipe import ATTENTION_KINDS, OPTIMIZER_COPIES, REMAT_POLICIES, TrainingRecipe
+from meshplan.pure.cost._step_collectives import axis_domain_counts, xla_collectives
+from meshplan.pure.cost._step_memory import StepMemory, layer_dims, step_memory
+from meshplan.pure.cost._step_time import StepTime, step_time
+
+__all__ = ["ATTENTION_KINDS", "COLLECTIVE_KINDS", "CollectiveKind", "CommTerm", "LayerFlops", "MemoryBreakdown",
+           "OPTIMIZER_COPIES", "REMAT_POLICIES", "SPREADS", "Spread", "StepEstimate", "StepFlops", "StepMemory",
+           "StepTime", "TrainingRecipe", "all_gather_time", "all_reduce_time", "all_to_all_time", "attention_class",
+           "axis_domain_counts", "calibration_spread", "collective_time", "describe_spread", "layer_dims",
+           "layer_flops", "outside_recorded", "peak_bounds", "reduce_scatter_time", "step_flops", "step_memory",
+           "step_time", "xla_collectives"]

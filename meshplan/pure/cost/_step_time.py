@@ -1,0 +1,234 @@
+"""Step time: compute plus the communication that does not fit under it.
+
+A step runs its layers' compute (:mod:`meshplan.pure.cost._flops`, at the
+device's peak bf16 FLOP/s times an efficiency) while the collectives of
+:mod:`meshplan.pure.cost._step_collectives` run beside it where the schedule allows
+(FSDP / ZeRO-3 prefetching, XLA's async collectives and latency-hiding scheduler):
+
+- **forward window** (one per layer, the layer's forward compute): the
+  parameter all-gathers of the *next* layer (prefetch). Layer 1's gather has
+  nothing to hide under and is exposed whole;
+- **backward window** (one per layer, the layer's backward compute, recompute
+  included): the backward all-gathers of the next layer, the gradient
+  reduce-scatters and data-parallel all-reduces of the layer just finished.
+  The last layer's gradient collectives run after the compute ends: exposed;
+- **critical path**: tp and sp activation collectives and ep all-to-alls sit
+  between the matmuls that produce and consume them: exposed whole (XLA:TPU's
+  collective matmul can hide tp all-gathers; not modelled).
+
+**Gradient accumulation** (``m`` micro-batches, :func:`accumulate`): the
+FLOPs are the same; each micro-batch runs its own forward and backward, so
+the activation collectives (tp / sp / ep) are ``m`` times as many calls of
+``1 / m`` the bytes, and the parameter all-gathers and gradient syncs repeat
+``m`` times: XLA reduce-scatters / all-reduces each micro-batch's gradients
+inside the accumulation loop (the gradients carry the parameters' sharding)
+and gathers the weights again in each (XLA:TPU, fsdp=8 with 2 micro-batches:
+every gather and gradient reduce-scatter twice). XLA:GPU all-reduces the
+accumulated gradients once, after the loop (read from its HLO for 1x8xH200),
+so with ``backend="gpu"`` a gradient all-reduce keeps its one call per step
+(its reduce-scatters stay in the loop). XLA:CPU hoists the loop-invariant
+forward gathers out of the loop; that is said by
+:func:`~meshplan.pure.cost._step_collectives.xla_collectives` and not priced here
+(XLA:CPU is a check, not a target). The windows are the same layers' compute,
+summed over the micro-batches.
+
+Within a window, what exceeds the compute is exposed, shared among the
+collectives in proportion to their seconds. ``step = compute + exposed``;
+MFU = model FLOPs (no recompute, no MoE padding) / (step x devices x peak).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from meshplan.pure._check import as_choice, as_count
+from meshplan.pure.errors import PlanError
+from meshplan.pure.cost._flops import StepFlops
+
+__all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_seconds", "step_time"]
+
+
+def overlap_class(what: str, kind: str) -> str:
+    """Where a collective runs: ``"gather"`` (prefetched), ``"grads"`` (under the backward) or ``"critical"``.
+
+    Example:
+      >>> overlap_class("fsdp all-gather of params (fwd + bwd)", "all-gather")
+      'gather'
+      >>> overlap_class("tp all-reduce of activations (2 fwd + 2 bwd per layer)", "all-reduce")
+      'critical'
+    """
+    if kind == "all-gather" and "of params" in what:
+        return "gather"
+    if "of grads" in what:
+        return "grads"
+    return "critical"
+
+
+def accumulate(pending: Sequence[Any], micro_batches: int, *, backend: str = "tpu") -> list[Any]:
+    """The step's collectives with ``micro_batches`` gradient-accumulation steps (see the module docstring).
+
+    ``pending`` holds ``(what, kind, axes, bytes per call, calls, ici, dcn)`` tuples for the whole batch in
+    one pass (:func:`~meshplan.pure.cost._step_collectives.price` prices them). ``backend`` is the compiler the
+    step is priced for (``"tpu"``, ``"gpu"`` or ``"cpu"``): XLA:GPU syncs the accumulated gradients once.
+
+    Example:
+      >>> pending = [("tp all-reduce of activations", "all-reduce", ("tp",), 800, 4, 8, 1),
+      ...            ("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), 100, 2, 8, 1),
+      ...            ("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)]
+      >>> accumulate(pending, 4)
+      [('tp all-reduce of activations', 'all-reduce', ('tp',), 200.0, 16, 8, 1), \
+('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 100, 8, 8, 1), \
+('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 4, 1, 2)]
+      >>> accumulate(pending, 4, backend="gpu")[2]
+      ('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 1, 1, 2)
+    """
+    m = as_count(micro_batches, "micro_batches", error=PlanError)
+    backend = as_choice(backend, "backend", ("cpu", "gpu", "tpu"), error=PlanError)
+    if m == 1:
+        return list(pending)
+    out = []
+    for what, kind, axes, nbytes, calls, ici, dcn in pending:
+        where = overlap_class(what, kind)
+        if where == "critical":
+            out.append((what, kind, axes, nbytes / m, calls * m, ici, dcn))
+        elif backend == "gpu" and kind == "all-reduce" and where == "grads":
+            # XLA:GPU all-reduces the accumulated gradients once, after the micro-batch loop (1x8xH200's HLO:
+            # llama dp=2,fsdp=4 with 2 micro-batches all-reduces 247,048 B, as with one).
+            out.append((what, kind, axes, nbytes, calls, ici, dcn))
+        else:  # parameter gathers and gradient syncs: again in every micro-batch
+            out.append((what, kind, axes, nbytes, calls * m, ici, dcn))
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommExposure:
+    """Seconds of one collective term hidden under compute and exposed on the step's critical path."""
+
+    what: str
+    hidden: float
+    exposed: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepTime:
+    """Predicted time of one training step on one mesh (see the module docstring).
+
+    Attributes:
+      compute_s: seconds of compute per device.
+      exposed_s: seconds of communication not hidden under compute.
+      step_s: ``compute_s + exposed_s``.
+      tokens_per_s: tokens per second per device.
+      mfu: model FLOPs utilisation (0 when the device's peak is unknown).
+      terms: hidden and exposed seconds per collective term, in the terms' order.
+    """
+
+    compute_s: float
+    exposed_s: float
+    step_s: float
+    tokens_per_s: float
+    mfu: float
+    terms: tuple[CommExposure, ...]
+
+    @property
+    def hidden_s(self) -> float:
+        """Seconds of communication hidden under compute."""
+        return float(sum(t.hidden for t in self.terms))
+
+
+def _share(seconds: Sequence[float], window: float) -> list[float]:
+    """Exposed part of each collective sharing a window of ``window`` seconds (proportional)."""
+    total = sum(seconds)
+    over = max(0.0, total - window)
+    return [over * s / total if total > 0 else 0.0 for s in seconds]
+
+
+def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, layers: int, tokens: int,
+              devices: int, peak_flops: float | None, efficiency: float) -> StepTime:
+    """Step time of one mesh from its FLOPs and its priced collectives.
+
+    Args:
+      flops: the step's FLOPs (:func:`~meshplan.pure.cost._flops.step_flops`).
+      terms: ``(what, kind, seconds)`` per collective term (as :class:`~meshplan.pure.search.CommTerm`).
+      layers: layers per step (the collectives are fused per layer).
+      tokens: global tokens per step; devices: devices in the mesh.
+      peak_flops: the device's dense bf16 FLOP/s (``None``: unknown, compute counts 0 s).
+      efficiency: fraction of the peak the matmuls sustain.
+
+    Returns:
+      A :class:`StepTime`.
+
+    Example:
+      >>> f = StepFlops(6e15, 0.0, 0.0, 1e15, 4e12, 8e12, 4e13)
+      >>> t = step_time(f, [("fsdp all-gather of params (fwd + bwd)", "all-gather", 0.2),
+      ...                   ("tp all-reduce of activations", "all-reduce", 0.1)],
+      ...               layers=80, tokens=2**20, devices=8, peak_flops=1e15, efficiency=0.5)
+      >>> round(t.compute_s, 3), round(t.exposed_s, 4), [round(x.exposed, 4) for x in t.terms]
+      (2.0, 0.1025, [0.0025, 0.1])
+    """
+    compute, exposed = _exposure(flops, terms, [t[2] for t in terms], layers, peak_flops, efficiency)
+    out = tuple(CommExposure(t[0], max(0.0, t[2] - e), e) for t, e in zip(terms, exposed, strict=True))
+    exp = float(sum(exposed))
+    step = compute + exp
+    mfu = flops.model / devices / (step * peak_flops) if peak_flops and step > 0 else 0.0
+    return StepTime(compute, exp, step, tokens / devices / step if step > 0 else 0.0, mfu, out)
+
+
+def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], *, layers: int,
+                 peak_flops: float | None, efficiency: float) -> float:
+    """``step_time(...).step_s`` (the same float) without the per-term records.
+
+    The search ranks a few hundred meshes by their step and shows a few: the records of the
+    others (a :class:`CommExposure` per collective term) were a tenth of its objects.
+
+    Args:
+      terms: per collective term, a tuple starting ``(what, kind, ...)`` (the search's unpriced
+        terms, :func:`accumulate`'s items).
+      seconds: each term's seconds (Python floats).
+      layers, peak_flops, efficiency: as for :func:`step_time`.
+
+    Example:
+      >>> f = StepFlops(6e15, 0.0, 0.0, 1e15, 4e12, 8e12, 4e13)
+      >>> terms = [("fsdp all-gather of params (fwd + bwd)", "all-gather", 0.2)]
+      >>> kw = dict(layers=80, peak_flops=1e15, efficiency=0.5)
+      >>> step_seconds(f, terms, [0.2], **kw) == step_time(f, terms, tokens=2**20, devices=8, **kw).step_s
+      True
+    """
+    compute, exposed = _exposure(flops, terms, seconds, layers, peak_flops, efficiency)
+    return compute + float(sum(exposed))
+
+
+def _exposure(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], layers: int,
+              peak_flops: float | None, efficiency: float) -> tuple[float, list[float]]:
+    """(compute seconds, exposed seconds of each term): the overlap of the module docstring; ``terms[k]``
+    starts ``(what, kind)`` and takes ``seconds[k]``."""
+    rate = 0.0 if not peak_flops else peak_flops * efficiency
+    compute = flops.per_device / rate if rate else 0.0
+    fwd = flops.layer_forward / rate if rate else 0.0
+    bwd = flops.layer_backward / rate if rate else 0.0
+    n = max(layers, 1)
+    exposed = [0.0] * len(terms)
+    gathers: list[int] = []
+    grads: list[int] = []
+    for k, t in enumerate(terms):
+        where = overlap_class(t[0], t[1])
+        if where == "gather":
+            gathers.append(k)
+        elif where == "grads":
+            grads.append(k)
+        else:
+            exposed[k] = seconds[k]
+    # Per layer: half of each gather's calls run in the forward, half in the backward.
+    g_layer = [seconds[k] / 2 / n for k in gathers]
+    r_layer = [seconds[k] / n for k in grads]
+    fwd_over = _share(g_layer, fwd)
+    bwd_over = _share(g_layer + r_layer, bwd)
+    for j, k in enumerate(gathers):
+        # The first layer's gather (forward and backward) has no earlier compute to hide under.
+        first = 2 * g_layer[j]
+        exposed[k] = min(seconds[k], first + (n - 1) * (fwd_over[j] + bwd_over[j]))
+    for j, k in enumerate(grads):
+        last = r_layer[j]  # the last layer's gradients sync after the compute ends
+        exposed[k] = min(seconds[k], last + (n - 1) * bwd_over[len(gathers) + j])
+    return compute, exposed

@@ -1,0 +1,26 @@
+"""How to read the compiler's own output: pure parsers of the text XLA writes. The collectives of an optimized
+HLO module with their bytes (:func:`parse_hlo_collectives`, :func:`collective_totals`) and the buffer
+assignment's live buffers at the peak (:func:`parse_buffer_report`). Text in, plain records out; the facade
+asks the compiler for the text.
+
+Example:
+  >>> hlo = '''ENTRY %main (p: bf16[4,8]) -> bf16[32,8] {
+  ...   %p = bf16[4,8]{1,0} parameter(0)
+  ...   ROOT %ag = bf16[32,8]{1,0} all-gather(%p), replica_groups=[1,8]<=[8], dimensions={0}
+  ... }'''
+  >>> [(c.kind, c.nbytes, c.group_size) for c in parse_hlo_collectives(hlo)]
+  [('all-gather', 512, 8)]
+"""
+
+from meshplan.pure.xla._buffer_report import BUFFER_KINDS, BufferReport, LiveBuffer, parse_buffer_report
+from meshplan.pure.xla._hlo_collectives import (
+    HLO_COLLECTIVE_KINDS,
+    HloCollective,
+    collective_shares,
+    collective_totals,
+    parse_hlo_collectives,
+    ratio_table,
+)
+
+__all__ = ["BUFFER_KINDS", "BufferReport", "HLO_COLLECTIVE_KINDS", "HloCollective", "LiveBuffer",
+           "collective_shares", "collective_totals", "parse_buffer_report", "parse_hlo_collectives", "ratio_table"]
