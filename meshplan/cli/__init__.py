@@ -1,27 +1,31 @@
-"""The ``meshplan`` command line: ``plan``, ``show-mesh`` and ``demo``.
+"""The meshplan command line: plan, check, show-mesh and demo.
 
-``meshplan plan --model llama3-70b --cluster 8x8xH100`` ranks the meshes of a
-cluster for training a model preset (see :func:`meshplan.pure.search_meshes`);
-``--json`` prints the :class:`~meshplan.pure.SearchResult` as JSON only, which
-``show-mesh --plan FILE`` and ``SearchResult.from_json`` read back.
-``--params my_pkg.model:make_model`` (or ``path/to/model.py:make_model``) plans
-your own tree instead of the preset's: an nnx Module, linen variables, an
-equinox module or a pytree of arrays, built under ``jax.eval_shape``; the
-``--model`` preset still gives the dims (activations, FLOPs).
+This docstring is also what "meshplan plan --help" prints, so it is plain text.
 
-``--rules FILE`` is JSON: a list of ``[regex, spec]`` pairs (or ``{"rules":
-[...]}``). Each regex is searched in the leaf path (``model/layers/0/mlp/
-down_proj/weight``), the first match wins, and ``spec`` has one entry per dim:
-``null``, an axis name, or a list of axis names (``[]`` replicates). Leaves no
-pattern matches keep the default per-axis-kind rule. Example::
+meshplan plan --model llama3-70b --cluster 8x8xH100 ranks the meshes of a
+cluster for training a model preset and prints a summary: the facts priced, the
+ranked meshes, and the chosen mesh with the lines to type. --detail adds the
+workings (assumptions in full, the collective table, parameter groups, meshes
+left out); --format markdown prints the summary as markdown for a pull request;
+--html FILE writes a self-contained report (memory and step-time bars, the device
+grid). --json prints the whole result as JSON, which "show-mesh --plan FILE" and
+SearchResult.from_json read back. --params my_pkg.model:make_model (or
+path/to/model.py:make_model) plans your own tree instead of the preset's: an nnx
+Module, linen variables, an equinox module or a pytree of arrays, built under
+jax.eval_shape; the --model preset still gives the dims (activations, FLOPs).
+
+--rules FILE is JSON: a list of [regex, spec] pairs (or {"rules": [...]}). Each
+regex is searched in the leaf path (model/layers/0/mlp/down_proj/weight), the
+first match wins, and spec has one entry per dim: null, an axis name, or a list
+of axis names ([] replicates). Leaves no pattern matches keep the default
+per-axis-kind rule. Example:
 
     [["embed_tokens", ["tp", "fsdp"]], ["norm", []]]
 
-A logical table (flax / MaxText ``logical_axis_rules``) is the other form:
-``{"logical_axis_rules": [["embed", "fsdp"], ["mlp", "tp"]], "logical_names":
-[["down_proj", ["embed", "mlp"]], ...]}``. ``--format flax|maxtext`` prints the
-best mesh as a flax logical table or as MaxText settings (``--json`` is
-``--format json``).
+A logical table (flax / MaxText logical_axis_rules) is the other form:
+{"logical_axis_rules": [["embed", "fsdp"], ["mlp", "tp"]], "logical_names":
+[["down_proj", ["embed", "mlp"]], ...]}. --format flax|maxtext prints the best
+mesh as a flax logical table or as MaxText settings (--json is --format json).
 
 Exit codes: 0 success, 1 a request meshplan cannot answer (unknown model or
 cluster, nothing fits, a bad rules file), 2 bad command-line usage.
@@ -148,7 +152,7 @@ def _plan(args: argparse.Namespace) -> int:
         return 0
     from meshplan.cli import _render
 
-    _render.render_plan(result, _console())
+    _render.render_plan(result, _console(), detail=args.detail)
     if args.verify:
         from meshplan.cli import _verify
 
@@ -305,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--format", default="table", choices=("table", "json", "flax", "maxtext"),
                       help="table (default), json (the whole result), flax (logical rule table and names "
                            "of the best mesh) or maxtext (ici_/dcn_*_parallelism and logical_axis_rules)")
+    plan.add_argument("--detail", action="store_true",
+                      help="also print the assumptions in full, every verdict, the meshes over the budget and "
+                           "left out, the collective table and the parameter groups")
     plan.add_argument("--json", dest="format", action="store_const", const="json",
                       help="print the result as JSON only (same as --format json)")
     plan.add_argument("--verify", type=_positive, metavar="K",
