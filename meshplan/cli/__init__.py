@@ -144,8 +144,20 @@ def _plan(args: argparse.Namespace) -> int:
         ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
         efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
     )
+    if args.html is not None:
+        from meshplan.cli import _html
+
+        try:
+            _html.write_plan_html(args.html, result)
+        except _html.HtmlWriteError as err:
+            raise _UserError(str(err)) from None
     if args.format == "json":
         sys.stdout.write(result.to_json() + "\n")
+        return 0
+    if args.format == "markdown":
+        from meshplan.pure.search import plan_markdown
+
+        sys.stdout.write(plan_markdown(result))
         return 0
     if args.format != "table":
         sys.stdout.write(_export.render_export(result, args.format, params, rule))
@@ -229,6 +241,13 @@ def _show_mesh(args: argparse.Namespace) -> int:
             # The split create_mesh makes by default for this global shape.
             hybrid = split_mesh_shape(sizes, cluster.num_ici_domains, num_devices=cluster.num_devices)
     ids = _render.render_mesh(cluster, names, hybrid, _console())
+    if args.html is not None:
+        from meshplan.cli import _html
+
+        try:
+            _html.write_mesh_html(args.html, cluster, names, hybrid)
+        except _html.HtmlWriteError as err:
+            raise _UserError(str(err)) from None
     if args.png is not None:
         try:
             _render.write_png(args.png, cluster, names, ids)
@@ -306,9 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--allow-tp-dcn", action="store_true", help="let tp span hosts/slices")
     plan.add_argument("--ep-within-domain", action="store_true", help="keep ep inside one host/slice")
     plan.add_argument("--unstack-experts", action="store_true", help="one leaf per expert (MoE presets)")
-    plan.add_argument("--format", default="table", choices=("table", "json", "flax", "maxtext"),
-                      help="table (default), json (the whole result), flax (logical rule table and names "
-                           "of the best mesh) or maxtext (ici_/dcn_*_parallelism and logical_axis_rules)")
+    plan.add_argument("--format", default="table", choices=("table", "markdown", "json", "flax", "maxtext"),
+                      help="table (default), markdown (the summary, for a pull request), json (the whole "
+                           "result), flax (logical rule table and names of the best mesh) or maxtext "
+                           "(ici_/dcn_*_parallelism and logical_axis_rules)")
+    plan.add_argument("--html", metavar="FILE",
+                      help="also write a self-contained HTML report: ranked table, memory and step-time bars, "
+                           "the chosen mesh's device grid, the lines to type")
     plan.add_argument("--detail", action="store_true",
                       help="also print the assumptions in full, every verdict, the meshes over the budget and "
                            "left out, the collective table and the parameter groups")
@@ -333,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="DCN part of axes (default: create_mesh's split)")
     show.add_argument("--plan", metavar="FILE", help="a 'meshplan plan --json' result to draw instead")
     show.add_argument("--rank", type=_positive, default=1, help="which ranked mesh of --plan (default 1)")
+    show.add_argument("--html", metavar="FILE", help="also write the device grid as a self-contained HTML page")
     show.add_argument("--png", metavar="FILE", help="also write a picture (needs matplotlib: meshplan[png])")
     show.set_defaults(func=_show_mesh)
 

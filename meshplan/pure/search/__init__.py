@@ -55,6 +55,8 @@ from meshplan.pure.search._export import (
     logical_export,
     maxtext_settings,
 )
+from meshplan.pure.search._html import mesh_html, plan_html
+from meshplan.pure.search._markdown import plan_markdown
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
 from meshplan.pure.xla import (
@@ -73,7 +75,7 @@ from meshplan.pure.xla import (
 # The search's own names.
 __all__ = ["EXPORT_FORMATS", "LogicalExport", "MAXTEXT_AXIS_MAP", "MAXTEXT_MESH_AXES", "MeshCandidate",
            "ParamGroup", "Rejection", "SearchRequest", "SearchResult", "export_plan", "logical_export",
-           "maxtext_settings", "search_meshes"]
+           "maxtext_settings", "mesh_html", "plan_html", "plan_markdown", "search_meshes"]
 # Re-exported from the rooms they moved to (see the module docstring).
 __all__ += ["Cluster", "DEVICE_SPECS", "DeviceSpec", "Link", "TpuTopology", "parse_cluster", "select_link",
             "tpu_topology"]
