@@ -137,13 +137,17 @@ def _plan(args: argparse.Namespace) -> int:
         fixed.update(group)
     if args.verify and args.format != "table":
         raise _UserError("--verify prints a table next to the ranking; use it without --format/--json.")
-    result = search_meshes(
-        preset.spec, args.cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
-        batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
-        activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
-        ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
-        efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
-    )
+    from meshplan.cli._progress import progress
+
+    # A spinner on stderr (only on a terminal, never with --json): large clusters take seconds to search.
+    with progress(f"searching meshes of {args.cluster} for {args.model}", quiet=args.format == "json"):
+        result = search_meshes(
+            preset.spec, args.cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
+            batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
+            activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
+            ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
+            efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
+        )
     if args.html is not None:
         from meshplan.cli import _html
 
