@@ -127,7 +127,8 @@ def header_facts(result: SearchResult) -> tuple[tuple[str, str], ...]:
     """The summary's header, one fact per ``(label, text)``: model, cluster, budget, step, memory, time."""
     req = _check(result).request
     c, recipe = req.cluster, req.recipe
-    hosts = f"{c.num_nodes} hosts x {c.devices_per_node}" + (f", {c.num_slices} slices" if c.num_slices > 1 else "")
+    hosts = f"{c.num_nodes} host{'s' if c.num_nodes != 1 else ''} x {c.devices_per_node}"
+    hosts += f", {c.num_slices} slices" if c.num_slices > 1 else ""
     optimizer = recipe.optimizer + (f" ({req.optimizer_copies} x {req.optimizer_dtype})"
                                     if req.optimizer_copies else "")
     step = [f"batch {req.batch} x {req.seq} tokens", optimizer, f"remat {recipe.remat}",
@@ -139,12 +140,11 @@ def header_facts(result: SearchResult) -> tuple[tuple[str, str], ...]:
     found = calibration_spread(recipe)
     source = CALIBRATIONS[calibration_key(recipe)].source.split(" (")[0].split(" peak_memory")[0]
     if found is None:
-        memory = (f"params, grads, optimizer exact; activations estimated (fitted to {source}; no recorded "
-                  "compile gives a range for this recipe)")
+        memory = f"params/grads/optimizer exact; activations estimated (fitted to {source}; no range recorded)"
     else:
         s = found[1]
-        memory = (f"params, grads, optimizer exact; activations estimated (fitted to {source}), range "
-                  f"{s.low:.2f}-{s.high:.2f}x from {s.rows} recorded compiles")
+        memory = (f"params/grads/optimizer exact; activations estimated, {s.low:.2f}-{s.high:.2f}x on {s.rows} "
+                  f"{source} compiles")
     if c.device.peak_bf16_flops is None:
         time = f"estimated: exposed communication only (no peak FLOP/s known for {c.device.name})"
     else:
