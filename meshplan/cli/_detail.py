@@ -28,15 +28,16 @@ def render_detail(result: SearchResult, console: Any) -> None:
     opt = f"{req.optimizer_copies} {req.optimizer_dtype} optimizer copies"
     grads = req.param_dtype if req.grad_dtype == "param" else req.grad_dtype
     console.print("\n[bold]Assumptions[/bold]")
-    console.print(f"  step: batch {req.batch} x seq {req.seq}; {opt}; grads {grads}; axes {', '.join(req.axes)}; "
-                  f"rule {req.rule}")
-    console.print(f"  priced: {req.recipe.describe()}; params, grads and optimizer exact, activations calibrated "
-                  f"against {CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
-                  "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles)")
-    console.print(f"  spread: {describe_spread(req.recipe)}")
+    _facts(console, (
+        ("step", f"batch {req.batch} x seq {req.seq}; {opt}; grads {grads}; axes {', '.join(req.axes)}; "
+                 f"rule {req.rule}"),
+        ("priced", f"{req.recipe.describe()}; params, grads and optimizer exact, activations calibrated against "
+                   f"{CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
+                   "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles)"),
+        ("spread", describe_spread(req.recipe)),
+    ))
     console.print("\n[bold]Verdicts[/bold]")
-    for cand in result.candidates:
-        console.print(f"  {cand.rank}. {cand.text}: {cand.verdict}")
+    _facts(console, tuple((f"{c.rank}. {c.text}", c.verdict) for c in result.candidates))
     found = spread_of(result)
     spread = None if found is None else found[1]
     if result.rejected:
@@ -52,6 +53,18 @@ def render_detail(result: SearchResult, console: Any) -> None:
             what = "mesh" if r.count == 1 else "meshes"
             console.print(f"  - {r.example} [dim]({r.count} {what}, {r.kind})[/dim]")
     _chosen_detail(result.best, req.cluster, console, spread)
+
+
+def _facts(console: Any, rows: tuple[tuple[str, str], ...]) -> None:
+    """Label and text in two columns: a long text wraps under itself, not under the label."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for label, text in rows:
+        grid.add_row(f"  {label}", text)
+    console.print(grid)
 
 
 def _chosen_detail(best: MeshCandidate, cluster: Cluster, console: Any, spread: Spread | None) -> None:
