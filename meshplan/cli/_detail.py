@@ -29,11 +29,11 @@ def render_detail(result: SearchResult, console: Any) -> None:
     grads = req.param_dtype if req.grad_dtype == "param" else req.grad_dtype
     console.print("\n[bold]Assumptions[/bold]")
     _facts(console, (
-        ("step", f"batch {req.batch} x seq {req.seq}; {opt}; grads {grads}; axes {', '.join(req.axes)}; "
-                 f"rule {req.rule}"),
-        ("priced", f"{req.recipe.describe()}; params, grads and optimizer exact, activations calibrated against "
+        ("step", (f"batch {req.batch} x seq {req.seq}; {opt}; grads {grads}; axes {', '.join(req.axes)}; "
+                 f"rule {req.rule}")),
+        ("priced", (f"{req.recipe.describe()}; params, grads and optimizer exact, activations calibrated against "
                    f"{CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
-                   "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles)"),
+                   "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles)")),
         ("spread", describe_spread(req.recipe)),
     ))
     console.print("\n[bold]Verdicts[/bold]")

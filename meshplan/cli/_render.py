@@ -86,10 +86,11 @@ def render_plan(result: SearchResult, console: Any, *, detail: bool = False) -> 
 
         render_detail(result, console)
         return
-    over = len(result.rejected)
-    left = sum(r.count for r in result.rejections)
-    console.print(f"\n[dim]Not shown: {over} leanest meshes over the budget, {left} meshes left out with their "
-                  "reasons, the collective table, parameter groups and assumptions in full: add --detail.[/dim]")
+    over, left = len(result.rejected), sum(r.count for r in result.rejections)
+    hidden = [f"{n} {'mesh' if n == 1 else 'meshes'} {what}" for n, what in
+              ((over, "over the budget"), (left, "left out, with the reasons")) if n]
+    hidden.append("the collective table, parameter groups and assumptions in full")
+    console.print(f"\n[dim]--detail adds: {'; '.join(hidden)}.[/dim]")
 
 
 def ranked_table(result: SearchResult, width: int) -> Any:

@@ -78,7 +78,7 @@ def test_the_summary_leads_with_facts_and_ends_with_the_lines_to_type(capsys, mo
     assert "dcn_mesh_dims=(2, 4, 1, 1))" in text
     assert "MaxText: ici_fsdp_parallelism=8 dcn_data_parallelism=2 dcn_fsdp_parallelism=4" in text
     # The workings wait behind --detail.
-    assert "Parameter groups" not in text and "Step communication" not in text and "add --detail" in text
+    assert "Parameter groups" not in text and "Step communication" not in text and "--detail adds:" in text
     detail = _plan(capsys, monkeypatch, 100, "--detail")
     assert "Parameter groups" in detail and "Step communication" in detail and "Left out" in detail
 
