@@ -35,6 +35,7 @@ from meshplan.pure.search._summary import (
 )
 from meshplan.pure.search._svg import (
     MEMORY_COLORS,
+    check_grid_args,
     device_grid_svg,
     memory_bar,
     step_bar,
@@ -199,8 +200,7 @@ def mesh_html(cluster: Cluster, names: Sequence[str], hybrid: HybridMeshShape) -
       >>> page.count('class="device"')
       16
     """
-    if not isinstance(cluster, Cluster):
-        raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster, not {type(cluster).__name__}.")
+    names = check_grid_args(cluster, names, hybrid)
     sizes = ", ".join(f"{n}={i * d}" for n, i, d in zip(names, hybrid.ici_mesh_shape, hybrid.dcn_mesh_shape,
                                                           strict=True))
     title = f"{cluster.text}: mesh {sizes}"

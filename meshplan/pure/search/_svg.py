@@ -22,11 +22,11 @@ import numpy as np
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
-from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.mesh._hybrid import HybridMeshShape
 from meshplan.pure.mesh._layout import layout_device_ids
 
-__all__ = ["MEMORY_COLORS", "axis_color", "device_grid_svg", "memory_bar", "step_bar"]
+__all__ = ["MEMORY_COLORS", "axis_color", "check_grid_args", "device_grid_svg", "memory_bar", "step_bar"]
 
 MEMORY_COLORS: dict[str, str] = {"params": "#4e79a7", "grads": "#f28e2b", "optimizer": "#59a14f",
                                  "activations": "#e15759"}
@@ -140,6 +140,27 @@ def step_bar(step: StepEstimate, comm: Sequence[CommTerm], *, scale_s: float | N
     return "".join(out)
 
 
+def check_grid_args(cluster: object, names: object, hybrid: object) -> tuple[str, ...]:
+    """Refuse what is not a cluster, axis names and a hybrid shape of the same rank; return the names.
+
+    Example:
+      >>> from meshplan.pure import parse_cluster
+      >>> check_grid_args(parse_cluster("2x4xH100"), ["dp", "tp"], HybridMeshShape((1, 4), (2, 1)))
+      ('dp', 'tp')
+    """
+    if not isinstance(cluster, Cluster):
+        raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster, not {type(cluster).__name__}.")
+    if not isinstance(hybrid, HybridMeshShape):
+        raise MeshplanTypeError(f"hybrid={hybrid!r:.80} must be a HybridMeshShape (candidate.hybrid), not "
+                                f"{type(hybrid).__name__}.")
+    if isinstance(names, str) or not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
+        raise MeshplanTypeError(f"names={names!r:.80} must be a sequence of axis names (str).")
+    if len(names) != len(hybrid.ici_mesh_shape):
+        raise PlanError(f"names={list(names)} has {len(names)} axes; hybrid {hybrid.ici_mesh_shape} x "
+                        f"{hybrid.dcn_mesh_shape} has {len(hybrid.ici_mesh_shape)}: give one name per axis.")
+    return tuple(names)
+
+
 def _grid_2d(ids: np.ndarray, names: Sequence[str]) -> tuple[np.ndarray, str, str]:
     """The mesh's device ids as rows x columns, and what the rows and columns are."""
     sizes = ids.shape
@@ -167,8 +188,7 @@ def device_grid_svg(cluster: Cluster, names: Sequence[str], hybrid: HybridMeshSh
       >>> svg.count('class="device"'), svg.count('class="axis-panel"')
       (16, 2)
     """
-    if not isinstance(cluster, Cluster):
-        raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster, not {type(cluster).__name__}.")
+    names = check_grid_args(cluster, names, hybrid)
     ids = layout_device_ids(cluster.device_infos(), hybrid)
     if ids.size > _MAX_GRID:
         return (f'<p class="grid-note">The grid of {ids.size} devices is not drawn (more than {_MAX_GRID}); '
