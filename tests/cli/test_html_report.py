@@ -156,3 +156,13 @@ def test_an_unwritable_html_path_is_an_error_not_a_traceback(tmp_path, capsys) -
     target = tmp_path / "no-such-dir" / "plan.html"
     assert cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--html", str(target)]) == 1
     assert "cannot write --html" in capsys.readouterr().err
+
+
+def test_html_with_json_keeps_stdout_json_only(tmp_path, capsys) -> None:
+    import json
+
+    page = tmp_path / "plan.html"
+    assert cli.main(["plan", "--model", "gpt2", "--cluster", "2x4xH100", "--json", "--html", str(page)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["candidates"] and f"wrote {page}" in err
+    assert page.read_text().startswith("<!DOCTYPE html>")
