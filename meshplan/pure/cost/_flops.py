@@ -61,7 +61,7 @@ splits ``f`` ways when ``tp % f == 0`` (the output's replicated dim groups by ba
 shard) and repeats otherwise, except ``q_a``'s when its norm's weight is fsdp-split
 and Shardy moves its output gradient off the batch (``out_norm``). Checked on XLA:CPU
 compiles at widths 256-7168 on 8 and 16 devices and one XLA:TPU v5e-8 compile
-(benchmarks/RESULTS.md, session 5). ``T`` is the whole batch's tokens: a step run as
+(docs/design-notes.md, FLOPs). ``T`` is the whole batch's tokens: a step run as
 micro-batches has fewer per matmul, which can flip the forward's choice (not
 modelled: ``step_flops`` takes no micro-batch count).
 **Elementwise work** (:data:`ELEMENTWISE`; executed, never model FLOPs): norms, residual adds, biases,
