@@ -23,9 +23,19 @@ from meshplan.pure.presets._registry import (
     preset_names,
     resolve_preset_name,
 )
-from meshplan.pure.presets._spec import MLADims, ModelSpec, count_params
+from meshplan.pure.presets._hf_config import HF_DEFAULTS, HF_MODEL_TYPES, model_spec_from_hf_config
+from meshplan.pure.presets._maxtext_config import (
+    MAXTEXT_DECODER_BLOCKS,
+    model_spec_from_maxtext,
+    parse_maxtext_yml,
+)
+from meshplan.pure.presets._spec import FAMILIES, MLADims, ModelSpec, count_params
 
 __all__ = [
+    "FAMILIES",
+    "HF_DEFAULTS",
+    "HF_MODEL_TYPES",
+    "MAXTEXT_DECODER_BLOCKS",
     "MLADims",
     "MODEL_PRESETS",
     "MODEL_SPECS",
@@ -42,6 +52,9 @@ __all__ = [
     "llama3_8b",
     "llama_params",
     "mixtral_8x7b",
+    "model_spec_from_hf_config",
+    "model_spec_from_maxtext",
+    "parse_maxtext_yml",
     "preset_names",
     "resolve_preset_name",
 ]
