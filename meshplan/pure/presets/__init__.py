@@ -29,7 +29,7 @@ from meshplan.pure.presets._maxtext_config import (
     model_spec_from_maxtext,
     parse_maxtext_yml,
 )
-from meshplan.pure.presets._spec import FAMILIES, MLADims, ModelSpec, count_params
+from meshplan.pure.presets._spec import FAMILIES, MLADims, ModelSpec, count_params, pricing_notes
 
 __all__ = [
     "FAMILIES",
@@ -56,5 +56,6 @@ __all__ = [
     "model_spec_from_maxtext",
     "parse_maxtext_yml",
     "preset_names",
+    "pricing_notes",
     "resolve_preset_name",
 ]

@@ -37,7 +37,7 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.specs._dtypes import canonical_dtype
 from meshplan.pure.specs._tree import tree_facts
 
-__all__ = ["FAMILIES", "MLADims", "ModelSpec", "ShapeTree", "count_params"]
+__all__ = ["FAMILIES", "MLADims", "ModelSpec", "ShapeTree", "count_params", "pricing_notes"]
 
 FAMILIES: tuple[str, ...] = ("deepseek_v2", "deepseek_v3", "gemma", "gpt2", "llama", "mixtral", "qwen3_moe")
 """The weight layouts :func:`~meshplan.pure.presets.build_params` builds (``ModelSpec.family``)."""
@@ -203,6 +203,36 @@ class ModelSpec:
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) routes tokens to experts."""
         return self.is_moe and index >= self.num_dense_layers
+
+
+def pricing_notes(spec: ModelSpec, *, seq: int | None = None) -> tuple[str, ...]:
+    """What a plan of ``spec`` prices differently from the model (printed in the plan's header).
+
+    Sliding-window layers are priced as full attention: the reference step, like XLA's
+    ``dot_product`` lowering, computes the whole masked ``seq x seq`` score matrix, so memory and
+    FLOPs are those of full attention; a kernel that skips the blocks outside the window does less.
+    With ``seq`` at most the window the two are the same and no note is given.
+
+    Args:
+      spec: the model.
+      seq: tokens per sequence of the step, when known.
+
+    Returns:
+      Zero or more sentences.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> pricing_notes(MODEL_SPECS["gemma3-27b"], seq=4096)[0][:60]
+      '52 of 62 layers attend within a 1024-token sliding window; p'
+      >>> pricing_notes(MODEL_SPECS["mistral-7b"], seq=4096)
+      ()
+    """
+    spec = as_model_spec(spec)
+    if not spec.sliding_window or (seq is not None and seq <= spec.sliding_window):
+        return ()
+    return (f"{spec.sliding_window_layers} of {spec.num_layers} layers attend within a {spec.sliding_window}-token "
+            "sliding window; priced as full attention (the whole masked score matrix, as XLA's dot_product "
+            "lowering computes it; a flash kernel that skips blocks outside the window does less)",)
 
 
 def _check_counts(obj: Any, names: list[str], *, minimum: int, raise_now: bool = True) -> list[str]:
