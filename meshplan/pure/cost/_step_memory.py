@@ -317,7 +317,8 @@ def _stacked_leaves(model: ModelSpec) -> list[int]:
     mla = model.mla
     if mla is not None:
         heads = model.num_heads
-        attention = [h * mla.q_lora_rank, mla.q_lora_rank * heads * mla.qk_head_dim,
+        queries = mla.q_lora_rank or h  # no query compression (V2-Lite): q_proj is hidden x heads x qk
+        attention = [h * mla.q_lora_rank, queries * heads * mla.qk_head_dim,
                      h * (mla.kv_lora_rank + mla.qk_rope_head_dim),
                      mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim), heads * mla.v_head_dim * h]
     elif model.family == "gpt2":  # one fused q/k/v projection
