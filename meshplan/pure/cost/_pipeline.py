@@ -56,11 +56,13 @@ devices, once per step, after the last backward (exposed).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from meshplan.pure._check import as_choice, as_count, as_real
 from meshplan.pure.cluster._link import Link, check_link
 from meshplan.pure.cost._collective_time import all_reduce_time
-from meshplan.pure.errors import PlanError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 
 __all__ = [
     "SCHEDULES",
@@ -234,6 +236,43 @@ class PipelinePlan:
     def total_bytes(self, stage: int) -> int:
         """State plus activation bytes of ``stage``."""
         return self.state_bytes[stage] + self.activation_bytes[stage]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; :meth:`from_dict` inverts it exactly."""
+        return {f.name: (list(v) if isinstance(v, tuple) else v)
+                for f in dataclasses.fields(self) for v in (getattr(self, f.name),)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PipelinePlan:
+        """Inverse of :meth:`to_dict` (a saved plan read back).
+
+        Example:
+          >>> p = plan_stages(4, 2, micro_batches=2, layer_param_bytes=1, embed_param_bytes=1,
+          ...                 head_param_bytes=1, layer_activation_bytes=1)
+          >>> PipelinePlan.from_dict(p.to_dict()) == p
+          True
+        """
+        if not isinstance(data, Mapping):
+            raise MeshplanTypeError(f"pipeline={data!r:.80} must be a mapping (PipelinePlan.to_dict()).")
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise PlanError(f"pipeline plan {dict(data)!r:.80} lacks {missing}.")
+        try:
+            return cls(schedule=as_choice(data["schedule"], "schedule", SCHEDULES, error=PlanError),
+                       micro_batches=as_count(data["micro_batches"], "micro_batches", error=PlanError),
+                       virtual=as_count(data["virtual"], "virtual", error=PlanError),
+                       layers=tuple(as_count(x, "layers", error=PlanError) for x in data["layers"]),
+                       param_bytes=tuple(as_count(x, "param_bytes", minimum=0, error=PlanError)
+                                         for x in data["param_bytes"]),
+                       state_bytes=tuple(as_count(x, "state_bytes", minimum=0, error=PlanError)
+                                         for x in data["state_bytes"]),
+                       activation_bytes=tuple(as_count(x, "activation_bytes", minimum=0, error=PlanError)
+                                              for x in data["activation_bytes"]),
+                       fullest=as_count(data["fullest"], "fullest", minimum=0, error=PlanError),
+                       bubble=as_real(data["bubble"], "bubble", allow_zero=True, error=PlanError))
+        except TypeError as err:  # a number where a list belongs: not iterable
+            raise MeshplanTypeError(f"pipeline plan {dict(data)!r:.80}: {err}.") from None
 
     @property
     def text(self) -> str:
