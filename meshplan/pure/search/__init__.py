@@ -55,7 +55,7 @@ from meshplan.pure.search._export import (
     logical_export,
     maxtext_settings,
 )
-from meshplan.pure.search._pipeline_search import PipelineSearch, search_pipelines
+from meshplan.pure.search._pipeline_search import PipelineSearch, price_pipeline, search_pipelines
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
 from meshplan.pure.xla import (
@@ -88,7 +88,7 @@ __all__ = [
     "search_meshes",
 ]
 # Pipeline layouts (a pp axis outermost, each stage searched as a smaller model).
-__all__ += ["PipelineSearch", "search_pipelines"]
+__all__ += ["PipelineSearch", "price_pipeline", "search_pipelines"]
 # Re-exported from the rooms they moved to (see the module docstring).
 __all__ += [
     "DEVICE_SPECS",

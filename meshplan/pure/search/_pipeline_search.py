@@ -38,6 +38,7 @@ pipelined reference step is the check (``docs/pipeline.md``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure._check import as_count
@@ -58,7 +59,7 @@ from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.search._search import search_meshes
 from meshplan.pure.search._space import divisors
 
-__all__ = ["PipelineSearch", "search_pipelines"]
+__all__ = ["PipelineSearch", "price_pipeline", "search_pipelines"]
 
 _KS = (1, 2, 4, 8)  # micro-batches per stage: m = pp * k
 
@@ -122,15 +123,28 @@ def _param_split(spec: ModelSpec) -> tuple[int, int, int]:
     return layers // spec.num_layers, embed, head
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Options:
+    """What every option of one search shares: the request and the stage search's constraints."""
+
+    batch: int
+    seq: int
+    recipe: TrainingRecipe | None
+    efficiency: float | None
+    split: tuple[int, int, int]
+    fixed: Mapping[str, int] | None = None
+    axes: tuple[str, ...] | None = None
+    activations: bool = True
+
+
 def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link, schedule: str, v: int,
-            k: int, batch: int, seq: int, recipe: TrainingRecipe | None, efficiency: float | None,
-            split: tuple[int, int, int]) -> MeshCandidate | str:
+            k: int, o: _Options) -> MeshCandidate | str:
     """The best fitting layout of one (pp, placement, schedule, m), or why there is none."""
-    m = pp * k
+    m, batch, seq, split = pp * k, o.batch, o.seq, o.split
     stage = _stage_model(spec, pp)
     try:
-        found = search_meshes(stage, sub, batch=batch, seq=seq, micro_batches=m, recipe=recipe, top_k=3,
-                              efficiency=efficiency)
+        found = search_meshes(stage, sub, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
+                              efficiency=o.efficiency, fixed=o.fixed, axes=o.axes, activations=o.activations)
     except PlanError as err:
         return str(err).split(";")[0]
     flight = max(in_flight(pp, m, schedule=schedule, virtual=v))
@@ -227,30 +241,109 @@ def search_pipelines(
     k_top = as_count(top_k, "top_k", maximum=10**6, error=PlanError)
     if recipe is not None and not isinstance(recipe, TrainingRecipe):
         raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe or None.")
-    split = _param_split(spec)
+    opts = _Options(b, s, recipe, efficiency, _param_split(spec))
     found: list[MeshCandidate] = []
     left: list[str] = []
     for pp, where, sub, link in _placements(clus, spec.num_layers):
-        schedules = [("1f1b", 1)] + ([("interleaved", 2)] if spec.num_layers % (2 * pp) == 0 else [])
-        best: MeshCandidate | None = None
-        reasons: list[str] = []
-        for schedule, v in schedules:
-            for k in _KS:
-                if b % (pp * k):
-                    continue
-                got = _option(spec, clus, pp, where, sub, link, schedule, v, k, b, s, recipe, efficiency, split)
-                if isinstance(got, str):
-                    reasons.append(got)
-                elif best is None or _key(got) < _key(best):
-                    best = got
-        if best is None:
-            why = reasons[-1] if reasons else f"batch={b} does not divide by pp={pp} x 1"
-            left.append(f"pp={pp} {'over the network' if where == 'dcn' else 'inside each node'}: {why}")
+        got = _best_of(spec, clus, pp, where, sub, link, _schedules(spec, pp), opts)
+        if isinstance(got, str):
+            left.append(f"pp={pp} {'over the network' if where == 'dcn' else 'inside each node'}: {got}")
         else:
-            found.append(best)
+            found.append(got)
     found.sort(key=_key)
     ranked = tuple(dataclasses.replace(c, rank=i + 1) for i, c in enumerate(found[:k_top]))
     return PipelineSearch(ranked, tuple(left))
+
+
+def _schedules(spec: ModelSpec, pp: int) -> list[tuple[str, int]]:
+    return [("1f1b", 1)] + ([("interleaved", 2)] if spec.num_layers % (2 * pp) == 0 else [])
+
+
+def _best_of(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link,
+             schedules: list[tuple[str, int]], o: _Options, ks: tuple[int, ...] = _KS) -> MeshCandidate | str:
+    """The fastest fitting option over the schedules and micro-batch counts, or the last reason there is none."""
+    best: MeshCandidate | None = None
+    reasons: list[str] = []
+    for schedule, v in schedules:
+        for k in ks:
+            if o.batch % (pp * k):
+                reasons.append(f"batch={o.batch} does not divide by m={pp * k}")
+                continue
+            got = _option(spec, clus, pp, where, sub, link, schedule, v, k, o)
+            if isinstance(got, str):
+                reasons.append(got)
+            elif best is None or _key(got) < _key(best):
+                best = got
+    return best if best is not None else (reasons[-1] if reasons else "no schedule to price")
+
+
+def price_pipeline(
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    *,
+    pp: int,
+    stage_layout: Mapping[str, int],
+    batch: int,
+    seq: int,
+    schedule: str = "1f1b",
+    virtual: int = 1,
+    micro_batches: int | None = None,
+    recipe: TrainingRecipe | None = None,
+    efficiency: float | None = None,
+    activations: bool = True,
+) -> MeshCandidate:
+    """Price one given pipeline layout (a published run's): ``pp`` over the network, each stage ``stage_layout``.
+
+    Args:
+      model, cluster, batch, seq, recipe, efficiency: as :func:`search_pipelines`.
+      pp: the stages; they must divide the cluster's ICI domains (nodes / slices), as published runs place them.
+      stage_layout: every stage's mesh, e.g. ``{"dp": 64, "tp": 8}`` (axes left out are 1).
+      schedule, virtual: the schedule (:data:`~meshplan.pure.cost.SCHEDULES`) and its virtual stages.
+      micro_batches: ``m`` (a multiple of ``pp``); ``None``: the fastest of ``pp x (1, 2, 4, 8)``.
+      activations: include the activations in the fit (``False``: the state only).
+
+    Returns:
+      The priced :class:`MeshCandidate` (``pipeline`` set, ``rank`` None).
+
+    Raises:
+      PlanError: the layout does not fit, does not divide, or ``pp`` does not divide the domains.
+
+    Example:
+      >>> c = price_pipeline("llama3-70b", "16x8xH100", pp=4, stage_layout={"fsdp": 4, "tp": 8}, batch=64,
+      ...                    seq=4096)
+      >>> c.text, c.pipeline.schedule, c.pipeline.micro_batches >= 4
+      ('pp=4,fsdp=4,tp=8', '1f1b', True)
+    """
+    spec = get_preset(model).spec if isinstance(model, str) else model
+    if not isinstance(spec, ModelSpec):
+        raise MeshplanTypeError(f"model={model!r:.80} must be a preset name or a ModelSpec.")
+    clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(clus, Cluster):
+        raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster or a string such as '8x8xH100'.")
+    stages = as_count(pp, "pp", maximum=spec.num_layers, error=PlanError)
+    options = [o for o in _placements(clus, spec.num_layers) if o[0] == stages and o[1] == "dcn"]
+    if not options:
+        raise PlanError(f"pp={stages} must divide the {clus.num_ici_domains} {clus.ici_domain_name}s of "
+                        f"{clus.text} (and be <= num_layers={spec.num_layers}) to run over the network.")
+    if not isinstance(stage_layout, Mapping):
+        raise MeshplanTypeError(f"stage_layout={stage_layout!r:.80} must map axis names to sizes.")
+    axes = tuple(a for a in ("dp", "fsdp", "ep", "sp", "tp") if a in stage_layout or a in ("dp", "fsdp", "sp", "tp"))
+    fixed = {a: stage_layout.get(a, 1) for a in axes}
+    opts = _Options(as_count(batch, "batch", maximum=10**12, error=PlanError),
+                    as_count(seq, "seq", maximum=10**12, error=PlanError), recipe, efficiency, _param_split(spec),
+                    fixed, axes, activations)
+    if micro_batches is None:
+        ks = _KS
+    else:
+        m = as_count(micro_batches, "micro_batches", maximum=10**12, error=PlanError)
+        if m % stages:
+            raise PlanError(f"micro_batches={m} must be a multiple of pp={stages}.")
+        ks = (m // stages,)
+    _, where, sub, link = options[0]
+    got = _best_of(spec, clus, stages, where, sub, link, [(schedule, virtual)], opts, ks)
+    if isinstance(got, str):
+        raise PlanError(f"pp={stages} x {dict(fixed)} on {clus.text}: {got}.")
+    return got
 
 
 def _key(c: MeshCandidate) -> tuple[float, int, tuple[int, ...], tuple[int, ...]]:
