@@ -138,9 +138,9 @@ class _Options:
 
 
 def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link, schedule: str, v: int,
-            k: int, o: _Options) -> MeshCandidate | str:
+            m: int, o: _Options) -> MeshCandidate | str:
     """The best fitting layout of one (pp, placement, schedule, m), or why there is none."""
-    m, batch, seq, split = pp * k, o.batch, o.seq, o.split
+    batch, seq, split = o.batch, o.seq, o.split
     stage = _stage_model(spec, pp)
     try:
         found = search_meshes(stage, sub, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
@@ -154,7 +154,9 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
         parts = dict(step_memory(layer_dims(stage), c.mesh_shape, found.request.recipe, batch=batch, seq=seq,
                                  params=0, grads=0, optimizer=0).parts)
         saved = parts["saved"]
-        mem = dataclasses.replace(c.memory, activations=c.memory.activations + round((flight - 1) * saved))
+        # activations=False (the fit counts the state only) adds none.
+        more = round((flight - 1) * saved) if o.activations else 0
+        mem = dataclasses.replace(c.memory, activations=c.memory.activations + more)
         if not mem.fits or c.step is None:
             continue
         sizes = c.mesh_shape
@@ -182,7 +184,7 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
                         link="inter" if where == "dcn" else "intra", seconds=t.sends_total, exposed=t.sends)
         v_text = f" v={v}" if v > 1 else ""
         why = (f"pp={pp} {'over the network (each stage a block of nodes)' if where == 'dcn' else 'inside each node'}"
-               f"; {schedule}{v_text} with m={m} micro-batches (m = pp x {k}): bubble {t.bubble / total:.1%} of the "
+               f"; {schedule}{v_text} with m={m} micro-batches ({_m_text(m, pp)}): bubble {t.bubble / total:.1%} of the "
                f"step; stage mesh {c.text}, {layers_here} layers on the fullest stage")
         ici = (1, *c.ici_shape) if where == "dcn" else (pp, *c.ici_shape)
         dcn = (pp, *c.dcn_shape) if where == "dcn" else (1, *c.dcn_shape)
@@ -255,26 +257,31 @@ def search_pipelines(
     return PipelineSearch(ranked, tuple(left))
 
 
+def _m_text(m: int, pp: int) -> str:
+    return f"m = pp x {m // pp}" if m % pp == 0 else f"m >= pp={pp}"
+
+
 def _schedules(spec: ModelSpec, pp: int) -> list[tuple[str, int]]:
     return [("1f1b", 1)] + ([("interleaved", 2)] if spec.num_layers % (2 * pp) == 0 else [])
 
 
 def _best_of(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link,
-             schedules: list[tuple[str, int]], o: _Options, ks: tuple[int, ...] = _KS) -> MeshCandidate | str:
+             schedules: list[tuple[str, int]], o: _Options, ms: tuple[int, ...] | None = None) -> MeshCandidate | str:
     """The fastest fitting option over the schedules and micro-batch counts, or the last reason there is none."""
     best: MeshCandidate | None = None
     reasons: list[str] = []
     for schedule, v in schedules:
-        for k in ks:
-            if o.batch % (pp * k):
-                reasons.append(f"batch={o.batch} does not divide by m={pp * k}")
+        for m in (tuple(pp * k for k in _KS) if ms is None else ms):
+            if o.batch % m:
+                reasons.append(f"batch={o.batch} does not divide by m={m}")
                 continue
-            got = _option(spec, clus, pp, where, sub, link, schedule, v, k, o)
+            got = _option(spec, clus, pp, where, sub, link, schedule, v, m, o)
             if isinstance(got, str):
-                reasons.append(got)
+                reasons.append(f"{schedule} m={m}: {got}")
             elif best is None or _key(got) < _key(best):
                 best = got
-    return best if best is not None else (reasons[-1] if reasons else "no schedule to price")
+    # Every option's reason: the smallest m usually fails on memory, the largest on the batch.
+    return best if best is not None else ("; ".join(reasons) if reasons else "no schedule to price")
 
 
 def price_pipeline(
@@ -299,7 +306,8 @@ def price_pipeline(
       pp: the stages; they must divide the cluster's ICI domains (nodes / slices), as published runs place them.
       stage_layout: every stage's mesh, e.g. ``{"dp": 64, "tp": 8}`` (axes left out are 1).
       schedule, virtual: the schedule (:data:`~meshplan.pure.cost.SCHEDULES`) and its virtual stages.
-      micro_batches: ``m`` (a multiple of ``pp``); ``None``: the fastest of ``pp x (1, 2, 4, 8)``.
+      micro_batches: ``m`` (``>= pp``; a multiple of it for the interleaved and circular schedules);
+        ``None``: the fastest of ``pp x (1, 2, 4, 8)`` and, for 1F1B, of the batch's divisors in ``[pp, 8 pp]``.
       activations: include the activations in the fit (``False``: the state only).
 
     Returns:
@@ -333,14 +341,17 @@ def price_pipeline(
                     as_count(seq, "seq", maximum=10**12, error=PlanError), recipe, efficiency, _param_split(spec),
                     fixed, axes, activations)
     if micro_batches is None:
-        ks = _KS
+        # A published run's per-replica batch may not divide by pp x k (DeepSeek-V3: 120 sequences over
+        # pp=16): 1F1B runs any m >= pp, so the batch's divisors up to 8 pp are tried too.
+        extra = [d for d in divisors(opts.batch) if stages <= d <= 8 * stages] if schedule == "1f1b" else []
+        ms = tuple(sorted({stages * k for k in _KS} | set(extra)))
     else:
         m = as_count(micro_batches, "micro_batches", maximum=10**12, error=PlanError)
-        if m % stages:
-            raise PlanError(f"micro_batches={m} must be a multiple of pp={stages}.")
-        ks = (m // stages,)
+        if m < stages or (schedule != "1f1b" and m % stages):
+            raise PlanError(f"micro_batches={m} must be >= pp={stages} (and a multiple of it for {schedule!r}).")
+        ms = (m,)
     _, where, sub, link = options[0]
-    got = _best_of(spec, clus, stages, where, sub, link, [(schedule, virtual)], opts, ks)
+    got = _best_of(spec, clus, stages, where, sub, link, [(schedule, virtual)], opts, ms)
     if isinstance(got, str):
         raise PlanError(f"pp={stages} x {dict(fixed)} on {clus.text}: {got}.")
     return got
