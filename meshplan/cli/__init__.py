@@ -155,11 +155,32 @@ def _plan(args: argparse.Namespace) -> int:
     from meshplan.pure.presets import pricing_notes
 
     _render.render_plan(result, _console(), notes=pricing_notes(preset.spec, seq=result.request.seq))
+    if not args.no_pipeline:
+        _plan_pipelines(result, preset.spec, args, fixed)
     if args.verify:
         from meshplan.cli import _verify
 
         _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
+
+
+def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int]) -> None:
+    """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch and recipe."""
+    from meshplan.cli._pipeline import render_pipelines
+    from meshplan.pure.errors import PlanError
+    from meshplan.pure.search import search_pipelines
+
+    if fixed or args.axes or args.params is not None or args.rules is not None:
+        _console().print("pipeline layouts: not searched with --fix, --axes, --params or --rules (they "
+                         "constrain the unpipelined axes only)")
+        return
+    try:
+        found = search_pipelines(spec, result.request.cluster, batch=result.request.batch, seq=result.request.seq,
+                                 recipe=_recipe(args), efficiency=args.efficiency, top_k=args.top)
+    except PlanError as err:
+        _console().print(f"pipeline layouts: none ({err})")
+        return
+    render_pipelines(found, result, _console())
 
 
 def _user_params(args: argparse.Namespace) -> Any:
@@ -324,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "of the best mesh) or maxtext (ici_/dcn_*_parallelism and logical_axis_rules)")
     plan.add_argument("--json", dest="format", action="store_const", const="json",
                       help="print the result as JSON only (same as --format json)")
+    plan.add_argument("--no-pipeline", action="store_true",
+                      help="leave out the pipeline layouts (pp outermost) shown after the ranking")
     plan.add_argument("--verify", type=_positive, metavar="K",
                       help="compile the reference train step of the top K meshes and show XLA's exact "
                            "per-device memory next to the estimate (TPU targets need meshplan[tpu])")
