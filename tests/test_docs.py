@@ -110,6 +110,9 @@ def _run_bash(code: str, cwd: Path, where: str) -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_code_block_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A scratch directory (plan.json and friends land there) that sees the repository's data as the root does.
+    for shared in ("tests", "benchmarks"):
+        (tmp_path / shared).symlink_to(ROOT / shared, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(ROOT))  # the pages' imports of tests.examples
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}

@@ -1,9 +1,11 @@
-"""The meshplan command line: plan, check, show-mesh and demo.
+"""The meshplan command line: plan, check, models, show-mesh and demo.
 
 This docstring is also what "meshplan plan --help" prints, so it is plain text.
 
 meshplan plan --model llama3-70b --cluster 8x8xH100 ranks the meshes of a
-cluster for training a model preset and prints a summary: the facts priced, the
+cluster for training a model preset, or the model a Hugging Face config.json or
+MaxText model yml describes (--model path/to/config.json; "meshplan models"
+lists the presets), and prints a summary: the facts priced, the
 ranked meshes, and the chosen mesh with the lines to type. --detail adds the
 workings (assumptions in full, the collective table, parameter groups, meshes
 left out); --format markdown prints the summary as markdown for a pull request;
@@ -116,10 +118,10 @@ def _fraction(text: str) -> float:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from meshplan.cli import _export
-    from meshplan.pure import get_preset, search_meshes
+    from meshplan.cli import _export, _models
+    from meshplan.pure import search_meshes
 
-    preset = get_preset(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
+    preset = _models.load(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
     params = preset.params
     if args.params is not None:
         params = _user_params(args)
@@ -164,16 +166,54 @@ def _plan(args: argparse.Namespace) -> int:
         sys.stdout.write(plan_markdown(result))
         return 0
     if args.format != "table":
-        sys.stdout.write(_export.render_export(result, args.format, params, rule))
+        text = _export.render_export(result, args.format, params, rule)
+        if args.format == "maxtext" and preset.maxtext_name is not None:
+            text = f"model_name: {json.dumps(preset.maxtext_name)}\n" + text  # the yml MaxText loads by that name
+        sys.stdout.write(text)
         return 0
     from meshplan.cli import _render
+    from meshplan.pure.presets import pricing_notes
 
-    _render.render_plan(result, _console(), detail=args.detail)
+    _render.render_plan(result, _console(), notes=pricing_notes(preset.spec, seq=result.request.seq),
+                        detail=args.detail)
+    pipelines = not args.no_pipeline and _plan_pipelines(result, preset.spec, args, fixed)
+    if not args.detail:
+        _render.render_footer(result, _console(), pipelines=pipelines)
     if args.verify:
         from meshplan.cli import _verify
 
         _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
+
+
+def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int]) -> bool:
+    """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch and recipe; whether any
+    were searched."""
+    from meshplan.cli._pipeline import render_pipelines
+    from meshplan.pure.errors import PlanError
+    from meshplan.pure.search import search_pipelines
+
+    if fixed or args.axes or args.params is not None or args.rules is not None:
+        _console().print("pipeline layouts: not searched with --fix, --axes, --params or --rules (they "
+                         "constrain the unpipelined axes only)")
+        return False
+    from meshplan.cli._progress import progress
+
+    try:
+        with progress("searching pipeline layouts"):
+            found = search_pipelines(spec, result.request.cluster, batch=result.request.batch,
+                                     seq=result.request.seq, recipe=_recipe(args), efficiency=args.efficiency,
+                                     top_k=args.top)
+    except PlanError as err:
+        _console().print(f"pipeline layouts: none ({err})")
+        return False
+    if args.detail:
+        render_pipelines(found, result, _console())
+    else:  # the summary gives the fastest layout in one line; its table is part of --detail
+        from meshplan.cli._render import render_pipeline_summary
+
+        render_pipeline_summary(found, result, _console())
+    return True
 
 
 def _user_params(args: argparse.Namespace) -> Any:
@@ -261,6 +301,15 @@ def _show_mesh(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list_models(args: argparse.Namespace) -> int:
+    from meshplan.cli import _models
+
+    console = _console()
+    if args.json:
+        console.file = sys.stdout
+    return _models.render_models(list(args.files), as_json=args.json, console=console)
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from meshplan.cli import _demo as demo  # imports jax with simulated devices, so only on demand
 
@@ -302,7 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="rank the meshes of a cluster for training a model preset",
                           description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    plan.add_argument("--model", required=True, help="preset: gpt2, llama3-8b, llama3-70b, mixtral-8x7b, deepseek-v3")
+    plan.add_argument("--model", required=True,
+                      help="a preset (meshplan models lists them), a Hugging Face config.json (or its model "
+                           "directory) or a MaxText model yml")
     plan.add_argument("--cluster", required=True, help="e.g. 8x8xH100, 2xH200, v5p-256, 2xv5e-256")
     plan.add_argument("--params", type=_params_ref, metavar="MODULE:ATTR",
                       help="plan your own tree: a function/class (called abstractly, no arguments) or value in "
@@ -341,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "left out, the collective table and the parameter groups")
     plan.add_argument("--json", dest="format", action="store_const", const="json",
                       help="print the result as JSON only (same as --format json)")
+    plan.add_argument("--no-pipeline", action="store_true",
+                      help="leave out the pipeline layouts (pp outermost) shown after the ranking")
     plan.add_argument("--verify", type=_positive, metavar="K",
                       help="compile the reference train step of the top K meshes and show XLA's exact "
                            "per-device memory next to the estimate (TPU targets need meshplan[tpu])")
@@ -363,6 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--html", metavar="FILE", help="also write the device grid as a self-contained HTML page")
     show.add_argument("--png", metavar="FILE", help="also write a picture (needs matplotlib: meshplan[png])")
     show.set_defaults(func=_show_mesh)
+
+    models = sub.add_parser("models", help="list the model presets with exact parameter counts (or read config files)")
+    models.add_argument("files", nargs="*", metavar="FILE",
+                        help="Hugging Face config.json files or MaxText model ymls to read instead of the presets")
+    models.add_argument("--json", action="store_true", help="print the rows as JSON")
+    models.set_defaults(func=_list_models)
 
     demo = sub.add_parser("demo", help="plan a small model and place it on simulated CPU devices")
     demo.add_argument("--devices", type=_demo_devices, default=8,

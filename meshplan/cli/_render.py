@@ -35,7 +35,7 @@ from meshplan.pure.search._summary import (
     spread_of,
 )
 
-__all__ = ["device_grid", "ranked_table", "render_mesh", "render_plan", "write_png"]
+__all__ = ["device_grid", "ranked_table", "render_footer", "render_mesh", "render_pipeline_summary", "render_plan", "write_png"]
 
 _COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 _MAX_CELLS = 512
@@ -55,9 +55,11 @@ def device_grid(cluster: Cluster, hybrid: HybridMeshShape) -> np.ndarray:
     return layout_device_ids(cluster.device_infos(), hybrid)
 
 
-def render_plan(result: SearchResult, console: Any, *, detail: bool = False) -> None:
+def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *, detail: bool = False) -> None:
     """Print a search result, summary first: the header facts, the ranked table, the chosen mesh and the lines
     to type. ``detail=True`` adds the rest (:func:`meshplan.cli._detail.render_detail`).
+
+    ``notes`` are sentences about how the model is priced (``pricing_notes``), one header line each.
 
     No line is longer than the console: the ranked table drops its lowest-priority columns (see
     :data:`~meshplan.pure.search._summary.RANK_COLUMNS`) until it fits instead of wrapping a cell.
@@ -70,6 +72,8 @@ def render_plan(result: SearchResult, console: Any, *, detail: bool = False) -> 
     head.add_column()
     for label, fact in header_facts(result):
         head.add_row(label, fact)
+    for note in notes:
+        head.add_row("note", note)
     console.print(head, crop=False)
     req = result.request
     console.print(f"\n[bold]Ranked meshes[/bold]: {result.num_fitting} of {result.num_candidates} fit, "
@@ -85,12 +89,31 @@ def render_plan(result: SearchResult, console: Any, *, detail: bool = False) -> 
         from meshplan.cli._detail import render_detail
 
         render_detail(result, console)
-        return
+
+
+def render_footer(result: SearchResult, console: Any, *, pipelines: bool = False) -> None:
+    """The summary's last line: what ``--detail`` adds, with counts."""
     over, left = len(result.rejected), sum(r.count for r in result.rejections)
     hidden = [f"{n} {'mesh' if n == 1 else 'meshes'} {what}" for n, what in
               ((over, "over the budget"), (left, "left out, with the reasons")) if n]
-    hidden.append("the collective table, parameter groups and assumptions in full")
+    hidden.append("the collective table, parameter groups" + (", pipeline layouts" if pipelines else "")
+                  + " and assumptions in full")
     console.print(f"\n[dim]--detail adds: {'; '.join(hidden)}.[/dim]")
+
+
+def render_pipeline_summary(found: Any, result: SearchResult, console: Any) -> None:
+    """One line for the pipeline layouts (a :class:`~meshplan.pure.search.PipelineSearch`): the fastest one
+    against the best unpipelined mesh; ``--detail`` prints their table (:mod:`meshplan.cli._pipeline`)."""
+    top = next((c for c in found.candidates if c.step is not None and c.pipeline is not None), None)
+    if top is None:
+        console.print("\n[bold]Pipelined[/bold] (pp outermost): no layout fits"
+                      + (f" ({found.left_out[0]})" if found.left_out else ""))
+        return
+    best = result.best.step
+    versus = "" if best is None else f", {top.step.step_s / best.step_s:.2f}x the best unpipelined step"
+    console.print(f"\n[bold]Pipelined[/bold] (pp outermost): best {top.text}, {seconds(top.step.step_s)} "
+                  f"(estimate), bubble {top.pipeline.bubble:.1%}{versus}; --detail lists "
+                  f"{len(found.candidates)} layout{'s' if len(found.candidates) != 1 else ''}.")
 
 
 def ranked_table(result: SearchResult, width: int) -> Any:
