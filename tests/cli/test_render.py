@@ -41,6 +41,8 @@ def test_no_line_is_longer_than_the_terminal_and_no_cell_wraps(capsys, monkeypat
     text = _plan(capsys, monkeypatch, width)
     too_long = [ln for ln in text.splitlines() if len(ln) > width]
     assert not too_long, too_long
+    # The summary's one table is the ranked one, borderless; a boxed table (whose cells rich wraps) is --detail's.
+    assert "│" not in text and "┃" not in text
     rows = _table_lines(text)
     # One line per ranked mesh, each carrying its whole mesh, memory, step and verdict: nothing wrapped or cut.
     assert len(rows) == len(result.candidates)
