@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,11 +55,14 @@ def device_grid(cluster: Cluster, hybrid: HybridMeshShape) -> np.ndarray:
     return layout_device_ids(cluster.device_infos(), hybrid)
 
 
-def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *, detail: bool = False) -> None:
+def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *, detail: bool = False,
+                compiled: Mapping[str, tuple[int, str]] | None = None) -> None:
     """Print a search result, summary first: the header facts, the ranked table, the chosen mesh and the lines
     to type. ``detail=True`` adds the rest (:func:`meshplan.cli._detail.render_detail`).
 
     ``notes`` are sentences about how the model is priced (``pricing_notes``), one header line each.
+    ``compiled`` maps a verified mesh's text to XLA's compiled peak and the compiler and version that gave it:
+    its range cell reads ``exact ...`` and a line under the table names the compiler.
 
     No line is longer than the console: the ranked table drops its lowest-priority columns (see
     :data:`~meshplan.pure.search._summary.RANK_COLUMNS`) until it fits instead of wrapping a cell.
@@ -79,7 +82,9 @@ def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *
     console.print(f"\n[bold]Ranked meshes[/bold]: {result.num_fitting} of {result.num_candidates} fit, "
                   f"top {len(result.candidates)} by predicted "
                   f"{'step time' if req.rank_by == 'time' else 'communication'}")
-    console.print(ranked_table(result, console.width))
+    console.print(ranked_table(result, console.width, compiled))
+    for mesh, (_, source) in sorted((compiled or {}).items()):
+        console.print(f"  {mesh}: exact = XLA's compiled peak ({source})")
     found = spread_of(result)
     margin = _margin(result, None if found is None else found[1])
     if margin:
@@ -116,7 +121,7 @@ def render_pipeline_summary(found: Any, result: SearchResult, console: Any) -> N
                   f"{len(found.candidates)} layout{'s' if len(found.candidates) != 1 else ''}.")
 
 
-def ranked_table(result: SearchResult, width: int) -> Any:
+def ranked_table(result: SearchResult, width: int, compiled: Mapping[str, tuple[int, str]] | None = None) -> Any:
     """The ranked meshes as a rich table no wider than ``width``: cells never wrap; columns of lower
     priority are dropped until it fits (the mesh, memory, step and verdict always stay)."""
     from rich import box
@@ -124,7 +129,7 @@ def ranked_table(result: SearchResult, width: int) -> Any:
     from rich.measure import Measurement
     from rich.table import Table
 
-    rows = ranked_rows(result)
+    rows = ranked_rows(result, compiled)
     probe = Console(width=max(width, 1), file=io.StringIO(), color_system=None)  # measures, never prints
     keep = list(RANK_COLUMNS)
     while True:

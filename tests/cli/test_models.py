@@ -57,7 +57,8 @@ def test_the_plan_header_says_sliding_windows_are_priced_as_full_attention(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["plan", "--model", str(DATA / "gemma-3-27b.json"), "--cluster", "8x8xH100", "--top", "1"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "model: 52 of 62 layers attend within a 1024-token sliding window; priced as full attention" in text
+    # A header line of its own in the summary ("note", beside model, cluster, budget, ...).
+    assert "note 52 of 62 layers attend within a 1024-token sliding window; priced as full attention" in text
     assert cli.main(["plan", "--model", str(DATA / "mistral-7b-v0.1.json"), "--cluster", "8x8xH100", "--seq",
                      "8192", "--top", "1"]) == 0
     assert "32 of 32 layers attend within a 4096-token" in " ".join(capsys.readouterr().out.split())

@@ -59,8 +59,8 @@ def test_at_80_columns_the_table_drops_low_priority_columns_not_the_essential_on
                                                                                               (80, narrow))}
     for col in (c for c in RANK_COLUMNS if c.priority == 1):
         assert col.title in header[80], col
-    assert "estimate range" in header[100] and "exposed comm" in header[100]
-    assert "estimate range" not in header[80]
+    assert "range or exact" in header[100] and "exposed comm" in header[100]
+    assert "range or exact" not in header[80]
     # A terminal wide enough for everything shows every column.
     assert all(c.title in _plan(capsys, monkeypatch, 200) for c in RANK_COLUMNS)
 
@@ -105,3 +105,20 @@ def test_help_is_plain_text(capsys, command) -> None:
     assert "usage: meshplan" in text
     for markup in ("``", ":func:", ":class:", ":meth:", ":mod:", ":data:"):
         assert markup not in text, (command, markup)
+
+
+def test_a_verified_mesh_reads_exact_with_its_compiler(result) -> None:
+    import io
+
+    from rich.console import Console
+
+    from meshplan.cli._render import render_plan
+
+    console = Console(width=100, file=io.StringIO(), color_system=None)
+    best = result.best.text
+    render_plan(result, console, compiled={best: (45 * 2**30, "XLA:GPU, jax 0.10.2")})
+    text = console.file.getvalue()
+    row = next(ln for ln in text.splitlines() if ln.startswith("1 ") and best in ln)
+    assert "exact 45.0 GiB" in row and row.rstrip().endswith("best")
+    assert f"{best}: exact = XLA's compiled peak (XLA:GPU, jax 0.10.2)" in text
+    assert all(len(ln) <= 100 for ln in text.splitlines())

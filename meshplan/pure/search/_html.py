@@ -88,11 +88,11 @@ def _check(result: object) -> SearchResult:
     return result
 
 
-def _ranked_table(result: SearchResult) -> str:
+def _ranked_table(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -> str:
     cols = RANK_COLUMNS
     head = "".join(f'<th class="{"num" if c.numeric else ""}">{_e(c.title)}</th>' for c in cols)
     body = []
-    for row in ranked_rows(result):
+    for row in ranked_rows(result, compiled):
         cells = "".join(f'<td class="{"num" if c.numeric else ""}">{_e(row[c.key])}</td>' for c in cols)
         body.append(f'<tr class="{"best" if row["rank"] == "1" else ""}">{cells}</tr>')
     return (f'<div class="scroll"><table class="ranked"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
@@ -155,7 +155,7 @@ def _body(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -> str:
         f'<dl class="facts">{facts}</dl>',
         (f"<h2>Ranked meshes</h2><p>{result.num_fitting} of {result.num_candidates} meshes fit; the top "
         f"{len(result.candidates)} by predicted {by}.</p>"),
-        _ranked_table(result),
+        _ranked_table(result, compiled),
         "<h2>Memory and step time per mesh</h2>", _legend(result), _candidates(result, compiled),
         f"<h2>Chosen mesh: {_e(best.text)}</h2>",
         device_grid_svg(req.cluster, best.axis_names, best.hybrid),

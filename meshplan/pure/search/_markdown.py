@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import MeshplanTypeError
 from meshplan.pure.search._result import SearchResult
@@ -35,9 +37,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")  # a pipe would end the cell
 
 
-def plan_markdown(result: SearchResult) -> str:
+def plan_markdown(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None) -> str:
     """The summary as markdown: a heading, the facts as a list, the ranked table, the chosen mesh and a
-    python block with the ``create_mesh`` call."""
+    python block with the ``create_mesh`` call. ``compiled``: mesh text -> (XLA's compiled peak, which
+    compiler and version) for the meshes verified, shown as exact."""
     if not isinstance(result, SearchResult):
         raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult (search_meshes(...)), not "
                                 f"{type(result).__name__}.")
@@ -49,8 +52,10 @@ def plan_markdown(result: SearchResult) -> str:
                   f"{len(result.candidates)} by predicted {by}."), ""]
     lines.append("| " + " | ".join(c.title for c in RANK_COLUMNS) + " |")
     lines.append("|" + "|".join("--:" if c.numeric else ":--" for c in RANK_COLUMNS) + "|")
-    for row in ranked_rows(result):
+    for row in ranked_rows(result, compiled):
         lines.append("| " + " | ".join(_cell(row[c.key]) for c in RANK_COLUMNS) + " |")
+    for mesh, (_, source) in sorted((compiled or {}).items()):
+        lines.append(f"\n`{mesh}`: exact = XLA's compiled peak ({_cell(source)}).")
     bounds = memory_range(result, best)
     mem = f"{fmt_bytes(best.memory.total)} of the {fmt_bytes(best.memory.budget)} budget (estimate" + (
         ")" if bounds is None else f", range {range_text(bounds)})")

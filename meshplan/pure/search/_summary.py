@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from meshplan.pure._format import fmt_bytes
@@ -55,7 +56,7 @@ RANK_COLUMNS: tuple[Column, ...] = (
     Column("rank", "#", 1, True),
     Column("mesh", "mesh", 1),
     Column("memory", "memory/device", 1, True),
-    Column("range", "estimate range", 3, True),
+    Column("range", "range or exact", 3, True),
     Column("step", "step", 1, True),
     Column("mfu", "MFU", 2, True),
     Column("exposed", "exposed comm", 2, True),
@@ -183,24 +184,43 @@ def _split(cand: MeshCandidate, parts: tuple[int, ...]) -> str:
     return ",".join(shown) or "1"
 
 
-def ranked_rows(result: SearchResult) -> tuple[dict[str, str], ...]:
+def ranked_rows(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | None = None
+                ) -> tuple[dict[str, str], ...]:
     """One dict of cell texts per ranked mesh, keyed by :data:`RANK_COLUMNS`' keys.
 
     The verdict is short: ``best``, the step time against the best (``+0.4% time``), and ``tight`` where the
-    mesh fits at the estimate but not at the top of the recorded range.
+    mesh fits at the estimate but not at the top of the recorded range. ``compiled`` maps a mesh's text to
+    XLA's compiled peak and the compiler that gave it, for the meshes verified: their range cell reads
+    ``exact 45.0 GiB`` and their verdict follows the compiled figure.
+
+    Example:
+      >>> from meshplan.pure import search_meshes
+      >>> result = search_meshes("gpt2", "2x4xH100", batch=8, seq=1024, top_k=2)
+      >>> best = result.best.text
+      >>> ranked_rows(result, {best: (2**40, "XLA:GPU, jax 0.10.2")})[0]["range"]
+      'exact 1024.0 GiB'
+      >>> ranked_rows(result, {best: (2**40, "XLA:GPU, jax 0.10.2")})[0]["verdict"]
+      'over budget (compiled)'
     """
     priced = _check(result).request.cluster.device.peak_bf16_flops is not None
+    exact = dict(compiled or {})
     rows = []
     for cand in result.candidates:
         st, bounds = cand.step, memory_range(result, cand)
+        verdict = _verdict(result, cand, bounds)
+        rng = range_text(bounds)
+        if cand.text in exact:
+            peak = exact[cand.text][0]
+            rng = f"exact {fmt_bytes(peak)}"
+            verdict = "over budget (compiled)" if peak > cand.memory.budget else verdict.replace(", tight", "")
         rows.append({
             "rank": str(cand.rank), "mesh": cand.text, "memory": fmt_bytes(cand.memory.total),
-            "range": range_text(bounds), "step": "-" if st is None else seconds(st.step_s),
+            "range": rng, "step": "-" if st is None else seconds(st.step_s),
             "mfu": "-" if st is None or not priced else f"{st.mfu:.1%}",
             "exposed": "-" if st is None else seconds(st.exposed_s),
             "micro": "-" if st is None else str(st.micro_batches),
             "ici": _split(cand, cand.ici_shape), "dcn": _split(cand, cand.dcn_shape),
-            "verdict": _verdict(result, cand, bounds),
+            "verdict": verdict,
         })
     return tuple(rows)
 
