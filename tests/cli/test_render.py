@@ -20,9 +20,10 @@ def result():
     return search_meshes("llama3-70b", "8x8xH100", top_k=5)
 
 
-def _plan(capsys, monkeypatch, width: int, *extra: str) -> str:
+def _plan(capsys, monkeypatch, width: int, *extra: str, pipelines: bool = False) -> str:
+    # The pipeline search takes seconds and has its own tests (test_plan_pipeline.py); the width test keeps it.
     monkeypatch.setenv("COLUMNS", str(width))
-    assert cli.main([*_ARGS, *extra]) == 0
+    assert cli.main([*_ARGS, *extra, *(() if pipelines else ("--no-pipeline",))]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     return out
@@ -38,7 +39,8 @@ def _table_lines(text: str) -> list[str]:
 
 @pytest.mark.parametrize("width", [100, 80])
 def test_no_line_is_longer_than_the_terminal_and_no_cell_wraps(capsys, monkeypatch, result, width: int) -> None:
-    text = _plan(capsys, monkeypatch, width)
+    text = _plan(capsys, monkeypatch, width, pipelines=True)
+    assert "Pipelined (pp outermost)" in text
     too_long = [ln for ln in text.splitlines() if len(ln) > width]
     assert not too_long, too_long
     # The summary's one table is the ranked one, borderless; a boxed table (whose cells rich wraps) is --detail's.
