@@ -138,8 +138,6 @@ def _unsortable_guard(user: Any, bad: list[Any]) -> Any:
     defaultdict = collections.defaultdict
 
     def is_leaf(node: Any) -> bool:
-        if user is not None and user(node):
-            return True
         kind = type(node)
         # The dicts jax sorts (OrderedDict keeps its order; other subclasses are leaves to jax).
         # Keys of a one-key dict always sort (most dicts of a parameter tree hold one weight).
@@ -151,7 +149,9 @@ def _unsortable_guard(user: Any, bad: list[Any]) -> Any:
                 return True
         return False
 
-    return is_leaf
+    if user is None:
+        return is_leaf
+    return lambda node: bool(user(node)) or is_leaf(node)
 
 
 def _refuse_unsortable(bad: list[Any], what: str) -> None:
@@ -520,7 +520,7 @@ def _read_node(treedef: Any) -> _Node | None:
     return _Node(treedef, kind, keys, tuple(children), tuple(starts))
 
 
-_SHAPE, _DTYPE = operator.attrgetter("shape"), operator.attrgetter("dtype")
+_SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
 
 
 def _fast_infos(leaves: list[Any], tree: PyTree) -> tuple[LeafInfo | None, ...] | None:
@@ -529,7 +529,7 @@ def _fast_infos(leaves: list[Any], tree: PyTree) -> tuple[LeafInfo | None, ...] 
     # isinstance against jax.Array is slow: asked once per type.
     if not leaves or not all(issubclass(t, _FAST_TYPES) for t in set(map(type, leaves))):
         return None
-    keys = list(zip(map(_SHAPE, leaves), map(_DTYPE, leaves), strict=True))
+    keys = list(map(_SHAPE_DTYPE, leaves))
     table: dict[Any, LeafInfo | None] = {}
     for key in dict.fromkeys(keys):
         try:
