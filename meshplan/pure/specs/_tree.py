@@ -12,10 +12,12 @@ is the one place that decides what counts as an array-like leaf:
 * ``None`` is an empty subtree in jax and stays ``None`` in every output tree.
 
 Anything else (strings, custom objects, numpy scalar *types* such as
-``np.float32`` in a config-like tree, objects whose ``.shape`` is not a tuple
-of ints) is a *non-array leaf*: it has no facts, and rules give it no spec.
-A leaf with a proper ``.shape`` but a ``.dtype`` that is not a dtype is an
-error (:class:`~meshplan.errors.MeshplanTypeError`, naming the leaf).
+``np.float32`` in a config-like tree, objects without both a ``.shape`` and a
+``.dtype``) is a *non-array leaf*: it has no facts, and rules give it no spec.
+A leaf with a ``.shape`` and a ``.dtype`` is an array whichever they are, so a
+shape that is not a tuple of ints >= 0 (``"abc"``, ``(-4, 4)``) or a dtype
+that is not one is an error (:class:`~meshplan.errors.MeshplanTypeError`,
+naming the leaf), never a leaf kept as is.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from meshplan.pure._check import as_flag
+from meshplan.pure._check import as_flag, as_shape
 from meshplan.pure._types import PyTree, Shape
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_bits
@@ -63,23 +65,10 @@ def _has_array_facts(x: Any) -> bool:
     return not isinstance(x, type) and hasattr(x, "shape") and hasattr(x, "dtype")
 
 
-def _shape_of(x: Any) -> Shape | None:
-    """``x.shape`` as a tuple of non-negative Python ints, or None when it is not one."""
-    shape = x.shape
-    if not isinstance(shape, (tuple, list)):
-        return None
-    dims: list[int] = []
-    for d in shape:
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
-            return None
-        dims.append(int(d))
-    return tuple(dims)
-
-
-def _array_info(x: Any) -> LeafInfo | None:
-    shape = _shape_of(x)
-    if shape is None:
-        return None
+def _array_info(x: Any) -> LeafInfo:
+    # An object with a .shape and a .dtype is an array to planners: its shape must be one
+    # (a string or a negative dim is a typed error naming it, not a leaf kept as is).
+    shape = as_shape(x.shape, "shape")
     dtype = canonical_dtype(x.dtype)
     dtype_bits(dtype)  # an array of strings or objects is one jax cannot hold: a typed error, named by the caller
     return LeafInfo(shape, dtype)
@@ -100,8 +89,7 @@ def flatten(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[Any], Any]:
     """
     bad: list[Any] = []
     try:
-        found = jax.tree_util.tree_flatten(tree, is_leaf=_unsortable_guard(kwargs.pop("is_leaf", None), bad),
-                                           **kwargs)
+        found = jax.tree_util.tree_flatten(tree, is_leaf=_guarded(tree, what, kwargs, bad), **kwargs)
     except MeshplanError:
         raise
     except (ValueError, TypeError) as err:
@@ -114,8 +102,7 @@ def flatten_with_path(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[tupl
     """:func:`flatten` with key paths (``jax.tree_util.tree_flatten_with_path``)."""
     bad: list[Any] = []
     try:
-        found = jax.tree_util.tree_flatten_with_path(
-            tree, is_leaf=_unsortable_guard(kwargs.pop("is_leaf", None), bad), **kwargs)
+        found = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_guarded(tree, what, kwargs, bad), **kwargs)
     except MeshplanError:
         raise
     except (ValueError, TypeError) as err:
@@ -124,17 +111,29 @@ def flatten_with_path(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[tupl
     return found
 
 
-def _unsortable_guard(user: Any, bad: list[Any]) -> Any:
-    """An ``is_leaf`` for jax's flatten that keeps a dict whose keys do not sort away from jax.
+def _guarded(tree: PyTree, what: str, kwargs: dict[str, Any], bad: list[Any]) -> Any:
+    """The ``is_leaf`` to flatten ``tree`` with, such that jax never sorts a dict whose keys do not sort.
 
     jaxlib 0.10's flatten fails on such a dict with a ValueError, but leaks the
     interpreter's recursion budget by the dict's nesting depth each time; a
     long process (a fuzz run) then fails every deep-enough call with a
-    RecursionError. So jax never sorts one: the guard calls it a leaf and notes
-    it in ``bad``, and the caller refuses the tree once the flatten returns. Asked
-    by jax at each node, it costs under half of what walking the tree beforehand
-    did (a 45k-leaf tree: ~0.4x one ``tree_map`` against ~1.0x).
+    RecursionError. Without a caller's ``is_leaf``, :func:`_unsortable_guard`
+    keeps them from jax as it flattens; a caller's ``is_leaf`` may flatten the
+    subtrees it is shown itself (before the guard sees their dicts), so the tree
+    is walked for them first and the caller's ``is_leaf`` used as it is.
     """
+    user = kwargs.pop("is_leaf", None)
+    if user is None:
+        return _unsortable_guard(bad)
+    _refuse_unsortable_keys(tree, what)
+    return user
+
+
+def _unsortable_guard(bad: list[Any]) -> Any:
+    """An ``is_leaf`` that calls a dict whose keys do not sort a leaf, so jax never sorts it, and
+    notes it in ``bad`` for the caller to refuse once the flatten returns. Asked by jax at each
+    node, it costs under half of walking the tree beforehand (a 45k-leaf tree: ~0.4x one
+    ``tree_map`` against ~1.0x)."""
     defaultdict = collections.defaultdict
 
     def is_leaf(node: Any) -> bool:
@@ -149,9 +148,36 @@ def _unsortable_guard(user: Any, bad: list[Any]) -> Any:
                 return True
         return False
 
-    if user is None:
-        return is_leaf
-    return lambda node: bool(user(node)) or is_leaf(node)
+    return is_leaf
+
+
+def _refuse_unsortable_keys(tree: PyTree, what: str) -> None:
+    """Refuse a dict whose keys do not sort before jax sees it.
+
+    jaxlib 0.10's flatten fails on such a dict with a ValueError, but leaks the
+    interpreter's recursion budget by the dict's nesting depth each time; a
+    long process (a fuzz run) then fails every deep-enough call with a
+    RecursionError. Builtin containers are walked iteratively, custom nodes left to jax.
+    """
+    stack, seen = [tree], set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, (dict, list, tuple)):  # a leaf or a custom node (most nodes: one test each)
+            continue
+        if id(node) in seen:  # a container holding itself: jax's own refusal names it
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            if type(node) is dict or isinstance(node, collections.defaultdict):  # the dicts jax sorts
+                try:
+                    sorted(node)
+                except (TypeError, ValueError):
+                    raise MeshplanTypeError(
+                        f"{what} is not a pytree jax can flatten (the keys {list(node)!r:.80} of {what} do not "
+                        "sort); dict keys must be sortable (all str, or all int).") from None
+            stack.extend(node.values())
+        else:
+            stack.extend(node)
 
 
 def _refuse_unsortable(bad: list[Any], what: str) -> None:
@@ -182,6 +208,10 @@ def leaf_info(x: Any, *, x64: bool = False) -> LeafInfo | None:
       LeafInfo(shape=(), dtype=dtype('int32'))
       >>> leaf_info("not an array") is None
       True
+
+    Raises:
+      MeshplanTypeError: ``x`` has a ``.shape`` and a ``.dtype`` (it is an array to planners) but
+        the shape is not a tuple of ints >= 0 or the dtype is not one.
     """
     if not _has_array_facts(x):
         value = None if isinstance(x, type) else getattr(x, "value", None)
@@ -523,23 +553,23 @@ def _read_node(treedef: Any) -> _Node | None:
 _SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
 
 
-def _fast_infos(leaves: list[Any], tree: PyTree) -> tuple[LeafInfo | None, ...] | None:
+def _fast_infos(leaves: list[Any], tree: PyTree) -> tuple[LeafInfo, ...] | None:
     """The infos of ``leaves`` when every one is a numpy array, jax array or ShapeDtypeStruct, in
     C-level passes (a 45k-leaf tree of a few dozen kinds: a fifth of the per-leaf loop); else None."""
     # isinstance against jax.Array is slow: asked once per type.
     if not leaves or not all(issubclass(t, _FAST_TYPES) for t in set(map(type, leaves))):
         return None
     keys = list(map(_SHAPE_DTYPE, leaves))
-    table: dict[Any, LeafInfo | None] = {}
+    table: dict[Any, LeafInfo] = {}
     for key in dict.fromkeys(keys):
         try:
             table[key] = _array_info(_Facts(*key))
-        except MeshplanTypeError as err:  # a bad .dtype: name the leaf
+        except MeshplanTypeError as err:  # a bad shape or dtype: name the leaf
             where = path_str(jax.tree_util.tree_flatten_with_path(tree)[0][keys.index(key)][0])
             raise MeshplanTypeError(f"leaf {where!r}: {err}") from None
     if len(keys) == 1:
         return (table[keys[0]],)
-    found: tuple[LeafInfo | None, ...] = operator.itemgetter(*keys)(table)
+    found: tuple[LeafInfo, ...] = operator.itemgetter(*keys)(table)
     return found
 
 
@@ -562,7 +592,8 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
       The tree's :class:`TreeFacts`.
 
     Raises:
-      MeshplanTypeError: a leaf has ``.shape``/``.dtype`` but the dtype is not one.
+      MeshplanTypeError: a leaf has a ``.shape`` and a ``.dtype`` but the shape is not a tuple of
+        ints >= 0 or the dtype is not one (the message names the leaf).
 
     Example:
       >>> import jax, numpy as np
@@ -590,13 +621,11 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
                 key = (v.shape, v.dtype)
                 info = cache.get(key)
                 if info is None:
-                    info = _array_info(v)
-                    if info is not None:
-                        cache[key] = info
+                    info = cache[key] = _array_info(v)
                 infos.append(info)
             else:
                 infos.append(leaf_info(v, x64=x64))
-        except MeshplanTypeError as err:  # a bad .dtype: name the leaf
+        except MeshplanTypeError as err:  # a bad shape or dtype: name the leaf
             where = path_str(jax.tree_util.tree_flatten_with_path(tree)[0][len(infos)][0])
             raise MeshplanTypeError(f"leaf {where!r}: {err}") from None
     return TreeFacts(tuple(infos), treedef, tree)
