@@ -99,12 +99,9 @@ def _gpu_devices(cluster: Cluster) -> list[Any]:
 
 def _ensure_cpu_devices(n: int) -> None:
     """Ask for ``n`` simulated CPU devices if jax has not started its backends yet (else keep what it has)."""
-    import jax
-    from jax._src import xla_bridge  # the one place that knows whether backends are up
+    from meshplan.facade._cpu import use_cpu_devices
 
-    current = int(getattr(jax.config, "jax_num_cpu_devices", -1))  # an untyped config attribute
-    if not xla_bridge.backends_are_initialized() and current < n:
-        jax.config.update("jax_num_cpu_devices", n)
+    use_cpu_devices(n)
 
 
 def _target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], dcn: Sequence[int] | None,
