@@ -147,7 +147,7 @@ def _name(config: Mapping[str, Any], name: str | None, model_type: str) -> str:
 def _heads(c: _Config, hidden: int) -> tuple[int, int, int]:
     """(heads, kv_heads, head_dim), with the dividing checks a real model satisfies."""
     heads = c.count("num_attention_heads")
-    kv_heads = c.count("num_key_value_heads", None) if c.raw("num_key_value_heads", None) is not None else heads
+    kv_heads = c.optional_count("num_key_value_heads") or heads  # absent (Llama 1) or null: no GQA
     if heads % kv_heads:
         raise c.fail("num_key_value_heads", f"must divide num_attention_heads={heads} (grouped-query attention).")
     explicit = c.optional_count("head_dim")
@@ -158,8 +158,12 @@ def _heads(c: _Config, hidden: int) -> tuple[int, int, int]:
     return heads, kv_heads, explicit
 
 
-def _local_layers(c: _Config, layers: int, window: int | None) -> tuple[int, int]:
-    """(sliding window, layers using it) from ``layer_types`` or the family's pattern."""
+def _local_layers(c: _Config, layers: int) -> tuple[int, int]:
+    """(sliding window, layers using it): from ``layer_types`` when given, else the family's pattern."""
+    if c.model_type == "qwen2" and not c.flag("use_sliding_window", False):
+        return 0, 0
+    window = c.optional_count("sliding_window") if c.model_type in ("mistral", "qwen2", "gemma2",
+                                                                      "gemma3_text") else None
     if not window:
         return 0, 0
     kinds = c.raw("layer_types", None)
@@ -168,12 +172,15 @@ def _local_layers(c: _Config, layers: int, window: int | None) -> tuple[int, int
             raise c.fail("layer_types", f"must list one attention kind per layer ({layers}).")
         local = sum(k == "sliding_attention" for k in kinds)
         return (window, local) if local else (0, 0)
+    if c.model_type == "qwen2":  # layers from max_window_layers on use the window
+        local = max(0, layers - c.count("max_window_layers", minimum=0))
+        return (window, local) if local else (0, 0)
     if c.model_type == "gemma2":
         return window, math.ceil(layers / 2)  # layers 0, 2, 4, ... are local
     if c.model_type == "gemma3_text":
         pattern = c.count("sliding_window_pattern")
         return window, layers - layers // pattern  # every pattern-th layer is global
-    return window, layers
+    return window, layers  # Mistral: every layer
 
 
 def _dense(c: _Config, name: str, family: str) -> ModelSpec:
@@ -184,19 +191,7 @@ def _dense(c: _Config, name: str, family: str) -> ModelSpec:
         if c.model_type in ("llama", "mistral", "qwen3") and c.flag(key, False):
             raise c.fail(key, "is not supported (an o_proj / MLP bias); meshplan models q/k/v biases only "
                               "(Qwen2's).")
-    window: int | None = None
-    if c.model_type == "mistral":
-        window = c.optional_count("sliding_window")
-    elif c.model_type == "qwen2":
-        if c.flag("use_sliding_window", False):
-            window = c.optional_count("sliding_window")
-            full = c.count("max_window_layers", minimum=0)
-            if window:
-                return _spec(c, name, family, hidden, layers, heads, kv_heads, head_dim,
-                             sliding_window=window, sliding_window_layers=max(0, layers - full))
-    elif family == "gemma":
-        window = c.optional_count("sliding_window")
-    sliding, local = _local_layers(c, layers, window)
+    sliding, local = _local_layers(c, layers)
     return _spec(c, name, family, hidden, layers, heads, kv_heads, head_dim, sliding_window=sliding,
                  sliding_window_layers=local)
 

@@ -135,6 +135,10 @@ def test_what_the_readers_take_from_each_architecture() -> None:
     v3 = _spec("deepseek-v3.json")
     assert (v3.num_layers, v3.num_dense_layers, v3.num_shared_experts) == (61, 3, 1)  # MTP layer left out
     assert _spec("mistral-7b-v0.1.json").sliding_window_layers == 32
+    assert _spec("qwen2.5-72b.json").sliding_window == 0  # "use_sliding_window": false
+    windowed = model_spec_from_hf_config({**_config("qwen2.5-72b.json"), "use_sliding_window": True,
+                                          "sliding_window": 4096})
+    assert (windowed.sliding_window, windowed.sliding_window_layers) == (4096, 10)  # from max_window_layers=70
     assert _spec("mixtral-8x7b.json").sliding_window == 0  # "sliding_window": null
     assert _spec("llama-3.1-405b.json").name == "llama"  # no name and no _name_or_path: the model_type
 
