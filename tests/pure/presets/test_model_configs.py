@@ -407,3 +407,17 @@ def test_specs_round_trip_through_their_hf_config(spec: ModelSpec) -> None:
         spec = dataclasses.replace(spec, intermediate_size=spec.moe_intermediate_size)
     assert back == spec
     assert count_params(build_params(back)) == count_params(build_params(spec))
+
+
+def test_the_conventions_reader_knows_what_the_new_layouts_add() -> None:
+    from meshplan.pure.rules import leaf_layout
+
+    # q/k norms are one head wide: never the embed dim a rule would shard like a residual-stream norm.
+    assert leaf_layout("model/layers/0/self_attn/q_norm/weight", (128,)).dims == ("head_dim",)
+    assert leaf_layout("model/layers/0/self_attn/k_norm/weight", (128,)).dims == ("head_dim",)
+    bias = leaf_layout("model/layers/0/self_attn/k_proj/bias", (1024,), num_heads=64, num_kv_heads=8)
+    assert (bias.role, bias.heads, bias.dims) == ("column", "kv", ("out",))
+    assert leaf_layout("model/layers/0/pre_feedforward_layernorm/weight", (5376,)).dims == ("embed",)
+    expert = leaf_layout("model/layers/0/mlp/experts/gate_proj/weight", (128, 1536, 4096), num_experts=128)
+    assert expert.stacked_expert and expert.dims == ("experts", "out", "in")
+    assert leaf_layout("model/layers/0/mlp/gate/weight", (128, 4096)).role == "other"  # the router
