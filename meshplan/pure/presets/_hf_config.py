@@ -70,6 +70,26 @@ HF_DEFAULTS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
 """Per ``model_type``: defaults for keys a real ``config.json`` may leave out (as ``transformers`` sets them)."""
 
 _MISSING = object()
+# Sizes past these describe no model; refusing them keeps a typo (or a fuzzer) from building a tree of a
+# billion layers. Layers and experts become dict entries of the tree; widths are only shape numbers.
+_MAX_SIZE = 10**12
+_MAX_ENTRIES = {"num_hidden_layers": 10_000, "n_layer": 10_000, "num_local_experts": 100_000,
+                "num_experts": 100_000, "n_routed_experts": 100_000}
+
+
+def _big(value: int) -> str:
+    """A huge int, shown without converting it to a float or a 4,300-digit string (both fail)."""
+    return str(value) if value.bit_length() <= 64 else f"<a {value.bit_length()}-bit int>"
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters; huge ints by their size (their repr may raise)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _big(value)
+    try:
+        return f"{value!r:.60}"
+    except ValueError:  # a container holding an int past the 4,300-digit repr limit
+        return f"<a {type(value).__name__}>"
 
 
 class _Config:
@@ -91,9 +111,13 @@ class _Config:
     def count(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ModelConfigError(f"{self.source}: key {key!r}={value!r:.60} must be an int >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show(value)} must be an int >= {minimum}.")
         if value < minimum:
-            raise ModelConfigError(f"{self.source}: key {key!r}={value} must be >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_big(value)} must be >= {minimum}.")
+        maximum = _MAX_ENTRIES.get(key, _MAX_SIZE)
+        if value > maximum:
+            raise ModelConfigError(f"{self.source}: key {key!r}={_big(value)} is past any model; it must be <= "
+                                   f"{maximum:,}.")
         return value
 
     def optional_count(self, key: str, *, minimum: int = 1) -> int | None:
@@ -107,11 +131,11 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise ModelConfigError(f"{self.source}: key {key!r}={value!r:.60} must be true or false.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show(value)} must be true or false.")
         return value
 
     def fail(self, key: str, message: str) -> ModelConfigError:
-        return ModelConfigError(f"{self.source}: key {key!r}={self.mapping.get(key)!r:.60} {message}")
+        return ModelConfigError(f"{self.source}: key {key!r}={_show(self.mapping.get(key))} {message}")
 
 
 def _model_type(config: Mapping[str, Any], source: str) -> str:
@@ -239,7 +263,7 @@ def _qwen3_moe(c: _Config, name: str) -> ModelSpec:
         raise c.fail("mlp_only_layers", "must be a list of layer indices.")
     # ModelSpec keeps dense layers first: a prefix of mlp_only_layers and a sparse step of 1 fit it.
     if step != 1 or sorted(dense_only) != list(range(len(dense_only))):
-        raise ModelConfigError(f"{c.source}: decoder_sparse_step={step} with mlp_only_layers={dense_only!r:.60}: "
+        raise ModelConfigError(f"{c.source}: decoder_sparse_step={step} with mlp_only_layers={_show(dense_only)}: "
                                f"meshplan models MoE layers after a run of leading dense layers only "
                                f"(decoder_sparse_step 1, mlp_only_layers [0, 1, ..., k-1]).")
     return _spec(c, name, "qwen3_moe", hidden, layers, heads, kv_heads, head_dim, num_experts=experts,
@@ -319,7 +343,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any], *, name: str | None = N
     if model_type == "gemma3":  # the multimodal checkpoint: its language model is under text_config
         text = config.get("text_config")
         if not isinstance(text, Mapping):
-            raise ModelConfigError(f"{source}: key 'text_config'={text!r:.60} must be the language model's config "
+            raise ModelConfigError(f"{source}: key 'text_config'={_show(text)} must be the language model's config "
                                    f"(a JSON object) in a gemma3 config.")
         return model_spec_from_hf_config({"model_type": "gemma3_text", **text}, name=_name(config, name, model_type),
                                          source=f"{source} text_config")

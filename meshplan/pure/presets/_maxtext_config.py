@@ -76,6 +76,8 @@ def _scalar(text: str, where: str) -> Any:
     if text in ("false", "False", "FALSE"):
         return False
     if _INT.match(text):
+        if len(text) > 40:  # no model size has 40 digits (and int() refuses past 4,300)
+            raise ModelConfigError(f"{where}: number {text[:20]}... has {len(text)} digits; no model size does.")
         return int(text.replace("_", ""))
     if _FLOAT.match(text):
         return float(text.replace("_", ""))
@@ -143,6 +145,21 @@ def parse_maxtext_yml(text: str, *, source: str = "model.yml") -> dict[str, Any]
     return out
 
 
+def _big(value: int) -> str:
+    """A huge int, shown without converting it to a float or a 4,300-digit string (both fail)."""
+    return str(value) if value.bit_length() <= 64 else f"<a {value.bit_length()}-bit int>"
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters; huge ints by their size (their repr may raise)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _big(value)
+    try:
+        return f"{value!r:.60}"
+    except ValueError:  # a container holding an int past the 4,300-digit repr limit
+        return f"<a {type(value).__name__}>"
+
+
 class _Settings:
     """Checked reads of one settings mapping, naming the file and key in every error."""
 
@@ -161,13 +178,18 @@ class _Settings:
     def count(self, key: str, minimum: int = 1) -> int:
         value = self.raw(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ModelConfigError(f"{self.source}: key {key!r}={value!r:.60} must be an int >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show(value)} must be an int >= {minimum}.")
+        # Layers and experts become dict entries of the tree: bound them (and every size) to real models.
+        maximum = 10_000 if key == "base_num_decoder_layers" else 100_000 if key == "num_experts" else 10**12
+        if value > maximum:
+            raise ModelConfigError(f"{self.source}: key {key!r}={_big(value)} is past any model; it must be <= "
+                                   f"{maximum:,}.")
         return value
 
     def flag(self, key: str) -> bool:
         value = self.raw(key)
         if not isinstance(value, bool):
-            raise ModelConfigError(f"{self.source}: key {key!r}={value!r:.60} must be true or false.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show(value)} must be true or false.")
         return value
 
 
@@ -208,7 +230,7 @@ def model_spec_from_maxtext(settings: Mapping[str, Any], *, name: str,
     s = _Settings(settings, source)
     block = s.raw("decoder_block")
     if block not in MAXTEXT_DECODER_BLOCKS:
-        raise ModelConfigError(f"{source}: key 'decoder_block'={block!r:.60} is not one meshplan reads; known: "
+        raise ModelConfigError(f"{source}: key 'decoder_block'={_show(block)} is not one meshplan reads; known: "
                                f"{sorted(MAXTEXT_DECODER_BLOCKS)}.")
     family = MAXTEXT_DECODER_BLOCKS[block]
     hidden, heads, kv_heads = s.count("base_emb_dim"), s.count("base_num_query_heads"), s.count("base_num_kv_heads")

@@ -421,3 +421,10 @@ def test_the_conventions_reader_knows_what_the_new_layouts_add() -> None:
     expert = leaf_layout("model/layers/0/mlp/experts/gate_proj/weight", (128, 1536, 4096), num_experts=128)
     assert expert.stacked_expert and expert.dims == ("experts", "out", "in")
     assert leaf_layout("model/layers/0/mlp/gate/weight", (128, 4096)).role == "other"  # the router
+
+
+@pytest.mark.parametrize("key, value", [("num_hidden_layers", 10**9), ("vocab_size", 10**400),
+                                        ("hidden_size", 10**13)])
+def test_absurd_sizes_are_refused_before_any_tree_is_built(key: str, value: int) -> None:
+    with pytest.raises(ModelConfigError, match=f"key '{key}'=.* is past any model"):
+        model_spec_from_hf_config({**_config("llama-3.1-405b.json"), key: value}, source="x.json")
