@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure.errors import ModelConfigError
+from meshplan.pure.presets._show import show_int as _show_int
+from meshplan.pure.presets._show import show_value as _show_value
 from meshplan.pure.presets._spec import MLADims, ModelSpec
 
 __all__ = ["HF_DEFAULTS", "HF_MODEL_TYPES", "model_spec_from_hf_config"]
@@ -77,21 +79,6 @@ _MAX_ENTRIES = {"num_hidden_layers": 10_000, "n_layer": 10_000, "num_local_exper
                 "num_experts": 100_000, "n_routed_experts": 100_000}
 
 
-def _big(value: int) -> str:
-    """A huge int, shown without converting it to a float or a 4,300-digit string (both fail)."""
-    return str(value) if value.bit_length() <= 64 else f"<a {value.bit_length()}-bit int>"
-
-
-def _show(value: Any) -> str:
-    """``repr(value)`` cut to 60 characters; huge ints by their size (their repr may raise)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _big(value)
-    try:
-        return f"{value!r:.60}"
-    except ValueError:  # a container holding an int past the 4,300-digit repr limit
-        return f"<a {type(value).__name__}>"
-
-
 class _Config:
     """Reads checked values out of one config mapping, naming the file and key in every error."""
 
@@ -111,12 +98,12 @@ class _Config:
     def count(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ModelConfigError(f"{self.source}: key {key!r}={_show(value)} must be an int >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_value(value)} must be an int >= {minimum}.")
         if value < minimum:
-            raise ModelConfigError(f"{self.source}: key {key!r}={_big(value)} must be >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_int(value)} must be >= {minimum}.")
         maximum = _MAX_ENTRIES.get(key, _MAX_SIZE)
         if value > maximum:
-            raise ModelConfigError(f"{self.source}: key {key!r}={_big(value)} is past any model; it must be <= "
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_int(value)} is past any model; it must be <= "
                                    f"{maximum:,}.")
         return value
 
@@ -131,11 +118,11 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise ModelConfigError(f"{self.source}: key {key!r}={_show(value)} must be true or false.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_value(value)} must be true or false.")
         return value
 
     def fail(self, key: str, message: str) -> ModelConfigError:
-        return ModelConfigError(f"{self.source}: key {key!r}={_show(self.mapping.get(key))} {message}")
+        return ModelConfigError(f"{self.source}: key {key!r}={_show_value(self.mapping.get(key))} {message}")
 
 
 def _model_type(config: Mapping[str, Any], source: str) -> str:
@@ -263,7 +250,7 @@ def _qwen3_moe(c: _Config, name: str) -> ModelSpec:
         raise c.fail("mlp_only_layers", "must be a list of layer indices.")
     # ModelSpec keeps dense layers first: a prefix of mlp_only_layers and a sparse step of 1 fit it.
     if step != 1 or sorted(dense_only) != list(range(len(dense_only))):
-        raise ModelConfigError(f"{c.source}: decoder_sparse_step={step} with mlp_only_layers={_show(dense_only)}: "
+        raise ModelConfigError(f"{c.source}: decoder_sparse_step={step} with mlp_only_layers={_show_value(dense_only)}: "
                                f"meshplan models MoE layers after a run of leading dense layers only "
                                f"(decoder_sparse_step 1, mlp_only_layers [0, 1, ..., k-1]).")
     return _spec(c, name, "qwen3_moe", hidden, layers, heads, kv_heads, head_dim, num_experts=experts,
@@ -343,7 +330,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any], *, name: str | None = N
     if model_type == "gemma3":  # the multimodal checkpoint: its language model is under text_config
         text = config.get("text_config")
         if not isinstance(text, Mapping):
-            raise ModelConfigError(f"{source}: key 'text_config'={_show(text)} must be the language model's config "
+            raise ModelConfigError(f"{source}: key 'text_config'={_show_value(text)} must be the language model's config "
                                    f"(a JSON object) in a gemma3 config.")
         return model_spec_from_hf_config({"model_type": "gemma3_text", **text}, name=_name(config, name, model_type),
                                          source=f"{source} text_config")

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure.errors import ModelConfigError
+from meshplan.pure.presets._show import show_int as _show_int
+from meshplan.pure.presets._show import show_value as _show_value
 from meshplan.pure.presets._spec import MLADims, ModelSpec
 
 __all__ = ["MAXTEXT_DECODER_BLOCKS", "MAXTEXT_DEFAULTS", "model_spec_from_maxtext", "parse_maxtext_yml"]
@@ -145,21 +147,6 @@ def parse_maxtext_yml(text: str, *, source: str = "model.yml") -> dict[str, Any]
     return out
 
 
-def _big(value: int) -> str:
-    """A huge int, shown without converting it to a float or a 4,300-digit string (both fail)."""
-    return str(value) if value.bit_length() <= 64 else f"<a {value.bit_length()}-bit int>"
-
-
-def _show(value: Any) -> str:
-    """``repr(value)`` cut to 60 characters; huge ints by their size (their repr may raise)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _big(value)
-    try:
-        return f"{value!r:.60}"
-    except ValueError:  # a container holding an int past the 4,300-digit repr limit
-        return f"<a {type(value).__name__}>"
-
-
 class _Settings:
     """Checked reads of one settings mapping, naming the file and key in every error."""
 
@@ -178,18 +165,18 @@ class _Settings:
     def count(self, key: str, minimum: int = 1) -> int:
         value = self.raw(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ModelConfigError(f"{self.source}: key {key!r}={_show(value)} must be an int >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_value(value)} must be an int >= {minimum}.")
         # Layers and experts become dict entries of the tree: bound them (and every size) to real models.
         maximum = 10_000 if key == "base_num_decoder_layers" else 100_000 if key == "num_experts" else 10**12
         if value > maximum:
-            raise ModelConfigError(f"{self.source}: key {key!r}={_big(value)} is past any model; it must be <= "
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_int(value)} is past any model; it must be <= "
                                    f"{maximum:,}.")
         return value
 
     def flag(self, key: str) -> bool:
         value = self.raw(key)
         if not isinstance(value, bool):
-            raise ModelConfigError(f"{self.source}: key {key!r}={_show(value)} must be true or false.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_value(value)} must be true or false.")
         return value
 
 
@@ -230,7 +217,7 @@ def model_spec_from_maxtext(settings: Mapping[str, Any], *, name: str,
     s = _Settings(settings, source)
     block = s.raw("decoder_block")
     if block not in MAXTEXT_DECODER_BLOCKS:
-        raise ModelConfigError(f"{source}: key 'decoder_block'={_show(block)} is not one meshplan reads; known: "
+        raise ModelConfigError(f"{source}: key 'decoder_block'={_show_value(block)} is not one meshplan reads; known: "
                                f"{sorted(MAXTEXT_DECODER_BLOCKS)}.")
     family = MAXTEXT_DECODER_BLOCKS[block]
     hidden, heads, kv_heads = s.count("base_emb_dim"), s.count("base_num_query_heads"), s.count("base_num_kv_heads")
