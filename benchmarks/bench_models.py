@@ -10,10 +10,16 @@ ymls) it times, as the least CPU time (``time.process_time``) of 5 runs:
 
 and, where a preset of the same model exists, *preset search* ``search_meshes(name, "8x8xH100", top_k=1)``
 as the baseline: the ratio says what going through the file costs over naming the preset.
+
+``python benchmarks/bench_models.py --flops``: the analytic step FLOPs of each new layout (the cases of
+``tests/facade/test_model_families_vs_xla.py``, plus each on the other mesh) over XLA:CPU's
+``cost_analysis()`` of the compiled reference step, and the analytic matmul FLOPs over the HLO's dots,
+on 8 simulated CPU devices.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 import time
@@ -54,7 +60,36 @@ def _search(model: Any) -> Callable[[], Any]:
     return run
 
 
+def flops() -> None:
+    import jax
+
+    from meshplan.facade._reference import ReferenceConfig, reference_step
+    from meshplan.pure.cost._flops import step_flops
+    from tests.facade.test_model_families_vs_xla import CASES, _matmul_flops
+
+    meshes = (((2, 4), ("fsdp", "tp"), "full"), ((8,), ("fsdp",), "none"))
+    print(f"{'layout':<28} {'mesh':<12} {'remat':<5} {'analytic / XLA':>15} {'matmuls / HLO dots':>19}")
+    for case in sorted(CASES):
+        spec = CASES[case][0]
+        for shape, names, remat in meshes:
+            mesh = jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape))
+            ref = reference_step(spec, mesh, batch=8, seq=128,
+                                 config=ReferenceConfig(remat=remat, attention="plain", scan_layers=False))
+            compiled = ref.lower().compile()
+            cost = compiled.cost_analysis()
+            cost = cost[0] if isinstance(cost, list) else cost
+            f = step_flops(spec, dict(zip(names, shape)), batch=8, seq=128, remat=remat, attention="plain")
+            text = ",".join(f"{n}={s}" for n, s in zip(names, shape))
+            print(f"{spec.name:<28} {text:<12} {remat:<5} {f.per_device / cost['flops']:>15.4f} "
+                  f"{(f.per_device - f.elementwise) / _matmul_flops(compiled.as_text()):>19.4f}", flush=True)
+
+
 def main() -> None:
+    if "--flops" in sys.argv[1:]:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+        flops()
+        return
     files = sorted(DATA.glob("*.json")) + sorted((DATA / "maxtext").glob("*.yml"))
     print(f"{'file':<32} {'params':>17} {'read ms':>8} {'tree ms':>8} {'search ms':>10} {'preset ms':>10} "
           f"{'ratio':>6}")
