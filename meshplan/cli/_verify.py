@@ -179,8 +179,10 @@ def scaled_model(spec: ModelSpec, layers: int | None) -> ModelSpec:
     if layers is None or layers >= spec.num_layers:
         return spec
     dense = min(spec.num_dense_layers, max(layers - 1, 0)) if spec.is_moe else spec.num_dense_layers
+    # Sliding-window layers keep their share of the layers (Gemma 3: 5 in 6), at least one if any.
+    local = max(1, round(spec.sliding_window_layers * layers / spec.num_layers)) if spec.sliding_window else 0
     return dataclasses.replace(spec, name=f"{spec.name} ({layers} layers)", num_layers=layers,
-                               num_dense_layers=dense, num_params=None)
+                               num_dense_layers=dense, num_params=None, sliding_window_layers=local)
 
 
 def verify_candidates(candidates: Sequence[MeshCandidate], spec: ModelSpec, cluster: Cluster, *, batch: int,
