@@ -304,10 +304,12 @@ def _show_mesh(args: argparse.Namespace) -> int:
 def _list_models(args: argparse.Namespace) -> int:
     from meshplan.cli import _models
 
-    console = _console()
+    specs = _models.model_specs(list(args.files))
     if args.json:
-        console.file = sys.stdout
-    return _models.render_models(list(args.files), as_json=args.json, console=console)
+        sys.stdout.write(json.dumps({"models": _models.model_rows(specs)}, indent=2) + "\n")
+        return 0
+    _models.render_models(specs, titled_files=bool(args.files), console=_console())
+    return 0
 
 
 def _run_demo(args: argparse.Namespace) -> int:
