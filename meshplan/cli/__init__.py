@@ -149,9 +149,9 @@ def _plan(args: argparse.Namespace) -> int:
     from meshplan.cli import _render
 
     _render.render_plan(result, _console())
-    if args.verify:
-        from meshplan.cli import _verify
+    from meshplan.cli import _verify
 
+    if _verify.verification_wanted(args):
         _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
 
@@ -234,6 +234,17 @@ def _show_mesh(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from meshplan.facade import _compile_cache
+
+    if args.action == "clear":
+        removed = _compile_cache.clear_cache()
+        print(f"removed {removed} compiled steps from {_compile_cache.cache_dir()}")
+    else:
+        print(_compile_cache.cache_info().describe())
+    return 0
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from meshplan.cli import _demo as demo  # imports jax with simulated devices, so only on demand
 
@@ -308,8 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", dest="format", action="store_const", const="json",
                       help="print the result as JSON only (same as --format json)")
     plan.add_argument("--verify", type=_positive, metavar="K",
-                      help="compile the reference train step of the top K meshes and show XLA's exact "
-                           "per-device memory next to the estimate (TPU targets need meshplan[tpu])")
+                      help="compile the reference train step until the top K meshes (default 3) are verified "
+                           "to fit, and show XLA's exact per-device peak (on by default where the target's "
+                           "compiler is installed: meshplan[tpu], meshplan[gpu]; no TPU or GPU needed)")
+    plan.add_argument("--no-verify", action="store_true", help="show the estimates only; compile nothing")
+    plan.add_argument("--verify-time", type=_positive, default=300, metavar="S",
+                      help="stop starting compiles after S seconds (default 300); the rest stay estimates")
     from meshplan.cli import _verify
 
     _verify.add_reference_flags(plan)
@@ -328,6 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--rank", type=_positive, default=1, help="which ranked mesh of --plan (default 1)")
     show.add_argument("--png", metavar="FILE", help="also write a picture (needs matplotlib: meshplan[png])")
     show.set_defaults(func=_show_mesh)
+
+    cache = sub.add_parser("cache", help="the compile cache of verified plans: where, how big; or clear it")
+    cache.add_argument("action", choices=("info", "clear"),
+                       help="info: directory, entries, size; clear: remove every entry (MESHPLAN_CACHE_DIR "
+                            "overrides $XDG_CACHE_HOME/meshplan)")
+    cache.set_defaults(func=_cache)
 
     demo = sub.add_parser("demo", help="plan a small model and place it on simulated CPU devices")
     demo.add_argument("--devices", type=_demo_devices, default=8,
