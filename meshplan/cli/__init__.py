@@ -133,9 +133,14 @@ def _plan(args: argparse.Namespace) -> int:
         fixed.update(group)
     if args.verify and args.format != "table":
         raise _UserError("--verify prints a table next to the ranking; use it without --format/--json.")
+    from meshplan.cli import _verify
+    from meshplan.pure import parse_cluster
+
+    cluster = parse_cluster(args.cluster)
+    headroom, budget_note = _verify.headroom_for(args, cluster)
     result = search_meshes(
-        preset.spec, args.cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
-        batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
+        preset.spec, cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
+        batch=args.batch, seq=args.seq, headroom=headroom, master_weights=args.master_weights,
         activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
         ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
         efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
@@ -149,8 +154,8 @@ def _plan(args: argparse.Namespace) -> int:
     from meshplan.cli import _render
 
     _render.render_plan(result, _console())
-    from meshplan.cli import _verify
-
+    if budget_note:
+        _console().print(budget_note, markup=False)
     if _verify.verification_wanted(args):
         _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
@@ -301,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="JSON path rules [[regex, spec], ...] or a logical table {\"logical_axis_rules\": ...} "
                            "(see above)")
     plan.add_argument("--top", type=_positive, default=5, help="meshes to show (default 5)")
-    plan.add_argument("--headroom", type=_fraction, default=0.1, help="fraction of HBM kept free (default 0.1)")
+    plan.add_argument("--headroom", type=_fraction, default=None,
+                      help="fraction of HBM kept free (default: 0.1 on TPU; on GPU 1 - --mem-fraction)")
     plan.add_argument("--efficiency", type=_efficiency, metavar="F",
                       help="fraction of peak bf16 FLOP/s the matmuls sustain (default: 0.4 GPU, 0.5 TPU)")
     plan.add_argument("--rank", default="time", choices=("time", "comm"),
@@ -327,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stop starting compiles after S seconds (default 300); the rest stay estimates")
     from meshplan.cli import _verify
 
+    _verify.add_mem_fraction(plan)
     _verify.add_reference_flags(plan)
     plan.set_defaults(func=_plan)
 

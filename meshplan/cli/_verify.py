@@ -177,6 +177,25 @@ def add_reference_flags(parser: Any) -> None:
                         help="loss computed in T sequence chunks (default 1)")
 
 
+def _mem_fraction(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction of GPU memory in (0, 1]")
+    return value
+
+
+def add_mem_fraction(parser: Any) -> None:
+    """``--mem-fraction F``: the share of each GPU jax's allocator takes, which is a GPU plan's budget."""
+    parser.add_argument("--mem-fraction", type=_mem_fraction, metavar="F",
+                        help="GPU: the fraction of each GPU's memory jax preallocates, the budget (default "
+                             "$XLA_PYTHON_CLIENT_MEM_FRACTION, else jax's 0.75)")
+
+
 def add_check_arguments(parser: Any, sizes: Any, positive: Any) -> None:
     """``meshplan check``'s arguments (``sizes``/``positive``: the CLI's argparse types)."""
     parser.add_argument("--model", required=True, help="preset: gpt2, llama3-8b, llama3-70b, mixtral-8x7b, "
@@ -190,10 +209,48 @@ def add_check_arguments(parser: Any, sizes: Any, positive: Any) -> None:
     parser.add_argument("--layers", type=positive, help="compile a copy with this many layers (faster)")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"),
                         help="parameter dtype (default bfloat16)")
-    parser.add_argument("--headroom", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)")
+    parser.add_argument("--headroom", type=float, default=None,
+                        help="fraction of HBM kept free (default: 0.1 on TPU; on GPU 1 - --mem-fraction)")
+    add_mem_fraction(parser)
     parser.add_argument("--json", dest="format", action="store_const", const="json", default="table",
                         help="print the row as JSON only (XLA's figures, the estimate, the largest buffers)")
     add_reference_flags(parser)
+
+
+JAX_DEFAULT_MEM_FRACTION = 0.75
+"""The share of each GPU's memory jax's allocator preallocates by default (``XLA_PYTHON_CLIENT_MEM_FRACTION``)."""
+
+
+def headroom_for(args: Any, cluster: Cluster) -> tuple[float, str]:
+    """The headroom a plan or check uses, and a line saying where its budget comes from (``""``: TPU's rule).
+
+    On a GPU the memory a jax process has is what its allocator preallocates: ``--mem-fraction``, else
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION`` when set, else jax's default 0.75. A budget of 90% of HBM would
+    promise memory a default jax install does not take. ``--headroom`` still wins when given; TPUs keep
+    the 10% headroom.
+    """
+    import os
+
+    if args.headroom is not None:
+        return args.headroom, ""
+    if cluster.device.ici_scope == "slice":
+        return 0.1, ""
+    given, env = getattr(args, "mem_fraction", None), os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    if given is not None:
+        fraction, source = given, "--mem-fraction"
+    elif env:
+        try:
+            fraction = float(env)
+        except ValueError:
+            fraction = -1.0
+        if not 0 < fraction <= 1:
+            raise PlanError(f"XLA_PYTHON_CLIENT_MEM_FRACTION={env!r:.40} must be a fraction in (0, 1]; unset it "
+                            "or pass --mem-fraction.")
+        source = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+    else:
+        fraction, source = JAX_DEFAULT_MEM_FRACTION, "jax's default preallocation; --mem-fraction to change"
+    return 1.0 - fraction, (f"budget: {fraction:.0%} of each {cluster.device.name}'s memory, what jax's GPU "
+                            f"allocator takes ({source}).")
 
 
 def verification_wanted(args: Any) -> bool:
@@ -261,14 +318,15 @@ def run_check(args: Any, console: Any) -> int:
     mesh = dict(args.mesh)
     analytic: int | None = None
     plan: Any = None
-    budget = int(cluster.hbm_bytes * (1 - args.headroom))
+    headroom, budget_note = headroom_for(args, cluster)
+    budget = int(cluster.hbm_bytes * (1 - headroom))
     note = ""
     # Price the step that compiles: its remat, attention, optimizer, micro-batches and vocab tiles, and
     # the compiler it compiles on (XLA:CPU with --target cpu lowers differently: calibration_key).
     recipe = training_recipe(args, backend="cpu" if args.target == "cpu" else None)
     try:
         found = search_meshes(spec, cluster, dtype=args.dtype, axes=list(mesh), fixed=mesh, batch=batch, seq=seq,
-                              headroom=args.headroom, top_k=1, recipe=recipe, micro_batches=args.micro_batches or 1)
+                              headroom=headroom, top_k=1, recipe=recipe, micro_batches=args.micro_batches or 1)
         cand = found.candidates[0]
         analytic, plan = cand.memory.total, cand
         recipe = found.request.recipe  # the search filled in the compiler and device it priced

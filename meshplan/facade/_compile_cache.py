@@ -90,7 +90,10 @@ def job_key(job: CompileJob) -> str:
     facts = {
         "format": _VERSION,
         "model": dataclasses.asdict(job.spec),
-        "cluster": job.cluster.to_dict(),
+        # The cluster's shape and device kind; not its priced figures (HBM, bandwidths), which the program
+        # does not depend on: the target description (GPU) or libtpu's topology (TPU) is what XLA reads.
+        "cluster": [job.cluster.device.name, job.cluster.device.ici_scope, job.cluster.num_nodes,
+                    job.cluster.devices_per_node, job.cluster.text],
         "mesh": [list(job.axis_names), list(job.axis_sizes), None if job.dcn_shape is None else list(job.dcn_shape)],
         "plan": _plan_facts(job.plan),
         "batch": job.batch, "seq": job.seq,

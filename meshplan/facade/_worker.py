@@ -260,7 +260,7 @@ def _run_one(job: CompileJob, *, timeout_s: float, memory_limit: int, workdir: s
                                str(memory_limit)], env=env, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
     except subprocess.TimeoutExpired:
-        return CompileOutcome(where, None, error=f"timed out after {timeout_s:.0f} s",
+        return CompileOutcome(where, None, error=f"timed out after {timeout_s:g} s",
                               seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     if proc.returncode != 0 or not os.path.exists(out_path):

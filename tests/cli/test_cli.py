@@ -41,7 +41,8 @@ def test_plan_json_is_the_in_process_result_and_the_same_under_any_hash_seed() -
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert first.stdout == second.stdout
     result = SearchResult.from_json(first.stdout)
-    assert result == search_meshes("mixtral-8x7b", "4x8xH100", batch=64)
+    # On a GPU the CLI budgets what jax's allocator takes by default (75% of HBM): headroom 0.25.
+    assert result == search_meshes("mixtral-8x7b", "4x8xH100", batch=64, headroom=0.25)
     assert json.loads(first.stdout)["candidates"][0]["rank"] == 1
 
 

@@ -161,3 +161,28 @@ def test_check_rejects_bad_layouts_before_compiling(capsys):
 def test_tpu_target_without_libtpu_names_the_extra(capsys):
     code = cli.main(["check", "--model", "gpt2", "--cluster", "v5e-4", "--mesh", "dp=4", "--layers", "1"])
     assert code == 1 and "meshplan[tpu]" in capsys.readouterr().err
+
+
+def test_a_gpu_plans_budget_is_what_jaxs_allocator_takes_and_says_so(capsys, monkeypatch):
+    import json
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    base = ["plan", "--model", "gpt2", "--cluster", "1x8xH100", "--seq", "64", "--no-verify"]
+    for extra, env, fraction, source in [([], None, 0.75, "jax's default preallocation"),
+                                         (["--mem-fraction", "0.5"], "0.9", 0.5, "--mem-fraction"),
+                                         ([], "0.9", 0.9, "XLA_PYTHON_CLIENT_MEM_FRACTION")]:
+        if env is not None:
+            monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", env)
+        assert cli.main([*base, *extra]) == 0
+        said = " ".join(capsys.readouterr().out.split())
+        assert f"budget: {fraction:.0%} of each H100's memory, what jax's GPU allocator takes ({source}" in said
+        assert cli.main([*base, *extra, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["request"]["headroom"] == pytest.approx(1 - fraction)
+    # --headroom still wins, and a TPU keeps its 10%.
+    assert cli.main([*base, "--headroom", "0.2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["request"]["headroom"] == 0.2
+    assert cli.main(["plan", "--model", "gpt2", "--cluster", "v5e-8", "--no-verify", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["request"]["headroom"] == 0.1
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "lots")
+    assert cli.main(base) == 1
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION='lots' must be a fraction in (0, 1]" in capsys.readouterr().err
