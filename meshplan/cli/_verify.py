@@ -166,8 +166,9 @@ def add_reference_flags(parser: Any) -> None:
                              "as the cluster has")
     parser.add_argument("--remat", choices=("none", "full", "dots", "offload"), default="full",
                         help="reference step's remat policy (default full)")
-    parser.add_argument("--attention", choices=("plain", "dot_product"), default="dot_product",
-                        help="reference step's attention (default jax.nn.dot_product_attention)")
+    parser.add_argument("--attention", choices=("plain", "dot_product", "flash"), default="dot_product",
+                        help="reference step's attention (default jax.nn.dot_product_attention; flash: the "
+                             "Pallas kernel on TPU, cuDNN's fused attention on GPU)")
     parser.add_argument("--optimizer", choices=("adamw", "adafactor", "lion", "sgd"), default="adamw",
                         help="reference step's optax optimizer, state in fp32 (default adamw)")
     parser.add_argument("--micro-batches", type=int, default=None, metavar="M",

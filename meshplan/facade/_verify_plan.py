@@ -29,6 +29,7 @@ from typing import Any, TextIO
 
 from meshplan.facade._verify_row import PlanVerification, VerifyRow
 from meshplan.facade._worker import CompileJob, CompileOutcome, run_jobs
+from meshplan.pure._check import as_count, as_real
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search import SearchResult
@@ -159,10 +160,16 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
         raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult (what search_meshes returns).")
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise PlanError(f"top={top!r:.40} must be an int >= 1: how many meshes to verify.")
-    if target not in ("auto", "cpu"):
+    if not isinstance(target, str) or target not in ("auto", "cpu"):
         raise PlanError(f"target={target!r:.40} must be 'auto' (the cluster's compiler) or 'cpu'.")
-    if not isinstance(time_budget_s, (int, float)) or not time_budget_s > 0:
-        raise PlanError(f"time_budget_s={time_budget_s!r:.40} must be a number of seconds > 0.")
+    try:
+        time_budget_s = as_real(time_budget_s, "time_budget_s", error=PlanError)
+        timeout_s = as_real(timeout_s, "timeout_s", error=PlanError)
+        parallel = None if parallel is None else as_count(parallel, "parallel", error=PlanError)
+    except (PlanError, MeshplanTypeError) as err:
+        raise type(err)(f"{err} (time_budget_s and timeout_s are seconds > 0, parallel a count of workers)") from None
+    if not isinstance(cache, bool):
+        raise MeshplanTypeError(f"cache={cache!r:.40} must be True or False.")
     out = stream if stream is not None else sys.stderr
     start = time.perf_counter()
     req = result.request
@@ -223,11 +230,9 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
             decided[i] = _from_outcome(ranked[i], result, config, outcome, compiler, cached=False)
             if cache:
                 _compile_cache.store_outcome(keys[i], outcome)
-    rows = []
-    removed = []
-    for i, cand in enumerate(ranked):
-        row = decided.get(i) or _row(cand, result, config, "estimate")
-        (removed if row.status == "over budget" else rows).append(row)
-    if removed and not any(r.status == "exact" for r in rows) and not note:
+    every = [decided.get(i) or _row(cand, result, config, "estimate") for i, cand in enumerate(ranked)]
+    shown = tuple(r for r in every if r.status != "over budget")
+    removed = tuple(r for r in every if r.status == "over budget")
+    if removed and not any(r.status == "exact" for r in shown) and not note:
         note = "every compiled mesh is over the budget"
-    return PlanVerification(tuple(rows), tuple(removed), compiler, note, time.perf_counter() - start)
+    return PlanVerification(shown, removed, compiler, note, time.perf_counter() - start)

@@ -80,3 +80,17 @@ def test_a_given_target_config_replaces_the_shipped_one():
     text = gpu_target_config("H100").replace("NVIDIA H100 80GB HBM3", "NVIDIA H100 test description")
     mesh = meshplan.gpu_topology_mesh("1x8xH100", ("fsdp",), (8,), target_config=text)
     assert mesh.devices.flat[0].device_kind == "NVIDIA H100 test description"
+
+
+@needs_plugin
+def test_flash_attention_on_a_gpu_target_is_cudnns_fused_kernel():
+    import dataclasses
+
+    from meshplan.facade._reference import ReferenceConfig
+    from meshplan.pure import get_preset
+
+    tiny = dataclasses.replace(get_preset("gpt2").spec, num_layers=1, num_params=None)
+    mesh = meshplan.gpu_topology_mesh("1x8xH100", ("dp", "tp"), (4, 2))
+    ref = meshplan.reference_step(tiny, mesh, batch=8, seq=128, config=ReferenceConfig(attention="flash"))
+    text = ref.lower().compile().as_text()
+    assert "__cudnn$fmha" in text  # forward and backward run cuDNN's flash attention, no s x s scores

@@ -69,6 +69,8 @@ def test_verify_plan_refuses_bad_requests_with_typed_errors():
         (lambda: meshplan.verify_plan(found, top=0), meshplan.PlanError, "top=0 must be an int >= 1"),
         (lambda: meshplan.verify_plan(found, target="gpu"), meshplan.PlanError, "'auto'"),
         (lambda: meshplan.verify_plan(found, time_budget_s=float("nan")), meshplan.PlanError, "seconds > 0"),
+        (lambda: meshplan.verify_plan(found, parallel=[2]), meshplan.MeshplanTypeError, "parallel"),
+        (lambda: meshplan.verify_plan(found, cache="yes"), meshplan.MeshplanTypeError, "cache="),
     ]:
         with pytest.raises(kind, match=words):
             call()
