@@ -9,7 +9,10 @@ Run (needs ``meshplan[gpu]`` and ``meshplan[tpu]``; no GPU or TPU)::
    alone as XLA's ``compile_seconds``);
 2. ``meshplan plan --model llama3-70b --cluster 8x8xH100`` with its default verification (top 3), from a
    fresh compile cache, then the same command again (cached);
-3. the equality check: the compiled peak ``meshplan.verify_plan`` reports for ``llama3-8b`` on ``1x8xH100``,
+3. with ``--coverage TOP``: the stated range (the estimate, its calibrated part scaled by the recorded GPU
+   spread, measured on an H200) against the compiled peak of the top TOP meshes on a held-out grid
+   (H100 and A100, Llama-3 8B / 70B and Mixtral 8x7B, remat full and none);
+4. the equality check: the compiled peak ``meshplan.verify_plan`` reports for ``llama3-8b`` on ``1x8xH100``,
    batch 16, equals an independent ``jax.jit(...).lower(...).compile()`` of the same reference step, to
    the byte.
 
@@ -96,10 +99,50 @@ def _equality() -> None:
     print(f"\ncompiler: {compiler_version('gpu')}")
 
 
+COVERAGE_GPUS = ("H100", "A100-80GB")
+COVERAGE_MODELS = (("llama3-8b", "1x8x{gpu}", 16), ("llama3-70b", "8x8x{gpu}", 64), ("mixtral-8x7b", "4x8x{gpu}", 32))
+
+
+def _coverage(top: int) -> None:
+    """Stated range vs compiled peak on H100 and A100 (the GPU spread was recorded on an H200: held out)."""
+    from meshplan.pure.search import TrainingRecipe, calibration_spread, peak_bounds
+
+    print("| GPU | model | cluster | remat | mesh | estimate | stated range | compiled peak | inside |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    inside = total = 0
+    for gpu in COVERAGE_GPUS:
+        for model, cluster_text, batch in COVERAGE_MODELS:
+            for remat in ("full", "none"):
+                spec, cluster = get_preset(model).spec, parse_cluster(cluster_text.format(gpu=gpu))
+                found = search_meshes(spec, cluster, batch=batch, seq=4096, top_k=top,
+                                      recipe=TrainingRecipe(remat=remat))
+                spread = calibration_spread(found.request.recipe)
+                jobs = [CompileJob(spec, cluster, c.axis_names, c.axis_sizes, c.dcn_shape, c, batch=batch,
+                                   seq=4096, config=ReferenceConfig(remat=remat, micro_batches=(
+                                       c.step.micro_batches if c.step else 1))) for c in found.candidates]
+                for cand, out in zip(found.candidates, run_jobs(jobs, timeout_s=900), strict=True):
+                    low, high = peak_bounds(cand.memory, spread[1]) if spread else (None, None)
+                    if out.memory is None or low is None:
+                        print(f"| {gpu} | {model} | {cluster.text} | {remat} | {cand.text} | "
+                              f"{fmt_bytes(cand.memory.total)} | - | {out.error or 'no range'} | - |", flush=True)
+                        continue
+                    peak = out.memory.peak_bytes
+                    ok = low <= peak <= high
+                    inside += ok
+                    total += 1
+                    print(f"| {gpu} | {model} | {cluster.text} | {remat} | {cand.text} | "
+                          f"{fmt_bytes(cand.memory.total)} | {fmt_bytes(low)} - {fmt_bytes(high)} | {fmt_bytes(peak)} | "
+                          f"{'yes' if ok else 'below' if peak < low else 'above'} |", flush=True)
+    print(f"\nheld-out coverage: {inside} of {total} compiled peaks inside the stated range "
+          f"({inside / max(total, 1):.0%}).")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for part in ("compiles", "plan", "equality"):
         parser.add_argument(f"--skip-{part}", action="store_true")
+    parser.add_argument("--coverage", type=int, default=0, metavar="TOP",
+                        help="also compile the top TOP meshes of a held-out H100 / A100 grid: range vs peak")
     args = parser.parse_args()
     if not args.skip_compiles:
         _compiles()
@@ -107,6 +150,8 @@ def main() -> None:
         _plan()
     if not args.skip_equality:
         _equality()
+    if args.coverage:
+        _coverage(args.coverage)
 
 
 if __name__ == "__main__":
