@@ -176,8 +176,8 @@ class CacheInfo:
     """What the cache holds: its directory, the number of entries and their bytes.
 
     Example:
-      >>> CacheInfo(Path("/tmp/c"), 2, 2048).describe()
-      '/tmp/c: 2 compiled steps, 2.0 KiB'
+      >>> CacheInfo(Path("/tmp/c"), 2, 3 << 20).describe()
+      '/tmp/c: 2 compiled steps, 3.0 MiB'
     """
 
     directory: Path
