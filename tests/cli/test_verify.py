@@ -186,3 +186,21 @@ def test_a_gpu_plans_budget_is_what_jaxs_allocator_takes_and_says_so(capsys, mon
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "lots")
     assert cli.main(base) == 1
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION='lots' must be a fraction in (0, 1]" in capsys.readouterr().err
+
+
+def test_check_compiles_for_a_gpu_cluster_with_no_gpu(capsys):
+    import json
+
+    from meshplan.facade._gpu_targets import cuda_plugin_problem
+
+    if cuda_plugin_problem() is not None:
+        pytest.skip(f"needs the jax CUDA plugin: {cuda_plugin_problem()}")
+    code = cli.main(["check", "--model", "gpt2", "--cluster", "1x8xH100", "--mesh", "dp=8", "--layers", "1",
+                     "--seq", "64", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["target"] == "8 x NVIDIA H100 80GB HBM3 (no GPU: meshplan's shipped description)"
+    assert row["status"] == "exact" and row["compiler"].startswith("XLA:GPU (jax-cuda12-plugin ")
+    assert row["peak_bytes"] >= row["argument_bytes"] > 0 and row["peak_source"] == "peak_memory_in_bytes"
+    assert row["budget_bytes"] == int(80e9 * 0.75)  # jax's default preallocation on a GPU
