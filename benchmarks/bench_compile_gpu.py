@@ -35,6 +35,7 @@ from meshplan.facade._reference import ReferenceConfig  # noqa: E402
 from meshplan.facade._worker import CompileJob, run_jobs  # noqa: E402
 from meshplan.pure import get_preset, parse_cluster, search_meshes  # noqa: E402
 from meshplan.pure._format import fmt_bytes  # noqa: E402
+from meshplan.pure.errors import PlanError  # noqa: E402
 
 COMPILES = (("llama3-8b", "1x8xH100", 16), ("llama3-70b", "8x8xH100", 64), ("llama3-8b", "v5p-16", 16),
             ("llama3-70b", "v5p-64", 64))
@@ -114,8 +115,12 @@ def _coverage(top: int) -> None:
         for model, cluster_text, batch in COVERAGE_MODELS:
             for remat in ("full", "none"):
                 spec, cluster = get_preset(model).spec, parse_cluster(cluster_text.format(gpu=gpu))
-                found = search_meshes(spec, cluster, batch=batch, seq=4096, top_k=top,
-                                      recipe=TrainingRecipe(remat=remat))
+                try:
+                    found = search_meshes(spec, cluster, batch=batch, seq=4096, top_k=top,
+                                          recipe=TrainingRecipe(remat=remat))
+                except PlanError:
+                    print(f"| {gpu} | {model} | {cluster.text} | {remat} | no mesh fits | - | - | - | - |", flush=True)
+                    continue
                 spread = calibration_spread(found.request.recipe)
                 jobs = [CompileJob(spec, cluster, c.axis_names, c.axis_sizes, c.dcn_shape, c, batch=batch,
                                    seq=4096, config=ReferenceConfig(remat=remat, micro_batches=(
