@@ -24,15 +24,18 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from meshplan.errors import ClusterError, PlanError
-from meshplan.facade._verify_row import VerifyRow
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.presets import ModelSpec
 from meshplan.pure.search import Cluster
 
-__all__ = ["VerifyRow", "reference_config", "run_check", "run_plan_verify", "training_recipe"]
+if TYPE_CHECKING:  # imported where used: importing meshplan.facade imports jax, which reads JAX_PLATFORMS
+    # once, and `meshplan demo` sets it after the command line is parsed
+    from meshplan.facade._verify_row import VerifyRow
+
+__all__ = ["reference_config", "run_check", "run_plan_verify", "training_recipe"]
 
 
 def training_recipe(args: Any, *, backend: str | None = None) -> Any:
@@ -73,6 +76,7 @@ def _compile_one(spec: ModelSpec, cluster: Cluster, names: Sequence[str], sizes:
     """Compile one layout in a worker subprocess; the row carries XLA's figures or why there are none."""
     from meshplan.facade._compiled import libtpu_available
     from meshplan.facade._gpu_targets import compiler_version, cuda_plugin_problem, gpu_target_config
+    from meshplan.facade._verify_row import VerifyRow
     from meshplan.facade._worker import CompileJob, run_jobs
 
     job = CompileJob(spec, cluster, tuple(names), tuple(sizes), None if dcn is None else tuple(dcn), plan,
