@@ -15,9 +15,11 @@ parallelism layout, what was measured, where it was published) the script asks
 Nothing is fitted to these runs: every prediction uses the documented default
 efficiency (``meshplan.pure.cost._flops.DEFAULT_EFFICIENCY``: 0.4 of peak bf16
 on GPU, 0.5 on TPU). Axis names map data -> dp, fsdp -> fsdp, tensor -> tp,
-expert -> ep, context/sequence -> sp. meshplan has no pipeline axis, so runs
-that use pipeline parallelism get no pinned prediction (their row shows only the
-search's best mesh next to the published throughput).
+expert -> ep, context/sequence -> sp. Runs that use pipeline parallelism are in
+:data:`PIPELINE_RUNS` (a second table, ``--pipeline-only`` prints it alone): their
+published layout is priced by :func:`meshplan.pure.search.price_pipeline` and
+ranked among :func:`meshplan.pure.search.search_pipelines`' layouts and the
+unpipelined meshes.
 
 Where the published run fits but meshplan's memory model says it does not
 (``mem`` column ``over``), the search is repeated with ``activations=False``
@@ -31,7 +33,8 @@ import dataclasses
 import os
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(__file__))
@@ -45,9 +48,10 @@ from meshplan.pure import (
     parse_cluster,
     search_meshes,
 )
-from meshplan.pure.search import DEVICE_SPECS, TrainingRecipe
 from meshplan.pure.cost._estimates import StepEstimate
 from meshplan.pure.cost._flops import DEFAULT_EFFICIENCY
+from meshplan.pure.presets import MODEL_SPECS, ModelSpec
+from meshplan.pure.search import DEVICE_SPECS, TrainingRecipe
 
 # H800: the export H100 (same SXM compute, 989 TFLOP/s dense bf16) with NVLink cut to 400 GB/s
 # bidirectional, i.e. 200 GB/s per direction where meshplan's H100 has 450 GB/s (NVIDIA H800
@@ -251,7 +255,205 @@ LEGEND = (
     " gradient-accumulation steps meshplan chose for the published layout.")
 
 
+# ---------------------------------------------------------------------------------------------------
+# Pipeline-parallel runs: priced with meshplan.pure.search.price_pipeline (pp over the network, the
+# published stage mesh pinned) and ranked among search_pipelines' layouts and search_meshes' meshes.
+
+def _gpt(name: str, heads: int, hidden: int, layers: int) -> ModelSpec:
+    """Megatron-LM's GPT of Narayanan et al. 2021, Table 1: GPT-2 blocks, vocabulary 51,200, seq 2048, tied."""
+    return dataclasses.replace(MODEL_SPECS["gpt2"], name=name, vocab_size=51200, hidden_size=hidden,
+                               num_layers=layers, num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
+                               intermediate_size=4 * hidden, max_position_embeddings=2048, num_params=None)
+
+
+# Llama 3 405B (Llama 3 paper, Table 3): 126 layers, width 16,384, FFN 53,248, 128 heads, 8 kv heads.
+LLAMA3_405B = dataclasses.replace(MODEL_SPECS["llama3-70b"], name="llama3-405b", hidden_size=16384, num_layers=126,
+                                  num_heads=128, num_kv_heads=8, head_dim=128, intermediate_size=53248,
+                                  num_params=None)
+PIPELINE_MODELS: Mapping[str, ModelSpec] = types.MappingProxyType({
+    "gpt-145.6b": _gpt("gpt-145.6b", 96, 12288, 80),
+    "gpt-1008b": _gpt("gpt-1008b", 160, 25600, 128),
+    "llama3-405b": LLAMA3_405B,
+    "deepseek-v3": MODEL_SPECS["deepseek-v3"],
+})
+"""The models of the pipeline runs (two are not presets: built from the papers' stated dimensions)."""
+
+_MEGATRON = ("https://arxiv.org/abs/2104.04473 (Narayanan et al. 2021, Efficient Large-Scale Language Model "
+             "Training on GPU Clusters Using Megatron-LM, Table 1; the Megatron-LM README states the 145B row "
+             "as TP 8 x PP 8)")
+_LLAMA3 = "https://arxiv.org/abs/2407.21783 (The Llama 3 Herd of Models, Table 4)"
+
+
+def _megatron_flops_per_token(layers: int, hidden: int, seq: int, vocab: int) -> float:
+    # Narayanan et al. 2021, eq. (3) per token: 96 l h^2 (1 + s/(6h) + V/(16 l h)), recompute included.
+    return 96 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineRun:
+    """One published pipeline-parallel run.
+
+    Attributes:
+      key, cluster, batch, seq, remat, notes, source: as :class:`PublishedRun`.
+      model: a key of :data:`PIPELINE_MODELS`.
+      pp: pipeline stages (over the network: blocks of whole nodes).
+      stage_layout: each stage's mesh in meshplan's axis names.
+      schedule, virtual: the schedule priced (the closest meshplan has to the published one).
+      micro_batches: the published micro-batch count, or ``None`` when not stated (meshplan chooses).
+      tokens_per_s: published (or derived from published TFLOP/s) tokens/s per device.
+    """
+
+    key: str
+    model: str
+    cluster: str
+    batch: int
+    seq: int
+    pp: int
+    stage_layout: Mapping[str, int]
+    schedule: str
+    virtual: int
+    micro_batches: int | None
+    remat: str
+    tokens_per_s: float
+    notes: str
+    source: str
+
+
+PIPELINE_RUNS: tuple[PipelineRun, ...] = (
+    PipelineRun("megatron-145.6b-1536xA100", "gpt-145.6b", "192x8xA100-80GB", 2304, 2048, 8, {"dp": 24, "tp": 8},
+                "1f1b", 1, None, "full", 148e12 / _megatron_flops_per_token(80, 12288, 2048, 51200),
+                "148 TFLOP/s per A100 (47% of peak) measured end to end, full activation recompute; tokens/s "
+                "derived with the paper's FLOPs formula; schedule not stated in the table (1F1B priced)",
+                _MEGATRON),
+    PipelineRun("megatron-1008b-3072xA100", "gpt-1008b", "384x8xA100-80GB", 3072, 2048, 64, {"dp": 6, "tp": 8},
+                "1f1b", 1, None, "full", 163e12 / _megatron_flops_per_token(128, 25600, 2048, 51200),
+                "163 TFLOP/s per A100 (52%; 502 PFLOP/s aggregate, abstract); full recompute; 1F1B priced",
+                _MEGATRON),
+    PipelineRun("llama3-405b-8192xH100", "llama3-405b", "1024x8xH100", 2048, 8192, 16, {"dp": 64, "tp": 8},
+                "1f1b", 1, None, "dots", 430e12 / (6 * 405e9 + 12 * 126 * 16384 * 8192),
+                "430 TFLOP/s per GPU (43% BF16 MFU) at 16M tokens per batch, TP 8 x CP 1 x PP 16 x DP 64; "
+                "tokens/s derived with 6N + 12 l h s FLOPs per token; Meta ran an interleaved schedule over an "
+                "uneven split (126 layers, one fewer on the first and last stage), which meshplan's interleaved "
+                "model refuses (pp x v must divide the layers): priced as 1F1B", _LLAMA3),
+    PipelineRun("dsv3-pp16-2048xH800", "deepseek-v3", "256x8xH800", 15360, 4096, 16, {"dp": 2, "ep": 64},
+                "1f1b", 1, None, "dots", 1e12 / (180e3 * 3600),
+                "PP 16 x EP 64 (8 nodes) x ZeRO-1 DP 2 per stage, DualPipe (priced as 1F1B: DualPipe's bubble "
+                "is smaller), FP8 GEMMs; 180K H800 GPU-hours per trillion tokens",
+                "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, Table 1)"),
+)
+"""Published pipeline-parallel runs (layout, batch, measured throughput, source)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineComparison:
+    """meshplan's answer for one :class:`PipelineRun`."""
+
+    run: PipelineRun
+    mem: str  # "fits" or "over" (priced with the state only)
+    pinned: MeshCandidate | None
+    reason: str  # why there is no pinned price, else ""
+    rank: int | None
+    ranked: int
+    best_text: str
+    best_step_s: float | None
+
+
+def _pipeline_recipe(run: PipelineRun, cluster: Cluster) -> TrainingRecipe:
+    backend = "tpu" if cluster.device.ici_scope == "slice" else "gpu"
+    return TrainingRecipe(remat=run.remat, attention="flash", backend=backend)
+
+
+def compare_pipeline(run: PipelineRun) -> PipelineComparison:
+    """Price ``run``'s published pipeline layout and rank it among meshplan's layouts (pipelined or not)."""
+    from meshplan.pure.search import price_pipeline, search_pipelines
+
+    spec, cluster = PIPELINE_MODELS[run.model], _cluster(run.cluster)
+    recipe = _pipeline_recipe(run, cluster)
+    kwargs: dict[str, Any] = {"pp": run.pp, "stage_layout": run.stage_layout, "batch": run.batch, "seq": run.seq,
+                              "schedule": run.schedule, "virtual": run.virtual, "micro_batches": run.micro_batches,
+                              "recipe": recipe}
+    mem, pinned, reason = "fits", None, ""
+    try:
+        pinned = price_pipeline(spec, cluster, **kwargs)
+    except PlanError as err:
+        mem, reason = "over", str(err)
+        try:
+            pinned = price_pipeline(spec, cluster, activations=False, **kwargs)
+        except PlanError as again:
+            reason = str(again)
+    steps: list[tuple[float, str]] = []
+    try:
+        steps += [(c.step.step_s, c.text) for c in search_pipelines(spec, cluster, batch=run.batch, seq=run.seq,
+                                                                     recipe=recipe, top_k=1000).candidates
+                  if c.step is not None]
+    except PlanError:
+        pass
+    try:
+        steps += [(c.step.step_s, c.text) for c in search_meshes(spec, cluster, batch=run.batch, seq=run.seq,
+                                                                 recipe=recipe, top_k=1000).candidates
+                  if c.step is not None and c.fits]
+    except PlanError:
+        pass
+    steps.sort()
+    best_text, best_step = (steps[0][1], steps[0][0]) if steps else ("none fits", None)
+    rank = None
+    if pinned is not None and pinned.step is not None and mem == "fits":
+        rank = 1 + sum(1 for s, _ in steps if s < pinned.step.step_s)
+    return PipelineComparison(run, mem, pinned, reason, rank, len(steps), best_text, best_step)
+
+
+PIPELINE_COLUMNS: tuple[str, ...] = (
+    "run", "cluster", "batch x seq", "published layout", "schedule priced", "mem", "m", "bubble", "pred step",
+    "pub step", "pred/pub tok/s", "rank", "meshplan best", "best step")
+
+
+def pipeline_row(c: PipelineComparison) -> tuple[str, ...]:
+    """One row of the pipeline table, in :data:`PIPELINE_COLUMNS` order."""
+    run, p = c.run, c.pinned
+    devices = _cluster(run.cluster).num_devices
+    pub_step = run.batch * run.seq / (run.tokens_per_s * devices)
+    layout = f"pp={run.pp}," + ",".join(f"{a}={n}" for a, n in run.stage_layout.items())
+    sched = run.schedule + (f" v={run.virtual}" if run.virtual > 1 else "")
+    if p is None or p.step is None or p.pipeline is None:
+        return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, c.mem, "-", "-", "-",
+                f"{pub_step:.2f} s", "-", "-", c.best_text,
+                "-" if c.best_step_s is None else f"{c.best_step_s:.2f} s")
+    return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, c.mem, str(p.pipeline.micro_batches),
+            f"{p.pipeline.bubble:.1%}", f"{p.step.step_s:.2f} s", f"{pub_step:.2f} s",
+            f"{pub_step / p.step.step_s:.2f}", "-" if c.rank is None else f"{c.rank}/{c.ranked}", c.best_text,
+            "-" if c.best_step_s is None else f"{c.best_step_s:.2f} s")
+
+
+PIPELINE_LEGEND = (
+    "Pipeline runs: pred step = meshplan.pure.search.price_pipeline of the published layout (pp over the network,"
+    " the stage mesh pinned, m = the fastest of pp x (1, 2, 4, 8) unless published); pred/pub tok/s = published"
+    " step / predicted step (> 1: meshplan predicts faster); rank among search_pipelines' layouts (best per pp and"
+    " placement) and search_meshes' fitting meshes, by predicted step; mem 'over': meshplan's memory model"
+    " rejects the published layout, priced with the state only (no rank).")
+
+
+def _print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[str]) -> None:
+    if "--markdown" in sys.argv:
+        print(f"{title}\n")
+        print("| " + " | ".join(columns) + " |")
+        print("|" + "|".join("---" if col in left else "---:" for col in columns) + "|")
+        for cells in rows:
+            print("| " + " | ".join(cells) + " |")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for col in columns:
+            table.add_column(col, justify="left" if col in left else "right")
+        for cells in rows:
+            table.add_row(*cells)
+        Console(width=250).print(table)
+
+
 def main() -> None:
+    if "--pipeline-only" in sys.argv:
+        return _main_pipeline()
     rows = [row(run, compare(run)) for run in PUBLISHED_RUNS]
     title = f"meshplan vs published runs (efficiency: default {dict(DEFAULT_EFFICIENCY)})"
     if "--markdown" in sys.argv:
@@ -274,6 +476,18 @@ def main() -> None:
     print("\n" + LEGEND + "\n")
     for run in PUBLISHED_RUNS:
         print(f"- {run.key}: {run.notes}. Source: {run.source}")
+    print()
+    _main_pipeline()
+
+
+def _main_pipeline() -> None:
+    comparisons = [compare_pipeline(run) for run in PIPELINE_RUNS]
+    _print_table("meshplan vs published pipeline-parallel runs", PIPELINE_COLUMNS,
+                 [pipeline_row(c) for c in comparisons], ("run", "published layout", "meshplan best"))
+    print("\n" + PIPELINE_LEGEND + "\n")
+    for c in comparisons:
+        extra = f" (no price: {c.reason})" if c.pinned is None else (f" ({c.reason})" if c.reason else "")
+        print(f"- {c.run.key}: {c.run.notes}{extra}. Source: {c.run.source}")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ _FACADE = {
     "CompiledMemory": "_compiled", "compiled_memory": "_compiled", "tpu_topology_mesh": "_compiled",
     "gpu_topology_mesh": "_compiled",
     "ReferenceConfig": "_reference", "ReferenceStep": "_reference", "reference_step": "_reference",
+    "load_model": "_model_file",
     "compiled_collectives": "_hlo",
     "PlanVerification": "_verify_row", "VerifyRow": "_verify_row", "verify_plan": "_verify_plan",
 }
@@ -81,8 +82,8 @@ __all__ += ["place"]
 # multi-host
 __all__ += ["HostBatchSlice", "barrier_sync", "host_batch_slice", "host_mesh_shape"]
 # planning
-__all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "parse_cluster",
-            "search_meshes"]
+__all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "load_model",
+            "parse_cluster", "search_meshes"]
 # logical-axis rules and exports (flax / MaxText)
 __all__ += ["LogicalRule", "LogicalShardingRule", "export_plan", "logical_export", "logical_names", "maxtext_settings"]
 # exact step memory: compile ahead of time and ask XLA
@@ -120,6 +121,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
     from meshplan.facade._partition_helper import MeshPartitionHelper
     from meshplan.facade._reference import ReferenceConfig, ReferenceStep, reference_step
+    from meshplan.facade._model_file import load_model
     from meshplan.facade._place import place
     from meshplan.facade._rules import (
         AutoShardingRule,

@@ -43,3 +43,38 @@ def test_keys_unique_and_deepseek_rate() -> None:
     # 180K H800 GPU-hours per trillion tokens (DeepSeek-V3 report, Table 1) as tokens/s per GPU.
     (dsv3,) = [r for r in RUNS if r.model == "deepseek-v3"]
     assert dsv3.tokens_per_s == pytest.approx(1e12 / (180e3 * 3600), abs=1)
+
+
+PIPELINE_RUNS = bench_published.PIPELINE_RUNS
+
+
+@pytest.mark.parametrize("run", PIPELINE_RUNS, ids=[r.key for r in PIPELINE_RUNS])
+def test_pipeline_run_is_priceable(run: bench_published.PipelineRun) -> None:
+    from meshplan.pure.cost import SCHEDULES, stage_layers
+
+    spec = bench_published.PIPELINE_MODELS[run.model]
+    cluster = bench_published._cluster(run.cluster)
+    assert run.pp * math.prod(run.stage_layout.values()) == cluster.num_devices
+    assert cluster.num_ici_domains % run.pp == 0  # the stages are blocks of whole nodes
+    assert set(run.stage_layout) <= {"dp", "fsdp", "ep", "sp", "tp"}
+    assert run.schedule in SCHEDULES and run.remat in bench_published.ALT_REMAT
+    assert sum(stage_layers(spec.num_layers, run.pp)) == spec.num_layers
+    assert run.batch % math.prod(run.stage_layout.get(a, 1) for a in ("dp", "fsdp", "ep")) == 0
+    assert run.tokens_per_s > 0 and run.source.startswith("https://")
+
+
+def test_pipeline_throughputs_follow_the_papers_formulas() -> None:
+    runs = {r.key: r for r in PIPELINE_RUNS}
+    # Narayanan et al. 2021: 502 PFLOP/s over 3072 GPUs is the 1T row's 163 TFLOP/s per GPU.
+    assert 502e15 / 3072 == pytest.approx(163e12, rel=0.01)
+    one_t = runs["megatron-1008b-3072xA100"]
+    flops = bench_published._megatron_flops_per_token(128, 25600, 2048, 51200)
+    assert one_t.tokens_per_s * flops == pytest.approx(163e12)
+    # The models are the papers' sizes: 145.6B and 1008B parameters (Table 1), 405B (Llama 3).
+    for key, params in (("gpt-145.6b", 145.6e9), ("gpt-1008b", 1008e9), ("llama3-405b", 405e9)):
+        import jax
+
+        from meshplan.pure.presets import build_params
+        tree = build_params(bench_published.PIPELINE_MODELS[key])
+        n = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(tree))
+        assert n == pytest.approx(params, rel=0.015), key

@@ -1,7 +1,9 @@
-"""The ``meshplan`` command line: ``plan``, ``show-mesh`` and ``demo``.
+"""The ``meshplan`` command line: ``plan``, ``check``, ``models``, ``show-mesh`` and ``demo``.
 
 ``meshplan plan --model llama3-70b --cluster 8x8xH100`` ranks the meshes of a
-cluster for training a model preset (see :func:`meshplan.pure.search_meshes`);
+cluster for training a model preset, or the model a Hugging Face ``config.json``
+or MaxText model yml describes (``--model path/to/config.json``; ``meshplan
+models`` lists the presets; see :func:`meshplan.pure.search_meshes`);
 ``--json`` prints the :class:`~meshplan.pure.SearchResult` as JSON only, which
 ``show-mesh --plan FILE`` and ``SearchResult.from_json`` read back.
 ``--params my_pkg.model:make_model`` (or ``path/to/model.py:make_model``) plans
@@ -112,10 +114,10 @@ def _fraction(text: str) -> float:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from meshplan.cli import _export
-    from meshplan.pure import get_preset, search_meshes
+    from meshplan.cli import _export, _models
+    from meshplan.pure import search_meshes
 
-    preset = get_preset(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
+    preset = _models.load(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
     params = preset.params
     if args.params is not None:
         params = _user_params(args)
@@ -149,16 +151,41 @@ def _plan(args: argparse.Namespace) -> int:
         sys.stdout.write(result.to_json() + "\n")
         return 0
     if args.format != "table":
-        sys.stdout.write(_export.render_export(result, args.format, params, rule))
+        text = _export.render_export(result, args.format, params, rule)
+        if args.format == "maxtext" and preset.maxtext_name is not None:
+            text = f"model_name: {json.dumps(preset.maxtext_name)}\n" + text  # the yml MaxText loads by that name
+        sys.stdout.write(text)
         return 0
     from meshplan.cli import _render
+    from meshplan.pure.presets import pricing_notes
 
-    _render.render_plan(result, _console())
+    _render.render_plan(result, _console(), notes=pricing_notes(preset.spec, seq=result.request.seq))
     if budget_note:
         _console().print(budget_note, markup=False)
+    if not args.no_pipeline:
+        _plan_pipelines(result, preset.spec, args, fixed)
     if _verify.verification_wanted(args):
         _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
+
+
+def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int]) -> None:
+    """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch and recipe."""
+    from meshplan.cli._pipeline import render_pipelines
+    from meshplan.pure.errors import PlanError
+    from meshplan.pure.search import search_pipelines
+
+    if fixed or args.axes or args.params is not None or args.rules is not None:
+        _console().print("pipeline layouts: not searched with --fix, --axes, --params or --rules (they "
+                         "constrain the unpipelined axes only)")
+        return
+    try:
+        found = search_pipelines(spec, result.request.cluster, batch=result.request.batch, seq=result.request.seq,
+                                 recipe=_recipe(args), efficiency=args.efficiency, top_k=args.top)
+    except PlanError as err:
+        _console().print(f"pipeline layouts: none ({err})")
+        return
+    render_pipelines(found, result, _console())
 
 
 def _user_params(args: argparse.Namespace) -> Any:
@@ -250,6 +277,15 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list_models(args: argparse.Namespace) -> int:
+    from meshplan.cli import _models
+
+    console = _console()
+    if args.json:
+        console.file = sys.stdout
+    return _models.render_models(list(args.files), as_json=args.json, console=console)
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from meshplan.cli import _demo as demo  # imports jax with simulated devices, so only on demand
 
@@ -291,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="rank the meshes of a cluster for training a model preset",
                           description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    plan.add_argument("--model", required=True, help="preset: gpt2, llama3-8b, llama3-70b, mixtral-8x7b, deepseek-v3")
+    plan.add_argument("--model", required=True,
+                      help="a preset (meshplan models lists them), a Hugging Face config.json (or its model "
+                           "directory) or a MaxText model yml")
     plan.add_argument("--cluster", required=True, help="e.g. 8x8xH100, 2xH200, v5p-256, 2xv5e-256")
     plan.add_argument("--params", type=_params_ref, metavar="MODULE:ATTR",
                       help="plan your own tree: a function/class (called abstractly, no arguments) or value in "
@@ -324,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "of the best mesh) or maxtext (ici_/dcn_*_parallelism and logical_axis_rules)")
     plan.add_argument("--json", dest="format", action="store_const", const="json",
                       help="print the result as JSON only (same as --format json)")
+    plan.add_argument("--no-pipeline", action="store_true",
+                      help="leave out the pipeline layouts (pp outermost) shown after the ranking")
     plan.add_argument("--verify", type=_positive, metavar="K",
                       help="compile the reference train step until the top K meshes (default 3) are verified "
                            "to fit, and show XLA's exact per-device peak (on by default where the target's "
@@ -356,6 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="info: directory, entries, size; clear: remove every entry (MESHPLAN_CACHE_DIR "
                             "overrides $XDG_CACHE_HOME/meshplan)")
     cache.set_defaults(func=_cache)
+
+    models = sub.add_parser("models", help="list the model presets with exact parameter counts (or read config files)")
+    models.add_argument("files", nargs="*", metavar="FILE",
+                        help="Hugging Face config.json files or MaxText model ymls to read instead of the presets")
+    models.add_argument("--json", action="store_true", help="print the rows as JSON")
+    models.set_defaults(func=_list_models)
 
     demo = sub.add_parser("demo", help="plan a small model and place it on simulated CPU devices")
     demo.add_argument("--devices", type=_demo_devices, default=8,

@@ -127,7 +127,8 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
 
     Args:
       result: what :func:`~meshplan.pure.search_meshes` returned.
-      model: the :class:`~meshplan.pure.ModelSpec` searched (default: the preset ``result.request.model``).
+      model: the :class:`~meshplan.pure.ModelSpec` searched (default: the preset or model file
+        ``result.request.model`` names).
       top: how many meshes to verify as fitting (more are compiled when some are over the budget).
       target: ``"auto"`` (the cluster's compiler) or ``"cpu"`` (XLA:CPU, as many simulated devices).
       config: the :class:`~meshplan.ReferenceConfig` (default: the one the plan's recipe describes).
@@ -174,9 +175,9 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
     start = time.perf_counter()
     req = result.request
     if model is None:
-        from meshplan.pure import get_preset
+        from meshplan.facade._model_file import resolve_model
 
-        model = get_preset(req.model).spec
+        model = resolve_model(req.model)  # a preset name or the model file the plan read
     config = config if config is not None else _config_for(result)
     ranked = list(result.candidates)
     compiler, problem = compiler_problem(req.cluster, target)

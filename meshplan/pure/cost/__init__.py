@@ -31,14 +31,62 @@ from meshplan.pure.cost._memory_spread import (
     outside_recorded,
     peak_bounds,
 )
-from meshplan.pure.cost._recipe import ATTENTION_KINDS, OPTIMIZER_COPIES, REMAT_POLICIES, TrainingRecipe
+from meshplan.pure.cost._pipeline import (
+    SCHEDULES,
+    PipelinePlan,
+    PipelineTime,
+    bubble_fraction,
+    in_flight,
+    pipeline_time,
+    plan_stages,
+    send_bytes,
+    send_time,
+    stage_layers,
+)
+from meshplan.pure.cost._recipe import (
+    ATTENTION_KINDS,
+    OPTIMIZER_COPIES,
+    REMAT_POLICIES,
+    TrainingRecipe,
+)
 from meshplan.pure.cost._step_collectives import axis_domain_counts, xla_collectives
 from meshplan.pure.cost._step_memory import StepMemory, layer_dims, step_memory
 from meshplan.pure.cost._step_time import StepTime, step_time
 
-__all__ = ["ATTENTION_KINDS", "COLLECTIVE_KINDS", "CollectiveKind", "CommTerm", "LayerFlops", "MemoryBreakdown",
-           "OPTIMIZER_COPIES", "REMAT_POLICIES", "SPREADS", "Spread", "StepEstimate", "StepFlops", "StepMemory",
-           "StepTime", "TrainingRecipe", "all_gather_time", "all_reduce_time", "all_to_all_time", "attention_class",
-           "axis_domain_counts", "calibration_spread", "collective_time", "describe_spread", "layer_dims",
-           "layer_flops", "outside_recorded", "peak_bounds", "reduce_scatter_time", "step_flops", "step_memory",
-           "step_time", "xla_collectives"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "COLLECTIVE_KINDS",
+    "OPTIMIZER_COPIES",
+    "REMAT_POLICIES",
+    "SPREADS",
+    "CollectiveKind",
+    "CommTerm",
+    "LayerFlops",
+    "MemoryBreakdown",
+    "Spread",
+    "StepEstimate",
+    "StepFlops",
+    "StepMemory",
+    "StepTime",
+    "TrainingRecipe",
+    "all_gather_time",
+    "all_reduce_time",
+    "all_to_all_time",
+    "attention_class",
+    "axis_domain_counts",
+    "calibration_spread",
+    "collective_time",
+    "describe_spread",
+    "layer_dims",
+    "layer_flops",
+    "outside_recorded",
+    "peak_bounds",
+    "reduce_scatter_time",
+    "step_flops",
+    "step_memory",
+    "step_time",
+    "xla_collectives",
+]
+# pipeline parallelism: layers per stage, the bubble, the stage-boundary sends
+__all__ += ["SCHEDULES", "PipelinePlan", "PipelineTime", "bubble_fraction", "in_flight", "pipeline_time",
+            "plan_stages", "send_bytes", "send_time", "stage_layers"]

@@ -55,6 +55,7 @@ from meshplan.pure.search._export import (
     logical_export,
     maxtext_settings,
 )
+from meshplan.pure.search._pipeline_search import PipelineSearch, price_pipeline, search_pipelines
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
 from meshplan.pure.xla import (
@@ -71,16 +72,70 @@ from meshplan.pure.xla import (
 )
 
 # The search's own names.
-__all__ = ["EXPORT_FORMATS", "LogicalExport", "MAXTEXT_AXIS_MAP", "MAXTEXT_MESH_AXES", "MeshCandidate",
-           "ParamGroup", "Rejection", "SearchRequest", "SearchResult", "export_plan", "logical_export",
-           "maxtext_settings", "search_meshes"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "MAXTEXT_AXIS_MAP",
+    "MAXTEXT_MESH_AXES",
+    "LogicalExport",
+    "MeshCandidate",
+    "ParamGroup",
+    "Rejection",
+    "SearchRequest",
+    "SearchResult",
+    "export_plan",
+    "logical_export",
+    "maxtext_settings",
+    "search_meshes",
+]
+# Pipeline layouts (a pp axis outermost, each stage searched as a smaller model).
+__all__ += ["PipelineSearch", "price_pipeline", "search_pipelines"]
 # Re-exported from the rooms they moved to (see the module docstring).
-__all__ += ["Cluster", "DEVICE_SPECS", "DeviceSpec", "Link", "TpuTopology", "parse_cluster", "select_link",
-            "tpu_topology"]
-__all__ += ["ATTENTION_KINDS", "COLLECTIVE_KINDS", "CollectiveKind", "CommTerm", "MemoryBreakdown",
-            "OPTIMIZER_COPIES", "REMAT_POLICIES", "SPREADS", "Spread", "StepMemory", "TrainingRecipe",
-            "all_gather_time", "all_reduce_time", "all_to_all_time", "attention_class", "axis_domain_counts",
-            "calibration_spread", "collective_time", "describe_spread", "layer_dims", "outside_recorded",
-            "peak_bounds", "reduce_scatter_time", "step_memory", "xla_collectives"]
-__all__ += ["BUFFER_KINDS", "BufferReport", "HLO_COLLECTIVE_KINDS", "HloCollective", "LiveBuffer",
-            "collective_shares", "collective_totals", "parse_buffer_report", "parse_hlo_collectives", "ratio_table"]
+__all__ += [
+    "DEVICE_SPECS",
+    "Cluster",
+    "DeviceSpec",
+    "Link",
+    "TpuTopology",
+    "parse_cluster",
+    "select_link",
+    "tpu_topology",
+]
+__all__ += [
+    "ATTENTION_KINDS",
+    "COLLECTIVE_KINDS",
+    "OPTIMIZER_COPIES",
+    "REMAT_POLICIES",
+    "SPREADS",
+    "CollectiveKind",
+    "CommTerm",
+    "MemoryBreakdown",
+    "Spread",
+    "StepMemory",
+    "TrainingRecipe",
+    "all_gather_time",
+    "all_reduce_time",
+    "all_to_all_time",
+    "attention_class",
+    "axis_domain_counts",
+    "calibration_spread",
+    "collective_time",
+    "describe_spread",
+    "layer_dims",
+    "outside_recorded",
+    "peak_bounds",
+    "reduce_scatter_time",
+    "step_memory",
+    "xla_collectives",
+]
+__all__ += [
+    "BUFFER_KINDS",
+    "HLO_COLLECTIVE_KINDS",
+    "BufferReport",
+    "HloCollective",
+    "LiveBuffer",
+    "collective_shares",
+    "collective_totals",
+    "parse_buffer_report",
+    "parse_hlo_collectives",
+    "ratio_table",
+]

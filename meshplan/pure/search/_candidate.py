@@ -22,29 +22,30 @@ from typing import Any
 from jax.sharding import PartitionSpec
 
 from meshplan.pure._check import as_positive_shape, as_shape
-from meshplan.pure._types import PyTree
-from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.mesh._hybrid import HybridMeshShape
-from meshplan.pure.rules._base import Decision
-from meshplan.pure.rules._engine import Plan, plan_tree
-from meshplan.pure.rules._path import spec_from_json, spec_to_json
-from meshplan.pure.presets import Preset
-from meshplan.pure.search._match import GroupRule
-from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
 from meshplan.pure._fields import (
-    fields_of,
-    records,
-    unchecked,
     as_nonneg,
     as_rank,
     as_text,
     as_texts,
     check_fields,
+    fields_of,
     instance_of,
     nested,
     optional,
+    records,
     tuple_of,
+    unchecked,
 )
+from meshplan.pure._types import PyTree
+from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
+from meshplan.pure.cost._pipeline import PipelinePlan
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.presets import Preset
+from meshplan.pure.rules._base import Decision
+from meshplan.pure.rules._engine import Plan, plan_tree
+from meshplan.pure.rules._path import spec_from_json, spec_to_json
+from meshplan.pure.search._match import GroupRule
 from meshplan.pure.specs._activation import ActivationLayout
 from meshplan.pure.specs._training import TrainingLayout, optimizer_state_specs
 
@@ -129,6 +130,8 @@ class MeshCandidate:
       activations: the batch, residual-stream and logits specs the activation
         memory was charged for (``None`` in plans saved before they existed).
       step: the predicted step time (``None`` in plans saved before step times).
+      pipeline: for a pipelined layout (a ``pp`` axis), its schedule, micro-batches,
+        bubble and layers per stage (:class:`~meshplan.pure.cost.PipelinePlan`); ``None`` otherwise.
     """
 
     axis_names: tuple[str, ...]
@@ -142,6 +145,7 @@ class MeshCandidate:
     groups: tuple[ParamGroup, ...] = ()
     activations: ActivationLayout | None = None
     step: StepEstimate | None = None
+    pipeline: PipelinePlan | None = None
 
     def __post_init__(self) -> None:
         check_fields(self, {"axis_names": as_texts, "axis_sizes": as_positive_shape, "ici_shape": as_positive_shape,
@@ -149,7 +153,8 @@ class MeshCandidate:
                             "comm": tuple_of(instance_of(CommTerm)), "verdict": as_text,
                             "rank": optional(as_rank), "groups": tuple_of(instance_of(ParamGroup)),
                             "activations": optional(instance_of(ActivationLayout)),
-                            "step": optional(instance_of(StepEstimate))})
+                            "step": optional(instance_of(StepEstimate)),
+                            "pipeline": optional(instance_of(PipelinePlan))})
         lengths = {len(self.axis_names), len(self.axis_sizes), len(self.ici_shape), len(self.dcn_shape)}
         if len(lengths) != 1:
             raise PlanError(f"MeshCandidate: axis_names {self.axis_names}, axis_sizes {self.axis_sizes}, "
@@ -269,6 +274,7 @@ class MeshCandidate:
             "groups": [g.to_dict() for g in self.groups],
             "activations": None if self.activations is None else self.activations.to_dict(),
             "step": None if self.step is None else self.step.to_dict(),
+            "pipeline": None if self.pipeline is None else self.pipeline.to_dict(),
         }
 
     @classmethod
@@ -283,4 +289,6 @@ class MeshCandidate:
             "activations", lambda: ActivationLayout.from_dict(acts))
         step = fields.get("step")
         fields["step"] = None if step is None else nested("step", lambda: StepEstimate.from_dict(step))
+        pipe = fields.get("pipeline")
+        fields["pipeline"] = None if pipe is None else nested("pipeline", lambda: PipelinePlan.from_dict(pipe))
         return cls(**fields)

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 from meshplan.pure._check import as_choice, as_count
 from meshplan.pure._types import PyTree
 from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.rules._conventions import normalize_path
 from meshplan.pure.rules._engine import Plan
 from meshplan.pure.rules._logical import (
     LogicalNames,
@@ -39,7 +40,6 @@ from meshplan.pure.rules._logical import (
     canonical_logical_names,
     logical_table_to_json,
 )
-from meshplan.pure.rules._conventions import normalize_path
 from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.search._result import SearchResult
 from meshplan.pure.specs._geometry import canonical_entries
@@ -61,9 +61,9 @@ MAXTEXT_MESH_AXES = ("diloco", "data", "stage", "fsdp", "fsdp_transpose", "conte
                      "context_autoregressive", "tensor", "tensor_sequence", "expert", "autoregressive")
 """MaxText's ``mesh_axes`` (configs/base.yml); each has an ``ici_*`` and a ``dcn_*`` setting."""
 
-MAXTEXT_AXIS_MAP: Mapping[str, str] = {"dp": "data", "fsdp": "fsdp", "ep": "expert", "sp": "context",
+MAXTEXT_AXIS_MAP: Mapping[str, str] = {"pp": "stage", "dp": "data", "fsdp": "fsdp", "ep": "expert", "sp": "context",
                                        "tp": "tensor"}
-"""meshplan's search axes -> MaxText mesh axes (sp is MaxText's context parallelism)."""
+"""meshplan's search axes -> MaxText mesh axes (sp is MaxText's context parallelism, pp its ``stage`` axis)."""
 
 # MaxText names the parallelism setting of its "stage" axis after pipelines.
 _SETTING = {"stage": "pipeline"}
@@ -132,7 +132,7 @@ def logical_export(plan: Plan, names: LogicalRule | Mapping[str, Any] | None = N
                                 f"not {type(plan).__name__}.")
     lookup: Any
     if names is None:
-        lookup = lambda path: None  # noqa: E731
+        lookup = lambda path: None
     elif isinstance(names, LogicalRule):
         lookup = names.names_for
     else:
@@ -140,7 +140,7 @@ def logical_export(plan: Plan, names: LogicalRule | Mapping[str, Any] | None = N
             raise MeshplanTypeError(f"names={names!r:.80} must be a LogicalRule, a mapping of leaf path (str) -> "
                                     "logical names, or None.")
         table = {normalize_path(p): canonical_logical_names(n, f"logical names of {p!r}") for p, n in names.items()}
-        lookup = lambda path: table.get(normalize_path(path))  # noqa: E731
+        lookup = lambda path: table.get(normalize_path(path))
     leaves: list[tuple[str, list[str | None], tuple[Any, ...]]] = []
     seen: dict[str, dict[tuple[str, ...], int]] = {}  # name -> split -> leaves, both in first-seen order
     for i, info in enumerate(plan.infos):
@@ -190,7 +190,10 @@ def maxtext_settings(
     Returns:
       ``{"ici_data_parallelism": 1, ..., "dcn_data_parallelism": 4, ...}`` over
       every MaxText mesh axis (``stage`` is written ``pipeline``), plus
-      ``"logical_axis_rules"`` when ``logical`` is given. The ICI values
+      ``"logical_axis_rules"`` when ``logical`` is given, and for a pipelined
+      candidate (``candidate.pipeline``) ``num_pipeline_microbatches``,
+      ``num_layers_per_pipeline_stage``, ``num_pipeline_repeats`` and
+      ``pipeline_parallel_layers`` (-1: every layer pipelined). The ICI values
       multiply to the devices per ICI domain and all values to the device count.
 
     Raises:
@@ -228,11 +231,29 @@ def maxtext_settings(
     for level, sizes in (("ici", ici), ("dcn", dcn)):
         for axis in MAXTEXT_MESH_AXES:
             out[f"{level}_{_SETTING.get(axis, axis)}_parallelism"] = int(sizes.get(axis, 1))
+    if candidate.pipeline is not None:
+        out.update(_pipeline_settings(candidate))
     if logical is not None:
         rows = tuple((n, tuple(axis_map.get(a, a) for a in axes)) for n, axes in logical.rules)
         # Replicated is [] in MaxText's own configs (base.yml), not null.
         out["logical_axis_rules"] = [[n, [] if v is None else v] for n, v in logical_table_to_json(rows)]
     return out
+
+
+def _pipeline_settings(candidate: MeshCandidate) -> dict[str, int]:
+    """MaxText's pipeline settings for a pipelined candidate (configs/base.yml, "pipeline parallelism").
+
+    MaxText runs ``stages x num_layers_per_pipeline_stage x num_pipeline_repeats`` layers in the
+    pipeline and the rest (``pipeline_parallel_layers``) outside it, so an uneven split pipelines the
+    largest multiple of ``stages x repeats`` and leaves the remainder to run unpipelined.
+    """
+    pipe = candidate.pipeline
+    assert pipe is not None  # the caller checked
+    layers, stages, repeats = sum(pipe.layers), pipe.stages, pipe.virtual
+    per_stage = layers // (stages * repeats)
+    pipelined = per_stage * stages * repeats
+    return {"num_pipeline_microbatches": pipe.micro_batches, "num_layers_per_pipeline_stage": per_stage,
+            "num_pipeline_repeats": repeats, "pipeline_parallel_layers": -1 if pipelined == layers else pipelined}
 
 
 def _yaml(settings: Mapping[str, Any]) -> str:

@@ -1,0 +1,351 @@
+"""A pipelined reference train step: stage-stacked weights over ``pp``, activations sent by ``ppermute``.
+
+The unpipelined step (:func:`meshplan.facade._reference.reference_step`) scans
+one stack of ``L`` identical layers. Here the same layers are laid out as
+MaxText's circular pipeline lays them out
+(``src/maxtext/layers/pipeline.py``): the stack ``(L, ...)`` is stored as
+``(repeats, stages, per_stage, ...)`` with the ``stages`` dim split over the
+``pp`` mesh axis, so stage ``s`` holds layers
+``(r * stages + s) * per_stage + j`` for every repeat ``r``: layer order runs
+around the ring of stages ``repeats`` times ("circular", or "interleaved" with
+``v = repeats`` virtual stages per device).
+
+The schedule, written out (``m`` micro-batches, ``P`` stages, ``v`` repeats):
+on iteration ``t`` (``0 <= t < v*m + P - 1``) stage ``s`` works on item
+``w = t - s``: micro-batch ``w % m`` of repeat ``w // m`` (nothing when ``w`` is
+outside ``[0, v*m)``: the bubble, ``(P-1)/(v*m+P-1)`` of the iterations). After
+each iteration every stage sends its output to the next one with one
+``jax.lax.ppermute`` over ``pp``, the last stage to the first (the ring). Stage
+0 takes fresh micro-batches for the first ``m`` items and afterwards the last
+stage's outputs, which it keeps in a circular store of ``m`` slots until they
+are due (an item comes back after ``P`` iterations and is due after ``m``,
+hence ``m >= P``). The last stage writes the final repeat's outputs into an
+output buffer; the head and loss run after the pipeline, outside the
+``shard_map``, as in MaxText. Only ``pp`` is manual inside the ``shard_map``;
+the other mesh axes (``dp``, ``fsdp``, ``tp``) stay with the compiler, so the
+batch and the weights inside a stage keep their planned shardings.
+
+Reverse-mode autodiff of this forward pass is the backward pipeline (the
+transpose of a ``ppermute`` is the reverse ``ppermute``), so the gradients are
+the unpipelined step's to rounding; ``tests/facade/test_pipeline_step.py``
+checks that on 8 CPU devices. Dense models only (one group of identical
+layers); the schedule is the GPipe order of fill, steady state and drain with
+circular repeats, not 1F1B: autodiff runs every forward before any backward,
+so the step keeps all ``m`` micro-batches' stage inputs alive (the GPipe
+figure of :mod:`meshplan.pure.cost._pipeline`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from meshplan.facade import _reference as ref
+from meshplan.facade import _reference_model as rm
+from meshplan.pure._types import make_spec, make_struct
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.presets import ModelSpec, build_params
+from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.specs._training import optimizer_state_specs
+
+__all__ = ["PipelineStep", "from_stages", "pipeline_step", "to_stages"]
+
+PP_AXIS = "pp"
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineStep:
+    """A built pipelined step: the jitted function, its abstract arguments, and the schedule.
+
+    Attributes:
+      fn: ``fn(state, batch) -> (state, metrics)``, jitted with the shardings, ``state`` donated.
+      args: ``(state, batch)`` as ``ShapeDtypeStruct`` trees with shardings.
+      mesh: the mesh (it has a ``pp`` axis).
+      param_specs: the stage-stacked parameters' PartitionSpecs.
+      loss: ``loss(params, batch) -> scalar``, the pipelined forward pass and mean token loss (jitted).
+      model, config, batch, seq: as :class:`~meshplan.facade._reference.ReferenceStep`.
+      stages, repeats, micro_batches: ``P``, ``v`` and ``m`` of the schedule.
+      iterations: ``v*m + P - 1`` pipeline iterations per step.
+    """
+
+    fn: Any
+    args: tuple[Any, Any]
+    mesh: Mesh
+    param_specs: Any
+    loss: Any
+    model: ModelSpec
+    config: ref.ReferenceConfig
+    batch: int
+    seq: int
+    stages: int
+    repeats: int
+    micro_batches: int
+
+    @property
+    def iterations(self) -> int:
+        """Pipeline iterations per step: ``repeats * micro_batches + stages - 1``."""
+        return self.repeats * self.micro_batches + self.stages - 1
+
+    @property
+    def bubble(self) -> float:
+        """The idle share of a stage's iterations: ``(P-1)/(v*m+P-1)``."""
+        return (self.stages - 1) / self.iterations
+
+    def lower(self) -> Any:
+        """``fn.lower(*args)``."""
+        return self.fn.lower(*self.args)
+
+
+def _layers(tree: dict[str, Any], spec: ModelSpec) -> Any:
+    parent, key = ref._layers_parent(tree, spec)
+    return parent[key]["dense"]
+
+
+def _with_layers(tree: dict[str, Any], spec: ModelSpec, layers: Any) -> dict[str, Any]:
+    out = ref._copy_top(tree, spec)
+    parent, key = ref._layers_parent(out, spec)
+    parent[key] = {"dense": layers}
+    return out
+
+
+def to_stages(params: Any, spec: ModelSpec, *, stages: int, repeats: int = 1) -> Any:
+    """The reference step's stacked tree with its layer stack ``(L, ...)`` as ``(repeats, stages, L/(repeats*stages), ...)``.
+
+    Works on arrays and on ``ShapeDtypeStruct`` trees; :func:`from_stages` undoes it.
+
+    Example:
+      >>> from meshplan.facade._reference import stacked_params
+      >>> from meshplan.pure.presets import get_preset
+      >>> t = to_stages(stacked_params("gpt2"), get_preset("gpt2").spec, stages=2, repeats=3)
+      >>> t["transformer"]["h"]["dense"]["attn"]["c_attn"]["weight"].shape
+      (3, 2, 2, 768, 2304)
+    """
+    per = spec.num_layers // (stages * repeats)
+
+    def split(a: Any) -> Any:
+        shape = (repeats, stages, per, *a.shape[1:])
+        return make_struct(shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a.reshape(shape)
+
+    return _with_layers(params, spec, jax.tree.map(split, _layers(params, spec)))
+
+
+def from_stages(params: Any, spec: ModelSpec) -> Any:
+    """The inverse of :func:`to_stages`: the layer stack back as ``(L, ...)`` in layer order.
+
+    Example:
+      >>> from meshplan.facade._reference import stacked_params
+      >>> from meshplan.pure.presets import get_preset
+      >>> s = get_preset("gpt2").spec
+      >>> t = from_stages(to_stages(stacked_params("gpt2"), s, stages=4), s)
+      >>> t["transformer"]["h"]["dense"]["mlp"]["c_fc"]["weight"].shape
+      (12, 768, 3072)
+    """
+    def join(a: Any) -> Any:
+        shape = (a.shape[0] * a.shape[1] * a.shape[2], *a.shape[3:])
+        return make_struct(shape, a.dtype) if isinstance(a, jax.ShapeDtypeStruct) else a.reshape(shape)
+
+    return _with_layers(params, spec, jax.tree.map(join, _layers(params, spec)))
+
+
+def _check(spec: ModelSpec, sizes: dict[str, int], batch: int, ways: int, m: int, v: int,
+           config: ref.ReferenceConfig) -> None:
+    """Every reason the schedule cannot run, collected and raised once."""
+    stages = sizes.get(PP_AXIS, 0)
+    problems = []
+    if stages < 1:
+        problems.append(f"the mesh {sizes} has no {PP_AXIS!r} axis; add one (its size is the stage count)")
+    if spec.is_moe and spec.num_dense_layers < spec.num_layers:
+        problems.append(f"{spec.name!r} mixes dense and MoE layers; the pipelined step stacks one group of "
+                        "identical layers (dense models only)")
+    if stages >= 1:
+        if spec.num_layers % (stages * v):
+            valid = [d for d in range(1, spec.num_layers + 1) if spec.num_layers % (stages * d) == 0]
+            problems.append(f"num_layers={spec.num_layers} must divide by pp={stages} x repeats={v}; "
+                            f"repeats that divide: {valid or 'none: choose a pp that divides the layers'}")
+        if m < stages:
+            problems.append(f"micro_batches={m} must be >= pp={stages} (a circular pipeline needs each item "
+                            "back at the first stage before it is due)")
+    if batch % (ways * m):
+        problems.append(f"batch={batch} must divide by the batch axes ({ways}) x micro_batches={m}")
+    if config.micro_batches != 1:
+        problems.append(f"config.micro_batches={config.micro_batches}: the pipeline splits the batch itself; "
+                        "pass micro_batches= to pipeline_step and leave the config's at 1")
+    if config.vocab_tiles != 1 or config.attention == "flash" or config.remat == "offload":
+        problems.append("the pipelined step supports vocab_tiles=1, attention 'plain'/'dot_product' and remat "
+                        f"'none'/'full'/'dots'; got {config.text!r}")
+    if problems:
+        raise PlanError(f"pipelined step for {spec.name!r}: " + "; ".join(problems) + ".")
+
+
+def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, stages: int, m: int, v: int,
+              weight_specs: Any) -> Callable[[Any, jax.Array], jax.Array]:
+    """``run(stage_weights, x) -> y``: ``x``/``y`` are ``(m, micro_batch, seq, d)``, the schedule of the docstring."""
+    ring = [(i, (i + 1) % stages) for i in range(stages)]
+    iterations = v * m + stages - 1
+
+    def stage_layers(x: jax.Array, w: Any) -> jax.Array:
+        y, _ = jax.lax.scan(lambda h, p: (layer(h, p), None), x, w)
+        return y
+
+    def per_device(w: Any, x: jax.Array) -> jax.Array:
+        # w: (v, 1, per_stage, ...) this stage's layers for every repeat; x: all m micro-batches.
+        w = jax.tree.map(lambda a: a[:, 0], w)
+        s = jax.lax.axis_index(PP_AXIS)
+        vary = lambda a: jax.lax.pcast(a, (PP_AXIS,), to="varying")
+        zero = vary(jnp.zeros_like(x[0]))
+        store, out = vary(jnp.zeros_like(x)), vary(jnp.zeros_like(x))
+
+        def body(carry: tuple[jax.Array, jax.Array, jax.Array], t: jax.Array) -> Any:
+            incoming, store, out = carry
+            # Stage 0 keeps what the last stage sent (item t - P) until it is due (item t - P + m).
+            back = t - stages
+            store = jnp.where((s == 0) & (back >= 0),
+                              jax.lax.dynamic_update_index_in_dim(store, incoming, back % m, 0), store)
+            fresh = jax.lax.dynamic_index_in_dim(x, jnp.minimum(t, m - 1), 0, keepdims=False)
+            again = jax.lax.dynamic_index_in_dim(store, t % m, 0, keepdims=False)
+            first_in = jnp.where(t < m, fresh, again)
+            inp = jnp.where(s == 0, first_in, incoming)
+            w_item = t - s
+            repeat = jnp.clip(w_item // m, 0, v - 1)
+            y = stage_layers(inp, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0,
+                                                                                       keepdims=False), w))
+            done = (s == stages - 1) & (w_item >= (v - 1) * m) & (w_item < v * m)
+            out = jnp.where(done, jax.lax.dynamic_update_index_in_dim(out, y, w_item % m, 0), out)
+            return (jax.lax.ppermute(y, PP_AXIS, ring), store, out), None
+
+        (_, _, out), _ = jax.lax.scan(body, (zero, store, out), jnp.arange(iterations))
+        return out[None]  # (1, m, ...): the stage dim, only the last stage's is the answer
+
+    run = jax.shard_map(per_device, mesh=mesh, in_specs=(weight_specs, PartitionSpec()),
+                        out_specs=PartitionSpec(PP_AXIS), axis_names=frozenset({PP_AXIS}))
+
+    def apply(w: Any, x: jax.Array) -> jax.Array:
+        return run(w, x)[-1]
+
+    return apply
+
+
+def pipeline_step(
+    model: str | ModelSpec,
+    mesh: Mesh,
+    *,
+    batch: int,
+    seq: int,
+    micro_batches: int,
+    repeats: int = 1,
+    plan: MeshCandidate | Any = None,
+    config: ref.ReferenceConfig | None = None,
+) -> PipelineStep:
+    """Build the pipelined train step of ``model`` on ``mesh`` (see the module docstring).
+
+    Args:
+      model: a preset name or a dense :class:`~meshplan.pure.ModelSpec`.
+      mesh: a ``jax.sharding.Mesh`` with a ``pp`` axis (its size is the stage count).
+      batch, seq: global batch (sequences) and tokens per sequence.
+      micro_batches: ``m``, at least the stage count; the batch divides by it times the batch axes.
+      repeats: ``v``, circular repeats (virtual stages per device); ``pp * v`` divides the layers.
+      plan: where each layer's weights go inside a stage (as ``reference_step``'s ``plan``,
+        planned on the mesh without ``pp``); default ``AxisKindRule.for_model``.
+      config: how the step is written (``micro_batches`` and ``vocab_tiles`` stay 1).
+
+    Returns:
+      A :class:`PipelineStep`.
+
+    Raises:
+      PlanError: a schedule the step cannot run (no ``pp`` axis, layers that do not
+        divide, fewer micro-batches than stages, an MoE model), naming the values.
+      MeshplanTypeError: wrong argument types.
+
+    Example:
+      >>> import dataclasses, jax
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> tiny = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny", num_layers=4, hidden_size=32,
+      ...     num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=64, vocab_size=128, num_params=None)
+      >>> mesh = jax.make_mesh((4, 2), ("pp", "dp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+      >>> step = pipeline_step(tiny, mesh, batch=8, seq=8, micro_batches=4)
+      >>> step.iterations, round(step.bubble, 3)
+      (7, 0.429)
+    """
+    spec = ref._resolve(model)
+    config = ref.ReferenceConfig() if config is None else config
+    if not isinstance(config, ref.ReferenceConfig):
+        raise MeshplanTypeError(f"config={config!r} must be a ReferenceConfig.")
+    if not isinstance(mesh, Mesh):
+        raise MeshplanTypeError(f"mesh={mesh!r} must be a jax.sharding.Mesh.")
+    for name, value in (("batch", batch), ("seq", seq), ("micro_batches", micro_batches), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PlanError(f"{name}={value!r} must be an int >= 1.")
+    sizes = dict(mesh.shape)
+    axes = tuple(a for a in ref.BATCH_AXES if sizes.get(a, 1) > 1)
+    ways = math.prod(sizes[a] for a in axes)
+    _check(spec, sizes, batch, ways, micro_batches, repeats, config)
+    stages, m, v = sizes[PP_AXIS], micro_batches, repeats
+
+    inner_sizes = {k: n for k, n in sizes.items() if k != PP_AXIS}
+    hf_tree = build_params(spec, dtype=config.param_dtype)
+    hf_specs = ref._plan_specs(spec, hf_tree, plan, inner_sizes)
+    stacked, stacked_specs = ref._stack(hf_tree, hf_specs, spec)
+    params = to_stages(stacked, spec, stages=stages, repeats=v)
+    is_spec = lambda x: isinstance(x, PartitionSpec)
+    # The stacked layer spec is (None, *layer); the stage-stacked one (repeats, stages over pp, per stage, *layer).
+    layer_specs = jax.tree.map(lambda p: make_spec(None, PP_AXIS, None, *tuple(p)[1:]), _layers(stacked_specs, spec),
+                               is_leaf=is_spec)
+    param_specs = _with_layers(stacked_specs, spec, layer_specs)
+    # Inside the shard_map only pp is manual: the weight specs name pp alone.
+    manual_specs = jax.tree.map(lambda p: make_spec(None, PP_AXIS), layer_specs, is_leaf=is_spec)
+
+    def sharding(p: PartitionSpec) -> NamedSharding:
+        return NamedSharding(mesh, p)
+
+    tx = ref._optimizer(config)
+    odt, pdt, cdt = (jnp.dtype(config.optimizer_dtype), jnp.dtype(config.param_dtype),
+                     jnp.dtype(config.compute_dtype))
+    opt_params = jax.tree.map(lambda s: make_struct(s.shape, odt), params)
+    opt_state = jax.eval_shape(tx.init, opt_params)
+    opt_specs = optimizer_state_specs(opt_params, param_specs, opt_state)
+    state_shardings = jax.tree.map(sharding, (param_specs, opt_specs), is_leaf=is_spec)
+    state_abstract = jax.tree.map(lambda s, sh: make_struct(s.shape, s.dtype, sharding=sh),
+                                  (params, opt_state), state_shardings)
+    bspec = make_spec(axes or None, None)
+    tokens = make_struct((batch, seq), jnp.int32, sharding=sharding(bspec))
+    batch_abstract = {"inputs": tokens, "targets": tokens}
+
+    layer = ref._remat(rm.layer_fn(spec, moe_layer=False, dtype=cdt, attention_kind=config.attention,
+                                   capacity_factor=config.capacity_factor, constrain=rm.same,
+                                   constrain_experts=rm.same), config.remat, scan=True)
+    run = _pipeline(layer, mesh, stages, m, v, manual_specs)
+    micro = make_spec(None, axes or None, None, None)
+
+    def forward_loss(p: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+        x = rm.embed(p, inputs, spec, cdt)
+        x = x.reshape(m, batch // m, seq, x.shape[-1])
+        x = jax.lax.with_sharding_constraint(x, sharding(micro))  # type: ignore[no-untyped-call]
+        y = run(_layers(p, spec), x).reshape(batch, seq, -1)
+        y = rm.final_norm(p, y, spec)
+        total = rm.loss_from_hidden(y, targets, rm.head_weight(p, spec), cdt, vocab_tiles=1,
+                                    constrain_chunk=rm.same)
+        return total / (batch * seq)
+
+    grad_fn = jax.value_and_grad(forward_loss)
+
+    def step(state: Any, data: dict[str, jax.Array]) -> Any:
+        p, o = state
+        loss, grads = grad_fn(p, data["inputs"], data["targets"])
+        p32 = jax.tree.map(lambda a: a.astype(odt), p)
+        updates, o = tx.update(jax.tree.map(lambda g: g.astype(odt), grads), o, p32)
+        new = jax.tree.map(lambda a, u: (a + u).astype(pdt), p32, updates)
+        return (new, o), {"loss": loss}
+
+    batch_shardings = jax.tree.map(lambda t: t.sharding, batch_abstract)
+    fn = jax.jit(step, in_shardings=(state_shardings, batch_shardings),
+                 out_shardings=(state_shardings, {"loss": sharding(make_spec())}), donate_argnums=0)
+    loss = jax.jit(lambda p, data: forward_loss(p, data["inputs"], data["targets"]),
+                   in_shardings=(state_shardings[0], batch_shardings))
+    return PipelineStep(fn, (state_abstract, batch_abstract), mesh, param_specs, loss, spec, config, batch, seq,
+                        stages, v, m)

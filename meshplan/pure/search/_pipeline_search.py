@@ -1,0 +1,363 @@
+"""Pipeline layouts: a ``pp`` axis outermost, each stage searched as a smaller model on a smaller cluster.
+
+:func:`search_pipelines` prices the layouts :func:`~meshplan.pure.search_meshes`
+cannot express. A ``pp``-stage pipeline is ``pp`` copies of one *stage*: the
+fullest stage's layers (:func:`~meshplan.pure.cost.stage_layers`; for MoE models,
+all routed) with one of the embedding or the head (the stage model has tied
+embeddings), trained on ``1/pp`` of the devices on the global batch. So:
+
+1. **Where pp goes.** Over the network first: ``pp`` dividing the ICI domains
+   (nodes for GPUs, slices for TPUs), each stage a block of whole nodes and
+   every boundary on the slow link. Inside a node too (GPUs: ``pp`` dividing
+   the devices per node), boundaries on NVLink and each stage spanning every
+   node. Both are priced; the faster wins.
+2. **The stage's mesh** is :func:`~meshplan.pure.search_meshes` of the stage
+   model on the stage's cluster with the pipeline's ``m`` micro-batches, so its
+   collectives (the gradient sync over the stage's data axes only, its fsdp
+   gathers per micro-batch) and its compute for the whole batch are the
+   existing model's. Its activation figure is one micro-batch's; the schedule
+   keeps :func:`~meshplan.pure.cost.in_flight` of them on the first stage, so
+   the saved layer inputs (the ``saved`` part of
+   :func:`~meshplan.pure.cost.step_memory`) are added that many times less
+   one (the logits, head and working set are one micro-batch's), and the mesh
+   must still fit the budget.
+3. **The schedule and m.** 1F1B (same bubble as GPipe, ``pp`` instead of
+   ``m`` micro-batches of activations, so GPipe is never chosen) and, when
+   ``2*pp`` divides the layers, interleaved 1F1B with ``v = 2`` (half the
+   bubble, twice the sends, about 1.5x 1F1B's activations); ``m = pp * k`` for
+   ``k`` in 1, 2, 4, 8 where the batch allows. Step =
+   ``stage step / (1 - bubble) + exposed stage-boundary sends``
+   (:func:`~meshplan.pure.cost.pipeline_time`). The fastest that fits wins
+   per placement, and its ``verdict`` says why.
+
+Every figure is an estimate (the stage's, from the same calibrated models as
+the unpipelined search, plus the pipeline terms); the compiled memory of the
+pipelined reference step is the check (``docs/pipeline.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from meshplan.pure._check import as_count
+from meshplan.pure.cluster._cluster import Cluster, parse_cluster
+from meshplan.pure.cluster._link import Link
+from meshplan.pure.cost._estimates import CommTerm, StepEstimate
+from meshplan.pure.cost._pipeline import (
+    in_flight,
+    pipeline_time,
+    plan_stages,
+    stage_layers,
+)
+from meshplan.pure.cost._recipe import TrainingRecipe
+from meshplan.pure.cost._step_memory import layer_dims, step_memory
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.presets import ModelSpec, build_params, get_preset
+from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.search._search import search_meshes
+from meshplan.pure.search._space import divisors
+
+__all__ = ["PipelineSearch", "price_pipeline", "search_pipelines"]
+
+_KS = (1, 2, 4, 8)  # micro-batches per stage: m = pp * k
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PipelineSearch:
+    """Ranked pipeline layouts and what was left out.
+
+    Attributes:
+      candidates: the fastest layout per ``pp`` and placement that fits, fastest first
+        (each a :class:`MeshCandidate` with ``pp`` outermost and its ``pipeline`` set).
+      left_out: one line per ``pp`` and placement that has no fitting layout, with the reason.
+    """
+
+    candidates: tuple[MeshCandidate, ...]
+    left_out: tuple[str, ...]
+
+
+def _stage_model(spec: ModelSpec, pp: int) -> ModelSpec:
+    """The fullest stage as a model: its layers (all routed for MoE) and one of embedding / head."""
+    layers = max(stage_layers(spec.num_layers, pp))
+    return dataclasses.replace(spec, name=f"{spec.name}[stage of pp={pp}]", num_layers=layers,
+                               num_dense_layers=0, tied_embeddings=True, num_params=None)
+
+
+def _placements(clus: Cluster, num_layers: int) -> list[tuple[int, str, Cluster, Link]]:
+    """``(pp, "dcn" | "ici", stage cluster, boundary link)``: over the network first, then inside a node."""
+    tpu = clus.device.ici_scope == "slice"
+    out = []
+    domains = clus.num_slices if tpu else clus.num_nodes
+    for pp in divisors(domains):
+        if 2 <= pp <= num_layers:
+            sub = Cluster(clus.device, clus.num_nodes // pp, clus.devices_per_node,
+                          clus.num_slices // pp if tpu else clus.num_slices)
+            out.append((pp, "dcn", sub, clus.inter_link))
+    if not tpu and clus.num_slices == 1:
+        for pp in divisors(clus.devices_per_node):
+            if 2 <= pp <= num_layers:
+                out.append((pp, "ici", Cluster(clus.device, clus.num_nodes, clus.devices_per_node // pp),
+                            clus.intra_link))
+    return out
+
+
+def _param_split(spec: ModelSpec) -> tuple[int, int, int]:
+    """Bytes (bf16) of one average decoder layer, of the embedding, and of the final norm plus head."""
+    tree = build_params(spec)
+    top = "transformer" if spec.family == "gpt2" else "model"
+
+    def size(t: Any) -> int:
+        if isinstance(t, dict):
+            return sum(size(v) for v in t.values())
+        n = int(t.dtype.itemsize)
+        for d in t.shape:
+            n *= int(d)
+        return n
+
+    total = size(tree)
+    embed = size({k: v for k, v in tree[top].items() if k in ("embed_tokens", "wte", "wpe")})
+    layers = size(tree[top]["h" if spec.family == "gpt2" else "layers"])
+    head = total - embed - layers
+    return layers // spec.num_layers, embed, head
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Options:
+    """What every option of one search shares: the request and the stage search's constraints."""
+
+    batch: int
+    seq: int
+    recipe: TrainingRecipe | None
+    efficiency: float | None
+    split: tuple[int, int, int]
+    fixed: Mapping[str, int] | None = None
+    axes: tuple[str, ...] | None = None
+    activations: bool = True
+
+
+def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link, schedule: str, v: int,
+            m: int, o: _Options) -> MeshCandidate | str:
+    """The best fitting layout of one (pp, placement, schedule, m), or why there is none."""
+    batch, seq, split = o.batch, o.seq, o.split
+    stage = _stage_model(spec, pp)
+    try:
+        found = search_meshes(stage, sub, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
+                              efficiency=o.efficiency, fixed=o.fixed, axes=o.axes, activations=o.activations)
+    except PlanError as err:
+        return str(err).split(";")[0]
+    flight = max(in_flight(pp, m, schedule=schedule, virtual=v))
+    layers_here = stage.num_layers
+    for c in found.candidates:
+        # The stage's peak holds one micro-batch's saved layer inputs; the schedule keeps `flight` of them.
+        parts = dict(step_memory(layer_dims(stage), c.mesh_shape, found.request.recipe, batch=batch, seq=seq,
+                                 params=0, grads=0, optimizer=0).parts)
+        saved = parts["saved"]
+        # activations=False (the fit counts the state only) adds none.
+        more = round((flight - 1) * saved) if o.activations else 0
+        mem = dataclasses.replace(c.memory, activations=c.memory.activations + more)
+        if not mem.fits or c.step is None:
+            continue
+        sizes = c.mesh_shape
+        ways = 1
+        for a in ("dp", "fsdp", "ep"):
+            ways *= sizes.get(a, 1)
+        nbytes = (batch // m) * seq * spec.hidden_size * 2 // (ways * sizes.get("sp", 1))
+        t = pipeline_time(c.step.step_s, pp, m, boundary_bytes=nbytes, boundary_link=link, stage_grad_bytes=0,
+                          data_ways=1, data_link=link, schedule=schedule, virtual=v)
+        total = t.total
+        layer_b, embed_b, head_b = split
+        scale = c.memory.params / max(1, layers_here * layer_b + max(embed_b, head_b))
+        state = c.memory.params + c.memory.grads + c.memory.optimizer
+        plan = plan_stages(spec.num_layers, pp, micro_batches=m, layer_param_bytes=round(layer_b * scale),
+                           embed_param_bytes=round(embed_b * scale), head_param_bytes=round(head_b * scale),
+                           layer_activation_bytes=saved // layers_here,
+                           state_factor=state / max(1, c.memory.params), schedule=schedule, virtual=v)
+        balance = spec.num_layers / (pp * layers_here)  # 1 when pp divides the layers
+        step = StepEstimate(compute_s=c.step.compute_s, exposed_s=total - c.step.compute_s,
+                            tokens_per_s=batch * seq / total / clus.num_devices,
+                            mfu=c.step.mfu * c.step.step_s / total * balance, flops=c.step.flops,
+                            efficiency=c.step.efficiency, micro_batches=m)
+        send = CommTerm(what="pipeline stage-boundary sends (activations forward, their gradients backward)",
+                        kind="send", axes=("pp",), nbytes=nbytes, calls=2 * v * m,
+                        link="inter" if where == "dcn" else "intra", seconds=t.sends_total, exposed=t.sends)
+        v_text = f" v={v}" if v > 1 else ""
+        why = (f"pp={pp} {'over the network (each stage a block of nodes)' if where == 'dcn' else 'inside each node'}"
+               f"; {schedule}{v_text} with m={m} micro-batches ({_m_text(m, pp)}): bubble {t.bubble / total:.1%} of the "
+               f"step; stage mesh {c.text}, {layers_here} layers on the fullest stage")
+        ici = (1, *c.ici_shape) if where == "dcn" else (pp, *c.ici_shape)
+        dcn = (pp, *c.dcn_shape) if where == "dcn" else (1, *c.dcn_shape)
+        return MeshCandidate(("pp", *c.axis_names), (pp, *c.axis_sizes), ici, dcn, mem, (*c.comm, send), why,
+                             None, c.groups, c.activations, step, plan)
+    return (f"no stage mesh fits with {flight:g} micro-batches of activations in flight"
+            if found.candidates else "no stage mesh fits")
+
+
+def search_pipelines(
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    *,
+    batch: int | None = None,
+    seq: int | None = None,
+    recipe: TrainingRecipe | None = None,
+    efficiency: float | None = None,
+    top_k: int = 5,
+) -> PipelineSearch:
+    """Rank pipeline layouts (``pp`` outermost) of ``model`` on ``cluster`` (see the module docstring).
+
+    Args:
+      model: a preset name or a :class:`~meshplan.pure.ModelSpec`.
+      cluster: a :class:`~meshplan.pure.Cluster` or its text.
+      batch: global batch in sequences (default: one per device).
+      seq: tokens per sequence (default 4096, or the model's position limit).
+      recipe: the training step priced (as :func:`~meshplan.pure.search_meshes`).
+      efficiency: fraction of peak FLOP/s (as :func:`~meshplan.pure.search_meshes`).
+      top_k: how many layouts to return.
+
+    Returns:
+      A :class:`PipelineSearch`: the fastest fitting layout per ``pp`` and placement, fastest first.
+
+    Raises:
+      PlanError, ClusterError, MeshplanTypeError: bad options, as :func:`~meshplan.pure.search_meshes`.
+
+    Example:
+      >>> found = search_pipelines("llama3-8b", "4x8xH100", batch=64, seq=4096, top_k=2)
+      >>> [c.text.split(",")[0] for c in found.candidates]
+      ['pp=2', 'pp=2']
+      >>> found.candidates[0].pipeline.schedule in ("1f1b", "interleaved")
+      True
+    """
+    if isinstance(model, str):
+        spec = get_preset(model).spec
+    elif isinstance(model, ModelSpec):
+        spec = model
+    else:
+        raise MeshplanTypeError(f"model={model!r:.80} must be a preset name or a ModelSpec.")
+    clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(clus, Cluster):
+        raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster or a string such as '8x8xH100'.")
+    b = clus.num_devices if batch is None else as_count(batch, "batch", maximum=10**12, error=PlanError)
+    s = min(4096, spec.max_position_embeddings or 4096) if seq is None else as_count(
+        seq, "seq", maximum=10**12, error=PlanError)
+    k_top = as_count(top_k, "top_k", maximum=10**6, error=PlanError)
+    if recipe is not None and not isinstance(recipe, TrainingRecipe):
+        raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe or None.")
+    opts = _Options(b, s, recipe, efficiency, _param_split(spec))
+    found: list[MeshCandidate] = []
+    left: list[str] = []
+    for pp, where, sub, link in _placements(clus, spec.num_layers):
+        got = _best_of(spec, clus, pp, where, sub, link, _schedules(spec, pp), opts)
+        if isinstance(got, str):
+            left.append(f"pp={pp} {'over the network' if where == 'dcn' else 'inside each node'}: {got}")
+        else:
+            found.append(got)
+    found.sort(key=_key)
+    ranked = tuple(dataclasses.replace(c, rank=i + 1) for i, c in enumerate(found[:k_top]))
+    return PipelineSearch(ranked, tuple(left))
+
+
+def _m_text(m: int, pp: int) -> str:
+    return f"m = pp x {m // pp}" if m % pp == 0 else f"m >= pp={pp}"
+
+
+def _schedules(spec: ModelSpec, pp: int) -> list[tuple[str, int]]:
+    return [("1f1b", 1)] + ([("interleaved", 2)] if spec.num_layers % (2 * pp) == 0 else [])
+
+
+def _best_of(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link,
+             schedules: list[tuple[str, int]], o: _Options, ms: tuple[int, ...] | None = None) -> MeshCandidate | str:
+    """The fastest fitting option over the schedules and micro-batch counts, or the last reason there is none."""
+    best: MeshCandidate | None = None
+    reasons: list[str] = []
+    for schedule, v in schedules:
+        for m in (tuple(pp * k for k in _KS) if ms is None else ms):
+            if o.batch % m:
+                reasons.append(f"batch={o.batch} does not divide by m={m}")
+                continue
+            got = _option(spec, clus, pp, where, sub, link, schedule, v, m, o)
+            if isinstance(got, str):
+                reasons.append(f"{schedule} m={m}: {got}")
+            elif best is None or _key(got) < _key(best):
+                best = got
+    # Every option's reason: the smallest m usually fails on memory, the largest on the batch.
+    return best if best is not None else ("; ".join(reasons) if reasons else "no schedule to price")
+
+
+def price_pipeline(
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    *,
+    pp: int,
+    stage_layout: Mapping[str, int],
+    batch: int,
+    seq: int,
+    schedule: str = "1f1b",
+    virtual: int = 1,
+    micro_batches: int | None = None,
+    recipe: TrainingRecipe | None = None,
+    efficiency: float | None = None,
+    activations: bool = True,
+) -> MeshCandidate:
+    """Price one given pipeline layout (a published run's): ``pp`` over the network, each stage ``stage_layout``.
+
+    Args:
+      model, cluster, batch, seq, recipe, efficiency: as :func:`search_pipelines`.
+      pp: the stages; they must divide the cluster's ICI domains (nodes / slices), as published runs place them.
+      stage_layout: every stage's mesh, e.g. ``{"dp": 64, "tp": 8}`` (axes left out are 1).
+      schedule, virtual: the schedule (:data:`~meshplan.pure.cost.SCHEDULES`) and its virtual stages.
+      micro_batches: ``m`` (``>= pp``; a multiple of it for the interleaved and circular schedules);
+        ``None``: the fastest of ``pp x (1, 2, 4, 8)`` and, for 1F1B, of the batch's divisors in ``[pp, 8 pp]``.
+      activations: include the activations in the fit (``False``: the state only).
+
+    Returns:
+      The priced :class:`MeshCandidate` (``pipeline`` set, ``rank`` None).
+
+    Raises:
+      PlanError: the layout does not fit, does not divide, or ``pp`` does not divide the domains.
+
+    Example:
+      >>> c = price_pipeline("llama3-70b", "16x8xH100", pp=4, stage_layout={"fsdp": 4, "tp": 8}, batch=64,
+      ...                    seq=4096)
+      >>> c.text, c.pipeline.schedule, c.pipeline.micro_batches >= 4
+      ('pp=4,fsdp=4,tp=8', '1f1b', True)
+    """
+    spec = get_preset(model).spec if isinstance(model, str) else model
+    if not isinstance(spec, ModelSpec):
+        raise MeshplanTypeError(f"model={model!r:.80} must be a preset name or a ModelSpec.")
+    clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
+    if not isinstance(clus, Cluster):
+        raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster or a string such as '8x8xH100'.")
+    stages = as_count(pp, "pp", maximum=spec.num_layers, error=PlanError)
+    options = [o for o in _placements(clus, spec.num_layers) if o[0] == stages and o[1] == "dcn"]
+    if not options:
+        raise PlanError(f"pp={stages} must divide the {clus.num_ici_domains} {clus.ici_domain_name}s of "
+                        f"{clus.text} (and be <= num_layers={spec.num_layers}) to run over the network.")
+    if not isinstance(stage_layout, Mapping):
+        raise MeshplanTypeError(f"stage_layout={stage_layout!r:.80} must map axis names to sizes.")
+    axes = tuple(a for a in ("dp", "fsdp", "ep", "sp", "tp") if a in stage_layout or a in ("dp", "fsdp", "sp", "tp"))
+    fixed = {a: stage_layout.get(a, 1) for a in axes}
+    opts = _Options(as_count(batch, "batch", maximum=10**12, error=PlanError),
+                    as_count(seq, "seq", maximum=10**12, error=PlanError), recipe, efficiency, _param_split(spec),
+                    fixed, axes, activations)
+    if micro_batches is None:
+        # A published run's per-replica batch may not divide by pp x k (DeepSeek-V3: 120 sequences over
+        # pp=16): 1F1B runs any m >= pp, so the batch's divisors up to 8 pp are tried too.
+        extra = [d for d in divisors(opts.batch) if stages <= d <= 8 * stages] if schedule == "1f1b" else []
+        ms = tuple(sorted({stages * k for k in _KS} | set(extra)))
+    else:
+        m = as_count(micro_batches, "micro_batches", maximum=10**12, error=PlanError)
+        if m < stages or (schedule != "1f1b" and m % stages):
+            raise PlanError(f"micro_batches={m} must be >= pp={stages} (and a multiple of it for {schedule!r}).")
+        ms = (m,)
+    _, where, sub, link = options[0]
+    got = _best_of(spec, clus, stages, where, sub, link, [(schedule, virtual)], opts, ms)
+    if isinstance(got, str):
+        raise PlanError(f"pp={stages} x {dict(fixed)} on {clus.text}: {got}.")
+    return got
+
+
+def _key(c: MeshCandidate) -> tuple[float, int, tuple[int, ...], tuple[int, ...]]:
+    """Fastest first, then leanest, then by sizes and placement: a total, deterministic order."""
+    assert c.step is not None  # every pipeline candidate is priced
+    return (c.step.step_s, c.memory.total, c.axis_sizes, c.dcn_shape)

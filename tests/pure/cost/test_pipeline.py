@@ -1,0 +1,207 @@
+"""Tests for the pipeline model (meshplan.pure.cost._pipeline): stage splits, bubbles against a simulated schedule,
+what each stage holds, the sends and the refusals."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshplan.pure.cluster._link import Link
+from meshplan.pure.cost._collective_time import all_reduce_time
+from meshplan.pure.cost._pipeline import (
+    SCHEDULES,
+    bubble_fraction,
+    in_flight,
+    pipeline_time,
+    plan_stages,
+    send_bytes,
+    send_time,
+    stage_layers,
+)
+from meshplan.pure.errors import MeshplanTypeError, PlanError
+
+layers_and_stages = st.integers(1, 128).flatmap(lambda n: st.tuples(st.just(n), st.integers(1, n)))
+schedules = st.integers(1, 16).flatmap(
+    lambda pp: st.tuples(st.just(pp), st.integers(pp, 4 * pp + 3)))  # (pp, m >= pp)
+links = st.builds(Link, bandwidth=st.floats(1e6, 1e13), latency=st.floats(0.0, 1e-3))
+
+
+def _simulate(pp: int, m: int, schedule: str, forward: float = 1.0, backward: float = 2.0) -> tuple[float, list[int]]:
+    """Run GPipe or 1F1B as a dependency graph: (step time, peak micro-batches in flight per stage).
+
+    Each stage runs its ops in the schedule's order, one at a time; a forward waits for the previous stage's
+    forward of the same micro-batch, a backward for the next stage's backward (the last stage's for its own
+    forward). Independent of the closed forms under test.
+    """
+    orders = []
+    for s in range(pp):
+        fwd = [("F", i) for i in range(m)]
+        bwd = [("B", i) for i in range(m)]
+        if schedule == "gpipe":
+            orders.append(fwd + bwd)
+            continue
+        warm = min(pp - s - 1, m)
+        order = fwd[:warm]
+        for i in range(m - warm):
+            order += [fwd[warm + i], bwd[i]]
+        orders.append(order + bwd[m - warm:])
+    end: dict[tuple[str, int, int], float] = {}
+    clock, pos = [0.0] * pp, [0] * pp
+    peak, live = [0] * pp, [0] * pp
+    while any(pos[s] < len(orders[s]) for s in range(pp)):
+        progressed = False
+        for s in range(pp):
+            if pos[s] == len(orders[s]):
+                continue
+            kind, i = orders[s][pos[s]]
+            dep = (("F", s - 1, i) if s > 0 else None) if kind == "F" else (
+                ("B", s + 1, i) if s < pp - 1 else ("F", s, i))
+            if dep is not None and dep not in end:
+                continue
+            start = max(clock[s], end[dep] if dep else 0.0)
+            clock[s] = end[(kind, s, i)] = start + (forward if kind == "F" else backward)
+            live[s] += 1 if kind == "F" else -1
+            peak[s] = max(peak[s], live[s])
+            pos[s] += 1
+            progressed = True
+        assert progressed, "the schedule deadlocked"
+    return max(clock), peak
+
+
+@given(layers_and_stages)
+def test_stage_layers_split_every_layer_evenly(case):
+    n, pp = case
+    layers = stage_layers(n, pp)
+    assert len(layers) == pp and sum(layers) == n and max(layers) - min(layers) <= 1
+    # The first stage (which also embeds) gets an extra layer only when every other stage has one.
+    if layers[0] > min(layers):
+        assert all(k == layers[0] for k in layers)
+
+
+@given(schedules, st.sampled_from(["gpipe", "1f1b"]))
+def test_the_bubble_is_the_idle_share_of_a_simulated_schedule(case, schedule):
+    pp, m = case
+    total, _ = _simulate(pp, m, schedule)
+    busy = m * 3.0  # every stage does m forwards (1) and m backwards (2)
+    assert bubble_fraction(pp, m, schedule=schedule) == pytest.approx(1 - busy / total, abs=1e-12)
+
+
+@given(schedules)
+def test_1f1b_keeps_at_most_pp_micro_batches_and_gpipe_all(case):
+    pp, m = case
+    assert list(in_flight(pp, m, schedule="1f1b")) == _simulate(pp, m, "1f1b")[1]
+    assert list(in_flight(pp, m, schedule="gpipe")) == _simulate(pp, m, "gpipe")[1] == [m] * pp
+
+
+@given(schedules, st.integers(1, 8))
+def test_virtual_stages_shrink_the_bubble_and_one_virtual_stage_is_plain_1f1b(case, v):
+    pp, m = case
+    plain = bubble_fraction(pp, m)
+    for sched in ("interleaved", "circular"):
+        assert bubble_fraction(pp, m, schedule=sched, virtual=v) <= plain
+        assert bubble_fraction(pp, m, schedule=sched, virtual=1) == plain
+    assert in_flight(pp, m, schedule="interleaved", virtual=1) == in_flight(pp, m, schedule="1f1b")
+    assert 0.0 <= plain < 1.0 and (plain == 0.0) == (pp == 1)
+    if m > pp > 1:
+        assert bubble_fraction(pp, m) < bubble_fraction(pp, m - 1)
+
+
+@given(schedules, st.integers(1, 4))
+def test_interleaving_keeps_more_than_1f1b_but_never_more_than_gpipe(case, v):
+    pp, m = case
+    inter = in_flight(pp, m, schedule="interleaved", virtual=v)
+    one = in_flight(pp, m, schedule="1f1b")
+    assert all(a >= b - 1e-12 for a, b in zip(inter, one))
+    assert all(a <= m + 1e-12 for a in inter)
+    assert list(inter) == sorted(inter, reverse=True)  # the first stage is the fullest
+
+
+@given(layers_and_stages, st.integers(0, 10**9), st.integers(0, 10**9), st.integers(0, 10**9),
+       st.integers(0, 10**8), st.sampled_from(["gpipe", "1f1b"]), st.integers(0, 3), st.sampled_from([1.0, 6.0]))
+def test_plan_stages_puts_every_byte_somewhere_once(case, layer_b, embed_b, head_b, act_b, schedule, extra_m, factor):
+    n, pp = case
+    m = pp + extra_m
+    p = plan_stages(n, pp, micro_batches=m, layer_param_bytes=layer_b, embed_param_bytes=embed_b,
+                    head_param_bytes=head_b, layer_activation_bytes=act_b, state_factor=factor, schedule=schedule)
+    assert sum(p.param_bytes) == n * layer_b + embed_b + head_b
+    assert p.layers == stage_layers(n, pp) and p.stages == pp
+    assert p.state_bytes == tuple(round(x * factor) for x in p.param_bytes)
+    assert p.total_bytes(p.fullest) == max(p.total_bytes(s) for s in range(pp))
+    assert all(p.total_bytes(s) < p.total_bytes(p.fullest) for s in range(p.fullest))  # the first of the fullest
+    if pp == 1:  # one stage is the unpipelined step: everything, and every micro-batch's activations
+        assert p.param_bytes == (n * layer_b + embed_b + head_b,) and p.bubble == 0.0
+        assert p.activation_bytes == (n * act_b * (m if schedule == "gpipe" else 1),)
+
+
+def test_plan_names_the_fullest_stage_from_the_bytes():
+    # A huge head (a 128k vocabulary) makes the last stage the fullest under GPipe.
+    p = plan_stages(8, 4, micro_batches=4, layer_param_bytes=100, embed_param_bytes=10, head_param_bytes=500,
+                    layer_activation_bytes=1, schedule="gpipe")
+    assert p.fullest == 3 and p.layers == (2, 2, 2, 2)
+    # 1F1B keeps pp micro-batches on the first stage: with big activations it is the fullest.
+    p = plan_stages(8, 4, micro_batches=8, layer_param_bytes=100, embed_param_bytes=10, head_param_bytes=10,
+                    layer_activation_bytes=1000)
+    assert p.fullest == 0 and p.activation_bytes == (8000, 6000, 4000, 2000)
+
+
+@given(schedules, st.integers(0, 10**10), links, links, st.integers(1, 64), st.integers(0, 10**11))
+def test_pipeline_time_adds_its_parts_and_a_faster_link_never_costs_more(case, nbytes, link, data_link, ways, grads):
+    pp, m = case
+    t = pipeline_time(2.0, pp, m, boundary_bytes=nbytes, boundary_link=link, stage_grad_bytes=grads,
+                      data_ways=ways, data_link=data_link)
+    assert t.total == pytest.approx(t.compute + t.bubble + t.sends + t.grad_sync)
+    # The bubble is its fraction of the whole step's time with the compute.
+    assert t.bubble / (t.compute + t.bubble) == pytest.approx(bubble_fraction(pp, m))
+    assert t.sends == pytest.approx(2 * (pp - 1) * send_time(nbytes, link))
+    assert t.sends <= t.sends_total + 1e-12 or pp == 1
+    assert t.grad_sync == pytest.approx(all_reduce_time(grads, ways, data_link))
+    faster = Link(link.bandwidth * 2, link.latency)
+    assert pipeline_time(2.0, pp, m, boundary_bytes=nbytes, boundary_link=faster, stage_grad_bytes=grads,
+                         data_ways=ways, data_link=data_link).total <= t.total
+
+
+def test_send_bytes_is_micro_batch_times_seq_times_hidden_times_itemsize():
+    assert send_bytes(2, 4096, 8192, 2) == 2 * 4096 * 8192 * 2
+    assert send_time(0, Link(1e9, 5e-6)) == 5e-6
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: stage_layers(4, 8), "pp=8 stages for num_layers=4: pp must be in [1, 4]"),
+    (lambda: bubble_fraction(8, 4), "micro_batches=4 must be >= pp=8"),
+    (lambda: bubble_fraction(4, 8, schedule="zero-bubble"), "schedule='zero-bubble' must be one of"),
+    (lambda: bubble_fraction(4, 8, schedule="gpipe", virtual=2), "virtual=2 needs schedule 'interleaved'"),
+    (lambda: plan_stages(10, 4, micro_batches=8, layer_param_bytes=1, embed_param_bytes=1, head_param_bytes=1,
+                         layer_activation_bytes=1, schedule="circular", virtual=2),
+     "num_layers=10 must divide by pp=4 x virtual=2"),
+    (lambda: plan_stages(2, 4, micro_batches=2, layer_param_bytes=1, embed_param_bytes=1, head_param_bytes=1,
+                         layer_activation_bytes=1), ("pp=4 stages for num_layers=2: pp must be in [1, 2]; "
+                                                    "micro_batches=2 must be >= pp=4")),
+    (lambda: in_flight(0, 4), "pp=0 must be >= 1"),
+    (lambda: send_bytes(1, 0, 1, 2), "seq=0 must be >= 1"),
+    (lambda: plan_stages(4, 2, micro_batches=2, layer_param_bytes=-1, embed_param_bytes=1, head_param_bytes=1,
+                         layer_activation_bytes=1), "layer_param_bytes=-1 must be >= 0"),
+])
+def test_bad_pipelines_are_refused_with_the_value_and_the_valid_range(call, words):
+    with pytest.raises(PlanError, match=re.escape(words)):
+        call()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: stage_layers(4.0, 2),
+    lambda: bubble_fraction(4, 8, schedule=None),
+    lambda: send_time(1.0, "ib"),
+    lambda: in_flight(4, "8"),
+])
+def test_wrong_types_are_type_errors(call):
+    with pytest.raises(MeshplanTypeError):
+        call()
+
+
+def test_every_schedule_is_priced():
+    for sched in SCHEDULES:
+        assert math.isfinite(bubble_fraction(4, 8, schedule=sched))
+        assert len(in_flight(4, 8, schedule=sched)) == 4
