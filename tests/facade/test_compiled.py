@@ -136,7 +136,7 @@ def test_bad_arguments_are_typed_errors():
         meshplan.ReferenceConfig(remat="sometimes")
     with pytest.raises(PlanError, match="batch=3 must divide"):
         meshplan.reference_step(TINY, _mesh({"fsdp": 2, "tp": 4}), batch=3, seq=32)
-    with pytest.raises(PlanError, match="needs a TPU target"):
+    with pytest.raises(PlanError, match="needs a TPU or GPU target"):
         meshplan.reference_step(TINY, _mesh({"fsdp": 2, "tp": 4}), batch=4, seq=32,
                                 config=meshplan.ReferenceConfig(attention="flash"))
     with pytest.raises(PlanError, match="pinned host"):
