@@ -230,14 +230,18 @@ def default_memory_limit(parallel: int) -> int:
     return max(_MIN_WORKER_MEMORY, _physical_memory() // max(parallel, 1))
 
 
+_MEMORY_WORDS = ("bad_alloc", "MemoryError", "annot allocate memory", "out of memory", "RESOURCE_EXHAUSTED")
+
+
 def _reason(code: int, stderr: str, limit: int) -> str:
     """Why a worker gave no outcome, in a few words and the last line it wrote."""
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip() and not ln.startswith(("W0000", "I0000"))]
     last = lines[-1].strip()[:200] if lines else "no message"
-    if "bad_alloc" in stderr or "MemoryError" in stderr:
-        return f"the compile ran out of the worker's {limit / 2**30:.0f} GiB memory bound ({last})"
-    if code < 0:
-        return f"the worker died (signal {-code}): {last}"
+    bound = f"{limit / 2**30:.0f} GiB memory bound"
+    if any(word in stderr for word in _MEMORY_WORDS):
+        return f"the compile ran out of the worker's {bound} ({last})"
+    if code < 0:  # killed by a signal: an abort inside XLA is often an allocation the bound refused
+        return f"the worker died (signal {-code}; its {bound} may be too small): {last}"
     return f"the worker failed (exit {code}): {last}"
 
 

@@ -41,6 +41,12 @@ def test_a_failing_or_overlong_compile_is_one_row_with_its_reason_and_the_rest_c
     assert slow.memory is None and slow.error == "timed out after 0.05 s"
 
 
+def test_a_worker_over_its_memory_bound_is_a_reason_not_a_crash():
+    starved = run_jobs([_job()], memory_limit=1 << 30)[0]  # jax alone reserves more address space than this
+    assert starved.memory is None
+    assert "1 GiB memory bound" in starved.error, starved.error
+
+
 def test_a_compiled_peak_over_the_budget_removes_the_mesh_and_the_next_is_verified():
     found = search_meshes(TINY, "1x8xH100", axes=["dp", "fsdp"], batch=8, seq=32, top_k=3)
     first = meshplan.verify_plan(found, model=TINY, top=1, target="cpu", stream=io.StringIO())
