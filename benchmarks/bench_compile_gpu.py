@@ -37,14 +37,16 @@ from meshplan.pure import get_preset, parse_cluster, search_meshes  # noqa: E402
 from meshplan.pure._format import fmt_bytes  # noqa: E402
 from meshplan.pure.errors import PlanError  # noqa: E402
 
-COMPILES = (("llama3-8b", "1x8xH100", 16), ("llama3-70b", "8x8xH100", 64), ("llama3-8b", "v5p-16", 16),
-            ("llama3-70b", "v5p-64", 64))
+COMPILES = (("llama3-8b", "1x8xH100", 16), ("llama3-70b", "8x8xH100", 64), ("llama3.1-405b", "32x8xH100", 256),
+            ("llama3-8b", "v5p-16", 16), ("llama3-70b", "v5p-64", 64))
 
 
-def _compiles() -> None:
+def _compiles(only: str | None = None) -> None:
     print("| model | cluster | mesh (rank 1) | batch x seq | target | compiled peak | compile s | job s (worker incl.) |")
     print("|---|---|---|---|---|---|---|---|")
     for model, cluster_text, batch in COMPILES:
+        if only is not None and model != only:
+            continue
         spec, cluster = get_preset(model).spec, parse_cluster(cluster_text)
         best = search_meshes(spec, cluster, batch=batch, seq=4096, top_k=1).best
         job = CompileJob(spec, cluster, best.axis_names, best.axis_sizes, best.dcn_shape, best, batch=batch,
@@ -146,11 +148,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for part in ("compiles", "plan", "equality"):
         parser.add_argument(f"--skip-{part}", action="store_true")
+    parser.add_argument("--only-model", metavar="PRESET", help="compile-seconds rows of this preset only")
     parser.add_argument("--coverage", type=int, default=0, metavar="TOP",
                         help="also compile the top TOP meshes of a held-out H100 / A100 grid: range vs peak")
     args = parser.parse_args()
     if not args.skip_compiles:
-        _compiles()
+        _compiles(args.only_model)
     if not args.skip_plan:
         _plan()
     if not args.skip_equality:
