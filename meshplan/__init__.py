@@ -63,6 +63,7 @@ _FACADE = {
     "ReferenceConfig": "_reference", "ReferenceStep": "_reference", "reference_step": "_reference",
     "load_model": "_model_file",
     "compiled_collectives": "_hlo",
+    "PlanVerification": "_verify_row", "VerifyRow": "_verify_row", "verify_plan": "_verify_plan",
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -90,6 +91,8 @@ __all__ += ["CompiledMemory", "ReferenceConfig", "ReferenceStep", "compiled_memo
             "reference_step", "tpu_topology_mesh"]
 # the collectives a compiled step runs (checked against the comm model)
 __all__ += ["compiled_collectives"]
+# a plan verified by compiling its top meshes (worker subprocesses, a compile cache)
+__all__ += ["PlanVerification", "VerifyRow", "verify_plan"]
 
 
 def __getattr__(name: str) -> Any:
@@ -109,6 +112,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
     from meshplan.facade._compiled import CompiledMemory, compiled_memory, gpu_topology_mesh, tpu_topology_mesh
     from meshplan.facade._hlo import compiled_collectives
+    from meshplan.facade._verify_plan import verify_plan
+    from meshplan.facade._verify_row import PlanVerification, VerifyRow
     from meshplan.facade._config import MeshConfig
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
     from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape

@@ -8,6 +8,10 @@ imports jax.
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# `meshplan plan` compiles its top meshes by default wherever the target's compiler is installed (CI installs
+# libtpu and the CUDA plugin): tests that render or export a plan must not compile 70B steps as a side effect.
+# The tests of verification ask for it with --verify K, or unset this (tests/cli/test_verify.py).
+os.environ.setdefault("MESHPLAN_VERIFY", "0")
 
 import chex  # noqa: E402
 

@@ -358,6 +358,9 @@ def _instances() -> dict[str, Callable[[], Any]]:
                                                         search.LiveBuffer("b", 8, "f32[2]", "f32", "temp",
                                                                           memory_space="vmem")), 72),
         "CompiledMemory": lambda: meshplan.compiled_memory(jax.jit(lambda a: a * 2), sds((256,), np.float32)),
+        "VerifyRow": lambda: meshplan.VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125),
+        "PlanVerification": lambda: meshplan.PlanVerification(
+            (meshplan.VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125),), (), "XLA:CPU", "", 1.0),
     }
 
 

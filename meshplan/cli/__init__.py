@@ -139,22 +139,29 @@ def _plan(args: argparse.Namespace) -> int:
         fixed.update(group)
     if args.verify and args.format != "table":
         raise _UserError("--verify prints a table next to the ranking; use it without --format/--json.")
+    from meshplan.cli import _verify
     from meshplan.cli._progress import progress
+    from meshplan.pure import parse_cluster
 
+    cluster = parse_cluster(args.cluster)
+    headroom, budget_source = _verify.headroom_for(args, cluster)
     # A spinner on stderr (only on a terminal, never with --json): large clusters take seconds to search.
     with progress(f"searching meshes of {args.cluster} for {args.model}", quiet=args.format == "json"):
         result = search_meshes(
-            preset.spec, args.cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
-            batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
+            preset.spec, cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
+            batch=args.batch, seq=args.seq, headroom=headroom, master_weights=args.master_weights,
             activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
             ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
             efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
         )
+    # The compiler decides before anything is shown: the summary and the report mark the verified rows exact.
+    checked = _verify.verify_for_plan(result, preset.spec, args) if _verify.verification_wanted(args) else None
+    compiled = _verify.compiled_peaks(checked)
     if args.html is not None:
         from meshplan.cli import _html
 
         try:
-            _html.write_plan_html(args.html, result)
+            _html.write_plan_html(args.html, result, compiled=compiled, budget_source=budget_source)
         except _html.HtmlWriteError as err:
             raise _UserError(str(err)) from None
     if args.format == "json":
@@ -163,7 +170,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.format == "markdown":
         from meshplan.pure.search import plan_markdown
 
-        sys.stdout.write(plan_markdown(result))
+        sys.stdout.write(plan_markdown(result, budget_source=budget_source))
         return 0
     if args.format != "table":
         text = _export.render_export(result, args.format, params, rule)
@@ -175,14 +182,12 @@ def _plan(args: argparse.Namespace) -> int:
     from meshplan.pure.presets import pricing_notes
 
     _render.render_plan(result, _console(), notes=pricing_notes(preset.spec, seq=result.request.seq),
-                        detail=args.detail)
+                        detail=args.detail, compiled=compiled, budget_source=budget_source)
+    if checked is not None:
+        _verify.render_plan_verification(checked, result, args, _console())
     pipelines = not args.no_pipeline and _plan_pipelines(result, preset.spec, args, fixed)
     if not args.detail:
         _render.render_footer(result, _console(), pipelines=pipelines)
-    if args.verify:
-        from meshplan.cli import _verify
-
-        _verify.run_plan_verify(result, preset.spec, args, _console())
     return 0
 
 
@@ -301,6 +306,17 @@ def _show_mesh(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from meshplan.facade import _compile_cache
+
+    if args.action == "clear":
+        removed = _compile_cache.clear_cache()
+        print(f"removed {removed} compiled steps from {_compile_cache.cache_dir()}")
+    else:
+        print(_compile_cache.cache_info().describe())
+    return 0
+
+
 def _list_models(args: argparse.Namespace) -> int:
     from meshplan.cli import _models
 
@@ -370,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="JSON path rules [[regex, spec], ...] or a logical table {\"logical_axis_rules\": ...} "
                            "(see above)")
     plan.add_argument("--top", type=_positive, default=5, help="meshes to show (default 5)")
-    plan.add_argument("--headroom", type=_fraction, default=0.1, help="fraction of HBM kept free (default 0.1)")
+    plan.add_argument("--headroom", type=_fraction, default=None,
+                      help="fraction of HBM kept free (default: 0.1 on TPU; on GPU 1 - --mem-fraction)")
     plan.add_argument("--efficiency", type=_efficiency, metavar="F",
                       help="fraction of peak bf16 FLOP/s the matmuls sustain (default: 0.4 GPU, 0.5 TPU)")
     plan.add_argument("--rank", default="time", choices=("time", "comm"),
@@ -397,10 +414,15 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--no-pipeline", action="store_true",
                       help="leave out the pipeline layouts (pp outermost) shown after the ranking")
     plan.add_argument("--verify", type=_positive, metavar="K",
-                      help="compile the reference train step of the top K meshes and show XLA's exact "
-                           "per-device memory next to the estimate (TPU targets need meshplan[tpu])")
+                      help="compile the reference train step until the top K meshes (default 3) are verified "
+                           "to fit, and show XLA's exact per-device peak (on by default where the target's "
+                           "compiler is installed: meshplan[tpu], meshplan[gpu]; no TPU or GPU needed)")
+    plan.add_argument("--no-verify", action="store_true", help="show the estimates only; compile nothing")
+    plan.add_argument("--verify-time", type=_positive, default=300, metavar="S",
+                      help="stop starting compiles after S seconds (default 300); the rest stay estimates")
     from meshplan.cli import _verify
 
+    _verify.add_mem_fraction(plan)
     _verify.add_reference_flags(plan)
     plan.set_defaults(func=_plan)
 
@@ -418,6 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--html", metavar="FILE", help="also write the device grid as a self-contained HTML page")
     show.add_argument("--png", metavar="FILE", help="also write a picture (needs matplotlib: meshplan[png])")
     show.set_defaults(func=_show_mesh)
+
+    cache = sub.add_parser("cache", help="the compile cache of verified plans: where, how big; or clear it")
+    cache.add_argument("action", choices=("info", "clear"),
+                       help="info: directory, entries, size; clear: remove every entry (MESHPLAN_CACHE_DIR "
+                            "overrides $XDG_CACHE_HOME/meshplan)")
+    cache.set_defaults(func=_cache)
 
     models = sub.add_parser("models", help="list the model presets with exact parameter counts (or read config files)")
     models.add_argument("files", nargs="*", metavar="FILE",

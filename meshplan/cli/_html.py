@@ -8,7 +8,7 @@ written is a clear error (exit 1), never a traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from meshplan.pure import Cluster, HybridMeshShape, SearchResult
 from meshplan.pure.search import mesh_html, plan_html
@@ -30,9 +30,10 @@ def _write(path: str, text: str) -> None:
     print(f"meshplan: wrote {path}", file=sys.stderr)
 
 
-def write_plan_html(path: str, result: SearchResult) -> None:
-    """Write the plan's report to ``path``."""
-    _write(path, plan_html(result))
+def write_plan_html(path: str, result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
+                    budget_source: str = "--headroom") -> None:
+    """Write the plan's report to ``path`` (``compiled``: the verified meshes' exact peaks)."""
+    _write(path, plan_html(result, compiled=compiled, budget_source=budget_source))
 
 
 def write_mesh_html(path: str, cluster: Cluster, names: Sequence[str], hybrid: HybridMeshShape) -> None:

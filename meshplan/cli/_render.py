@@ -56,7 +56,7 @@ def device_grid(cluster: Cluster, hybrid: HybridMeshShape) -> np.ndarray:
 
 
 def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *, detail: bool = False,
-                compiled: Mapping[str, tuple[int, str]] | None = None) -> None:
+                compiled: Mapping[str, tuple[int, str]] | None = None, budget_source: str = "--headroom") -> None:
     """Print a search result, summary first: the header facts, the ranked table, the chosen mesh and the lines
     to type. ``detail=True`` adds the rest (:func:`meshplan.cli._detail.render_detail`).
 
@@ -73,7 +73,7 @@ def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *
     head = Table.grid(padding=(0, 2))
     head.add_column(no_wrap=True, style="bold")
     head.add_column()
-    for label, fact in header_facts(result):
+    for label, fact in header_facts(result, budget_source=budget_source):
         head.add_row(label, fact)
     for note in notes:
         head.add_row("note", note)

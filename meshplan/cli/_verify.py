@@ -1,19 +1,19 @@
-"""``meshplan plan --verify K`` and ``meshplan check``: compile the reference step, show XLA's figures.
+"""``meshplan plan`` (verified by default) and ``meshplan check``: compile the reference step, show XLA's figures.
 
-For each mesh the reference train step (:func:`meshplan.reference_step`) is
-built for the plan's parameter specs and compiled for the target, and XLA's
-per-device argument / temp / peak bytes are shown next to the planner's
-analytic estimate. Targets:
+``plan`` ranks meshes with the estimate, then compiles the reference train step
+(:func:`meshplan.reference_step`) of the top ``--verify K`` (default 3) and of
+every ranked mesh whose stated range straddles the budget, in worker
+subprocesses (:func:`meshplan.verify_plan`); a compiled peak over the budget
+removes the mesh and the next is compiled. ``check`` compiles one layout. Targets:
 
 - a TPU cluster: its topology, from any machine (needs libtpu: ``meshplan[tpu]``);
+- a GPU cluster: from any machine, no GPU needed, with meshplan's shipped
+  description of the GPU (needs the jax CUDA plugin: ``meshplan[gpu]``);
 - ``--target cpu``: simulated CPU devices, as many as the cluster has (XLA:CPU
-  lowers differently from TPU/GPU; the figures are XLA:CPU's);
-- a GPU cluster: on a machine with at least one of those GPUs (with fewer than the
-  cluster has, XLA:GPU compiles for the whole cluster's topology ahead of time,
-  taking the GPU's description from the local one); otherwise the command says so
-  and suggests ``--target cpu``.
+  lowers differently from TPU/GPU; the figures are XLA:CPU's).
 
-Progress goes to stderr while compiling; the table to stdout.
+Where the target's compiler is not installed, the plan is shown with its
+estimates and one line says what to install. Progress goes to stderr; tables to stdout.
 """
 
 from __future__ import annotations
@@ -22,52 +22,20 @@ import dataclasses
 import json
 import math
 import sys
-import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from meshplan.errors import ClusterError, CompiledOutOfMemoryError, PlanError
+from meshplan.errors import ClusterError, PlanError
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.presets import ModelSpec
-from meshplan.pure.search import Cluster, MeshCandidate
+from meshplan.pure.search import Cluster
 
-__all__ = ["VerifyRow", "check_layout", "reference_config", "training_recipe", "verify_candidates"]
+if TYPE_CHECKING:  # imported where used: importing meshplan.facade imports jax, which reads JAX_PLATFORMS
+    # once, and `meshplan demo` sets it after the command line is parsed
+    from meshplan.facade._verify_row import VerifyRow
 
-_TOP_BUFFERS = 5  # buffers live at the peak shown per compiled mesh
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class VerifyRow:
-    """One compiled mesh: the planner's estimate and XLA's figures (or why there are none)."""
-
-    mesh: str
-    rank: int | None
-    analytic_bytes: int | None
-    budget_bytes: int
-    target: str
-    argument_bytes: int | None = None
-    temp_bytes: int | None = None
-    peak_bytes: int | None = None
-    peak_source: str = ""
-    compile_seconds: float = 0.0
-    error: str = ""
-    largest: tuple[Any, ...] = ()  # LiveBuffer records: the biggest buffers live at XLA's peak
-    largest_note: str = ""
-    micro_batches: int = 1  # gradient-accumulation steps the compiled step ran (the candidate's own count)
-
-    @property
-    def ratio(self) -> float | None:
-        """Analytic estimate over XLA's peak (1.0: exact; below: the planner is optimistic)."""
-        if self.peak_bytes and self.analytic_bytes:
-            return self.analytic_bytes / self.peak_bytes
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (with the ratio)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["largest"] = [b.to_dict() for b in self.largest]
-        out["analytic_over_exact"] = self.ratio
-        return out
+__all__ = ["compiled_peaks", "reference_config", "render_plan_verification", "run_check", "training_recipe",
+           "verify_for_plan"]
 
 
 def training_recipe(args: Any, *, backend: str | None = None) -> Any:
@@ -91,87 +59,62 @@ def reference_config(args: Any, param_dtype: str) -> Any:
                            param_dtype=param_dtype, scan_layers=True)
 
 
-def _gpu_devices(cluster: Cluster) -> list[Any]:
-    from meshplan.facade._compiled import local_gpus
-
-    return [d for d in local_gpus() if cluster.device.matches_kind(d.device_kind)]
-
-
-def _ensure_cpu_devices(n: int) -> None:
-    """Ask for ``n`` simulated CPU devices if jax has not started its backends yet (else keep what it has)."""
-    from meshplan.facade._cpu import use_cpu_devices
-
-    use_cpu_devices(n)
-
-
-def _target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], dcn: Sequence[int] | None,
-                 target: str) -> tuple[Any, str]:
-    """The mesh to compile on, and the target's name."""
-    import jax
-
-    n = cluster.num_devices
+def _target_label(cluster: Cluster, target: str) -> str:
+    """Where a compile will run, as the progress line names it (the worker reports the same)."""
     if target == "cpu":
-        _ensure_cpu_devices(n)
-        cpus = jax.devices("cpu")
-        if len(cpus) < n:
-            raise PlanError(f"--target cpu needs {n} CPU devices for {cluster.text}, this process has "
-                            f"{len(cpus)}; run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (or "
-                            f"verify a smaller cluster).")
-        return _local_mesh(cpus[:n], sizes, names), f"{n} x XLA:CPU"
+        return f"{cluster.num_devices} x XLA:CPU"
     if cluster.device.ici_scope == "slice":
-        from meshplan.facade._compiled import tpu_topology_mesh
         from meshplan.pure.search import tpu_topology
 
-        mesh = tpu_topology_mesh(cluster, names, sizes, dcn_shape=dcn)
-        return mesh, f"{tpu_topology(cluster).topology_name} ({cluster.text})"
-    gpus = _gpu_devices(cluster)
-    if len(gpus) < n:  # one such GPU is enough to compile for the whole cluster ahead of time
-        from meshplan.facade._compiled import gpu_topology_mesh
-
-        mesh = gpu_topology_mesh(cluster, names, sizes)
-        return mesh, f"{n} x {mesh.devices.flat[0].device_kind} (compiled ahead of time)"
-    return _local_mesh(gpus[:n], sizes, names), f"{n} x {gpus[0].device_kind}"
-
-
-def _local_mesh(devices: Any, sizes: Any, names: Any) -> Any:
-    """A mesh of local devices in the order given (Auto axes, as the reference step's constraints need)."""
-    import numpy as np
-    from jax.sharding import AxisType, Mesh
-
-    return Mesh(np.array(devices, dtype=object).reshape(tuple(sizes)), tuple(names),
-                axis_types=(AxisType.Auto,) * len(names))
+        return f"{tpu_topology(cluster).topology_name} ({cluster.text})"
+    return f"{cluster.num_devices} x {cluster.device.name} (no GPU: meshplan's shipped description)"
 
 
 def _compile_one(spec: ModelSpec, cluster: Cluster, names: Sequence[str], sizes: Sequence[int],
                  dcn: Sequence[int] | None, plan: Any, *, batch: int, seq: int, config: Any, target: str,
-                 rank: int | None, analytic: int | None, budget: int, stream: TextIO) -> VerifyRow:
-    from meshplan.facade._compiled import compiled_memory
-    from meshplan.facade._reference import reference_step
+                 analytic: int | None, budget: int, stream: TextIO) -> VerifyRow:
+    """Compile one layout in a worker subprocess; the row carries XLA's figures or why there are none."""
+    from meshplan.facade._compiled import libtpu_available
+    from meshplan.facade._gpu_targets import compiler_version, cuda_plugin_problem, gpu_target_config
+    from meshplan.facade._verify_row import VerifyRow
+    from meshplan.facade._worker import CompileJob, run_jobs
 
-    text = ",".join(f"{a}={s}" for a, s in zip(names, sizes, strict=True) if s > 1) or "single device"
-    mesh, where = _target_mesh(cluster, names, sizes, dcn, target)
-    stream.write(f"meshplan: compiling the reference step of {spec.name} on {text} for {where} ...\n")
+    job = CompileJob(spec, cluster, tuple(names), tuple(sizes), None if dcn is None else tuple(dcn), plan,
+                     batch=batch, seq=seq, config=config, target=target)
+    # The target's compiler must be here: refuse with what to install before starting a worker.
+    if target != "cpu" and cluster.device.ici_scope == "slice" and not libtpu_available():
+        raise ClusterError(f"compiling for {cluster.text} needs libtpu, which is not installed; "
+                           "pip install 'meshplan[tpu]' (or jax[tpu] matching your jax).")
+    if target != "cpu" and cluster.device.ici_scope != "slice":
+        gpu_target_config(cluster.device)  # ClusterError naming the GPUs meshplan can describe
+        problem = cuda_plugin_problem()
+        if problem is not None:
+            raise ClusterError(f"compiling for {cluster.text} with no GPU: {problem}; or compile for "
+                               "--target cpu (XLA:CPU lowers differently).")
+    where = _target_label(cluster, target)
+    stream.write(f"meshplan: compiling the reference step of {spec.name} on {job.mesh_text} for {where} ...\n")
     stream.flush()
-    start = time.perf_counter()
-    row = VerifyRow(text, rank, analytic, budget, where, micro_batches=config.micro_batches)
-    try:
-        ref = reference_step(spec, mesh, batch=batch, seq=seq, plan=plan, config=config)
-        # XLA:CPU: less LLVM effort halves the compile; buffer assignment (the figures) comes before it.
-        options = {"xla_backend_optimization_level": 0} if target == "cpu" else None
-        mem = compiled_memory(ref.fn, *ref.args, compiler_options=options, top_buffers=_TOP_BUFFERS)
-    except CompiledOutOfMemoryError as err:
-        seconds = time.perf_counter() - start
-        stream.write(f"meshplan:   does not fit ({seconds:.1f} s)\n")
-        need = (f"XLA needs {fmt_bytes(err.required_bytes)} of {fmt_bytes(err.available_bytes)}"
-                if err.required_bytes and err.available_bytes else "XLA ran out of memory")
-        return dataclasses.replace(row, peak_bytes=err.required_bytes, compile_seconds=seconds,
-                                   error=f"does not fit: {need}", peak_source="XLA's out-of-memory message")
+    outcome = run_jobs([job], parallel=1)[0]
+    platform = "cpu" if target == "cpu" else "tpu" if cluster.device.ici_scope == "slice" else "gpu"
+    row = VerifyRow(job.mesh_text, None, analytic, budget, outcome.target, micro_batches=config.micro_batches,
+                    compile_seconds=outcome.seconds, compiler=compiler_version(platform))
+    if outcome.oom:
+        stream.write(f"meshplan:   does not fit ({outcome.seconds:.1f} s)\n")
+        need = (f"XLA needs {fmt_bytes(outcome.oom_required_bytes)} of {fmt_bytes(outcome.oom_available_bytes)}"
+                if outcome.oom_required_bytes and outcome.oom_available_bytes else "XLA ran out of memory")
+        return dataclasses.replace(row, peak_bytes=outcome.oom_required_bytes, error=f"does not fit: {need}",
+                                   status="over budget", peak_source="XLA's out-of-memory message")
+    mem = outcome.memory
+    if mem is None:
+        stream.write(f"meshplan:   not verified: {outcome.error}\n")
+        return dataclasses.replace(row, status="not verified", error=f"not verified: {outcome.error}")
     stream.write(f"meshplan:   peak {fmt_bytes(mem.peak_bytes)} ({mem.compile_seconds:.1f} s)\n")
     stream.flush()
     return dataclasses.replace(row, argument_bytes=mem.argument_bytes, temp_bytes=mem.temp_bytes,
                                peak_bytes=mem.peak_bytes, peak_source=mem.peak_source,
                                compile_seconds=mem.compile_seconds, largest=mem.largest,
-                               largest_note=mem.largest_note)
+                               largest_note=mem.largest_note,
+                               status="exact" if mem.peak_bytes <= budget else "over budget")
 
 
 def scaled_model(spec: ModelSpec, layers: int | None) -> ModelSpec:
@@ -183,36 +126,6 @@ def scaled_model(spec: ModelSpec, layers: int | None) -> ModelSpec:
     local = max(1, round(spec.sliding_window_layers * layers / spec.num_layers)) if spec.sliding_window else 0
     return dataclasses.replace(spec, name=f"{spec.name} ({layers} layers)", num_layers=layers,
                                num_dense_layers=dense, num_params=None, sliding_window_layers=local)
-
-
-def verify_candidates(candidates: Sequence[MeshCandidate], spec: ModelSpec, cluster: Cluster, *, batch: int,
-                      seq: int, config: Any, target: str = "auto", budget: int,
-                      stream: TextIO | None = None) -> list[VerifyRow]:
-    """Compile the reference step of each candidate; one :class:`VerifyRow` per candidate.
-
-    Each compiles with the micro-batch count its estimate priced (the search chooses one per mesh when the
-    request does not fix it); ``config`` gives everything else.
-    """
-    out = stream if stream is not None else sys.stderr
-    rows = []
-    for i, cand in enumerate(candidates, 1):
-        out.write(f"meshplan: [{i}/{len(candidates)}] ")
-        own = config if cand.step is None else dataclasses.replace(config, micro_batches=cand.step.micro_batches)
-        rows.append(_compile_one(spec, cluster, cand.axis_names, cand.axis_sizes, cand.dcn_shape, cand,
-                                 batch=batch, seq=seq, config=own, target=target, rank=cand.rank,
-                                 analytic=cand.memory.total, budget=budget, stream=out))
-    return rows
-
-
-def check_layout(spec: ModelSpec, cluster: Cluster, mesh: dict[str, int], *, batch: int, seq: int, config: Any,
-                 target: str = "auto", dcn: dict[str, int] | None = None, analytic: int | None,
-                 budget: int, stream: TextIO | None = None) -> VerifyRow:
-    """Compile the reference step for one mesh (``{"dp": 2, "tp": 4}``) with the default rule's specs."""
-    names, sizes = tuple(mesh), tuple(mesh.values())
-    dcn_shape = tuple(dcn.get(n, 1) for n in names) if dcn else None
-    return _compile_one(spec, cluster, names, sizes, dcn_shape, None, batch=batch, seq=seq, config=config,
-                        target=target, rank=None, analytic=analytic, budget=budget,
-                        stream=stream if stream is not None else sys.stderr)
 
 
 def render_rows(rows: Sequence[VerifyRow], console: Any, *, title: str) -> None:
@@ -254,12 +167,14 @@ def _b(n: int | None) -> str:
 def add_reference_flags(parser: Any) -> None:
     """The flags that say how the reference step is written and where it compiles."""
     parser.add_argument("--target", choices=("auto", "cpu"), default="auto",
-                        help="auto: the cluster's TPU topology (libtpu) or its local GPUs; cpu: simulated "
-                             "XLA:CPU devices, as many as the cluster has")
+                        help="auto: the cluster's own compiler (a TPU topology with libtpu, a GPU cluster with "
+                             "the CUDA plugin; no TPU or GPU needed); cpu: simulated XLA:CPU devices, as many "
+                             "as the cluster has")
     parser.add_argument("--remat", choices=("none", "full", "dots", "offload"), default="full",
                         help="reference step's remat policy (default full)")
-    parser.add_argument("--attention", choices=("plain", "dot_product"), default="dot_product",
-                        help="reference step's attention (default jax.nn.dot_product_attention)")
+    parser.add_argument("--attention", choices=("plain", "dot_product", "flash"), default="dot_product",
+                        help="reference step's attention (default jax.nn.dot_product_attention; flash: the "
+                             "Pallas kernel on TPU, cuDNN's fused attention on GPU)")
     parser.add_argument("--optimizer", choices=("adamw", "adafactor", "lion", "sgd"), default="adamw",
                         help="reference step's optax optimizer, state in fp32 (default adamw)")
     parser.add_argument("--micro-batches", type=int, default=None, metavar="M",
@@ -267,6 +182,25 @@ def add_reference_flags(parser: Any) -> None:
                              "check: default 1)")
     parser.add_argument("--vocab-tiles", type=int, default=1, metavar="T",
                         help="loss computed in T sequence chunks (default 1)")
+
+
+def _mem_fraction(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction of GPU memory in (0, 1]")
+    return value
+
+
+def add_mem_fraction(parser: Any) -> None:
+    """``--mem-fraction F``: the share of each GPU jax's allocator takes, which is a GPU plan's budget."""
+    parser.add_argument("--mem-fraction", type=_mem_fraction, metavar="F",
+                        help="GPU: the fraction of each GPU's memory jax preallocates, the budget (default "
+                             "$XLA_PYTHON_CLIENT_MEM_FRACTION, else jax's 0.75)")
 
 
 def add_check_arguments(parser: Any, sizes: Any, positive: Any) -> None:
@@ -282,26 +216,133 @@ def add_check_arguments(parser: Any, sizes: Any, positive: Any) -> None:
     parser.add_argument("--layers", type=positive, help="compile a copy with this many layers (faster)")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"),
                         help="parameter dtype (default bfloat16)")
-    parser.add_argument("--headroom", type=float, default=0.1, help="fraction of HBM kept free (default 0.1)")
+    parser.add_argument("--headroom", type=float, default=None,
+                        help="fraction of HBM kept free (default: 0.1 on TPU; on GPU 1 - --mem-fraction)")
+    add_mem_fraction(parser)
     parser.add_argument("--json", dest="format", action="store_const", const="json", default="table",
                         help="print the row as JSON only (XLA's figures, the estimate, the largest buffers)")
     add_reference_flags(parser)
 
 
-def run_plan_verify(result: Any, spec: ModelSpec, args: Any, console: Any) -> None:
-    """``plan --verify K``: compile the top K candidates and print the comparison table."""
+JAX_DEFAULT_MEM_FRACTION = 0.75
+"""The share of each GPU's memory jax's allocator preallocates by default (``XLA_PYTHON_CLIENT_MEM_FRACTION``)."""
+
+
+def headroom_for(args: Any, cluster: Cluster) -> tuple[float, str]:
+    """The headroom a plan or check uses, and where it comes from, as the plan's header says it.
+
+    On a GPU the memory a jax process has is what its allocator preallocates: ``--mem-fraction``, else
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION`` when set, else jax's default 0.75. A budget of 90% of HBM would
+    promise memory a default jax install does not take. ``--headroom`` still wins when given; TPUs keep
+    the 10% headroom.
+    """
+    import os
+
+    if args.headroom is not None:
+        return args.headroom, "--headroom"
+    if cluster.device.ici_scope == "slice":
+        return 0.1, "--headroom"
+    given, env = getattr(args, "mem_fraction", None), os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    if given is not None:
+        fraction, source = given, "--mem-fraction"
+    elif env:
+        try:
+            fraction = float(env)
+        except ValueError:
+            fraction = -1.0
+        if not 0 < fraction <= 1:
+            raise PlanError(f"XLA_PYTHON_CLIENT_MEM_FRACTION={env!r:.40} must be a fraction in (0, 1]; unset it "
+                            "or pass --mem-fraction.")
+        source = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+    else:
+        fraction, source = JAX_DEFAULT_MEM_FRACTION, "its default; --mem-fraction to change"
+    return 1.0 - fraction, f"jax's GPU allocator takes {fraction:.0%}: {source}"
+
+
+# MESHPLAN_VERIFY=0 (or off / no / false) makes --no-verify the default, e.g. in a test suite or on a laptop
+# where the compiler is installed but a plan should stay instant; --verify K still asks for it.
+_VERIFY_OFF = ("0", "off", "no", "false")
+
+
+def verification_wanted(args: Any) -> bool:
+    """Whether ``plan`` verifies: by default for the table, unless ``--no-verify`` or ``MESHPLAN_VERIFY=0``;
+    ``--verify K`` asks for it."""
+    import os
+
+    if args.no_verify or args.format != "table" or args.params is not None:
+        return False
+    return bool(args.verify) or os.environ.get("MESHPLAN_VERIFY", "").strip().lower() not in _VERIFY_OFF
+
+
+def verify_for_plan(result: Any, spec: ModelSpec, args: Any) -> Any:
+    """``plan``'s verification: compile the top ``--verify K`` (default 3) meshes; the
+    :class:`~meshplan.PlanVerification` (rows exact, estimates, removed or not verified)."""
+    from meshplan.facade._verify_plan import verify_plan
+
     req = result.request
-    cands = list(result.candidates[: args.verify])
     config = reference_config(args, req.param_dtype if req.param_dtype != "mixed" else "bfloat16")
-    rows = verify_candidates(cands, spec, req.cluster, batch=req.batch, seq=req.seq, config=config,
-                             target=args.target, budget=req.budget)
-    render_rows(rows, console, title=f"Exact memory: the reference step compiled by XLA ({config.text})")
-    if args.target == "cpu" and req.recipe.compiler != "cpu":
+    return verify_plan(result, model=spec, top=args.verify or 3, target=args.target, config=config,
+                       time_budget_s=args.verify_time)
+
+
+def compiled_peaks(checked: Any) -> dict[str, tuple[int, str]]:
+    """Mesh text -> (XLA's compiled peak, the compiler and versions) of each compiled row, for the renderers."""
+    if checked is None:
+        return {}
+    return {r.mesh: (r.peak_bytes, r.compiler) for r in (*checked.rows, *checked.removed)
+            if r.peak_bytes is not None and r.status in ("exact", "over budget")}
+
+
+def render_plan_verification(checked: Any, result: Any, args: Any, console: Any) -> None:
+    """What the summary's exact rows leave out: the meshes removed (compiled over the budget), the rows not
+    verified and why, how to get exact figures where no compiler is installed; ``--detail``: the whole table."""
+    req = result.request
+    if checked.note and not checked.compiler:  # no compiler: one line says how to get exact figures
+        console.print(f"memory: {checked.note}", markup=False)
+        return
+    if args.detail:
+        render_verification(checked, console, title="Verified: the reference step compiled")
+    else:
+        if checked.removed:
+            console.print("removed (compiled peak over the budget): "
+                          + ", ".join(f"#{r.rank} {r.mesh}" for r in checked.removed), markup=False)
+        for r in checked.rows:
+            if r.status == "not verified":
+                console.print(f"#{r.rank} {r.mesh}: not verified ({r.error})", markup=False)
+    if args.target == "cpu" and req.recipe.compiler != "cpu" and checked.compiler:
         # The plan priced the cluster's compiler; XLA:CPU lowers the same step differently (fp32 matmul
         # operands, whole-gradient all-reduces), so this ratio measures the lowering as well as the model.
         console.print(f"analytic: priced for XLA:{req.recipe.compiler.upper()}, the plan's cluster, and compiled "
                       "on XLA:CPU, which lowers the step differently: `meshplan check --target cpu` prices "
                       "XLA:CPU's lowering.")
+
+
+def render_verification(checked: Any, console: Any, *, title: str) -> None:
+    """The verified rows (exact figures or estimates with their range), the removed ones, and the note.
+
+    A minimal table: the plan's own rendering is :mod:`meshplan.cli._render`'s; these rows are data
+    (:class:`~meshplan.VerifyRow`) that a richer renderer can take over.
+    """
+    from rich.table import Table
+
+    if checked.note and not checked.compiler:  # no compiler: one line says how to get exact figures
+        console.print(f"memory: {checked.note}", markup=False)
+        return
+    table = Table(title=title)
+    for col in ("#", "mesh", "memory per device", "target", "compile"):
+        table.add_column(col, justify="right" if col in ("#", "compile") else "left")
+    for r in (*checked.rows, *checked.removed):
+        seconds = "cached" if r.cached else f"{r.compile_seconds:.1f} s" if r.status != "estimate" else "-"
+        table.add_row("" if r.rank is None else str(r.rank), r.mesh, r.summary(), r.target or "-", seconds)
+    console.print(table)
+    if checked.compiler:
+        console.print(f"exact: peak per device from {checked.compiler}; estimate: the planner's figure and the "
+                      "range its calibration's recorded spread gives.", markup=False)
+    if checked.removed:
+        console.print("removed (compiled peak over the budget): "
+                      + ", ".join(f"#{r.rank} {r.mesh}" for r in checked.removed), markup=False)
+    if checked.note:
+        console.print(f"note: {checked.note}", markup=False)
 
 
 def run_check(args: Any, console: Any) -> int:
@@ -320,14 +361,15 @@ def run_check(args: Any, console: Any) -> int:
     mesh = dict(args.mesh)
     analytic: int | None = None
     plan: Any = None
-    budget = int(cluster.hbm_bytes * (1 - args.headroom))
+    headroom, _ = headroom_for(args, cluster)
+    budget = int(cluster.hbm_bytes * (1 - headroom))
     note = ""
     # Price the step that compiles: its remat, attention, optimizer, micro-batches and vocab tiles, and
     # the compiler it compiles on (XLA:CPU with --target cpu lowers differently: calibration_key).
     recipe = training_recipe(args, backend="cpu" if args.target == "cpu" else None)
     try:
         found = search_meshes(spec, cluster, dtype=args.dtype, axes=list(mesh), fixed=mesh, batch=batch, seq=seq,
-                              headroom=args.headroom, top_k=1, recipe=recipe, micro_batches=args.micro_batches or 1)
+                              headroom=headroom, top_k=1, recipe=recipe, micro_batches=args.micro_batches or 1)
         cand = found.candidates[0]
         analytic, plan = cand.memory.total, cand
         recipe = found.request.recipe  # the search filled in the compiler and device it priced
@@ -339,7 +381,7 @@ def run_check(args: Any, console: Any) -> int:
     names, sizes = tuple(mesh), tuple(mesh.values())
     dcn_shape = tuple(dcn.get(n, 1) for n in names) if dcn else None
     row = _compile_one(spec, cluster, names, sizes, dcn_shape, plan, batch=batch, seq=seq, config=config,
-                       target=args.target, rank=None, analytic=analytic, budget=budget, stream=sys.stderr)
+                       target=args.target, analytic=analytic, budget=budget, stream=sys.stderr)
     if args.format == "json":
         sys.stdout.write(json.dumps({**row.to_dict(), "model": spec.name, "cluster": cluster.text, "batch": batch,
                                      "seq": seq, "config": config.text, "planner_note": note,

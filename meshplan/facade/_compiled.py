@@ -5,10 +5,13 @@ arguments (``ShapeDtypeStruct``s with shardings, nothing allocated) and reads
 ``compiled.memory_analysis()``: per device, the bytes of the arguments, the
 outputs, the outputs that reuse donated arguments, the temporaries, and the
 peak of the whole program. These are the compiler's own figures for the target
-it compiled for (the local backend, or a TPU slice from
-:func:`tpu_topology_mesh`, which needs libtpu: ``pip install 'meshplan[tpu]'``).
-A step that does not fit the target raises
-:class:`~meshplan.errors.CompiledOutOfMemoryError` carrying XLA's message.
+it compiled for (the local backend; a TPU slice from :func:`tpu_topology_mesh`,
+which needs libtpu: ``pip install 'meshplan[tpu]'``; or a GPU cluster from
+:func:`gpu_topology_mesh`, which needs the jax CUDA plugin and no GPU:
+``pip install 'meshplan[gpu]'``). A step that does not fit a TPU raises
+:class:`~meshplan.errors.CompiledOutOfMemoryError` carrying XLA's message;
+XLA:GPU compiles a step too big for the GPU all the same, so there the caller
+compares ``peak_bytes`` with its budget.
 """
 
 from __future__ import annotations
@@ -417,51 +420,75 @@ def _mesh_axes(axis_names: Sequence[str], axis_sizes: Sequence[int], num_devices
     return names, sizes
 
 
-def gpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_sizes: Sequence[int]) -> Mesh:
-    """A mesh of a GPU cluster's devices, for compiling ahead of time on a machine with one such GPU.
+def gpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_sizes: Sequence[int], *,
+                      target_config: str | None = None) -> Mesh:
+    """A mesh of a GPU cluster's compile-only devices, for compiling ahead of time with or without a GPU.
 
     XLA:GPU compiles for a topology of GPUs it does not have (``jax.experimental.topologies``,
-    platform ``cuda``, topology ``"1 x hosts x GPUs per host"``), taking the GPU's description
-    (its memory, its compute capability) from the one local GPU. So one H200 compiles a step for
-    ``1x8xH200`` or ``4x8xH200``: the program, its collectives and its buffer assignment are
-    those of the whole cluster; it compiles, it does not run. The local GPU must be the
-    cluster's kind: another kind's description would give another program.
+    platform ``cuda``, topology ``"1 x hosts x GPUs per host"``) from a description of the GPU:
+    with no local GPU of the cluster's kind, the one meshplan ships for it
+    (:func:`~meshplan.facade._gpu_targets.gpu_target_config`; needs the jax CUDA plugin,
+    ``pip install 'meshplan[gpu]'``, and a process whose jax runs with ``JAX_PLATFORMS=cpu``);
+    with one, the local GPU's own. So a laptop compiles a step for ``1x8xH100`` or ``8x8xH100``:
+    the program, its collectives and its buffer assignment are the whole cluster's; it compiles,
+    it does not run. XLA:GPU does not refuse a step that is too big: compare the compiled peak
+    with the budget.
 
     Args:
       cluster: a GPU :class:`~meshplan.pure.Cluster` or its text (``"1x8xH200"``).
       axis_names, axis_sizes: the mesh, outermost first; sizes multiply to the device count.
+      target_config: a ``GpuTargetConfigProto`` text to compile for instead of the shipped one
+        (or the local GPU's).
 
     Returns:
       A ``jax.sharding.Mesh`` (Auto axes) over the cluster's compile-only GPU devices, hosts outermost.
 
     Raises:
-      ClusterError: a TPU cluster, no local GPU, or a local GPU of another kind.
+      ClusterError: a TPU cluster; a GPU with no shipped description (the message names the known
+        ones); no CUDA plugin, a mismatched one, or a process not running with ``JAX_PLATFORMS=cpu``.
       PlanError: sizes that do not multiply to the device count.
 
     Example:
-      >>> mesh = gpu_topology_mesh("1x8xH200", ("fsdp",), (8,))  # doctest: +SKIP
-      >>> mesh.devices.shape  # doctest: +SKIP
-      (8,)
+      >>> mesh = gpu_topology_mesh("2x8xH100", ("dp", "fsdp"), (2, 8))  # doctest: +SKIP
+      >>> mesh.devices.shape, mesh.devices.flat[0].device_kind  # doctest: +SKIP
+      ((2, 8), 'NVIDIA H100 80GB HBM3')
     """
+    from meshplan.facade._gpu_targets import deviceless_gpu_ready, gpu_target_config
+
     clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
     if not isinstance(clus, Cluster):
         raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster or its text, e.g. '1x8xH200'.")
     if clus.device.ici_scope == "slice":
         raise ClusterError(f"{clus.text} is a TPU cluster; use tpu_topology_mesh for it.")
     names, sizes = _mesh_axes(axis_names, axis_sizes, clus.num_devices, clus.text)
-    local = local_gpus()
-    if not local or not clus.device.matches_kind(local[0].device_kind):
-        have = local[0].device_kind if local else "no GPU"
-        raise ClusterError(f"compiling for {clus.text} needs one local {clus.device.name} GPU (XLA:GPU takes the "
-                           f"target's description from it); this machine has {have}. Compile on such a "
-                           "machine, or for --target cpu (XLA:CPU lowers differently).")
-    from jax.experimental import topologies
+    if target_config is not None:
+        config: str | None = as_str(target_config, "target_config", nonempty=True, error=PlanError)
+    elif any(clus.device.matches_kind(d.device_kind) for d in local_gpus()):
+        config = None  # the local GPU describes itself
+    else:
+        config = gpu_target_config(clus.device)  # ClusterError naming the known GPUs when none is shipped
+    if config is not None:
+        problem = deviceless_gpu_ready()
+        if problem is not None:
+            raise ClusterError(f"compiling for {clus.text} with no local {clus.device.name}: {problem}.")
+    devices = _gpu_topology_devices(f"1x{clus.num_nodes}x{clus.devices_per_node}", config)
     from jax.sharding import AxisType
 
-    desc = topologies.get_topology_desc(platform="cuda",
-                                        topology=f"1x{clus.num_nodes}x{clus.devices_per_node}")
-    grid = np.array(list(desc.devices), dtype=object).reshape(sizes)
+    grid = np.array(list(devices), dtype=object).reshape(sizes)
     return Mesh(grid, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+@functools.lru_cache(maxsize=16)
+def _gpu_topology_devices(topology: str, target_config: str | None) -> tuple[Any, ...]:
+    from jax.experimental import topologies
+
+    kwargs = {} if target_config is None else {"target_config": target_config}
+    try:
+        desc = topologies.get_topology_desc(platform="cuda", topology=topology, **kwargs)
+    except (NotImplementedError, RuntimeError) as err:  # jax's words when the CUDA plugin is absent or failed
+        raise ClusterError(f"XLA:GPU could not describe topology {topology}: {str(err).splitlines()[0][:200]}; "
+                           "pip install 'meshplan[gpu]' and run with JAX_PLATFORMS=cpu.") from None
+    return tuple(desc.devices)
 
 
 def tpu_topology_mesh(cluster: Cluster | str, axis_names: Sequence[str], axis_sizes: Sequence[int], *,

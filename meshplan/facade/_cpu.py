@@ -51,7 +51,7 @@ def use_cpu_devices(n: int) -> bool:
     if configured >= n or (configured < 0 and asked and asked[-1] >= n):
         return False
     if configured >= 0:  # jax's own setting wins over XLA_FLAGS: raise it where it is
-        jax.config.update("jax_num_cpu_devices", n)
+        jax.config.update("jax_num_cpu_devices", n)  # type: ignore[no-untyped-call]
     chex.set_n_cpu_devices(n)
     return True
 

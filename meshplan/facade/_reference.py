@@ -62,8 +62,9 @@ class ReferenceConfig:
         ``dots_saveable``) or ``"offload"`` (layer inputs moved to pinned host
         memory; TPU/GPU targets only).
       attention: ``"plain"`` (fp32 ``s x s`` scores), ``"dot_product"``
-        (``jax.nn.dot_product_attention``) or ``"flash"`` (the Pallas TPU flash
-        kernel under ``shard_map``; TPU targets only, no ``sp``).
+        (``jax.nn.dot_product_attention``) or ``"flash"`` (under ``shard_map``, no ``sp``:
+        the Pallas TPU flash kernel on TPU, cuDNN's fused attention,
+        ``dot_product_attention(implementation="cudnn")``, on GPU).
       optimizer: ``"adamw"``, ``"adafactor"``, ``"lion"`` or ``"sgd"`` (with momentum), via optax.
       scan_layers: one ``lax.scan`` over stacked layers (compiles in seconds),
         else a Python loop (XLA sees every layer; slow to compile).
@@ -262,6 +263,28 @@ def _flash(mesh: Mesh, spec: PartitionSpec) -> Callable[..., jax.Array]:
     return attend
 
 
+def _cudnn(mesh: Mesh, spec: PartitionSpec, heads_ways: int) -> Callable[..., jax.Array]:
+    """Causal attention by cuDNN's fused (flash) kernel, per device under ``shard_map`` (batch and heads
+    split): ``jax.nn.dot_product_attention(..., implementation="cudnn")``, which XLA:GPU compiles with no GPU."""
+
+    def attend(q: jax.Array, k: jax.Array, v: jax.Array, kind: str) -> jax.Array:
+        del kind
+        n, h, hv = q.shape[2], q.shape[-1], v.shape[-1]
+        if k.shape[2] % heads_ways:  # GQA with fewer key/value heads than tp ways: one per query head
+            k, v = (jnp.repeat(t, n // k.shape[2], axis=2) for t in (k, v))
+        if hv != h:  # MLA: value heads narrower than query/key heads
+            v = jnp.pad(v, ((0, 0), (0, 0), (0, 0), (0, h - hv)))
+
+        def kernel(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+            out: jax.Array = jax.nn.dot_product_attention(a, b, c, is_causal=True, implementation="cudnn")
+            return out
+
+        run = jax.shard_map(kernel, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+        return run(q, k, v)[..., :hv]
+
+    return attend
+
+
 def _scan_body(fn: Callable[..., jax.Array]) -> Callable[[jax.Array, Any], tuple[jax.Array, None]]:
     def body(x: jax.Array, layer_params: Any) -> tuple[jax.Array, None]:
         return fn(x, layer_params), None
@@ -350,9 +373,9 @@ def reference_step(
     if seq % ((sizes[sp] if sp else 1) * config.vocab_tiles):
         problems.append(f"seq={seq} must divide by sp x vocab_tiles={config.vocab_tiles}")
     platform = mesh.devices.flat[0].platform
-    if config.attention == "flash" and (platform != "tpu" or sp):
-        problems.append("attention='flash' is the Pallas TPU kernel: it needs a TPU target and no sp axis "
-                        "(each device attends over the whole sequence)")
+    if config.attention == "flash" and (platform not in ("tpu", "gpu") or sp):
+        problems.append("attention='flash' is the Pallas TPU kernel or cuDNN's fused attention on GPU: it needs "
+                        "a TPU or GPU target and no sp axis (each device attends over the whole sequence)")
     if config.remat == "offload" and platform == "cpu":
         problems.append("remat='offload' moves activations to pinned host memory, which XLA:CPU does not "
                         "have; use a TPU or GPU target")
@@ -397,7 +420,11 @@ def reference_step(
     chunk = constrain_to(make_spec(None, baxes, sp, None))
     groups = _layer_groups(spec)
     heads = "tp" if sizes.get("tp", 1) > 1 and spec.num_heads % sizes["tp"] == 0 else None
-    attend = _flash(mesh, make_spec(baxes, heads, None, None)) if config.attention == "flash" else rm.attention
+    attend = rm.attention
+    if config.attention == "flash" and platform == "gpu":  # cuDNN takes (batch, seq, heads, head_dim)
+        attend = _cudnn(mesh, make_spec(baxes, None, heads, None), sizes["tp"] if heads else 1)
+    elif config.attention == "flash":
+        attend = _flash(mesh, make_spec(baxes, heads, None, None))
     layer_fns = {
         name: _remat(rm.layer_fn(spec, moe_layer=name == "moe", dtype=cdt, attention_kind=config.attention,
                                  capacity_factor=config.capacity_factor, constrain=act,

@@ -14,7 +14,7 @@ from meshplan.pure.search import MAXTEXT_MESH_AXES
 from meshplan.pure.specs import canonical_entries
 from tests.pure.rules.test_logical import HF_LOGICAL
 
-BASE = ("plan", "--model", "llama3-8b", "--cluster", "2x8xH100", "--top", "2")
+BASE = ("plan", "--model", "llama3-8b", "--cluster", "2x8xH100", "--top", "2", "--no-verify")
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:

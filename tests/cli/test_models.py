@@ -18,7 +18,9 @@ from meshplan.pure.presets import MODEL_SPECS, preset_names
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "models"
 HF_FILES = sorted(p.name for p in DATA.glob("*.json"))
-TOO_BIG_FOR_64_H100 = {"deepseek-v3.json", "llama-3.1-405b.json"}  # "does not fit; it fits on ..." (exit 1)
+# "does not fit; it fits on ..." (exit 1). qwen3-235b needs 63.2 GiB per device: over the 75% of HBM a default
+# jax GPU process preallocates (55.9 GiB), the CLI's GPU budget.
+TOO_BIG_FOR_64_H100 = {"deepseek-v3.json", "llama-3.1-405b.json", "qwen3-235b-a22b.json"}
 
 
 @pytest.mark.parametrize("name", HF_FILES)
@@ -32,7 +34,8 @@ def test_plan_reads_each_real_config_on_8x8xh100(name: str, capsys: pytest.Captu
     result = SearchResult.from_json(out.out)
     assert result.best.fits
     assert result.request.model == name.removesuffix(".json")
-    assert result == search_meshes(load_model(DATA / name), "8x8xH100")
+    # On a GPU the CLI budgets what jax's allocator takes by default (75% of HBM): headroom 0.25.
+    assert result == search_meshes(load_model(DATA / name), "8x8xH100", headroom=0.25)
 
 
 def test_plan_from_a_config_is_the_plan_of_the_preset_it_matches(capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,12 +58,13 @@ def test_a_maxtext_yml_plans_and_its_export_names_the_model(stem: str, capsys: p
 
 def test_the_plan_header_says_sliding_windows_are_priced_as_full_attention(
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["plan", "--model", str(DATA / "gemma-3-27b.json"), "--cluster", "8x8xH100", "--top", "1"]) == 0
+    assert cli.main(["plan", "--model", str(DATA / "gemma-3-27b.json"), "--cluster", "8x8xH100", "--top", "1",
+                     "--no-verify"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     # A header line of its own in the summary ("note", beside model, cluster, budget, ...).
     assert "note 52 of 62 layers attend within a 1024-token sliding window; priced as full attention" in text
     assert cli.main(["plan", "--model", str(DATA / "mistral-7b-v0.1.json"), "--cluster", "8x8xH100", "--seq",
-                     "8192", "--top", "1"]) == 0
+                     "8192", "--top", "1", "--no-verify"]) == 0
     assert "32 of 32 layers attend within a 4096-token" in " ".join(capsys.readouterr().out.split())
 
 

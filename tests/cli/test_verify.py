@@ -10,8 +10,15 @@ import re
 
 import pytest
 
+import meshplan
 from meshplan import cli
 from meshplan.facade._compiled import libtpu_available
+
+
+@pytest.fixture(autouse=True)
+def _own_compile_cache(tmp_path, monkeypatch):
+    """Each test compiles afresh into its own cache (never the user's ~/.cache/meshplan)."""
+    monkeypatch.setenv("MESHPLAN_CACHE_DIR", str(tmp_path / "compile-cache"))
 
 
 def _bytes(text: str) -> float:
@@ -100,31 +107,39 @@ def test_verify_compiles_each_candidate_with_the_micro_batches_its_estimate_pric
     # must run what was priced (before, every candidate compiled with the best mesh's count).
     import io
 
-    from meshplan.cli._verify import scaled_model, verify_candidates
+    from meshplan.cli._verify import scaled_model
     from meshplan.facade._reference import ReferenceConfig
-    from meshplan.pure import get_preset, parse_cluster, search_meshes
+    from meshplan.pure import get_preset, search_meshes
 
     spec = scaled_model(get_preset("gpt2").spec, 1)
     found = search_meshes(spec, "1x8xH100", axes=["dp", "fsdp"], batch=16, seq=32, top_k=2, micro_batches=2)
-    rows = verify_candidates(found.candidates, spec, parse_cluster("1x8xH100"), batch=16, seq=32,
-                             config=ReferenceConfig(micro_batches=1), target="cpu", budget=found.request.budget,
-                             stream=io.StringIO())
+    checked = meshplan.verify_plan(found, model=spec, top=2, target="cpu", config=ReferenceConfig(micro_batches=1),
+                                   stream=io.StringIO())
+    rows = checked.rows
     assert [r.micro_batches for r in rows] == [c.step.micro_batches for c in found.candidates] == [2, 2]
-    assert all(not r.error and r.peak_bytes for r in rows)
+    assert all(r.status == "exact" and not r.error and r.peak_bytes for r in rows)
 
 
-def test_verify_for_a_gpu_cluster_without_those_gpus_says_so(capsys):
-    code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--seq", "64", "--verify", "1"])
+def test_verify_without_the_cuda_plugin_shows_estimates_and_says_what_to_install(capsys, monkeypatch):
+    # What a user without meshplan[gpu] sees: the plan, and one line saying how to get exact figures.
+    from meshplan.facade import _gpu_targets
+
+    real = _gpu_targets._version
+    monkeypatch.setattr(_gpu_targets, "_version", lambda dist: None if dist == "jax-cuda12-plugin" else real(dist))
+    monkeypatch.delenv("MESHPLAN_VERIFY", raising=False)  # the default: verify where the compiler is installed
+    code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--seq", "64"])
     out, err = capsys.readouterr()
-    assert code == 1
-    assert "Ranked meshes" in out  # the plan still prints
-    assert "needs one local H100 GPU" in err and "this machine has no GPU" in err and "--target cpu" in err
+    assert code == 0, err
+    assert "Ranked meshes" in out
+    said = " ".join(out.split())
+    assert "memory: estimates only: the jax CUDA plugin is not installed; pip install 'meshplan[gpu]'" in said
+    assert "compiling" not in err
 
 
 def test_verify_on_cpu_for_a_gpu_plan_says_which_lowering_each_figure_is(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "220")
     code = cli.main(["plan", "--model", "gpt2", "--cluster", "1x8xH100", "--seq", "64", "--batch", "8",
-                     "--verify", "1", "--target", "cpu"])
+                     "--verify", "1", "--target", "cpu", "--detail"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "8 x XLA:CPU" in out
@@ -147,3 +162,46 @@ def test_check_rejects_bad_layouts_before_compiling(capsys):
 def test_tpu_target_without_libtpu_names_the_extra(capsys):
     code = cli.main(["check", "--model", "gpt2", "--cluster", "v5e-4", "--mesh", "dp=4", "--layers", "1"])
     assert code == 1 and "meshplan[tpu]" in capsys.readouterr().err
+
+
+def test_a_gpu_plans_budget_is_what_jaxs_allocator_takes_and_says_so(capsys, monkeypatch):
+    import json
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    base = ["plan", "--model", "gpt2", "--cluster", "1x8xH100", "--seq", "64", "--no-verify"]
+    for extra, env, fraction, source in [([], None, 0.75, "its default"),
+                                         (["--mem-fraction", "0.5"], "0.9", 0.5, "--mem-fraction"),
+                                         ([], "0.9", 0.9, "XLA_PYTHON_CLIENT_MEM_FRACTION")]:
+        if env is not None:
+            monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", env)
+        assert cli.main([*base, *extra]) == 0
+        said = " ".join(capsys.readouterr().out.split())
+        assert f"less {1 - fraction:.0%} headroom (jax's GPU allocator takes {fraction:.0%}: {source}" in said
+        assert cli.main([*base, *extra, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["request"]["headroom"] == pytest.approx(1 - fraction)
+    # --headroom still wins, and a TPU keeps its 10%.
+    assert cli.main([*base, "--headroom", "0.2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["request"]["headroom"] == 0.2
+    assert cli.main(["plan", "--model", "gpt2", "--cluster", "v5e-8", "--no-verify", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["request"]["headroom"] == 0.1
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "lots")
+    assert cli.main(base) == 1
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION='lots' must be a fraction in (0, 1]" in capsys.readouterr().err
+
+
+def test_check_compiles_for_a_gpu_cluster_with_no_gpu(capsys):
+    import json
+
+    from meshplan.facade._gpu_targets import cuda_plugin_problem
+
+    if cuda_plugin_problem() is not None:
+        pytest.skip(f"needs the jax CUDA plugin: {cuda_plugin_problem()}")
+    code = cli.main(["check", "--model", "gpt2", "--cluster", "1x8xH100", "--mesh", "dp=8", "--layers", "1",
+                     "--seq", "64", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["target"] == "8 x NVIDIA H100 80GB HBM3 (no GPU: meshplan's shipped description)"
+    assert row["status"] == "exact" and row["compiler"].startswith("XLA:GPU (jax-cuda12-plugin ")
+    assert row["peak_bytes"] >= row["argument_bytes"] > 0 and row["peak_source"] == "peak_memory_in_bytes"
+    assert row["budget_bytes"] == int(80e9 * 0.75)  # jax's default preallocation on a GPU

@@ -142,9 +142,9 @@ def _snippets(result: SearchResult) -> str:
             f"{layout}")
 
 
-def _body(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -> str:
+def _body(result: SearchResult, compiled: Mapping[str, tuple[int, str]], budget_source: str) -> str:
     req, best = result.request, result.best
-    facts = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in header_facts(result))
+    facts = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in header_facts(result, budget_source=budget_source))
     left = sum(r.count for r in result.rejections)
     over = "".join(f"<li>{_e(c.text)}: {_e(c.verdict)}</li>" for c in result.rejected)
     reasons = "".join(f"<li>{_e(r.example)} ({r.count} mesh{'es' if r.count != 1 else ''}, {_e(r.kind)})</li>"
@@ -172,7 +172,7 @@ def _page(title: str, body: str) -> str:
 
 
 def plan_html(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
-              fragment: bool = False) -> str:
+              fragment: bool = False, budget_source: str = "--headroom") -> str:
     """The search result as HTML.
 
     Args:
@@ -185,7 +185,7 @@ def plan_html(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] |
       A self-contained HTML document (or fragment): inline CSS and SVG, no scripts, nothing fetched.
     """
     result = _check(result)
-    body = _body(result, dict(compiled or {}))
+    body = _body(result, dict(compiled or {}), budget_source)
     if fragment:
         return f'<div class="meshplan"><style>{CSS}</style>{body}</div>'
     return _page(f"meshplan plan: {result.request.model} on {result.request.cluster.text}", body)

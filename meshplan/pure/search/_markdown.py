@@ -37,7 +37,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")  # a pipe would end the cell
 
 
-def plan_markdown(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None) -> str:
+def plan_markdown(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
+                  budget_source: str = "--headroom") -> str:
     """The summary as markdown: a heading, the facts as a list, the ranked table, the chosen mesh and a
     python block with the ``create_mesh`` call. ``compiled``: mesh text -> (XLA's compiled peak, which
     compiler and version) for the meshes verified, shown as exact."""
@@ -46,7 +47,7 @@ def plan_markdown(result: SearchResult, *, compiled: Mapping[str, tuple[int, str
                                 f"{type(result).__name__}.")
     req, best = result.request, result.best
     lines = [f"### meshplan plan: {req.model} on {req.cluster.text}", ""]
-    lines += [f"- **{label}**: {_cell(fact)}" for label, fact in header_facts(result)]
+    lines += [f"- **{label}**: {_cell(fact)}" for label, fact in header_facts(result, budget_source=budget_source)]
     by = "step time" if req.rank_by == "time" else "communication"
     lines += ["", (f"**Ranked meshes**: {result.num_fitting} of {result.num_candidates} fit; top "
                   f"{len(result.candidates)} by predicted {by}."), ""]

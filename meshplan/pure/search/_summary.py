@@ -124,8 +124,10 @@ def range_text(bounds: tuple[int, int] | None) -> str:
     return f"{lo}-{hi}"
 
 
-def header_facts(result: SearchResult) -> tuple[tuple[str, str], ...]:
-    """The summary's header, one fact per ``(label, text)``: model, cluster, budget, step, memory, time."""
+def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> tuple[tuple[str, str], ...]:
+    """The summary's header, one fact per ``(label, text)``: model, cluster, budget, step, memory, time.
+
+    ``budget_source`` says where the headroom came from (the CLI's GPU rule: jax's allocator fraction)."""
     req = _check(result).request
     c, recipe = req.cluster, req.recipe
     hosts = f"{c.num_nodes} host{'s' if c.num_nodes != 1 else ''} x {c.devices_per_node}"
@@ -153,7 +155,7 @@ def header_facts(result: SearchResult) -> tuple[tuple[str, str], ...]:
         at = "" if eff is None else f" at {eff:.0%} of peak bf16"
         time = f"estimated: FLOPs{at} + alpha-beta collectives not hidden under compute"
     budget = (f"{fmt_bytes(req.budget)} per device = HBM {fmt_bytes(c.hbm_bytes, style='exact')} less "
-              f"{req.headroom:.0%} headroom (--headroom)")
+              f"{req.headroom:.0%} headroom ({budget_source})")
     return (
         ("model", f"{req.model}, {param_count(result)} parameters in {req.param_dtype}"),
         ("cluster", f"{c.text}: {c.num_devices} x {c.device.name}, {hosts}"),

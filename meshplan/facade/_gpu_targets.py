@@ -1,0 +1,138 @@
+"""GPU target descriptions, and which compilers are installed: compiling for a GPU with no GPU.
+
+XLA:GPU compiles for a GPU it does not have when it is told what the GPU is: an
+XLA ``GpuTargetConfigProto`` in text form (SM count, memory, compute capability,
+...). meshplan ships one per GPU of its hardware catalogue
+(:data:`~meshplan.pure.search.DEVICE_SPECS`) in ``meshplan/facade/gpu_targets/``
+(``<catalogue name>.txtpb``, each field's source in its header comment), so
+``jax.experimental.topologies.get_topology_desc(platform="cuda", ...)`` gives
+compile-only devices of that GPU on a CPU-only machine. It needs the jax CUDA
+plugin (``pip install 'meshplan[gpu]'``) and a process whose jax runs with
+``JAX_PLATFORMS=cpu`` (otherwise the plugin calls ``cuInit``, fails, and jax
+drops it): :mod:`meshplan.facade._worker` compiles in such a subprocess.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+from pathlib import Path
+
+from meshplan.pure.cluster._devices import DEVICE_SPECS, DeviceSpec
+from meshplan.pure.errors import ClusterError
+
+__all__ = ["GPU_TARGETS_DIR", "compiler_version", "cuda_plugin_available", "cuda_plugin_problem",
+           "deviceless_gpu_ready", "gpu_target_config", "known_gpu_targets"]
+
+GPU_TARGETS_DIR = Path(__file__).with_name("gpu_targets")
+"""Where the shipped ``<name>.txtpb`` target descriptions live (package data)."""
+
+_PLUGIN = "jax-cuda12-plugin"
+_INSTALL_GPU = "pip install 'meshplan[gpu]' (the jax CUDA plugin of your jax: jax[cuda12]==<your jax version>)"
+
+
+def known_gpu_targets() -> tuple[str, ...]:
+    """The catalogue GPUs meshplan ships a target description for, sorted.
+
+    Example:
+      >>> known_gpu_targets()
+      ('A100-80GB', 'H100', 'H200')
+    """
+    return tuple(sorted(p.stem for p in GPU_TARGETS_DIR.glob("*.txtpb")))
+
+
+def gpu_target_config(device: DeviceSpec | str) -> str:
+    """The shipped ``GpuTargetConfigProto`` text for a catalogue GPU (``"H100"`` or its DeviceSpec).
+
+    Args:
+      device: a GPU :class:`~meshplan.pure.DeviceSpec` or its catalogue name.
+
+    Returns:
+      The text proto, comments included (XLA's text parser skips them).
+
+    Raises:
+      ClusterError: no description is shipped for this GPU; the message names the known ones and how
+        to add one.
+
+    Example:
+      >>> 'device_description_str: "NVIDIA H100 80GB HBM3"' in gpu_target_config("H100")
+      True
+    """
+    name = device.name if isinstance(device, DeviceSpec) else device
+    path = GPU_TARGETS_DIR / f"{name}.txtpb"
+    if not isinstance(name, str) or "/" in name or not path.is_file():
+        known = list(known_gpu_targets())
+        raise ClusterError(
+            f"no GPU target description for {str(name)!r:.60}; meshplan ships {known}. Add one: copy "
+            f"{known[-1]}.txtpb to {GPU_TARGETS_DIR}/<catalogue name>.txtpb and change its figures to the "
+            "GPU's datasheet (SMs, memory, compute capability; cite each source), or compile on a machine "
+            "with one such GPU.")
+    return path.read_text(encoding="utf-8")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cuda_plugin_available() -> bool:
+    """Whether the jax CUDA plugin is installed (``meshplan[gpu]``), whatever its version.
+
+    Example:
+      >>> isinstance(cuda_plugin_available(), bool)
+      True
+    """
+    return importlib.util.find_spec("jax_plugins") is not None and _version(_PLUGIN) is not None
+
+
+def cuda_plugin_problem() -> str | None:
+    """Why this install cannot compile for GPUs without one (``None``: it can), with what to install.
+
+    Example:
+      >>> problem = cuda_plugin_problem()
+      >>> problem is None or "pip install" in problem
+      True
+    """
+    jax_version = _version("jax")
+    plugin = _version(_PLUGIN)
+    if plugin is None:
+        return f"the jax CUDA plugin is not installed; {_INSTALL_GPU}"
+    if jax_version is not None and plugin != jax_version:
+        return (f"{_PLUGIN} {plugin} does not match jax {jax_version}; "
+                f"pip install 'jax[cuda12]=={jax_version}'")
+    return None
+
+
+def compiler_version(platform: str) -> str:
+    """The compiler meshplan compiles with for ``platform`` (``cpu``/``tpu``/``gpu``), with its versions.
+
+    Example:
+      >>> compiler_version("cpu").startswith("XLA:CPU (jax ")
+      True
+    """
+    jax_version = f"jax {_version('jax')}, jaxlib {_version('jaxlib')}"
+    if platform == "tpu":
+        return f"XLA:TPU (libtpu {_version('libtpu')}, {jax_version})"
+    if platform == "gpu":
+        return f"XLA:GPU ({_PLUGIN} {_version(_PLUGIN)}, {jax_version}; no device: no autotuning)"
+    return f"XLA:CPU ({jax_version})"
+
+
+def deviceless_gpu_ready() -> str | None:
+    """Why this process cannot compile for a GPU it lacks (``None``: it can).
+
+    Example:
+      >>> deviceless_gpu_ready() is None or "JAX_PLATFORMS" in deviceless_gpu_ready() or "pip" in deviceless_gpu_ready()
+      True
+    """
+    problem = cuda_plugin_problem()
+    if problem is not None:
+        return problem
+    if os.environ.get("JAX_PLATFORMS", "") != "cpu":
+        return ("compiling for a GPU this machine lacks needs a process with JAX_PLATFORMS=cpu (the CUDA plugin "
+                "otherwise fails to start); meshplan's verification compiles in such a worker "
+                "(meshplan.verify_plan)")
+    return None

@@ -1,0 +1,136 @@
+"""The records a verified plan is made of: one :class:`VerifyRow` per mesh, a :class:`PlanVerification`.
+
+Plain data (no jax), so the command line, ``--json`` and a renderer can read
+them without starting a compiler; :mod:`meshplan.facade._verify_plan` fills them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from meshplan.pure._format import fmt_bytes
+
+__all__ = ["STATUSES", "PlanVerification", "VerifyRow"]
+
+STATUSES = ("exact", "estimate", "over budget", "not verified")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VerifyRow:
+    """One mesh: the planner's estimate and range, and XLA's figures (or why there are none).
+
+    Attributes:
+      mesh: ``"fsdp=4,tp=2"``.
+      rank: its rank in the plan (``None`` for ``meshplan check``'s one layout).
+      analytic_bytes: the planner's per-device estimate.
+      budget_bytes: the bytes per device the plan allows.
+      target: where it compiled (``"8 x NVIDIA H100 80GB HBM3 (no GPU: ...)"``).
+      status: ``"exact"``, ``"estimate"``, ``"over budget"`` or ``"not verified"``.
+      compiler: the compiler and versions of an exact figure (``"XLA:GPU (jax-cuda12-plugin 0.10.2, ...)"``).
+      range_low_bytes, range_high_bytes: the estimate's stated range (``None`` where no spread is recorded).
+      argument_bytes, temp_bytes, peak_bytes, peak_source: XLA's figures per device.
+      compile_seconds: the compile (worker start included when run in a worker).
+      error: why there are no figures, or why the mesh is out (``""``).
+      largest, largest_note: the biggest buffers live at XLA's peak (LiveBuffer records).
+      micro_batches: gradient-accumulation steps the compiled step ran.
+      cached: the figures came from the compile cache.
+
+    Example:
+      >>> row = VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125, status="exact")
+      >>> row.ratio, row.fits
+      (0.8, True)
+    """
+
+    mesh: str
+    rank: int | None
+    analytic_bytes: int | None
+    budget_bytes: int
+    target: str
+    argument_bytes: int | None = None
+    temp_bytes: int | None = None
+    peak_bytes: int | None = None
+    peak_source: str = ""
+    compile_seconds: float = 0.0
+    error: str = ""
+    largest: tuple[Any, ...] = ()
+    largest_note: str = ""
+    micro_batches: int = 1
+    status: str = "exact"
+    compiler: str = ""
+    range_low_bytes: int | None = None
+    range_high_bytes: int | None = None
+    cached: bool = False
+
+    @property
+    def ratio(self) -> float | None:
+        """Analytic estimate over XLA's peak (1.0: exact; below: the planner is optimistic)."""
+        if self.peak_bytes and self.analytic_bytes:
+            return self.analytic_bytes / self.peak_bytes
+        return None
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether XLA's peak is within the budget (``None`` without a compiled peak)."""
+        if self.peak_bytes is None or self.status not in ("exact", "over budget"):
+            return None
+        return self.peak_bytes <= self.budget_bytes
+
+    def describe(self) -> str:
+        """One line with the compiler: ``'exact: peak 27.0 GiB (XLA:GPU (jax-cuda12-plugin 0.10.2, ...))'``."""
+        if self.status in ("exact", "over budget") and self.peak_bytes is not None:
+            return f"{self.summary()} ({self.compiler or self.target})"
+        return self.summary()
+
+    def summary(self) -> str:
+        """One line: ``'exact: peak 27.0 GiB'``, ``'estimate: 26.0 GiB (range 22.1 GiB - 30.4 GiB)'``, or
+        ``'not verified: estimate 26.0 GiB (...); timed out after 600 s'``."""
+        if self.status in ("exact", "over budget") and self.peak_bytes is not None:
+            return f"{self.status}: peak {fmt_bytes(self.peak_bytes)}"
+        rng = ("" if self.range_low_bytes is None or self.range_high_bytes is None else
+               f" (range {fmt_bytes(self.range_low_bytes)} - {fmt_bytes(self.range_high_bytes)})")
+        est = "-" if self.analytic_bytes is None else fmt_bytes(self.analytic_bytes)
+        if self.status == "estimate":
+            return f"estimate: {est}{rng}"
+        why = f"; {self.error.removeprefix('not verified: ')}" if self.error else ""
+        return f"{self.status}: estimate {est}{rng}{why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (with the ratio)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["largest"] = [b.to_dict() for b in self.largest]
+        out["analytic_over_exact"] = self.ratio
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanVerification:
+    """A plan's meshes after compiling: the shown rows in rank order, the removed ones, and a note.
+
+    Attributes:
+      rows: one per shown mesh, best first (exact, estimate or not verified).
+      removed: meshes whose compiled peak is over the budget (best ranked first).
+      compiler: the compiler used (``""`` when none is installed).
+      note: how to get exact figures where the compiler is missing, or why verification stopped early.
+      seconds: wall time of the verification.
+
+    Example:
+      >>> PlanVerification((), (), "", "no compiler", 0.0).exact_rows
+      ()
+    """
+
+    rows: tuple[VerifyRow, ...]
+    removed: tuple[VerifyRow, ...]
+    compiler: str
+    note: str
+    seconds: float
+
+    @property
+    def exact_rows(self) -> tuple[VerifyRow, ...]:
+        """The rows with a compiled peak within the budget."""
+        return tuple(r for r in self.rows if r.status == "exact")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"rows": [r.to_dict() for r in self.rows], "removed": [r.to_dict() for r in self.removed],
+                "compiler": self.compiler, "note": self.note, "seconds": self.seconds}
