@@ -32,7 +32,10 @@ checks that on 8 CPU devices. Dense models only (one group of identical
 layers); the schedule is the GPipe order of fill, steady state and drain with
 circular repeats, not 1F1B: autodiff runs every forward before any backward,
 so the step keeps all ``m`` micro-batches' stage inputs alive (the GPipe
-figure of :mod:`meshplan.pure.cost._pipeline`).
+figure of :mod:`meshplan.pure.cost._pipeline`), and with ``repeats > 1`` the
+backward also keeps the repeat's slice of the stage's weights for every
+iteration (the slice index is traced); MaxText gathers per repeat instead
+(``pipeline_fsdp_ag_per_repeat``), not done here.
 """
 
 from __future__ import annotations
@@ -195,6 +198,15 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
         y, _ = jax.lax.scan(lambda h, p: (layer(h, p), None), x, w)
         return y
 
+    def this_repeat(w: Any, inp: jax.Array, repeat: jax.Array) -> jax.Array:
+        if v == 1:
+            # A static slice of the loop-invariant stack: jax hoists it out of the iterations' residuals.
+            # A traced index would make the backward keep one copy of the stage's weights per iteration
+            # (XLA:TPU kept 11 for m=8, pp=4); with v > 1 it still does (see the module docstring).
+            return stage_layers(inp, jax.tree.map(lambda a: a[0], w))
+        return stage_layers(inp, jax.tree.map(
+            lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0, keepdims=False), w))
+
     def per_device(w: Any, x: jax.Array) -> jax.Array:
         # w: (v, 1, per_stage, ...) this stage's layers for every repeat; x: all m micro-batches.
         w = jax.tree.map(lambda a: a[:, 0], w)
@@ -215,8 +227,7 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
             inp = jnp.where(s == 0, first_in, incoming)
             w_item = t - s
             repeat = jnp.clip(w_item // m, 0, v - 1)
-            y = stage_layers(inp, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0,
-                                                                                       keepdims=False), w))
+            y = this_repeat(w, inp, repeat)
             done = (s == stages - 1) & (w_item >= (v - 1) * m) & (w_item < v * m)
             out = jnp.where(done, jax.lax.dynamic_update_index_in_dim(out, y, w_item % m, 0), out)
             return (jax.lax.ppermute(y, axis, ring), store, out), None

@@ -160,11 +160,16 @@ def test_the_steps_bubble_is_the_circular_schedules(pipelined):
     assert pipelined.iterations == 2 * 4 + 4 - 1
 
 
-def test_a_loadax_config_naming_the_axis_pipeline_builds_the_pipelined_step():
+def test_a_loadax_config_naming_the_axis_pipeline_runs_the_one_repeat_schedule(pipelined):
     from meshplan import MeshConfig
 
     config = MeshConfig(mesh_shape=(4, -1), mesh_axis_names=("pipeline", "data"), batch_axis_names="data")
-    mesh = config.create_device_mesh()
-    step = pipeline_step(TINY, mesh, batch=BATCH, seq=SEQ, micro_batches=4)
+    step = pipeline_step(TINY, config.create_device_mesh(), batch=BATCH, seq=SEQ, micro_batches=4,
+                         config=FP32_SGD)
     leaf = step.param_specs["model"]["layers"]["dense"]["mlp"]["up_proj"]["weight"]
-    assert tuple(leaf)[:3] == (None, "pipeline", None) and step.stages == 4
+    assert tuple(leaf)[:3] == (None, "pipeline", None) and step.stages == 4 and step.repeats == 1
+    # One repeat (the static-slice path) and two repeats (checked against the unpipelined step) agree.
+    params, data = _params(5), _batch(6)
+    one = step.loss(to_stages(params, TINY, stages=4, repeats=1), data)
+    two = pipelined.loss(to_stages(params, TINY, stages=4, repeats=2), data)
+    np.testing.assert_allclose(one, two, rtol=1e-5)
