@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="no compiling: re-price rows recorded earlier (e.g. on another machine) with the "
                              "current calibration and print the table")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown (for RESULTS.md)")
+    parser.add_argument("--groups", action="store_true", help="with --reprice: print only the band per file and "
+                        "remat policy, as markdown (the table in RESULTS.md)")
     parser.add_argument("--only-mesh", type=int, help="run only this mesh (index into MESHES)")
     parser.add_argument("--quick", action="store_true", help="llama only, one shape")
     parser.add_argument("--families", default=",".join(FAMILIES))
@@ -211,6 +213,10 @@ def main(argv: list[str] | None = None) -> None:
                              "'llama3-8b:fsdp=4:full:flash:4x2048' (a preset, '/NL' cuts it to N layers)")
     args = parser.parse_args(argv)
     if args.reprice:
+        if args.groups:
+            _groups({path: [_reprice(json.loads(line)) for line in open(path, encoding="utf-8") if line.strip()]
+                     for path in args.reprice})
+            return
         _summary([_reprice(json.loads(line)) for path in args.reprice
                   for line in open(path, encoding="utf-8") if line.strip()], markdown=args.markdown)
         return
@@ -308,6 +314,21 @@ def _summary(rows: list[dict[str, object]], markdown: bool = False) -> None:
                       f"{r['exact'] / 2**20:.1f}", f"{r['ratio']:.2f}", str(r["phase"]))  # type: ignore[operator]
     Console(width=160).print(table)
     _band(rows)
+
+
+def _groups(by_file: dict[str, list[dict[str, object]]]) -> None:
+    """Markdown: per recorded file, target and remat policy, the rows' analytic / exact band."""
+    print("| file | target | remat | rows | min / median / max | in 0.95-1.10 |")
+    print("|---|---|---|---:|---|---:|")
+    for path, rows in by_file.items():
+        name = os.path.basename(path).removeprefix("memory_calibration_").removesuffix(".jsonl")
+        keys = sorted({(str(r.get("cluster", r["backend"])), str(r["remat"])) for r in rows})
+        for target, remat in keys:
+            ratios = sorted(float(r["ratio"]) for r in rows  # type: ignore[arg-type]
+                            if (str(r.get("cluster", r["backend"])), str(r["remat"])) == (target, remat))
+            inside = sum(BAND[0] <= x <= BAND[1] for x in ratios)
+            print(f"| {name} | {target} | {remat} | {len(ratios)} | {ratios[0]:.2f} / {ratios[len(ratios) // 2]:.2f}"
+                  f" / {ratios[-1]:.2f} | {inside} |")
 
 
 def _band(rows: list[dict[str, object]]) -> None:

@@ -62,6 +62,7 @@ _FACADE = {
     "gpu_topology_mesh": "_compiled",
     "ReferenceConfig": "_reference", "ReferenceStep": "_reference", "reference_step": "_reference",
     "PipelineStep": "_pipeline_step", "pipeline_step": "_pipeline_step",
+    "load_model": "_model_file",
     "compiled_collectives": "_hlo",
 }
 
@@ -81,8 +82,8 @@ __all__ += ["place"]
 # multi-host
 __all__ += ["HostBatchSlice", "barrier_sync", "host_batch_slice", "host_mesh_shape"]
 # planning
-__all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "parse_cluster",
-            "search_meshes"]
+__all__ += ["Cluster", "DeviceSpec", "MeshCandidate", "ModelSpec", "SearchResult", "get_preset", "load_model",
+            "parse_cluster", "search_meshes"]
 # logical-axis rules and exports (flax / MaxText)
 __all__ += ["LogicalRule", "LogicalShardingRule", "export_plan", "logical_export", "logical_names", "maxtext_settings"]
 # exact step memory: compile ahead of time and ask XLA
@@ -119,6 +120,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._partition_helper import MeshPartitionHelper
     from meshplan.facade._pipeline_step import PipelineStep, pipeline_step
     from meshplan.facade._reference import ReferenceConfig, ReferenceStep, reference_step
+    from meshplan.facade._model_file import load_model
     from meshplan.facade._place import place
     from meshplan.facade._rules import (
         AutoShardingRule,

@@ -1,8 +1,8 @@
-"""``benchmarks/bench_memory_ceiling.py``: when one activation figure can put two recorded peaks in band.
+"""``benchmarks/research/bench_memory_ceiling.py``: when one activation figure can put two recorded peaks in band.
 
 The script bounds what any shape-level memory model can reach on the recorded XLA:TPU grid (pairs of
 meshes whose devices hold the same activation shapes); its verdict is :func:`feasible`, checked here by
-its properties, and its reading of the recorded scaled-down grid is pinned (RESULTS.md, "session 9").
+its properties, and its reading of the recorded scaled-down grid is pinned (docs/design-notes.md, "A ceiling for shape-level models").
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "research"))
 
 import bench_memory_ceiling as ceiling
 

@@ -1,4 +1,4 @@
-"""``benchmarks/bench_peak_listing.py --show``: the groups it prints are the fullest step's buffers, biggest first.
+"""``benchmarks/research/bench_peak_listing.py --show``: the groups it prints are the fullest step's buffers, biggest first.
 
 Read on the real XLA:CPU and XLA:TPU dumps of ``tests/pure/xla/data/buffer_report`` (no compiling).
 """
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "research"))
 
 import bench_peak_listing as bench
 

@@ -1,7 +1,9 @@
-"""The ``meshplan`` command line: ``plan``, ``show-mesh`` and ``demo``.
+"""The ``meshplan`` command line: ``plan``, ``check``, ``models``, ``show-mesh`` and ``demo``.
 
 ``meshplan plan --model llama3-70b --cluster 8x8xH100`` ranks the meshes of a
-cluster for training a model preset (see :func:`meshplan.pure.search_meshes`);
+cluster for training a model preset, or the model a Hugging Face ``config.json``
+or MaxText model yml describes (``--model path/to/config.json``; ``meshplan
+models`` lists the presets; see :func:`meshplan.pure.search_meshes`);
 ``--json`` prints the :class:`~meshplan.pure.SearchResult` as JSON only, which
 ``show-mesh --plan FILE`` and ``SearchResult.from_json`` read back.
 ``--params my_pkg.model:make_model`` (or ``path/to/model.py:make_model``) plans
@@ -112,10 +114,10 @@ def _fraction(text: str) -> float:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from meshplan.cli import _export
-    from meshplan.pure import get_preset, search_meshes
+    from meshplan.cli import _export, _models
+    from meshplan.pure import search_meshes
 
-    preset = get_preset(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
+    preset = _models.load(args.model, dtype=args.dtype, unstack_experts=args.unstack_experts)
     params = preset.params
     if args.params is not None:
         params = _user_params(args)
@@ -144,11 +146,15 @@ def _plan(args: argparse.Namespace) -> int:
         sys.stdout.write(result.to_json() + "\n")
         return 0
     if args.format != "table":
-        sys.stdout.write(_export.render_export(result, args.format, params, rule))
+        text = _export.render_export(result, args.format, params, rule)
+        if args.format == "maxtext" and preset.maxtext_name is not None:
+            text = f"model_name: {json.dumps(preset.maxtext_name)}\n" + text  # the yml MaxText loads by that name
+        sys.stdout.write(text)
         return 0
     from meshplan.cli import _render
+    from meshplan.pure.presets import pricing_notes
 
-    _render.render_plan(result, _console())
+    _render.render_plan(result, _console(), notes=pricing_notes(preset.spec, seq=result.request.seq))
     if not args.no_pipeline:
         _plan_pipelines(result, preset.spec, args, fixed)
     if args.verify:
@@ -255,6 +261,15 @@ def _show_mesh(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list_models(args: argparse.Namespace) -> int:
+    from meshplan.cli import _models
+
+    console = _console()
+    if args.json:
+        console.file = sys.stdout
+    return _models.render_models(list(args.files), as_json=args.json, console=console)
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from meshplan.cli import _demo as demo  # imports jax with simulated devices, so only on demand
 
@@ -296,7 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="rank the meshes of a cluster for training a model preset",
                           description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    plan.add_argument("--model", required=True, help="preset: gpt2, llama3-8b, llama3-70b, mixtral-8x7b, deepseek-v3")
+    plan.add_argument("--model", required=True,
+                      help="a preset (meshplan models lists them), a Hugging Face config.json (or its model "
+                           "directory) or a MaxText model yml")
     plan.add_argument("--cluster", required=True, help="e.g. 8x8xH100, 2xH200, v5p-256, 2xv5e-256")
     plan.add_argument("--params", type=_params_ref, metavar="MODULE:ATTR",
                       help="plan your own tree: a function/class (called abstractly, no arguments) or value in "
@@ -351,6 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--rank", type=_positive, default=1, help="which ranked mesh of --plan (default 1)")
     show.add_argument("--png", metavar="FILE", help="also write a picture (needs matplotlib: meshplan[png])")
     show.set_defaults(func=_show_mesh)
+
+    models = sub.add_parser("models", help="list the model presets with exact parameter counts (or read config files)")
+    models.add_argument("files", nargs="*", metavar="FILE",
+                        help="Hugging Face config.json files or MaxText model ymls to read instead of the presets")
+    models.add_argument("--json", action="store_true", help="print the rows as JSON")
+    models.set_defaults(func=_list_models)
 
     demo = sub.add_parser("demo", help="plan a small model and place it on simulated CPU devices")
     demo.add_argument("--devices", type=_demo_devices, default=8,

@@ -55,8 +55,11 @@ def device_grid(cluster: Cluster, hybrid: HybridMeshShape) -> np.ndarray:
     return layout_device_ids(cluster.device_infos(), hybrid)
 
 
-def render_plan(result: SearchResult, console: Any) -> None:
-    """Print a search result: the ranking, what was left out, and the chosen mesh in detail."""
+def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = ()) -> None:
+    """Print a search result: the ranking, what was left out, and the chosen mesh in detail.
+
+    ``notes`` are sentences about how the model is priced (``pricing_notes``), printed under the header.
+    """
     from rich.table import Table
 
     req, best = result.request, result.best
@@ -75,6 +78,8 @@ def render_plan(result: SearchResult, console: Any) -> None:
                   f"against {CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
                   "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles); "
                   f"{describe_spread(req.recipe)}")
+    for note in notes:
+        console.print(f"model: {note}")
     table = Table(title=f"Ranked meshes ({result.num_fitting} of {result.num_candidates} fit; top "
                         f"{len(result.candidates)})")
     numbers = ("#", "memory/device", "micro-batches", "step time", "MFU", "exposed comm", "step comm")

@@ -272,8 +272,8 @@ def add_reference_flags(parser: Any) -> None:
 
 def add_check_arguments(parser: Any, sizes: Any, positive: Any) -> None:
     """``meshplan check``'s arguments (``sizes``/``positive``: the CLI's argparse types)."""
-    parser.add_argument("--model", required=True, help="preset: gpt2, llama3-8b, llama3-70b, mixtral-8x7b, "
-                                                       "deepseek-v3")
+    parser.add_argument("--model", required=True, help="a preset (meshplan models lists them), a Hugging Face "
+                                                       "config.json or a MaxText model yml")
     parser.add_argument("--cluster", required=True, help="e.g. v5p-256, v5e-16, H100 (with --target cpu)")
     parser.add_argument("--mesh", required=True, type=sizes, metavar="AXIS=N,...",
                         help="the layout, e.g. fsdp=8,tp=4 (axes from dp,fsdp,ep,sp,tp, outermost first)")
@@ -307,10 +307,11 @@ def run_plan_verify(result: Any, spec: ModelSpec, args: Any, console: Any) -> No
 
 def run_check(args: Any, console: Any) -> int:
     """``meshplan check``: one layout, compiled; the planner's estimate next to it."""
-    from meshplan.pure import get_preset, parse_cluster, search_meshes
+    from meshplan.cli._models import load
+    from meshplan.pure import parse_cluster, search_meshes
 
     cluster = parse_cluster(args.cluster)
-    spec = scaled_model(get_preset(args.model).spec, args.layers)
+    spec = scaled_model(load(args.model).spec, args.layers)
     total = math.prod(args.mesh.values())
     if total != cluster.num_devices:
         raise PlanError(f"--mesh {','.join(f'{a}={s}' for a, s in args.mesh.items())} has {total} devices; "

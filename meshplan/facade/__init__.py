@@ -41,6 +41,11 @@ from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_me
 
 __all__ += ["barrier_sync", "host_batch_slice", "host_mesh_shape"]
 
+# --- model config files (Hugging Face config.json, MaxText model yml) --------------------------------
+from meshplan.facade._model_file import load_model
+
+__all__ += ["load_model"]
+
 # --- training state ------------------------------------------------------------------------------------
 from meshplan.facade._place import place
 

@@ -34,7 +34,8 @@ from meshplan.facade import _reference_model as rm
 from meshplan.pure._check import as_real, collect
 from meshplan.pure._types import make_spec, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.presets import ModelSpec, build_params, get_preset
+from meshplan.facade._model_file import resolve_model
+from meshplan.pure.presets import ModelSpec, build_params
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.rules._engine import plan_tree
 from meshplan.pure.search._candidate import MeshCandidate
@@ -269,11 +270,8 @@ def _scan_body(fn: Callable[..., jax.Array]) -> Callable[[jax.Array, Any], tuple
 
 
 def _resolve(model: str | ModelSpec) -> ModelSpec:
-    if isinstance(model, str):
-        return get_preset(model).spec
-    if isinstance(model, ModelSpec):
-        return model
-    raise MeshplanTypeError(f"model={model!r} must be a preset name or a ModelSpec.")
+    # A preset name, a model config file (HF config.json, MaxText yml) or a spec.
+    return resolve_model(model)
 
 
 def reference_step(
@@ -289,7 +287,8 @@ def reference_step(
     """Build the reference train step of ``model`` on ``mesh`` (see the module docstring).
 
     Args:
-      model: a preset name or a :class:`~meshplan.pure.ModelSpec` (e.g. a
+      model: a preset name, a model config file (a Hugging Face ``config.json`` or a MaxText
+        model yml: :func:`~meshplan.load_model`) or a :class:`~meshplan.pure.ModelSpec` (e.g. a
         scaled-down copy: ``dataclasses.replace(spec, num_layers=2, num_params=None)``).
       mesh: a ``jax.sharding.Mesh`` (local devices, or a TPU topology's).
       batch: global batch in sequences.

@@ -18,6 +18,7 @@ to the compute dtype at use, fp32 attention scores and softmax, fp32 logits.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -118,8 +119,9 @@ def _pin(inner: Inner, name: str) -> Constrain:
 
 
 def _gated_mlp(x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array, dtype: Any,
-               pin: Constrain = same) -> jax.Array:
-    return _linear(pin(jax.nn.silu(pin(_linear(x, gate, dtype))) * pin(_linear(x, up, dtype))), down, dtype)
+               pin: Constrain = same, *, gelu: bool = False) -> jax.Array:
+    act = (lambda t: jax.nn.gelu(t, approximate=True)) if gelu else jax.nn.silu  # Gemma: GeGLU (tanh GELU)
+    return _linear(pin(act(pin(_linear(x, gate, dtype))) * pin(_linear(x, up, dtype))), down, dtype)
 
 
 def _dispatch(select: jax.Array, scores: jax.Array, normalise: Callable[[jax.Array], jax.Array], top_k: int,
@@ -157,6 +159,8 @@ def moe(x: jax.Array, p: Tree, spec: Any, dtype: Any, *, names: tuple[str, str, 
     """Routed experts with capacity-based dispatch (GShard / MaxText's dropping path).
 
     ``router="softmax"``: Mixtral (softmax over all experts, top-k, renormalised).
+    ``router="softmax"`` also serves Qwen3-MoE and DeepSeek-V2 (the same shapes; V2-Lite does not
+    renormalise, which changes no buffer).
     ``router="sigmoid"``: DeepSeek-V3 (sigmoid scores; the correction bias
     steers the choice only; the chosen scores normalised and scaled by 2.5).
     """
@@ -185,14 +189,23 @@ def moe(x: jax.Array, p: Tree, spec: Any, dtype: Any, *, names: tuple[str, str, 
     return jnp.einsum("bsec,ebcd->bsd", combine.astype(dtype), out)
 
 
+def _projection(h: jax.Array, p: Tree, dtype: Any) -> jax.Array:
+    """A q/k/v projection: ``x @ W.T``, plus its bias where the model has one (Qwen2's q/k/v)."""
+    out = _linear(h, p["weight"], dtype)
+    return out + jnp.asarray(p["bias"], dtype) if "bias" in p else out
+
+
 def _llama_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str, inner: Inner,
                      attend: Callable[..., jax.Array]) -> jax.Array:
     b, s, _ = h.shape
     n, kv, hd = spec.num_heads, spec.num_kv_heads, spec.head_dim
     heads, kvs = _pin(inner, "heads"), _pin(inner, "kv_heads")
-    q = heads(rope(heads(_linear(h, p["q_proj"]["weight"], dtype).reshape(b, s, n, hd))))
-    k = kvs(rope(kvs(_linear(h, p["k_proj"]["weight"], dtype).reshape(b, s, kv, hd))))
-    v = kvs(_linear(h, p["v_proj"]["weight"], dtype).reshape(b, s, kv, hd))
+    q = _projection(h, p["q_proj"], dtype).reshape(b, s, n, hd)
+    k = _projection(h, p["k_proj"], dtype).reshape(b, s, kv, hd)
+    if "q_norm" in p:  # Qwen3 / Gemma 3: RMSNorm over each head before the rotary embedding
+        q, k = rms_norm(q, p["q_norm"]["weight"]), rms_norm(k, p["k_norm"]["weight"])
+    q, k = heads(rope(heads(q))), kvs(rope(kvs(k)))
+    v = kvs(_projection(h, p["v_proj"], dtype).reshape(b, s, kv, hd))
     return _linear(heads(attend(q, k, v, kind)).reshape(b, s, n * hd), p["o_proj"]["weight"], dtype)
 
 
@@ -200,8 +213,11 @@ def _mla_attention(h: jax.Array, p: Tree, spec: Any, dtype: Any, kind: str, inne
                    attend: Callable[..., jax.Array]) -> jax.Array:
     b, s, _ = h.shape
     m, n = spec.mla, spec.num_heads
-    q = _linear(rms_norm(_linear(h, p["q_a_proj"]["weight"], dtype), p["q_a_layernorm"]["weight"]),
-                p["q_b_proj"]["weight"], dtype).reshape(b, s, n, m.qk_head_dim)
+    if "q_proj" in p:  # DeepSeek-V2-Lite: no query compression
+        q = _linear(h, p["q_proj"]["weight"], dtype).reshape(b, s, n, m.qk_head_dim)
+    else:
+        q = _linear(rms_norm(_linear(h, p["q_a_proj"]["weight"], dtype), p["q_a_layernorm"]["weight"]),
+                    p["q_b_proj"]["weight"], dtype).reshape(b, s, n, m.qk_head_dim)
     q = jnp.concatenate([q[..., : m.qk_nope_head_dim], rope(q[..., m.qk_nope_head_dim:])], axis=-1)
     kv_a = _linear(h, p["kv_a_proj_with_mqa"]["weight"], dtype)
     latent = rms_norm(kv_a[..., : m.kv_lora_rank], p["kv_a_layernorm"]["weight"])
@@ -247,29 +263,36 @@ def layer_fn(spec: Any, *, moe_layer: bool, dtype: Any, attention_kind: str, cap
         m = p["mlp"]
         return x + _conv1d(mlp_pin(jax.nn.gelu(mlp_pin(_conv1d(h, m["c_fc"], dtype)))), m["c_proj"], dtype)
 
-    def decoder(x: jax.Array, p: Tree) -> jax.Array:
-        x = constrain(x)
-        attn = _mla_attention if family == "deepseek_v3" else _llama_attention
-        x = x + attn(rms_norm(x, p["input_layernorm"]["weight"]), p["self_attn"], spec, dtype, attention_kind,
-                     inner, attend)
-        h = rms_norm(x, p["post_attention_layernorm"]["weight"])
+    def mlp(h: jax.Array, p: Tree) -> jax.Array:
         if not moe_layer:
             m = p["mlp"]
-            return x + _gated_mlp(h, m["gate_proj"]["weight"], m["up_proj"]["weight"], m["down_proj"]["weight"],
-                                  dtype, mlp_pin)
+            return _gated_mlp(h, m["gate_proj"]["weight"], m["up_proj"]["weight"], m["down_proj"]["weight"],
+                              dtype, mlp_pin, gelu=family == "gemma")
+        route = functools.partial(moe, capacity_factor=capacity_factor, constrain_experts=constrain_experts,
+                                  pin_hidden=_pin(inner, "expert_mlp"), local=_pin(inner, "dispatch"))
         if family == "mixtral":
-            return x + moe(h, p["block_sparse_moe"], spec, dtype, names=("w3", "w1", "w2"), router="softmax",
-                           capacity_factor=capacity_factor, constrain_experts=constrain_experts,
-                           pin_hidden=_pin(inner, "expert_mlp"), local=_pin(inner, "dispatch"))
+            return route(h, p["block_sparse_moe"], spec, dtype, names=("w3", "w1", "w2"), router="softmax")
         m = p["mlp"]
-        out = moe(h, m, spec, dtype, names=("up_proj", "gate_proj", "down_proj"), router="sigmoid",
-                  capacity_factor=capacity_factor, constrain_experts=constrain_experts,
-                  pin_hidden=_pin(inner, "expert_mlp"), local=_pin(inner, "dispatch"))
+        # DeepSeek-V3 routes by sigmoid scores and a correction bias; Qwen3-MoE and DeepSeek-V2 by softmax.
+        router = "sigmoid" if "e_score_correction_bias" in m["gate"] else "softmax"
+        out = route(h, m, spec, dtype, names=("up_proj", "gate_proj", "down_proj"), router=router)
         if "shared_experts" in m:
             sh = m["shared_experts"]
             out = out + _gated_mlp(h, sh["gate_proj"]["weight"], sh["up_proj"]["weight"],
                                    sh["down_proj"]["weight"], dtype)
-        return x + out
+        return out
+
+    def decoder(x: jax.Array, p: Tree) -> jax.Array:
+        x = constrain(x)
+        attn = _mla_attention if spec.mla is not None else _llama_attention
+        a = attn(rms_norm(x, p["input_layernorm"]["weight"]), p["self_attn"], spec, dtype, attention_kind, inner,
+                 attend)
+        if family == "gemma":  # Gemma 2/3 norm each block's output too ("sandwich" norms)
+            x = x + rms_norm(a, p["post_attention_layernorm"]["weight"])
+            m = mlp(rms_norm(x, p["pre_feedforward_layernorm"]["weight"]), p)
+            return x + rms_norm(m, p["post_feedforward_layernorm"]["weight"])
+        x = x + a
+        return x + mlp(rms_norm(x, p["post_attention_layernorm"]["weight"]), p)
 
     return gpt2 if family == "gpt2" else decoder
 

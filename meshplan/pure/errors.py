@@ -22,6 +22,7 @@ __all__ = [
     "CompiledOutOfMemoryError",
     "ClusterError",
     "PlanError",
+    "ModelConfigError",
     "NoMeshError",
     "RuleValidationError",
     "DistributedError",
@@ -87,6 +88,11 @@ class ClusterError(MeshplanError, ValueError):
 
 class PlanError(MeshplanError, ValueError):
     """The planner cannot answer the request (nothing fits, bad constraints)."""
+
+
+class ModelConfigError(PlanError):
+    """A model config (a Hugging Face ``config.json``, a MaxText model yml) is malformed, inconsistent or
+    names an architecture meshplan does not know; the message names the file, the key and what is valid."""
 
 
 class RuleValidationError(ShardingRuleError, PlanError):

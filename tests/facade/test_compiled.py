@@ -76,7 +76,7 @@ def test_the_largest_live_buffers_at_the_peak_come_from_xlas_buffer_assignment(c
 def test_every_buffer_listed_adds_up_to_xlas_peak(cpu_llama):
     # Listed whole, the buffers live at the fullest step are the peak memory_analysis() reports: on
     # XLA:CPU to the byte but for alignment (on XLA:TPU v6e-8 / v5p-16 train steps, 2026-11-23: 186.2 of
-    # 186.2 MiB, 6035.5 of 6035.5, 8382.2 of 8382.2; RESULTS.md "session 9").
+    # 186.2 MiB, 6035.5 of 6035.5, 8382.2 of 8382.2; docs/design-notes.md, "The buffers at the peak").
     ref, _ = cpu_llama
     mem = meshplan.compiled_memory(ref.fn, *ref.args, compiler_options=FAST, top_buffers=10_000)
     listed = sum(b.bytes for b in mem.largest)

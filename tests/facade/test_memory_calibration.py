@@ -99,7 +99,7 @@ def _inside(ratios: list[float]) -> int:
 def test_the_recorded_tpu_grid_stays_in_band_per_generation() -> None:
     # The recorded XLA:TPU rows (benchmarks/data/memory_calibration_tpu.jsonl: 3 families x 4 meshes x
     # plain/flash at 32 x 1024 and Llama/Mixtral at 32 x 2048, on v6e-8 and v5p-16) re-priced: the counts
-    # in the issue's band that RESULTS.md reports ("session 4"); a model change that loses rows fails here.
+    # in the issue's band that benchmarks/RESULTS.md reports; a model change that loses rows fails here.
     g = _repriced("memory_calibration_tpu.jsonl")
     counts = {k: (_inside(v), len(v)) for k, v in g.items()}
     assert counts == {"memory_calibration_tpu v5p-16 full": (12, 40), "memory_calibration_tpu v5p-16 none": (35, 40),
@@ -126,7 +126,7 @@ def test_the_full_width_grid_stays_where_it_was_recorded() -> None:
     # The full-width grid (memory_calibration_tpu_wide.jsonl, every row held out: Llama-3-8B and Mixtral-8x7B
     # cut to 2 layers at 16 x 2048, GPT-2 cut to 4 layers at 32 x 1024, the grid's 4 meshes, remat full / none,
     # flash / plain), on v5p-16 (session 6: 43 rows, 5 more in memory_calibration_tpu_fullsize.jsonl) and v6e-8
-    # (session 8: 47 rows, the 48th there): RESULTS.md "session 8". The misses are Mixtral (without ep XLA
+    # (session 8: 47 rows, the 48th there): benchmarks/RESULTS.md. The misses are Mixtral (without ep XLA
     # gathers the dispatched tokens, not the experts' weights; with tp its remat-none steps are over-priced),
     # GPT-2's loss phase, and v6e's fsdp x tp remat-full steps, which peak up to 18% above v5p's.
     g = _repriced("memory_calibration_tpu_wide.jsonl")

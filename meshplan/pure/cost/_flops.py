@@ -61,7 +61,7 @@ splits ``f`` ways when ``tp % f == 0`` (the output's replicated dim groups by ba
 shard) and repeats otherwise, except ``q_a``'s when its norm's weight is fsdp-split
 and Shardy moves its output gradient off the batch (``out_norm``). Checked on XLA:CPU
 compiles at widths 256-7168 on 8 and 16 devices and one XLA:TPU v5e-8 compile
-(benchmarks/RESULTS.md, session 5). ``T`` is the whole batch's tokens: a step run as
+(docs/design-notes.md, FLOPs). ``T`` is the whole batch's tokens: a step run as
 micro-batches has fewer per matmul, which can flip the forward's choice (not
 modelled: ``step_flops`` takes no micro-batch count).
 **Elementwise work** (:data:`ELEMENTWISE`; executed, never model FLOPs): norms, residual adds, biases,
@@ -98,10 +98,14 @@ RECOMPUTE: dict[str, float] = {"none": 0.0, "dots": 0.0, "full": 1.0, "offload":
 """Forward passes of each layer rerun in the backward pass, per remat policy."""
 
 ELEMENTWISE: dict[str, tuple[float, float, float, float]] = {"gpt2": (32.0, 191.0, 88.0, 19.0),
-                                                            "gated": (30.0, 133.0, 59.0, 17.0)}
+                                                            "gated": (30.0, 133.0, 59.0, 17.0),
+                                                            "gemma": (30.0, 179.0, 95.0, 17.0)}
 """XLA-counted elementwise FLOPs per (parameter, token x hidden x layer, token x MLP width x layer, score)
 of a training step with AdamW (see the module docstring): ``"gpt2"`` (LayerNorm, biases, GELU) and
-``"gated"`` (RMSNorm, rope, SiLU gate: Llama, Mixtral, DeepSeek)."""
+``"gated"`` (RMSNorm, rope, SiLU gate: Llama, Mixtral, DeepSeek, Qwen) and ``"gemma"``: ``"gated"`` plus
+what Gemma adds, read from a pair of least-squares fits over seven single-device compiles each of the
+reference step with Gemma's and with Llama's layer, all else equal (+46 per token x hidden x layer: the
+two extra "sandwich" RMSNorms; +36 per token x MLP width x layer: tanh GELU in place of SiLU)."""
 
 DEFAULT_EFFICIENCY: dict[str, float] = {"gpu": 0.4, "tpu": 0.5}
 """Fraction of peak bf16 FLOP/s a well-tuned step sustains on its matmuls, per device kind.
@@ -245,6 +249,8 @@ def _attention_weights(model: Any, tp: int, shards: int, place: tuple[int, int, 
     if mla is not None:
         downs = (mla.q_lora_rank, mla.kv_lora_rank + mla.qk_rope_head_dim)
         up = mla.q_lora_rank * n * mla.qk_head_dim + mla.kv_lora_rank * n * (mla.qk_nope_head_dim + mla.v_head_dim)
+        if not mla.q_lora_rank:  # DeepSeek-V2-Lite: one q_proj, split over tp by heads like q_b_proj
+            up += h * n * mla.qk_head_dim
         q, kv = _replicated(downs[0], h, tp, place, out_norm=True), _replicated(downs[1], h, tp, place)
         extra = (q[0] + kv[0], q[1] + kv[1], q[2] + kv[2])
         return h * sum(downs) + up + n * mla.v_head_dim * h, extra, mla.qk_head_dim, mla.v_head_dim
@@ -278,7 +284,8 @@ def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention:
     h = model.hidden_size
     if not moe_layer:
         mlp = (2 if model.family == "gpt2" else 3) * h * model.intermediate_size
-        down = 2.0 * tokens * h * model.intermediate_size
+        # Gemma's post-feedforward norm reads the down projection's output, so remat recomputes it too.
+        down = 0.0 if model.family == "gemma" else 2.0 * tokens * h * model.intermediate_size
         return LayerFlops(2.0 * tokens * (attn_w + mlp), attn, replicated=2.0 * tokens * replicated, tail=down,
                           replicated_grad=2.0 * tokens * grad, replicated_forward=2.0 * tokens * forward)
     e, k, f = model.num_experts, model.num_experts_per_tok, model.moe_intermediate_size
@@ -393,7 +400,8 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
 
 def _elementwise(model: Any, sizes: Mapping[str, int], n: int, batch: int, seq: int, rerun: float) -> float:
     """Elementwise FLOPs of one step on one device (:data:`ELEMENTWISE`, the module docstring)."""
-    per_param, per_hidden, per_width, per_score = ELEMENTWISE["gpt2" if model.family == "gpt2" else "gated"]
+    per_param, per_hidden, per_width, per_score = ELEMENTWISE[model.family if model.family in ("gpt2", "gemma")
+                                                              else "gated"]
     layers, moe = int(model.num_layers), int(model.num_moe_layers)
     width = ((layers - moe) * model.intermediate_size
              + moe * (model.moe_intermediate_size or 0) * (model.num_experts_per_tok + model.num_shared_experts))

@@ -23,7 +23,7 @@ tokens and keeps the weights split, so fsdp acts on the experts as tp would: the
 gradients are partial sums, reduce-scattered, and the weights' gradients need no sum.
 
 Both read from XLA:TPU's HLO of full-width Llama-3-8B and Mixtral-8x7B steps cut to 2 and 4 layers (v5e-8,
-v6e-8, v5p-16; benchmarks/RESULTS.md, "Session 7"), the comparison then found in Shardy's source. At hidden
+v6e-8, v5p-16; docs/design-notes.md), the comparison then found in Shardy's source. At hidden
 1024 (the TPU-sized steps: 32768 tokens, 8192 rows) the tables are gathered. The memory model prices the
 head's choice in its loss phase (:mod:`meshplan.pure.cost._step_memory`), the comm model the collectives
 (:mod:`meshplan.pure.cost._step_collectives`): both ask these functions.

@@ -4,7 +4,7 @@ The step-memory model (:mod:`meshplan.pure.cost._step_memory`) prices parameters
 optimizer state exactly and the rest (activations, or the update's temporaries) with coefficients fitted
 to XLA's ``memory_analysis()``. The calibrated part is where it misses, and how far depends on what XLA's
 scheduler keeps live together, which shapes do not show (two meshes that give every device the same shapes
-can peak 2x apart: ``benchmarks/bench_memory_ceiling.py``). So an estimate is stated with the range of
+can peak 2x apart: ``benchmarks/research/bench_memory_ceiling.py``). So an estimate is stated with the range of
 ``(exact peak - exact state) / calibrated part`` seen on the recorded compiles priced by the same
 coefficients, remat policy and kind of attention (flash, or a form that materialises the scores), and a
 peak with its bounds (:func:`peak_bounds`).

@@ -27,8 +27,8 @@ With the window's left and right halo sizes per shard ``l(i) = i * (dim - size)/
 
 Checked against jax 0.10.2's XLA:CPU compiles of GPT-2 (hidden 128, tp = 2, 4, 8):
 the widths equal the permutes in the HLO one for one; XLA:TPU (v5e-8, hidden 1024,
-tp = 4) emits the same bytes (``benchmarks/RESULTS.md``, "Session 5 (2026-11-23):
-GPT-2's fused c_attn under tp").
+tp = 4) emits the same bytes (``docs/design-notes.md``, "GPT-2's fused
+``c_attn`` under tp").
 """
 
 from __future__ import annotations

@@ -607,7 +607,7 @@ def hidden_state_terms(
     Where a plan splits the output head's (or the input embedding's) vocabulary over batch axes and the
     hidden states' shard is the smaller operand (:func:`~meshplan.pure.cost._gathered_operand.gathers_hidden`),
     XLA:TPU gathers the batch's hidden states over those axes instead of the table (read from the HLO of
-    full-width Llama-3-8B/2L on v5e-8, fsdp=8 and dp=2 x fsdp=4; benchmarks/RESULTS.md, "Session 7"):
+    full-width Llama-3-8B/2L on v5e-8, fsdp=8 and dp=2 x fsdp=4; docs/design-notes.md, "Which operand XLA gathers"):
 
     - the head: the final hidden states gathered forward and again backward, and the head's input
       gradient (fp32, the fp32 logits') reduce-scattered back;
@@ -725,7 +725,7 @@ def whole_slice_sums(pending: Sequence[Pending], sizes: Mapping[str, int], *, ch
     v5p-16 and fsdp=16 on v5p-32, Mixtral fsdp=8 on v5p-16 and full-width Llama fsdp=8 on v5p-16 (its weight
     gradients, the head's input gradient and the lookup's sum alike); the same groups on v5e-8 (2x4), a whole
     2x2x1 v5p-8 slice and groups short of the slice (dp x fsdp, fsdp x tp on v5p-16 and v5p-32, also 2x2x2 blocks
-    of a v5p-32) reduce-scatter (benchmarks/RESULTS.md, "Session 6", "Session 7"). Why the 3-D whole slice was
+    of a v5p-32) reduce-scatter (docs/design-notes.md, "v5p's whole-slice gradient sums"). Why the 3-D whole slice was
     not read. The search passes ``chips`` only for such a v5p slice.
 
     Example:
@@ -855,7 +855,7 @@ def activation_terms(
         cpu = backend == "cpu"
         mla = model.mla is not None
         # XLA:GPU lowers tp as XLA:TPU does, except where `gpu` says otherwise (read from the 1x8xH200 HLOs,
-        # compiled ahead of time; see _gpu_dense_gathers and benchmarks/RESULTS.md).
+        # compiled ahead of time; see _gpu_dense_gathers and docs/design-notes.md).
         gpu = backend == "gpu" and not mla
         # MLA on XLA:GPU: XLA:CPU's MLA counts (summed as XLA:GPU sums: reduce-scatters into the split stream),
         # but an MLP's gate and up input gradients summed together, with XLA:TPU's expert sums, lookup and fp32

@@ -150,7 +150,7 @@ class Calibration:
 # XLA:TPU v6e (and the TPU fallback): fitted 2026-11-23 to the 12 v6e-8 rows at 32 x 1024 on fsdp=8 (3 families
 # x remat x plain/flash); score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash
 # kernel's buffers and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak
-# (at the step XLA's live-range report names, which is not always the fullest: RESULTS.md "session 9");
+# (at the step XLA's live-range report names, which is not always the fullest: docs/design-notes.md);
 # head_buffers is the 2026-11-22 value (no row of the grid peaks where it matters); gathered_layers refitted
 # 2026-11-23 (the same 12 rows) when a layer's share stopped including the embedding and head. The update
 # (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8 (8 x 1024) peak at arguments +
@@ -177,7 +177,7 @@ CALIBRATIONS: dict[str, Calibration] = {
     # work_layers fitted (least squares on log ratio) to the 48 v5p-16 rows at 32 x 1024 (in-sample);
     # logits, head, gathered and update coefficients are v6e's (no v5p row identifies them). Held out:
     # v5p-16 at 32 x 2048 and the full-size v5p rows. (Session 5: at 32 x 2048 XLA holds two fp32 routing
-    # tensors where work_routing prices one; no plan fact found decides one vs two, see RESULTS.md.)
+    # tensors where work_routing prices one; no plan fact found decides one vs two, see docs/design-notes.md.)
     "tpu-v5p": dataclasses.replace(
         _TPU_V6E, source="XLA:TPU v5p-16 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
                          "32 x 1024, 2026-11-23", none_scale=1.67, work_layers=0.29, work_scores=1.5,
@@ -230,7 +230,7 @@ class LayerDims:
         capacity_factor`` plus shared experts); priced split over the expert axis by token and
         not over tp. (XLA:TPU does split them over tp, as the plan splits the experts' weights; the
         remat-none coefficients were fitted with the unsplit count, and the split alone moves eight
-        scaled-down grid rows out of band: benchmarks/RESULTS.md, "session 8".)
+        scaled-down grid rows out of band: docs/design-notes.md, step memory.)
       vocab: vocabulary size.
       head: elements of the output head (``vocab x hidden``).
       routing: MoE dispatch/combine elements per token per token of its sequence, averaged
@@ -317,7 +317,8 @@ def _stacked_leaves(model: ModelSpec) -> list[int]:
     mla = model.mla
     if mla is not None:
         heads = model.num_heads
-        attention = [h * mla.q_lora_rank, mla.q_lora_rank * heads * mla.qk_head_dim,
+        queries = mla.q_lora_rank or h  # no query compression (V2-Lite): q_proj is hidden x heads x qk
+        attention = [h * mla.q_lora_rank, queries * heads * mla.qk_head_dim,
                      h * (mla.kv_lora_rank + mla.qk_rope_head_dim),
                      mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim), heads * mla.v_head_dim * h]
     elif model.family == "gpt2":  # one fused q/k/v projection

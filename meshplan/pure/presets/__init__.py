@@ -8,7 +8,17 @@ stacked or per-expert leaves) is documented in ``presets._spec``.
 
 from meshplan.pure.presets._deepseek import deepseek_v3_params
 from meshplan.pure.presets._gpt2 import gpt2_params
+from meshplan.pure.presets._hf_config import (
+    HF_DEFAULTS,
+    HF_MODEL_TYPES,
+    model_spec_from_hf_config,
+)
 from meshplan.pure.presets._llama import llama_params
+from meshplan.pure.presets._maxtext_config import (
+    MAXTEXT_DECODER_BLOCKS,
+    model_spec_from_maxtext,
+    parse_maxtext_yml,
+)
 from meshplan.pure.presets._registry import (
     MODEL_PRESETS,
     MODEL_SPECS,
@@ -23,9 +33,19 @@ from meshplan.pure.presets._registry import (
     preset_names,
     resolve_preset_name,
 )
-from meshplan.pure.presets._spec import MLADims, ModelSpec, count_params
+from meshplan.pure.presets._spec import (
+    FAMILIES,
+    MLADims,
+    ModelSpec,
+    count_params,
+    pricing_notes,
+)
 
 __all__ = [
+    "FAMILIES",
+    "HF_DEFAULTS",
+    "HF_MODEL_TYPES",
+    "MAXTEXT_DECODER_BLOCKS",
     "MLADims",
     "MODEL_PRESETS",
     "MODEL_SPECS",
@@ -42,6 +62,10 @@ __all__ = [
     "llama3_8b",
     "llama_params",
     "mixtral_8x7b",
+    "model_spec_from_hf_config",
+    "model_spec_from_maxtext",
+    "parse_maxtext_yml",
     "preset_names",
+    "pricing_notes",
     "resolve_preset_name",
 ]

@@ -1,4 +1,4 @@
-"""DeepSeek-V3 parameter shapes in the Hugging Face layout (no MTP layer)."""
+"""DeepSeek-V2 / V3 parameter shapes in the Hugging Face layout (no MTP layer)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["deepseek_v3_params"]
 
 def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
                        unstack_experts: bool = False) -> PyTree:
-    """Shape tree of a DeepSeek-V3-style model: MLA attention, dense then MoE layers.
+    """Shape tree of a DeepSeek-V2/V3-style model: MLA attention, dense then MoE layers.
 
     Names follow HF ``DeepseekV3ForCausalLM``: ``model.embed_tokens.weight``;
     per layer ``input_layernorm``, ``post_attention_layernorm`` and
@@ -30,6 +30,12 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
     ``moe_intermediate_size * num_shared_experts``; then ``model.norm.weight``
     and ``lm_head.weight``. The checkpoint's multi-token-prediction layer
     (``model.layers.61``) is not part of the model and is left out.
+
+    DeepSeek-V2 (family ``deepseek_v2``) differs in two places: its router has
+    no ``e_score_correction_bias``, and with ``mla.q_lora_rank == 0``
+    (V2-Lite) the queries come from one ``self_attn.q_proj.weight``
+    ``(heads * qk_head_dim, hidden)`` instead of ``q_a_proj`` / ``q_a_layernorm`` /
+    ``q_b_proj``.
 
     Args:
       spec: sizes, with ``spec.mla`` set.
@@ -65,11 +71,18 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
     def mlp(f: int) -> ShapeTree:
         return {"gate_proj": linear(f, d), "up_proj": linear(f, d), "down_proj": linear(d, f)}
 
-    def attention() -> ShapeTree:
+    def queries() -> ShapeTree:
+        if not mla.q_lora_rank:
+            return {"q_proj": linear(h * mla.qk_head_dim, d)}
         return {
             "q_a_proj": linear(mla.q_lora_rank, d),
             "q_a_layernorm": {"weight": leaf(mla.q_lora_rank)},
             "q_b_proj": linear(h * mla.qk_head_dim, mla.q_lora_rank),
+        }
+
+    def attention() -> ShapeTree:
+        return {
+            **queries(),
             "kv_a_proj_with_mqa": linear(mla.kv_lora_rank + mla.qk_rope_head_dim, d),
             "kv_a_layernorm": {"weight": leaf(mla.kv_lora_rank)},
             "kv_b_proj": linear(h * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank),
@@ -87,7 +100,10 @@ def deepseek_v3_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16,
         else:
             experts = {"gate_proj": {"weight": leaf(e, f, d)}, "up_proj": {"weight": leaf(e, f, d)},
                        "down_proj": {"weight": leaf(e, d, f)}}
-        out: ShapeTree = {"gate": {"weight": leaf(e, d), "e_score_correction_bias": leaf(e)}, "experts": experts}
+        router: ShapeTree = {"weight": leaf(e, d)}
+        if spec.family != "deepseek_v2":  # V3's aux-loss-free balancing bias
+            router["e_score_correction_bias"] = leaf(e)
+        out: ShapeTree = {"gate": router, "experts": experts}
         if spec.num_shared_experts:
             out["shared_experts"] = mlp(f * spec.num_shared_experts)
         return out

@@ -1,4 +1,4 @@
-"""Llama and Mixtral parameter shapes in the Hugging Face layout."""
+"""Llama-layout decoders in the Hugging Face layout: Llama, Mistral, Qwen2/3, Mixtral, Qwen3-MoE, Gemma 2/3."""
 
 from __future__ import annotations
 
@@ -11,21 +11,32 @@ from meshplan.pure.presets._spec import ModelSpec, ShapeTree, _Leaves, as_model_
 
 __all__ = ["llama_params"]
 
+# Where each family keeps its routed experts: (MLP module, expert projection names up / gate / down).
+_MOE_NAMES = {"mixtral": ("block_sparse_moe", ("w3", "w1", "w2")),
+              "qwen3_moe": ("mlp", ("up_proj", "gate_proj", "down_proj"))}
+
 
 def llama_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts: bool = False) -> PyTree:
-    """Shape tree of a Llama-style decoder (Llama, or Mixtral when it has experts).
+    """Shape tree of a Llama-layout decoder (families ``llama``, ``mixtral``, ``qwen3_moe``, ``gemma``).
 
-    Names follow HF ``LlamaForCausalLM`` / ``MixtralForCausalLM``:
-    ``model.embed_tokens.weight``, ``model.layers.N.input_layernorm.weight``,
+    Names follow HF ``LlamaForCausalLM`` (also ``MistralForCausalLM``,
+    ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``): ``model.embed_tokens.weight``,
+    ``model.layers.N.input_layernorm.weight``,
     ``model.layers.N.self_attn.{q,k,v,o}_proj.weight``,
-    ``model.layers.N.post_attention_layernorm.weight``, then either
-    ``model.layers.N.mlp.{gate,up,down}_proj.weight`` (dense) or
-    ``model.layers.N.block_sparse_moe.gate.weight`` (router, ``(E, hidden)``)
-    and ``block_sparse_moe.experts.{w1,w2,w3}.weight`` stacked as
-    ``(E, out, in)``; ``unstack_experts=True`` gives HF's
-    ``block_sparse_moe.experts.{e}.{w1,w2,w3}.weight``. Then
-    ``model.norm.weight`` and ``lm_head.weight`` (left out when tied).
-    No biases; RMSNorm has a weight only.
+    ``model.layers.N.post_attention_layernorm.weight``,
+    ``model.layers.N.mlp.{gate,up,down}_proj.weight``, ``model.norm.weight`` and
+    ``lm_head.weight`` (left out when tied). What the spec adds:
+
+    - ``qkv_bias``: ``self_attn.{q,k,v}_proj.bias`` (Qwen2/2.5);
+    - ``qk_norm``: ``self_attn.{q,k}_norm.weight`` of ``head_dim`` (Qwen3, Gemma 3);
+    - family ``gemma``: ``pre_feedforward_layernorm`` and ``post_feedforward_layernorm``
+      besides the two norms above (Gemma 2/3's ``Gemma3ForCausalLM`` text model);
+    - MoE layers (from ``spec.num_dense_layers`` on): ``mixtral`` has
+      ``block_sparse_moe.gate.weight`` (router, ``(E, hidden)``) and
+      ``block_sparse_moe.experts.{w1,w2,w3}.weight``; ``qwen3_moe`` has
+      ``mlp.gate.weight`` and ``mlp.experts.{gate,up,down}_proj.weight``. Experts are
+      stacked as ``(E, out, in)``; ``unstack_experts=True`` gives HF's per-expert
+      ``experts.{e}.<name>.weight``.
 
     Args:
       spec: sizes; layers from ``spec.num_dense_layers`` on are MoE layers.
@@ -36,21 +47,24 @@ def llama_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
       Nested dicts of ``jax.ShapeDtypeStruct`` (layout: see ``presets._spec``).
 
     Raises:
-      MeshplanTypeError: a bad dtype.
+      MeshplanTypeError: a bad dtype or a spec that is not a ModelSpec.
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
       >>> tree = llama_params(MODEL_SPECS["mixtral-8x7b"])
       >>> tree["model"]["layers"]["0"]["block_sparse_moe"]["experts"]["w1"]["weight"].shape
       (8, 14336, 4096)
+      >>> sorted(llama_params(MODEL_SPECS["qwen2.5-72b"])["model"]["layers"]["0"]["self_attn"]["q_proj"])
+      ['bias', 'weight']
     """
     spec = as_model_spec(spec)
     d = spec.hidden_size
     q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
     leaf = _Leaves(dtype)
+    module, (up_name, gate_name, down_name) = _MOE_NAMES.get(spec.family, _MOE_NAMES["mixtral"])
 
-    def linear(n_out: int, n_in: int) -> ShapeTree:
-        return {"weight": leaf(n_out, n_in)}
+    def linear(n_out: int, n_in: int, bias: bool = False) -> ShapeTree:
+        return {"weight": leaf(n_out, n_in), "bias": leaf(n_out)} if bias else {"weight": leaf(n_out, n_in)}
 
     def mlp() -> ShapeTree:
         f = spec.intermediate_size
@@ -61,22 +75,33 @@ def llama_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
         experts: ShapeTree
         if unstack_experts:
             up, down = leaf(f, d), leaf(d, f)
-            experts = {str(i): {"w1": {"weight": up}, "w2": {"weight": down}, "w3": {"weight": up}}
+            experts = {str(i): {gate_name: {"weight": up}, down_name: {"weight": down}, up_name: {"weight": up}}
                        for i in range(e)}
         else:
-            experts = {"w1": {"weight": leaf(e, f, d)}, "w2": {"weight": leaf(e, d, f)},
-                       "w3": {"weight": leaf(e, f, d)}}
+            experts = {gate_name: {"weight": leaf(e, f, d)}, down_name: {"weight": leaf(e, d, f)},
+                       up_name: {"weight": leaf(e, f, d)}}
         return {"gate": linear(e, d), "experts": experts}
+
+    def attention() -> ShapeTree:
+        bias = spec.qkv_bias
+        out: ShapeTree = {"q_proj": linear(q, d, bias), "k_proj": linear(kv, d, bias),
+                          "v_proj": linear(kv, d, bias), "o_proj": linear(d, q)}
+        if spec.qk_norm:
+            out["q_norm"] = {"weight": leaf(spec.head_dim)}
+            out["k_norm"] = {"weight": leaf(spec.head_dim)}
+        return out
 
     def layer(i: int) -> ShapeTree:
         out: ShapeTree = {
             "input_layernorm": {"weight": leaf(d)},
-            "self_attn": {"q_proj": linear(q, d), "k_proj": linear(kv, d), "v_proj": linear(kv, d),
-                          "o_proj": linear(d, q)},
+            "self_attn": attention(),
             "post_attention_layernorm": {"weight": leaf(d)},
         }
+        if spec.family == "gemma":
+            out["pre_feedforward_layernorm"] = {"weight": leaf(d)}
+            out["post_feedforward_layernorm"] = {"weight": leaf(d)}
         if spec.is_moe_layer(i):
-            out["block_sparse_moe"] = moe()
+            out[module] = moe()
         else:
             out["mlp"] = mlp()
         return out

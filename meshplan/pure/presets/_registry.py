@@ -2,8 +2,11 @@
 
 Sizes come from each model's Hugging Face ``config.json`` (openai-community/gpt2,
 meta-llama/Meta-Llama-3-8B, meta-llama/Meta-Llama-3-70B,
-mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3). ``num_params`` is the
-published total and the tests check every tree sums to it exactly.
+mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3, mistralai/Mistral-7B-v0.1,
+deepseek-ai/DeepSeek-V2-Lite, google/gemma-3-27b-it, Qwen/Qwen2.5-72B,
+Qwen/Qwen3-235B-A22B, meta-llama/Llama-3.1-405B; copies in tests/data/models/).
+``num_params`` is the checkpoint's exact total and the tests check every tree
+sums to it exactly.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._deepseek import deepseek_v3_params
 from meshplan.pure.presets._gpt2 import gpt2_params
 from meshplan.pure.presets._llama import llama_params
-from meshplan.pure.presets._spec import MLADims, ModelSpec
+from meshplan.pure.presets._spec import FAMILIES, MLADims, ModelSpec
 
 __all__ = [
     "MODEL_PRESETS",
@@ -61,6 +64,33 @@ MODEL_SPECS: Mapping[str, ModelSpec] = types.MappingProxyType({
         mla=MLADims(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                     v_head_dim=128),
         num_params=671_026_419_200),
+    # The shipped configs of the models people ask about most (tests/data/models/*.json, read by
+    # model_spec_from_hf_config); each num_params is the checkpoint's exact count (the tests cite the source).
+    "mistral-7b": ModelSpec(
+        "mistral-7b", "llama", vocab_size=32000, hidden_size=4096, num_layers=32, num_heads=32,
+        num_kv_heads=8, head_dim=128, intermediate_size=14336, sliding_window=4096, sliding_window_layers=32,
+        num_params=7_241_732_096),
+    "deepseek-v2-lite": ModelSpec(
+        "deepseek-v2-lite", "deepseek_v2", vocab_size=102400, hidden_size=2048, num_layers=27, num_heads=16,
+        num_kv_heads=16, head_dim=128, intermediate_size=10944, num_experts=64, num_experts_per_tok=6,
+        moe_intermediate_size=1408, num_shared_experts=2, num_dense_layers=1,
+        mla=MLADims(q_lora_rank=0, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+        num_params=15_706_484_224),
+    # The language model of google/gemma-3-27b-it (its SigLIP vision tower is not planned).
+    "gemma3-27b": ModelSpec(
+        "gemma3-27b", "gemma", vocab_size=262208, hidden_size=5376, num_layers=62, num_heads=32,
+        num_kv_heads=16, head_dim=128, intermediate_size=21504, tied_embeddings=True, qk_norm=True,
+        sliding_window=1024, sliding_window_layers=52, num_params=27_009_346_304),
+    "qwen2.5-72b": ModelSpec(
+        "qwen2.5-72b", "llama", vocab_size=152064, hidden_size=8192, num_layers=80, num_heads=64,
+        num_kv_heads=8, head_dim=128, intermediate_size=29568, qkv_bias=True, num_params=72_706_203_648),
+    "qwen3-235b-a22b": ModelSpec(
+        "qwen3-235b-a22b", "qwen3_moe", vocab_size=151936, hidden_size=4096, num_layers=94, num_heads=64,
+        num_kv_heads=4, head_dim=128, intermediate_size=12288, num_experts=128, num_experts_per_tok=8,
+        moe_intermediate_size=1536, qk_norm=True, num_params=235_093_634_560),
+    "llama3.1-405b": ModelSpec(
+        "llama3.1-405b", "llama", vocab_size=128256, hidden_size=16384, num_layers=126, num_heads=128,
+        num_kv_heads=8, head_dim=128, intermediate_size=53248, num_params=405_853_388_800),
 })
 
 
@@ -93,12 +123,11 @@ def build_params(spec: ModelSpec, *, dtype: Any = jnp.bfloat16, unstack_experts:
         raise MeshplanTypeError(f"unstack_experts={unstack_experts!r} must be a bool.")
     if spec.family == "gpt2":
         return gpt2_params(spec, dtype=dtype)
-    if spec.family in ("llama", "mixtral"):
+    if spec.family in ("llama", "mixtral", "qwen3_moe", "gemma"):
         return llama_params(spec, dtype=dtype, unstack_experts=unstack_experts)
-    if spec.family == "deepseek_v3":
+    if spec.family in ("deepseek_v2", "deepseek_v3"):
         return deepseek_v3_params(spec, dtype=dtype, unstack_experts=unstack_experts)
-    raise PlanError(f"ModelSpec {spec.name!r}: unknown family={spec.family!r}; known families: "
-                        f"['deepseek_v3', 'gpt2', 'llama', 'mixtral'].")
+    raise PlanError(f"ModelSpec {spec.name!r}: unknown family={spec.family!r}; known families: {list(FAMILIES)}.")
 
 
 def gpt2_small(*, dtype: Any = jnp.bfloat16, unstack_experts: bool = False) -> PyTree:
@@ -155,12 +184,25 @@ def deepseek_v3(*, dtype: Any = jnp.bfloat16, unstack_experts: bool = False) -> 
     return build_params(MODEL_SPECS["deepseek-v3"], dtype=dtype, unstack_experts=unstack_experts)
 
 
+def _builder(name: str) -> Callable[..., PyTree]:
+    """The ``(*, dtype, unstack_experts) -> tree`` builder of a preset that has no function of its own."""
+
+    def build(*, dtype: Any = jnp.bfloat16, unstack_experts: bool = False) -> PyTree:
+        return build_params(MODEL_SPECS[name], dtype=dtype, unstack_experts=unstack_experts)
+
+    build.__name__ = build.__qualname__ = name.replace("-", "_").replace(".", "_")
+    build.__doc__ = f"The {name} preset's shape tree ({MODEL_SPECS[name].num_params:,} parameters)."
+    return build
+
+
 MODEL_PRESETS: Mapping[str, Callable[..., PyTree]] = types.MappingProxyType({
     "gpt2": gpt2_small,
     "llama3-8b": llama3_8b,
     "llama3-70b": llama3_70b,
     "mixtral-8x7b": mixtral_8x7b,
     "deepseek-v3": deepseek_v3,
+    **{name: _builder(name) for name in MODEL_SPECS if name not in
+       ("gpt2", "llama3-8b", "llama3-70b", "mixtral-8x7b", "deepseek-v3")},
 })
 """Preset name -> builder ``(*, dtype=bfloat16, unstack_experts=False) -> tree``."""
 
@@ -182,11 +224,13 @@ _BY_KEY: Mapping[str, str] = types.MappingProxyType(
 
 
 def preset_names() -> tuple[str, ...]:
-    """The registry's names, smallest model first.
+    """The registry's names: the first five presets, then the rest smallest model first.
 
     Example:
-      >>> preset_names()
+      >>> preset_names()[:5]
       ('gpt2', 'llama3-8b', 'llama3-70b', 'mixtral-8x7b', 'deepseek-v3')
+      >>> len(preset_names())
+      11
     """
     return tuple(MODEL_PRESETS)
 

@@ -37,7 +37,10 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.specs._dtypes import canonical_dtype
 from meshplan.pure.specs._tree import tree_facts
 
-__all__ = ["MLADims", "ModelSpec", "ShapeTree", "count_params"]
+__all__ = ["FAMILIES", "MLADims", "ModelSpec", "ShapeTree", "count_params", "pricing_notes"]
+
+FAMILIES: tuple[str, ...] = ("deepseek_v2", "deepseek_v3", "gemma", "gpt2", "llama", "mixtral", "qwen3_moe")
+"""The weight layouts :func:`~meshplan.pure.presets.build_params` builds (``ModelSpec.family``)."""
 
 ShapeTree: TypeAlias = dict[str, "ShapeTree | jax.ShapeDtypeStruct"]
 """A preset's parameter tree: nested ``str``-keyed dicts of ``ShapeDtypeStruct`` leaves."""
@@ -46,6 +49,9 @@ ShapeTree: TypeAlias = dict[str, "ShapeTree | jax.ShapeDtypeStruct"]
 @dataclasses.dataclass(frozen=True, slots=True)
 class MLADims:
     """DeepSeek's multi-head latent attention sizes (per head where noted).
+
+    ``q_lora_rank=0`` means the queries are not compressed: one ``q_proj``
+    ``(heads * qk_head_dim, hidden)`` instead of ``q_a_proj`` / ``q_b_proj``.
 
     Example:
       >>> MLADims(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
@@ -60,7 +66,9 @@ class MLADims:
     v_head_dim: int
 
     def __post_init__(self) -> None:
-        _check_counts(self, [f.name for f in dataclasses.fields(self)], minimum=1)
+        # q_lora_rank 0: no query compression (DeepSeek-V2-Lite's q_proj), as MaxText writes it.
+        _check_counts(self, ["q_lora_rank"], minimum=0)
+        _check_counts(self, [f.name for f in dataclasses.fields(self) if f.name != "q_lora_rank"], minimum=1)
 
     @property
     def qk_head_dim(self) -> int:
@@ -74,7 +82,9 @@ class ModelSpec:
 
     Attributes:
       name: registry name, e.g. ``"llama3-8b"``.
-      family: ``"gpt2"``, ``"llama"``, ``"mixtral"`` or ``"deepseek_v3"``.
+      family: the weight layout (:data:`FAMILIES`): ``"gpt2"``; ``"llama"``
+        (Llama, Mistral, Qwen2/2.5, Qwen3 dense); ``"mixtral"``; ``"qwen3_moe"``;
+        ``"gemma"`` (Gemma 2/3: four norms a layer); ``"deepseek_v2"``, ``"deepseek_v3"``.
       vocab_size, hidden_size, num_layers: the usual sizes.
       num_heads: attention (query) heads; tensor parallelism must divide it.
       num_kv_heads: key/value heads (``== num_heads`` without GQA).
@@ -91,6 +101,13 @@ class ModelSpec:
       max_position_embeddings: learned position table rows (GPT-2), else 0.
       mla: DeepSeek's latent-attention sizes, else ``None``.
       num_params: the published parameter total, if known.
+      qkv_bias: q/k/v projections carry biases (Qwen2/2.5).
+      qk_norm: per-head RMSNorm weights on queries and keys, ``head_dim``
+        each (Qwen3, Gemma 3).
+      sliding_window: tokens a local-attention layer sees (0: every layer
+        attends to the whole sequence).
+      sliding_window_layers: how many of the layers use that window
+        (Mistral v0.1 all 32, Gemma 2 half, Gemma 3 five in six).
 
     Raises:
       PlanError: inconsistent sizes (every problem listed at once).
@@ -121,6 +138,10 @@ class ModelSpec:
     max_position_embeddings: int = 0
     mla: MLADims | None = None
     num_params: int | None = None
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    sliding_window: int = 0
+    sliding_window_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("name", "family"):
@@ -131,7 +152,8 @@ class ModelSpec:
                                  minimum=1, raise_now=False)
         problems += _check_counts(self, ["num_experts", "num_experts_per_tok", "moe_intermediate_size",
                                          "num_shared_experts", "num_dense_layers",
-                                         "max_position_embeddings"], minimum=0, raise_now=False)
+                                         "max_position_embeddings", "sliding_window", "sliding_window_layers"],
+                                 minimum=0, raise_now=False)
         if not problems:
             problems += self._consistency_problems()
         if problems:
@@ -155,8 +177,15 @@ class ModelSpec:
                                             or not isinstance(self.num_params, int)
                                             or self.num_params < 1):
             problems.append(f"num_params={self.num_params!r} must be a positive int or None")
-        if not isinstance(self.tied_embeddings, bool):
-            problems.append(f"tied_embeddings={self.tied_embeddings!r} must be a bool")
+        for flag in ("tied_embeddings", "qkv_bias", "qk_norm"):
+            if not isinstance(getattr(self, flag), bool):
+                problems.append(f"{flag}={getattr(self, flag)!r} must be a bool")
+        if self.sliding_window_layers > self.num_layers:
+            problems.append(f"sliding_window_layers={self.sliding_window_layers} exceeds "
+                            f"num_layers={self.num_layers}")
+        if bool(self.sliding_window) != bool(self.sliding_window_layers):
+            problems.append(f"sliding_window={self.sliding_window} and sliding_window_layers="
+                            f"{self.sliding_window_layers} must both be 0 or both > 0")
         if self.mla is not None and not isinstance(self.mla, MLADims):
             problems.append(f"mla={self.mla!r} must be an MLADims or None")
         return problems
@@ -174,6 +203,36 @@ class ModelSpec:
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) routes tokens to experts."""
         return self.is_moe and index >= self.num_dense_layers
+
+
+def pricing_notes(spec: ModelSpec, *, seq: int | None = None) -> tuple[str, ...]:
+    """What a plan of ``spec`` prices differently from the model (printed in the plan's header).
+
+    Sliding-window layers are priced as full attention: the reference step, like XLA's
+    ``dot_product`` lowering, computes the whole masked ``seq x seq`` score matrix, so memory and
+    FLOPs are those of full attention; a kernel that skips the blocks outside the window does less.
+    With ``seq`` at most the window the two are the same and no note is given.
+
+    Args:
+      spec: the model.
+      seq: tokens per sequence of the step, when known.
+
+    Returns:
+      Zero or more sentences.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> pricing_notes(MODEL_SPECS["gemma3-27b"], seq=4096)[0][:60]
+      '52 of 62 layers attend within a 1024-token sliding window; p'
+      >>> pricing_notes(MODEL_SPECS["mistral-7b"], seq=4096)
+      ()
+    """
+    spec = as_model_spec(spec)
+    if not spec.sliding_window or (seq is not None and seq <= spec.sliding_window):
+        return ()
+    return (f"{spec.sliding_window_layers} of {spec.num_layers} layers attend within a {spec.sliding_window}-token "
+            "sliding window; priced as full attention (the whole masked score matrix, as XLA's dot_product "
+            "lowering computes it; a flash kernel that skips blocks outside the window does less)",)
 
 
 def _check_counts(obj: Any, names: list[str], *, minimum: int, raise_now: bool = True) -> list[str]:

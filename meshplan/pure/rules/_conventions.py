@@ -81,6 +81,7 @@ _Q_HEADS = frozenset({"q_proj", "q_b_proj", "kv_b_proj", "c_attn", "query", "wq"
                       "query_key_value", "wqkv"})
 _KV_HEADS = frozenset({"k_proj", "v_proj", "key", "value", "wk", "wv"})
 _O_HEADS = frozenset({"o_proj", "out_proj", "out"})
+_HEAD_NORMS = frozenset({"q_norm", "k_norm", "query_norm", "key_norm"})
 _GENERAL_ATTENTION = frozenset({"query", "key", "value", "out"})  # flax DenseGeneral / MaxText names
 _EXPERT_MARKERS = frozenset({"experts", "moe", "moe_block", "MoeBlock_0"})
 _TOKEN = re.compile(r"""\[\s*'((?:[^'\\]|\\.)*)'\s*\]|\[\s*"((?:[^"\\]|\\.)*)"\s*\]|\[\s*(-?\d+)\s*\]|"""
@@ -197,6 +198,8 @@ def _base_dims(module: str, param: str, role: str, rank: int, convention: str, s
     out_kind = "vocab" if module in _LOGITS else "out"
     if param == "embedding" or (role == "vocab" and param in _WEIGHTS | _KERNELS):
         return ("vocab", "embed")
+    if module in _HEAD_NORMS and param in {"weight", "scale"}:
+        return ("head_dim",)  # Qwen3 / Gemma 3 normalise each head: the weight is one head wide
     if param == "scale" or (role == "other" and _is_norm(module)):
         return ("embed",)
     if param in {"bias", "b"}:

@@ -27,7 +27,7 @@ donated, receiving its output); computed from every value's live range
 offset). That is the moment ``compiled.memory_analysis()`` reports: on XLA:TPU
 its ``peak_memory_in_bytes`` (2026-11-23, libtpu 0.0.42.1, seven of nine train
 steps to 0.1 MiB, up to Mixtral-8x7B/2L's 8382.2 MiB on v5p-16, one 130.0 of
-133.4 MiB; ``benchmarks/bench_peak_listing.py``). XLA's own ``Live ranges at
+133.4 MiB; ``benchmarks/research/bench_peak_listing.py``). XLA's own ``Live ranges at
 T (peak)`` section is a different moment: it ranks steps by logical (unpadded)
 sizes over every memory space, the TPU's on-chip VMEM included, and counts
 each value of a shared buffer, so its listing held 0.18-1.82x the peak on

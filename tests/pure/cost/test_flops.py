@@ -169,7 +169,7 @@ def test_weight_shards_only_remove_repeated_work(case, remat, attention):
         assert mm_a == pytest.approx(mm_c, rel=1e-12)
 
 
-# What XLA:CPU's compiled HLO showed for MLA's q_a / kv_a (benchmarks/RESULTS.md, sessions 4 and 5): (out, hidden,
+# What XLA:CPU's compiled HLO showed for MLA's q_a / kv_a (docs/design-notes.md, FLOPs): (out, hidden,
 # tokens, tp, fsdp, batch shards, out_norm) -> devices the forward and the weight gradient divide among.
 MEASURED = [
     ((1536, 7168, 1024, 4, 2, 2, True), (8, 2)),   # DeepSeek-V3 q_a, fsdp=2,tp=4, 8 x 128: forward split 4 ways

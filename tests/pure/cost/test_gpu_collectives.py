@@ -2,7 +2,7 @@
 
 No GPU is needed: the compiled bytes below were recorded on a lent H200 (``meshplan.gpu_topology_mesh``
 compiles for a whole 1x8xH200 cluster from one of its GPUs; ``benchmarks/bench_collectives.py --gpu
-1x8xH200`` and ``--gpu-large``, ratios in benchmarks/RESULTS.md, "XLA:GPU 1x8xH200 ..."). The tp rules
+1x8xH200`` and ``--gpu-large``, ratios in benchmarks/RESULTS.md; how read: docs/design-notes.md). The tp rules
 were read from the optimized HLO of Llama (hidden 1024) fsdp=2 x tp=4 and tp=8 (and the remat-none rule
 from dp=2 x tp=4); every other Llama / Mixtral tp row below is held out. MLA's rule was read from
 DeepSeek (hidden 128) dp=2 x tp=4's HLO (remat full; remat none's expert sums from its totals);

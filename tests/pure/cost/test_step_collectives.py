@@ -197,7 +197,7 @@ def test_activation_collectives_follow_the_documented_formulas() -> None:
 
 
 def test_xla_tpu_tp_collectives_are_the_counts_read_from_its_hlo() -> None:
-    # Read from a TPU-sized Llama step (fsdp=2, tp=4, remat full) compiled for v5e-8 (benchmarks/RESULTS.md).
+    # Read from a TPU-sized Llama step (fsdp=2, tp=4, remat full) compiled for v5e-8 (docs/design-notes.md).
     model = get_preset("llama3-8b").spec
     sizes = {"fsdp": 2, "tp": 4}
     p = AxisPlacement(tuple(sizes), tuple(sizes.values()), (1, 1), parse_cluster("H100"))
@@ -444,7 +444,7 @@ def _tpu_sized(family: str, layers: int = 2) -> object:
 
 
 # All-gather bytes per device per step of XLA:TPU v5e-8 steps compiled ahead of time with remat none
-# (benchmarks/RESULTS.md, "Session 5 (2026-11-23): XLA:TPU with remat none"): the rule was read from Llama
+# (docs/design-notes.md, "XLA:TPU without remat"): the rule was read from Llama
 # fsdp=8 (2 layers, 16 x 2048); every other row was held out, except GPT-2 fsdp=8 (the tied table read there).
 TPU_REMAT_NONE_ALL_GATHERS = {
     ("llama", "fsdp=8", 2, 1, 16): 134_238_208,
@@ -484,7 +484,7 @@ def test_xla_tpu_remat_none_all_gathers_match_the_compiled_steps(case: tuple) ->
 
 
 # Gradient reduction bytes per device per step of the same XLA:TPU v5e-8 compiles (reduce-scatter, all-reduce;
-# benchmarks/RESULTS.md, "Session 5 (2026-11-23): XLA:TPU with remat none", the helper H7 paragraph): the
+# docs/design-notes.md, "Which gradients XLA:TPU sums whole"): the
 # whole-summed gradients (matrices split on their last dim alone into shards an odd multiple of 128 elements
 # wide, whole over their storage group; the position table and a tied table's lookup part) were read from these
 # HLOs and from GPT-2 at ff 3072, hidden 1280 and ff 1536 with dp, so in-sample; held out: GPT-2 at ff 7168

@@ -339,7 +339,7 @@ def test_a_device_without_coefficients_of_its_own_prices_as_no_device(case: dict
 
 
 def test_v5p_prices_the_flash_kernels_buffers_whole_and_v6e_half() -> None:
-    # Read off XLA's buffers live at its peak (benchmarks/RESULTS.md): on v5p the kernel's q/k/v/o
+    # Read off XLA's buffers live at its peak (docs/design-notes.md, step memory): on v5p the kernel's q/k/v/o
     # copies and 128-lane row statistics are device buffers; on v6e half of them are priced.
     model, sizes = MODEL_SPECS["llama3-8b"], {"fsdp": 8}
     args = {"batch": 8, "seq": 2048, "params": 0, "grads": 0, "optimizer": 0}

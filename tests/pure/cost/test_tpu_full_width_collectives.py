@@ -3,7 +3,7 @@
 No TPU and no compile: the bytes below are per device per step, per kind, read from the optimized HLO of the
 unrolled reference step (windowed einsum off), compiled ahead of time on 2026-11-23 (jax 0.10.2, libtpu
 0.0.42.1) by ``python benchmarks/bench_collectives.py --tpu TOPOLOGY --tpu-only --full-width``
-(benchmarks/RESULTS.md, "Session 7"). Which operand XLA gathers (meshplan.pure.cost._gathered_operand) was
+(benchmarks/RESULTS.md; docs/design-notes.md). Which operand XLA gathers (meshplan.pure.cost._gathered_operand) was
 read from Llama fsdp=8 @16 and Mixtral fsdp=8 @16 (2 and 4 layers, remat full and none); every other row was
 compiled after a rule was written down, two of them (Llama dp=4 x fsdp=2 @64, Mixtral dp=2 x fsdp=4 @32) to
 choose between the rule's first form (per-device shards, refuted by both) and Shardy's (whole tensors).

@@ -3,7 +3,7 @@
 Read from compiled HLO (v5e-8, windowed einsum off): GPT-2 (hidden 1024, 2 layers) fsdp=2 x tp=4 for the
 LayerNorm counts and the tied table, Llama / Mixtral steps for RMSNorm's (the XLA:GPU rule). The whole-step
 check against compiled programs is ``benchmarks/bench_collectives.py --tpu`` (benchmarks/RESULTS.md,
-session 5, GPT-2's fused c_attn under tp).
+"Collectives"; how the rule was read: docs/design-notes.md).
 """
 
 from __future__ import annotations

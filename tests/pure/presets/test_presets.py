@@ -35,6 +35,14 @@ PUBLISHED_TOTALS = {
     "llama3-70b": 70_553_706_496,
     "mixtral-8x7b": 46_702_792_704,
     "deepseek-v3": 671_026_419_200,
+    # The new presets: safetensors index metadata.total_size / 2 (bf16) of each checkpoint;
+    # tests/pure/presets/test_model_configs.py cites each source.
+    "mistral-7b": 7_241_732_096,
+    "deepseek-v2-lite": 15_706_484_224,
+    "gemma3-27b": 27_009_346_304,
+    "qwen2.5-72b": 72_706_203_648,
+    "qwen3-235b-a22b": 235_093_634_560,
+    "llama3.1-405b": 405_853_388_800,
 }
 # Tensors in the HF checkpoints (DeepSeek-V3: without the MTP layer and the fp8 scale tensors).
 HF_TENSOR_COUNTS_UNSTACKED = {
@@ -43,6 +51,9 @@ HF_TENSOR_COUNTS_UNSTACKED = {
     "llama3-70b": 723,
     "mixtral-8x7b": 995,  # per layer 4 attn + 2 norms + router + 8 x 3 experts
     "deepseek-v3": 45_395,  # 3 x 12 dense + 58 x (9 + 2 router + 768 experts + 3 shared) + 3
+    "mistral-7b": 291,
+    "qwen2.5-72b": 963,  # 12 per layer (q/k/v biases) x 80 + 3
+    "qwen3-235b-a22b": 36_945,  # the index's tensor names: 94 x (11 + 384 experts) + 3
 }
 
 
@@ -68,13 +79,14 @@ def test_preset_totals_match_the_published_figures_exactly(trees: dict, name: st
     assert MODEL_SPECS[name].num_params == PUBLISHED_TOTALS[name]
 
 
-@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTALS))
+@pytest.mark.parametrize("name", sorted(HF_TENSOR_COUNTS_UNSTACKED))
 def test_unstacked_trees_have_as_many_leaves_as_the_hf_checkpoint(trees: dict, name: str) -> None:
     assert len(jax.tree_util.tree_leaves(trees[(name, True)])) == HF_TENSOR_COUNTS_UNSTACKED[name]
 
 
 def test_registry_names_are_the_documented_ones() -> None:
-    assert preset_names() == ("gpt2", "llama3-8b", "llama3-70b", "mixtral-8x7b", "deepseek-v3")
+    assert preset_names() == ("gpt2", "llama3-8b", "llama3-70b", "mixtral-8x7b", "deepseek-v3", "mistral-7b",
+                              "deepseek-v2-lite", "gemma3-27b", "qwen2.5-72b", "qwen3-235b-a22b", "llama3.1-405b")
     assert tuple(MODEL_SPECS) == preset_names()
     assert all(MODEL_SPECS[n].name == n for n in preset_names())
 

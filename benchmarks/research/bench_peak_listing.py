@@ -1,6 +1,6 @@
 """Do the buffers ``compiled_memory`` lists add up to XLA's peak? The fullest step against XLA's stated one.
 
-Run: ``python benchmarks/bench_peak_listing.py [--case FAMILY:MESH:REMAT:ATTENTION:BxS@TARGET ...] [--show N]``
+Run: ``python benchmarks/research/bench_peak_listing.py [--case FAMILY:MESH:REMAT:ATTENTION:BxS@TARGET ...] [--show N]``
 (the cases of ``bench_memory_calibration.py``; ``@cpu`` compiles on the 8 XLA:CPU devices, ``@v6e-8`` /
 ``@v5p-16`` ahead of time for that TPU slice). Without ``--case`` it runs the scaled-down Llama on CPU and
 on v6e-8 (two meshes each, about a minute per TPU compile).
@@ -11,7 +11,7 @@ where device memory is fullest, from every value's live range) and as XLA's live
 own peak (the report without its live ranges falls back to that listing). The baseline, from the same
 compile: ``memory_analysis()``'s peak (``CompiledMemory.peak_bytes``). Printed: each listing's device
 bytes over that peak; with ``--show N``, also the N biggest groups of buffers live at the fullest step (same
-shape and kind: count, MiB, the jax operation of the last), which is how RESULTS.md reads what a step holds.
+shape and kind: count, MiB, the jax operation of the last), which is how docs/design-notes.md reads what a step holds.
 """
 
 from __future__ import annotations
@@ -20,12 +20,15 @@ import argparse
 import collections
 import os
 import re
+import sys
 import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 
-from bench_memory_calibration import (  # (benchmarks/)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+
+from bench_memory_calibration import (  # noqa: E402
     _mesh_for,
     _parse_case,
     _spec,

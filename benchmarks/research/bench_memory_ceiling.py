@@ -1,6 +1,6 @@
 """How close can any shape-level memory model get to XLA's peak? A ceiling read off recorded compiles.
 
-Run: ``python benchmarks/bench_memory_ceiling.py benchmarks/data/memory_calibration_tpu.jsonl [...]
+Run: ``python benchmarks/research/bench_memory_ceiling.py benchmarks/data/memory_calibration_tpu.jsonl [...]
 [--markdown]`` (no compiling: it reads rows recorded by ``bench_memory_calibration.py``).
 
 Two meshes of the calibration grid give every device the same batch share and the same tp split when
@@ -30,12 +30,15 @@ import collections
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-from bench_memory_calibration import (  # (benchmarks/, the script's directory)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+
+from bench_memory_calibration import (  # noqa: E402
     BAND,
     _spec,
     analytic,
@@ -140,7 +143,7 @@ def _pair(first: Row, second: Row) -> Pair:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("jsonl", nargs="+", help="rows recorded by bench_memory_calibration.py --jsonl")
-    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (for RESULTS.md)")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     args = parser.parse_args(argv)
     sep = "|" if args.markdown else " "
     for path in args.jsonl:

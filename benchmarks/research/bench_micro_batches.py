@@ -1,6 +1,6 @@
 """Search time with the micro-batch choice (micro_batches=None) against one fixed micro-batch, same process.
 
-    python benchmarks/bench_micro_batches.py
+    python benchmarks/research/bench_micro_batches.py
 
 For the bench_search.py models and clusters (default batch: one sequence per device), the best of 2 x 3
 runs of ``search_meshes`` each way, fixed and choosing alternated; ratio = choose / fixed. Choosing costs
@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/: bench_search
 
 from bench_search import CLUSTERS, MODELS  # noqa: E402
 

@@ -1,6 +1,6 @@
 """What listing the buffers live at the peak costs a compile: ``compiled_memory`` with and without the dump.
 
-Run: ``python benchmarks/bench_buffer_report.py [--backend cpu|tpu|both] [--reps N]``.
+Run: ``python benchmarks/research/bench_buffer_report.py [--backend cpu|tpu|both] [--reps N]``.
 
 For each case the same reference train step (a scaled-down Llama, scanned layers, donated state,
 AdamW) is compiled twice per repetition, in alternating order: once with ``top_buffers=0`` (the

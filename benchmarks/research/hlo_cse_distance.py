@@ -7,7 +7,7 @@ lies more than a threshold above the later one, heights counted in the dataflow 
 (libtpu's flag ``xla_tpu_spmd_threshold_for_allgather_cse``). This script recomputes those heights as the pass
 does, on the HLO module dumped just before it, and prints every pair of identical gathers with its distance;
 the dump just after it shows which were merged. How the remat-none rule for XLA:TPU in
-``meshplan/pure/cost/_step_collectives.py`` (``param_tables``) was read: benchmarks/RESULTS.md, "Session 5".
+``meshplan/pure/cost/_step_collectives.py`` (``param_tables``) was read: docs/design-notes.md, "XLA:TPU without remat".
 
 Make the dump by compiling with (libtpu reads ``XLA_FLAGS`` too)::
 
@@ -15,7 +15,7 @@ Make the dump by compiling with (libtpu reads ``XLA_FLAGS`` too)::
 
 Usage::
 
-    python benchmarks/hlo_cse_distance.py DIR/*before_schedule-aware-collective-cse.txt
+    python benchmarks/research/hlo_cse_distance.py DIR/*before_schedule-aware-collective-cse.txt
 
 (the first such file: the pass runs twice, the second time after the duplicates are gone).
 """

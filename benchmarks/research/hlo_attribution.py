@@ -12,11 +12,11 @@ Reads an optimized HLO module's text (``jax.jit(f).lower(...).compile().as_text(
 
 Usage::
 
-    python benchmarks/hlo_attribution.py STEP.hlo.txt [--unit BYTES]   # e.g. --unit 33554432 (X = b*s*h*2)
+    python benchmarks/research/hlo_attribution.py STEP.hlo.txt [--unit BYTES]   # e.g. --unit 33554432 (X = b*s*h*2)
 
 prints one line per collective (kind, bytes per step, group size, dtype, pass, source), then the counts per
 (kind, group, dtype, bytes / unit, pass, source) and the bytes per (kind, group). Recorded use:
-benchmarks/RESULTS.md, "XLA:GPU 1x8xH200 ...".
+docs/design-notes.md, "XLA:GPU".
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from meshplan.pure.search import parse_hlo_collectives  # noqa: E402
 
