@@ -180,6 +180,9 @@ def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dic
     except PlanError as err:
         _console().print(f"pipeline layouts: none ({err})")
         return
+    if not found.candidates and not found.left_out:
+        _console().print("pipeline layouts: none (no pp >= 2 divides the cluster's nodes or its devices per node)")
+        return
     render_pipelines(found, result, _console())
 
 
