@@ -9,6 +9,12 @@ Run: ``python benchmarks/bench_sharding.py`` (8 simulated CPU devices).
 2. ``MeshPartitionHelper.auto_shard_pytree`` on numpy parameter trees, as a
    ratio to ``jax.device_put(tree, shardings)`` with the same shardings
    computed beforehand. Goal: <= 1.10.
+3. ``--deepseek``: planning the DeepSeek-V3 preset with one leaf per expert
+   (45,395 ShapeDtypeStructs) with the search's default rule
+   (``AxisKindRule.for_model``, a path-reading rule) and the shape-only rules,
+   on the mesh of compare_eformer.py, as a ratio to one ``tree_map``; each call
+   alternates with a floor call, and the medians are compared. Goal: <= 2.
+   Only this section runs with ``--deepseek`` (add ``--rounds N``).
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 
+import argparse  # noqa: E402
 import gc  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from _table import best_of, print_table  # noqa: E402
@@ -33,6 +42,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from meshplan import AutoShardingRule, MeshPartitionHelper  # noqa: E402
 from meshplan.pure import (  # noqa: E402
     AutoRule,
+    AxisKindRule,
     CompositeRule,
     MemoryRule,
     ShapePatternRule,
@@ -138,7 +148,48 @@ def placement_rows(mesh) -> list[tuple[str, float, float]]:
     return rows
 
 
+def deepseek_rows(rounds: int) -> list[tuple[str, float, float]]:
+    """plan_tree on DeepSeek-V3 with one leaf per expert, each rule's median against the floor's median."""
+    from meshplan.pure.presets import MODEL_SPECS, build_params
+
+    spec = MODEL_SPECS["deepseek-v3"]
+    tree = build_params(spec, unstack_experts=True)
+    sizes = {"dp": 1, "fsdp": 2, "ep": 1, "tp": 4, "sp": 1}  # compare_eformer.py's mesh
+    rules = {
+        # a fresh rule per call: its layout memo would otherwise carry over from the last call
+        "AxisKindRule.for_model (search default)": lambda: AxisKindRule.for_model(spec),
+        "AutoRule (AutoShardingRule's)": AutoRule,
+        "SuggestRule (MeshPartitionHelper.plan's)": SuggestRule,
+        "MemoryRule(512 MiB)": lambda: MemoryRule(512 * 2**20),
+    }
+    gc.collect()
+    gc.freeze()  # the tree is long-lived, as in a real program
+    leaves = len(jax.tree.leaves(tree))
+    floor: list[float] = []
+    times: dict[str, list[float]] = {label: [] for label in rules}
+    for _ in range(rounds):
+        for label, make in rules.items():
+            start = time.perf_counter()
+            jax.tree_util.tree_map(lambda x: x, tree)
+            floor.append(time.perf_counter() - start)
+            rule = make()
+            start = time.perf_counter()
+            plan_tree(tree, rule, sizes)
+            times[label].append(time.perf_counter() - start)
+    gc.unfreeze()
+    base = statistics.median(floor)
+    return [(f"{leaves} leaves: plan_tree {label}", statistics.median(t), base) for label, t in times.items()]
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deepseek", action="store_true", help="only the DeepSeek-V3 45k-leaf planning rows")
+    parser.add_argument("--rounds", type=int, default=15, help="alternating rounds for --deepseek (median)")
+    args = parser.parse_args()
+    if args.deepseek:
+        print_table("DeepSeek-V3, one leaf per expert: plan_tree (median of alternating rounds)",
+                    deepseek_rows(args.rounds), "one tree_map (median)")
+        return
     mesh = jax.make_mesh((2, 4), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
     print_table("meshplan spec planning (8 CPU devices)", planning_rows(mesh), "one tree_map")
     print_table("meshplan auto_shard_pytree (8 CPU devices)", placement_rows(mesh),

@@ -40,6 +40,15 @@ class _BadDtype:
     dtype = {"not": "a dtype"}
 
 
+class _NegativeShape:
+    shape = (-4, 4)
+    dtype = "float32"
+
+
+def _activation_spec_holding_a_mapping(data: dict[str, Any]) -> None:
+    data["candidates"][1]["activations"]["tensors"][1]["spec"][0] = ["dp", {"T": None}]
+
+
 def _mesh() -> Any:
     return meshplan.create_mesh((2, 4), ("dp", "tp"))
 
@@ -160,7 +169,7 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      "99999999999999999999"),
     # --- clusters and hardware ---
     ("parse_cluster devices foo=3", lambda: pure.parse_cluster("2xfoo", devices={"foo": 3}), E.MeshplanTypeError,
-     "'foo': int"),
+     "devices['foo']=3 is int, not a DeviceSpec"),  # issue 26: the value itself, not only its type
     ("parse_cluster devices not a map", lambda: pure.parse_cluster("2xfoo", devices=3), E.MeshplanTypeError,
      "devices=3"),
     ("parse_cluster 5000 digits", lambda: pure.parse_cluster("9" * 5000 + "xH100"), E.ClusterError,
@@ -249,6 +258,23 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         _edited(_set(("candidates", 0, "comm", 0), 3))), E.PlanError, "candidates[0].comm[0]"),
     ("from_json cluster junk", lambda: pure.SearchResult.from_json(
         _edited(_set(("request", "cluster", "num_nodes"), -1))), E.PlanError, "request.cluster"),
+    ("from_json activation spec mapping", lambda: pure.SearchResult.from_json(
+        _edited(_activation_spec_holding_a_mapping)), E.PlanError,
+     "candidates[1].activations: ActivationSpec 'residual' spec[0]=['dp', {'T': None}]"),  # was PartitionSpec's TypeError
+    # --- issue 26: the last bad inputs (each was accepted, or refused without naming the value) ---
+    ("MeshConfig batch_axis_names []", lambda: meshplan.MeshConfig((2, 4), ("data", "model"), batch_axis_names=[]),
+     E.MeshShapeError, "batch_axis_names=[] names no axis"),
+    ("AutoShardingRule.apply negative leaf shape", lambda: meshplan.AutoShardingRule(_mesh()).apply(
+        {"w": _NegativeShape()}), E.MeshplanTypeError, "leaf 'w': shape=(-4, 4) has negative dims"),
+    ("AutoShardingRule.apply string leaf shape", lambda: meshplan.AutoShardingRule(_mesh()).apply(
+        {"w": _StringShape()}), E.MeshplanTypeError, "leaf 'w': shape='abc'"),
+    ("validate_partition_specs string leaf shape", lambda: meshplan.ShardingAnalyzer(_mesh()).validate_partition_specs(
+        {"w": _StringShape()}, {"w": P()}), E.MeshplanTypeError, "leaf 'w': shape='abc'"),
+    ("estimate_memory_usage negative leaf shape", lambda: meshplan.ShardingAnalyzer(_mesh()).estimate_memory_usage(
+        {"w": _NegativeShape()}, {"w": P()}), E.MeshplanTypeError, "leaf 'w': shape=(-4, 4)"),
+    ("shard_array a tree and a dict spec", lambda: meshplan.MeshPartitionHelper(_mesh()).shard_array({"w": None}, {}),
+     E.MeshplanTypeError, "array={'w': None} is a pytree (dict), not one array; place a whole tree with "
+                          "auto_shard_pytree(tree) or meshplan.place; partition_spec={} must be a PartitionSpec"),
     # --- mesh (pure.mesh) ---
     ("resolve_mesh_request num_devices str", lambda: pmesh.resolve_mesh_request((2, 4), ("a", "b"), num_devices="8"),
      E.MeshplanTypeError, "num_devices='8'"),
@@ -382,8 +408,8 @@ def test_bad_input_raises_the_exact_typed_error_naming_the_value(call: Callable[
 
 # --- leaves that are not arrays get no spec (README: "other leaves get no spec") ---
 
-@pytest.mark.parametrize("leaf", [np.float32, np.int64, int, _StringShape(), "x", object()],
-                         ids=["np.float32", "np.int64", "int type", "string .shape", "str", "object"])
+@pytest.mark.parametrize("leaf", [np.float32, np.int64, int, "x", object()],
+                         ids=["np.float32", "np.int64", "int type", "str", "object"])
 def test_non_array_leaves_get_no_spec_and_are_kept(leaf: Any) -> None:
     tree = {"w": np.zeros((64, 64), np.float32), "extra": leaf}
     plan = pure.plan_tree(tree, pure.AutoRule(min_shard_size=1), {"dp": 2})

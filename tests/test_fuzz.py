@@ -476,3 +476,69 @@ def test_the_garbage_pool_holds_the_values_the_issue_names() -> None:
     assert any(isinstance(x, float) and math.isnan(x) for x in _ATOMS)
     assert any(isinstance(x, _StringShape) for x in _ATOMS)
     assert any(type(x) is bytes and x == b"\xff\xfe" for x in _ATOMS)
+
+
+# --- hand-edited plan files: garbage at every field of a saved plan, activation specs included ---
+
+_PLAN_DOC: dict[str, Any] | None = None
+
+
+def _plan_document() -> dict[str, Any]:
+    global _PLAN_DOC
+    if _PLAN_DOC is None:
+        from meshplan import pure
+
+        _PLAN_DOC = pure.search_meshes("gpt2", "1x8xH100", batch=8, seq=128).to_dict()
+    return _PLAN_DOC
+
+
+def _json_paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON document a hand edit can change: each dict value and list entry."""
+    out: list[tuple[Any, ...]] = []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, child in items:
+        out.append((*path, key))
+        out += _json_paths(child, (*path, key))
+    return out
+
+
+_json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.sampled_from(
+        ["", "dp", "tp", "x", "bfloat16", "8x8xH100", "residual", "all_gather"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["T", "dp", "name", ""]),
+                                                                          inner, max_size=2)),
+    max_leaves=6,
+)
+
+
+def _plan_edits() -> st.SearchStrategy[tuple[tuple[Any, ...], Any]]:
+    paths = _json_paths(_plan_document())
+    # Half the edits go to the activation specs, the field a PartitionSpec is built from: a uniform pick
+    # over ~1,000 paths reached them too rarely to find the unhashable-dict escape of issue 26.
+    specs = [p for p in paths if "activations" in p and "spec" in p]
+    return st.tuples(st.one_of(st.sampled_from(specs), st.sampled_from(paths)), _json_values)
+
+
+def test_the_plan_edits_reach_every_activation_spec_entry() -> None:
+    paths = _json_paths(_plan_document())
+    entries = [p for p in paths if "activations" in p and p[-2] == "spec"]
+    tensors = {p[p.index("tensors") + 1] for p in entries}
+    assert tensors == {0, 1, 2}, entries  # batch, residual, logits: each spec's entries are edited
+
+
+@settings(max_examples=_EXAMPLES * 5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(_plan_edits())
+def test_a_hand_edited_plan_file_gives_a_typed_error_or_a_plan(edit: tuple[tuple[Any, ...], Any]) -> None:
+    import copy
+    import json
+
+    from meshplan import pure
+
+    path, value = edit
+    data = copy.deepcopy(_plan_document())
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    _check_call(f"SearchResult.from_json(plan with {path} = {value!r:.80})", pure.SearchResult.from_json,
+                [json.dumps(data)], {})

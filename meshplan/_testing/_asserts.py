@@ -1,31 +1,82 @@
-"""Sharding assertions for users' tests, in chex's style.
+"""Sharding assertions for users' tests, built on chex's assertion machinery.
 
-Each names the leaf path, what was expected and what was found, collects
-every problem and raises one ``AssertionError``.
+Each is a chex assertion (``chex_assertion`` from chex's internals, which every
+``chex.assert_*`` is made with), so it behaves as chex users expect: it raises
+``AssertionError`` with chex's ``[Chex] Assertion <name> failed:`` prefix, takes
+chex's ``custom_message=`` / ``exception_type=`` keywords, and does nothing
+while ``chex.disable_asserts()`` is in force. Leaves are named as chex names
+them (``Tree leaf 'a/b/0'``); every problem is collected and raised once.
+
+A mistake in the arguments (a mesh that is not one, a negative budget) is
+meshplan's typed error (:class:`~meshplan.errors.MeshplanTypeError`, also a
+``TypeError``), passed through chex's wrapper unchanged; like everything else
+in a chex assertion it is skipped while assertions are disabled.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jax
+from chex._src import asserts_internal as _chex  # chex's assertion machinery (chex_assertion, format_tree_path)
 from jax.sharding import PartitionSpec
 
+from meshplan.pure.errors import MeshplanError, MeshplanTypeError
 from meshplan.pure.specs import array_bytes, estimate_memory, path_str, shard_shape, validate_specs
 
 __all__ = ["assert_fits", "assert_sharded_as", "assert_specs_valid"]
 
 _SHOWN = 20  # problems listed in one message; the count says how many more
+F = TypeVar("F", bound=Callable[..., None])
+
+
+class _Carried(Exception):
+    """A meshplan error carried through chex's wrapper, which turns any ValueError into a plain one."""
+
+    def __init__(self, error: MeshplanError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _chex_assertion(check: F) -> F:
+    """``check`` as a chex assertion (see the module docstring); meshplan's typed errors pass unchanged."""
+
+    def carried(*args: Any, **kwargs: Any) -> None:
+        try:
+            check(*args, **kwargs)
+        except MeshplanError as err:
+            raise _Carried(err) from None
+
+    assertion = _chex.chex_assertion(carried, jittable_assert_fn=None, name=check.__name__)
+
+    @functools.wraps(check)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            assertion(*args, **kwargs)
+        except _Carried as carrier:
+            raise carrier.error from None
+
+    return wrapper  # type: ignore[return-value]  # same signature, plus chex's keywords
+
+
+def _leaf_name(keypath: tuple[Any, ...]) -> str:
+    """A leaf as chex names it in its tree assertions: ``Tree leaf 'a/b/0'``."""
+    try:
+        return f"Tree leaf '{_chex.format_tree_path(_chex.convert_jax_path_to_dm_path(keypath))}'"
+    except ValueError:  # a key kind chex does not know: meshplan's own path text
+        return f"Tree leaf '{path_str(keypath)}'"
 
 
 def _axis_sizes(mesh: Any) -> dict[str, int]:
     if hasattr(mesh, "axis_names") and hasattr(mesh, "shape"):
         return dict(mesh.shape)
     if hasattr(mesh, "as_dict"):
-        return mesh.as_dict()
+        return dict(mesh.as_dict())
     if isinstance(mesh, dict):
         return dict(mesh)
-    raise TypeError(f"mesh={mesh!r} must be a Mesh, AbstractMesh, MeshShape or dict of axis sizes.")
+    raise MeshplanTypeError(f"mesh={mesh!r:.80} must be a Mesh, AbstractMesh, MeshShape or dict of axis sizes.")
 
 
 def _fail(title: str, problems: list[str]) -> None:
@@ -40,7 +91,7 @@ def _is_spec(x: Any) -> bool:
 
 
 def _pairs(tree: Any, specs: Any) -> tuple[list[tuple[str, Any, Any]], list[str]]:
-    """(path, leaf, spec) for every leaf, the spec tree read as a prefix of the tree."""
+    """(chex leaf name, leaf, spec) for every leaf, the spec tree read as a prefix of the tree."""
     spec_leaves, spec_def = jax.tree_util.tree_flatten(specs, is_leaf=_is_spec)
     try:
         subtrees = spec_def.flatten_up_to(tree)  # type: ignore[attr-defined]  # PyTreeDef's stub omits it
@@ -50,10 +101,11 @@ def _pairs(tree: Any, specs: Any) -> tuple[list[tuple[str, Any, Any]], list[str]
     out = []
     for prefix, sub, spec in zip(spec_paths, subtrees, spec_leaves):
         for path, leaf in jax.tree_util.tree_flatten_with_path(sub)[0]:
-            out.append((path_str(tuple(prefix) + tuple(path)), leaf, PartitionSpec() if spec is None else spec))
+            out.append((_leaf_name(tuple(prefix) + tuple(path)), leaf, PartitionSpec() if spec is None else spec))
     return out, []
 
 
+@_chex_assertion
 def assert_sharded_as(tree: Any, specs: Any, mesh: Any) -> None:
     """Every leaf of ``tree`` is a live ``jax.Array`` sharded as ``NamedSharding(mesh, spec)``.
 
@@ -81,16 +133,17 @@ def assert_sharded_as(tree: Any, specs: Any, mesh: Any) -> None:
     pairs, problems = _pairs(tree, specs)
     for path, leaf, spec in pairs:
         if not isinstance(leaf, jax.Array):
-            problems.append(f"leaf '{path}' is a {type(leaf).__name__}, not a live jax.Array; "
+            problems.append(f"{path} is a {type(leaf).__name__}, not a live jax.Array; "
                             f"expected one sharded as {spec}")
             continue
         expected = NamedSharding(mesh, spec)
         if not leaf.sharding.is_equivalent_to(expected, leaf.ndim):
             got = getattr(leaf.sharding, "spec", leaf.sharding)
-            problems.append(f"leaf '{path}' (shape {leaf.shape}) is sharded as {got}, expected {spec}")
+            problems.append(f"{path} (shape {leaf.shape}) is sharded as {got}, expected {spec}")
     _fail("leaf(s) not sharded as specified", problems)
 
 
+@_chex_assertion
 def assert_specs_valid(tree: Any, specs: Any, mesh: Any, *, for_storage: bool = True) -> None:
     """``specs`` can place ``tree`` on ``mesh`` (see :func:`meshplan.pure.validate_specs`).
 
@@ -109,9 +162,12 @@ def assert_specs_valid(tree: Any, specs: Any, mesh: Any, *, for_storage: bool = 
       >>> assert_specs_valid({"w": jax.ShapeDtypeStruct((8, 4), np.float32)}, {"w": P("dp")}, {"dp": 2})
     """
     findings = validate_specs(tree, specs, _axis_sizes(mesh), for_storage=for_storage)
-    _fail("invalid partition spec(s)", [str(f) for f in findings if f.severity == "error"])
+    # validate_specs' messages name the leaf first ("leaf 'a/b': ..."): named as chex names leaves.
+    _fail("invalid partition spec(s)", [f"Tree {f}" if str(f).startswith("leaf '") else str(f)
+                                        for f in findings if f.severity == "error"])
 
 
+@_chex_assertion
 def assert_fits(tree: Any, specs: Any, mesh: Any, budget_bytes: int) -> None:
     """No device holds more than ``budget_bytes`` of ``tree`` placed with ``specs``.
 
@@ -135,7 +191,7 @@ def assert_fits(tree: Any, specs: Any, mesh: Any, budget_bytes: int) -> None:
       >>> assert_fits({"w": jax.ShapeDtypeStruct((1024,), np.float32)}, {"w": P("dp")}, {"dp": 4}, 1024)
     """
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
-        raise TypeError(f"budget_bytes={budget_bytes!r} must be an int >= 0.")
+        raise MeshplanTypeError(f"budget_bytes={budget_bytes!r:.80} must be an int >= 0.")
     sizes = _axis_sizes(mesh)
     estimate = estimate_memory(tree, specs, sizes)
     if estimate.max_per_device <= budget_bytes:
@@ -149,6 +205,6 @@ def assert_fits(tree: Any, specs: Any, mesh: Any, budget_bytes: int) -> None:
     per_leaf.sort(key=lambda t: (-t[0], t[1]))
     problems = [f"the fullest device holds {estimate.max_per_device} bytes, over "
                 f"budget_bytes={budget_bytes} by {estimate.max_per_device - budget_bytes}"]
-    problems += [f"leaf '{path}' {shape} {spec}: {nbytes} bytes per device"
+    problems += [f"{path} {shape} {spec}: {nbytes} bytes per device"
                  for nbytes, path, shape, spec in per_leaf[:10]]
     _fail("memory problem(s) (largest leaves listed)", problems)

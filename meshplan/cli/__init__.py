@@ -1,29 +1,33 @@
-"""The ``meshplan`` command line: ``plan``, ``check``, ``models``, ``show-mesh`` and ``demo``.
+"""The meshplan command line: plan, check, models, show-mesh and demo.
 
-``meshplan plan --model llama3-70b --cluster 8x8xH100`` ranks the meshes of a
-cluster for training a model preset, or the model a Hugging Face ``config.json``
-or MaxText model yml describes (``--model path/to/config.json``; ``meshplan
-models`` lists the presets; see :func:`meshplan.pure.search_meshes`);
-``--json`` prints the :class:`~meshplan.pure.SearchResult` as JSON only, which
-``show-mesh --plan FILE`` and ``SearchResult.from_json`` read back.
-``--params my_pkg.model:make_model`` (or ``path/to/model.py:make_model``) plans
-your own tree instead of the preset's: an nnx Module, linen variables, an
-equinox module or a pytree of arrays, built under ``jax.eval_shape``; the
-``--model`` preset still gives the dims (activations, FLOPs).
+This docstring is also what "meshplan plan --help" prints, so it is plain text.
 
-``--rules FILE`` is JSON: a list of ``[regex, spec]`` pairs (or ``{"rules":
-[...]}``). Each regex is searched in the leaf path (``model/layers/0/mlp/
-down_proj/weight``), the first match wins, and ``spec`` has one entry per dim:
-``null``, an axis name, or a list of axis names (``[]`` replicates). Leaves no
-pattern matches keep the default per-axis-kind rule. Example::
+meshplan plan --model llama3-70b --cluster 8x8xH100 ranks the meshes of a
+cluster for training a model preset, or the model a Hugging Face config.json or
+MaxText model yml describes (--model path/to/config.json; "meshplan models"
+lists the presets), and prints a summary: the facts priced, the
+ranked meshes, and the chosen mesh with the lines to type. --detail adds the
+workings (assumptions in full, the collective table, parameter groups, meshes
+left out); --format markdown prints the summary as markdown for a pull request;
+--html FILE writes a self-contained report (memory and step-time bars, the device
+grid). --json prints the whole result as JSON, which "show-mesh --plan FILE" and
+SearchResult.from_json read back. --params my_pkg.model:make_model (or
+path/to/model.py:make_model) plans your own tree instead of the preset's: an nnx
+Module, linen variables, an equinox module or a pytree of arrays, built under
+jax.eval_shape; the --model preset still gives the dims (activations, FLOPs).
+
+--rules FILE is JSON: a list of [regex, spec] pairs (or {"rules": [...]}). Each
+regex is searched in the leaf path (model/layers/0/mlp/down_proj/weight), the
+first match wins, and spec has one entry per dim: null, an axis name, or a list
+of axis names ([] replicates). Leaves no pattern matches keep the default
+per-axis-kind rule. Example:
 
     [["embed_tokens", ["tp", "fsdp"]], ["norm", []]]
 
-A logical table (flax / MaxText ``logical_axis_rules``) is the other form:
-``{"logical_axis_rules": [["embed", "fsdp"], ["mlp", "tp"]], "logical_names":
-[["down_proj", ["embed", "mlp"]], ...]}``. ``--format flax|maxtext`` prints the
-best mesh as a flax logical table or as MaxText settings (``--json`` is
-``--format json``).
+A logical table (flax / MaxText logical_axis_rules) is the other form:
+{"logical_axis_rules": [["embed", "fsdp"], ["mlp", "tp"]], "logical_names":
+[["down_proj", ["embed", "mlp"]], ...]}. --format flax|maxtext prints the best
+mesh as a flax logical table or as MaxText settings (--json is --format json).
 
 Exit codes: 0 success, 1 a request meshplan cannot answer (unknown model or
 cluster, nothing fits, a bad rules file), 2 bad command-line usage.
@@ -135,15 +139,31 @@ def _plan(args: argparse.Namespace) -> int:
         fixed.update(group)
     if args.verify and args.format != "table":
         raise _UserError("--verify prints a table next to the ranking; use it without --format/--json.")
-    result = search_meshes(
-        preset.spec, args.cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
-        batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
-        activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
-        ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
-        efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
-    )
+    from meshplan.cli._progress import progress
+
+    # A spinner on stderr (only on a terminal, never with --json): large clusters take seconds to search.
+    with progress(f"searching meshes of {args.cluster} for {args.model}", quiet=args.format == "json"):
+        result = search_meshes(
+            preset.spec, args.cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule,
+            batch=args.batch, seq=args.seq, headroom=args.headroom, master_weights=args.master_weights,
+            activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
+            ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
+            efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
+        )
+    if args.html is not None:
+        from meshplan.cli import _html
+
+        try:
+            _html.write_plan_html(args.html, result)
+        except _html.HtmlWriteError as err:
+            raise _UserError(str(err)) from None
     if args.format == "json":
         sys.stdout.write(result.to_json() + "\n")
+        return 0
+    if args.format == "markdown":
+        from meshplan.pure.search import plan_markdown
+
+        sys.stdout.write(plan_markdown(result))
         return 0
     if args.format != "table":
         text = _export.render_export(result, args.format, params, rule)
@@ -154,9 +174,11 @@ def _plan(args: argparse.Namespace) -> int:
     from meshplan.cli import _render
     from meshplan.pure.presets import pricing_notes
 
-    _render.render_plan(result, _console(), notes=pricing_notes(preset.spec, seq=result.request.seq))
-    if not args.no_pipeline:
-        _plan_pipelines(result, preset.spec, args, fixed)
+    _render.render_plan(result, _console(), notes=pricing_notes(preset.spec, seq=result.request.seq),
+                        detail=args.detail)
+    pipelines = not args.no_pipeline and _plan_pipelines(result, preset.spec, args, fixed)
+    if not args.detail:
+        _render.render_footer(result, _console(), pipelines=pipelines)
     if args.verify:
         from meshplan.cli import _verify
 
@@ -164,8 +186,9 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int]) -> None:
-    """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch and recipe."""
+def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int]) -> bool:
+    """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch and recipe; whether any
+    were searched."""
     from meshplan.cli._pipeline import render_pipelines
     from meshplan.pure.errors import PlanError
     from meshplan.pure.search import search_pipelines
@@ -173,17 +196,27 @@ def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dic
     if fixed or args.axes or args.params is not None or args.rules is not None:
         _console().print("pipeline layouts: not searched with --fix, --axes, --params or --rules (they "
                          "constrain the unpipelined axes only)")
-        return
+        return False
+    from meshplan.cli._progress import progress
+
     try:
-        found = search_pipelines(spec, result.request.cluster, batch=result.request.batch, seq=result.request.seq,
-                                 recipe=_recipe(args), efficiency=args.efficiency, top_k=args.top)
+        with progress("searching pipeline layouts"):
+            found = search_pipelines(spec, result.request.cluster, batch=result.request.batch,
+                                     seq=result.request.seq, recipe=_recipe(args), efficiency=args.efficiency,
+                                     top_k=args.top)
     except PlanError as err:
         _console().print(f"pipeline layouts: none ({err})")
-        return
+        return False
     if not found.candidates and not found.left_out:
         _console().print("pipeline layouts: none (no pp >= 2 divides the cluster's nodes or its devices per node)")
-        return
-    render_pipelines(found, result, _console())
+        return False
+    if args.detail:
+        render_pipelines(found, result, _console())
+    else:  # the summary gives the fastest layout in one line; its table is part of --detail
+        from meshplan.cli._render import render_pipeline_summary
+
+        render_pipeline_summary(found, result, _console())
+    return True
 
 
 def _user_params(args: argparse.Namespace) -> Any:
@@ -255,6 +288,13 @@ def _show_mesh(args: argparse.Namespace) -> int:
             # The split create_mesh makes by default for this global shape.
             hybrid = split_mesh_shape(sizes, cluster.num_ici_domains, num_devices=cluster.num_devices)
     ids = _render.render_mesh(cluster, names, hybrid, _console())
+    if args.html is not None:
+        from meshplan.cli import _html
+
+        try:
+            _html.write_mesh_html(args.html, cluster, names, hybrid)
+        except _html.HtmlWriteError as err:
+            raise _UserError(str(err)) from None
     if args.png is not None:
         try:
             _render.write_png(args.png, cluster, names, ids)
@@ -267,10 +307,12 @@ def _show_mesh(args: argparse.Namespace) -> int:
 def _list_models(args: argparse.Namespace) -> int:
     from meshplan.cli import _models
 
-    console = _console()
+    specs = _models.model_specs(list(args.files))
     if args.json:
-        console.file = sys.stdout
-    return _models.render_models(list(args.files), as_json=args.json, console=console)
+        sys.stdout.write(json.dumps({"models": _models.model_rows(specs)}, indent=2) + "\n")
+        return 0
+    _models.render_models(specs, titled_files=bool(args.files), console=_console())
+    return 0
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -343,9 +385,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--allow-tp-dcn", action="store_true", help="let tp span hosts/slices")
     plan.add_argument("--ep-within-domain", action="store_true", help="keep ep inside one host/slice")
     plan.add_argument("--unstack-experts", action="store_true", help="one leaf per expert (MoE presets)")
-    plan.add_argument("--format", default="table", choices=("table", "json", "flax", "maxtext"),
-                      help="table (default), json (the whole result), flax (logical rule table and names "
-                           "of the best mesh) or maxtext (ici_/dcn_*_parallelism and logical_axis_rules)")
+    plan.add_argument("--format", default="table", choices=("table", "markdown", "json", "flax", "maxtext"),
+                      help="table (default), markdown (the summary, for a pull request), json (the whole "
+                           "result), flax (logical rule table and names of the best mesh) or maxtext "
+                           "(ici_/dcn_*_parallelism and logical_axis_rules)")
+    plan.add_argument("--html", metavar="FILE",
+                      help="also write a self-contained HTML report: ranked table, memory and step-time bars, "
+                           "the chosen mesh's device grid, the lines to type")
+    plan.add_argument("--detail", action="store_true",
+                      help="also print the assumptions in full, every verdict, the meshes over the budget and "
+                           "left out, the collective table and the parameter groups")
     plan.add_argument("--json", dest="format", action="store_const", const="json",
                       help="print the result as JSON only (same as --format json)")
     plan.add_argument("--no-pipeline", action="store_true",
@@ -369,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="DCN part of axes (default: create_mesh's split)")
     show.add_argument("--plan", metavar="FILE", help="a 'meshplan plan --json' result to draw instead")
     show.add_argument("--rank", type=_positive, default=1, help="which ranked mesh of --plan (default 1)")
+    show.add_argument("--html", metavar="FILE", help="also write the device grid as a self-contained HTML page")
     show.add_argument("--png", metavar="FILE", help="also write a picture (needs matplotlib: meshplan[png])")
     show.set_defaults(func=_show_mesh)
 

@@ -27,11 +27,11 @@ _MIB = 2**20
 
 
 def use_cpu_devices(n: int) -> None:
-    """Ask jax for ``n`` CPU devices; must run before jax's backend starts."""
+    """Ask for ``n`` CPU devices (``chex.set_n_cpu_devices``); must run before jax's backend starts."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    import jax
+    from meshplan.facade._cpu import use_cpu_devices as ask
 
-    jax.config.update("jax_num_cpu_devices", n)  # type: ignore[no-untyped-call]  # jax leaves Config.update unannotated
+    ask(n)
 
 
 def tiny_llama() -> Any:

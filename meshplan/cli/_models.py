@@ -8,7 +8,6 @@ a MaxText model yml (:func:`meshplan.load_model`). Either way the plan gets a
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
 
 from meshplan.facade._model_file import is_model_file, load_model, maxtext_model_name
@@ -21,7 +20,7 @@ from meshplan.pure.presets import (
     pricing_notes,
 )
 
-__all__ = ["LoadedModel", "load", "model_rows", "render_models"]
+__all__ = ["LoadedModel", "load", "model_rows", "model_specs", "render_models"]
 
 
 class LoadedModel(NamedTuple):
@@ -74,16 +73,17 @@ def model_rows(specs: list[ModelSpec]) -> list[dict[str, Any]]:
     return rows
 
 
-def render_models(files: list[str], *, as_json: bool, console: Any) -> int:
-    """``meshplan models [FILE ...]``: the presets (or the given config files) with exact parameter counts."""
-    specs = [load_model(f) for f in files] if files else list(MODEL_SPECS.values())
-    rows = model_rows(specs)
-    if as_json:
-        console.file.write(json.dumps({"models": rows}, indent=2) + "\n")
-        return 0
+def model_specs(files: list[str]) -> list[ModelSpec]:
+    """The specs ``meshplan models`` lists: the given config files', else every preset's."""
+    return [load_model(f) for f in files] if files else list(MODEL_SPECS.values())
+
+
+def render_models(specs: list[ModelSpec], *, titled_files: bool, console: Any) -> None:
+    """``meshplan models``: a table of ``specs`` with exact parameter counts, then the pricing notes."""
     from rich.table import Table
 
-    title = "Model files" if files else "Model presets (--model NAME; or --model path/to/config.json or model.yml)"
+    rows = model_rows(specs)
+    title = "Model files" if titled_files else "Model presets (--model NAME; or --model path/to/config.json or model.yml)"
     table = Table(title=title)
     for col in ("name", "family", "parameters (exact)", "layers", "hidden", "heads / kv", "what it has"):
         table.add_column(col, justify="right" if col in ("parameters (exact)", "layers", "hidden") else "left")
@@ -91,7 +91,5 @@ def render_models(files: list[str], *, as_json: bool, console: Any) -> int:
         table.add_row(r["name"], r["family"], f"{r['params']:,}", str(r["layers"]), str(r["hidden"]),
                       f"{r['heads']} / {r['kv_heads']}", r["traits"])
     console.print(table)
-    notes = sorted({n for r in rows for n in r["notes"]})
-    for note in notes:
+    for note in sorted({n for r in rows for n in r["notes"]}):
         console.print(f"note: {note}")
-    return 0

@@ -8,8 +8,9 @@ matplotlib is imported only inside :func:`write_png` (the optional ``png`` extra
 
 from __future__ import annotations
 
+import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,28 +18,27 @@ import numpy as np
 from meshplan.pure import (
     Cluster,
     HybridMeshShape,
-    MeshCandidate,
     SearchResult,
     layout_device_ids,
 )
 from meshplan.pure._format import fmt_bytes
-from meshplan.pure.search import (
-    Spread,
-    axis_domain_counts,
-    calibration_spread,
-    describe_spread,
-    peak_bounds,
+from meshplan.pure.search import Spread, axis_domain_counts, peak_bounds
+from meshplan.pure.search._summary import (
+    RANK_COLUMNS,
+    create_mesh_call,
+    header_facts,
+    maxtext_flags,
+    memory_range,
+    range_text,
+    ranked_rows,
+    seconds,
+    spread_of,
 )
-from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
 
-__all__ = ["device_grid", "render_mesh", "render_plan", "write_png"]
+__all__ = ["device_grid", "ranked_table", "render_footer", "render_mesh", "render_pipeline_summary", "render_plan", "write_png"]
 
 _COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 _MAX_CELLS = 512
-
-
-def _seconds(s: float) -> str:
-    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
 def device_grid(cluster: Cluster, hybrid: HybridMeshShape) -> np.ndarray:
@@ -55,65 +55,96 @@ def device_grid(cluster: Cluster, hybrid: HybridMeshShape) -> np.ndarray:
     return layout_device_ids(cluster.device_infos(), hybrid)
 
 
-def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = ()) -> None:
-    """Print a search result: the ranking, what was left out, and the chosen mesh in detail.
+def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *, detail: bool = False,
+                compiled: Mapping[str, tuple[int, str]] | None = None) -> None:
+    """Print a search result, summary first: the header facts, the ranked table, the chosen mesh and the lines
+    to type. ``detail=True`` adds the rest (:func:`meshplan.cli._detail.render_detail`).
 
-    ``notes`` are sentences about how the model is priced (``pricing_notes``), printed under the header.
+    ``notes`` are sentences about how the model is priced (``pricing_notes``), one header line each.
+    ``compiled`` maps a verified mesh's text to XLA's compiled peak and the compiler and version that gave it:
+    its range cell reads ``exact ...`` and a line under the table names the compiler.
+
+    No line is longer than the console: the ranked table drops its lowest-priority columns (see
+    :data:`~meshplan.pure.search._summary.RANK_COLUMNS`) until it fits instead of wrapping a cell.
     """
     from rich.table import Table
 
-    req, best = result.request, result.best
-    c = req.cluster
-    n = sum(g.count * math.prod(g.shape) for g in best.groups)
-    size = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
-    head = (f"[bold]meshplan plan[/bold]: {req.model} ({size} params, {req.param_dtype}) on {c.text} "
-            f"({c.num_devices} x {c.device.name}, {c.num_nodes} hosts x {c.devices_per_node}; "
-            f"budget {fmt_bytes(req.budget)}/device = HBM less {req.headroom:.0%})")
-    console.print(head)
-    opt = f"{req.optimizer_copies} {req.optimizer_dtype} optimizer copies"
-    grads = req.param_dtype if req.grad_dtype == "param" else req.grad_dtype
-    console.print(f"step: batch {req.batch} x seq {req.seq}; {opt}; grads {grads}; axes {', '.join(req.axes)}; "
-                  f"rule {req.rule}")
-    console.print(f"priced: {req.recipe.describe()}; params, grads and optimizer exact, activations calibrated "
-                  f"against {CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
-                  "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles); "
-                  f"{describe_spread(req.recipe)}")
+    console.print(f"[bold]meshplan plan[/bold]: {result.request.model} on {result.request.cluster.text}")
+    head = Table.grid(padding=(0, 2))
+    head.add_column(no_wrap=True, style="bold")
+    head.add_column()
+    for label, fact in header_facts(result):
+        head.add_row(label, fact)
     for note in notes:
-        console.print(f"model: {note}")
-    table = Table(title=f"Ranked meshes ({result.num_fitting} of {result.num_candidates} fit; top "
-                        f"{len(result.candidates)})")
-    numbers = ("#", "memory/device", "micro-batches", "step time", "MFU", "exposed comm", "step comm")
-    for col in ("#", "mesh", f"ICI (per {c.ici_domain_name})", f"DCN (across {c.ici_domain_name}s)", "memory/device",
-                "micro-batches", "step time", "MFU", "exposed comm", "step comm", "verdict"):
-        table.add_column(col, justify="right" if col in numbers else "left")
-    priced = c.device.peak_bf16_flops is not None  # else compute is not priced and no MFU is claimed
-    for cand in result.candidates:
-        st = cand.step
-        table.add_row(str(cand.rank), cand.text, _shape(cand, cand.ici_shape), _shape(cand, cand.dcn_shape),
-                      fmt_bytes(cand.memory.total), "-" if st is None else str(st.micro_batches),
-                      "-" if st is None else _seconds(st.step_s),
-                      "-" if st is None or not priced else f"{st.mfu:.1%}",
-                      "-" if st is None else _seconds(st.exposed_s),
-                      _seconds(cand.step_comm_s), _headline(cand.verdict))
-    console.print(table)
-    found = calibration_spread(req.recipe)
-    spread = None if found is None else found[1]
-    margin = _margin(result, spread)
+        head.add_row("note", note)
+    console.print(head, crop=False)
+    req = result.request
+    console.print(f"\n[bold]Ranked meshes[/bold]: {result.num_fitting} of {result.num_candidates} fit, "
+                  f"top {len(result.candidates)} by predicted "
+                  f"{'step time' if req.rank_by == 'time' else 'communication'}")
+    console.print(ranked_table(result, console.width, compiled))
+    for mesh, (_, source) in sorted((compiled or {}).items()):
+        console.print(f"  {mesh}: exact = XLA's compiled peak ({source})")
+    found = spread_of(result)
+    margin = _margin(result, None if found is None else found[1])
     if margin:
         console.print(margin)
-    if result.rejected:
-        over = Table(title="Leanest meshes over the memory budget")
-        for col in ("mesh", "memory/device", "verdict"):
-            over.add_column(col)
-        for cand in result.rejected:
-            over.add_row(cand.text, fmt_bytes(cand.memory.total), cand.verdict)
-        console.print(over)
-    if result.rejections:
-        console.print("[bold]Left out[/bold]:")
-        for r in result.rejections:
-            what = "mesh" if r.count == 1 else "meshes"
-            console.print(f"  - {r.example} [dim]({r.count} {what}, {r.kind})[/dim]")
-    _render_chosen(best, c, console, spread)
+    _render_chosen(result, console)
+    if detail:
+        from meshplan.cli._detail import render_detail
+
+        render_detail(result, console)
+
+
+def render_footer(result: SearchResult, console: Any, *, pipelines: bool = False) -> None:
+    """The summary's last line: what ``--detail`` adds, with counts."""
+    over, left = len(result.rejected), sum(r.count for r in result.rejections)
+    hidden = [f"{n} {'mesh' if n == 1 else 'meshes'} {what}" for n, what in
+              ((over, "over the budget"), (left, "left out, with the reasons")) if n]
+    hidden.append("the collective table, parameter groups" + (", pipeline layouts" if pipelines else "")
+                  + " and assumptions in full")
+    console.print(f"\n[dim]--detail adds: {'; '.join(hidden)}.[/dim]")
+
+
+def render_pipeline_summary(found: Any, result: SearchResult, console: Any) -> None:
+    """One line for the pipeline layouts (a :class:`~meshplan.pure.search.PipelineSearch`): the fastest one
+    against the best unpipelined mesh; ``--detail`` prints their table (:mod:`meshplan.cli._pipeline`)."""
+    top = next((c for c in found.candidates if c.step is not None and c.pipeline is not None), None)
+    if top is None:
+        console.print("\n[bold]Pipelined[/bold] (pp outermost): no layout fits"
+                      + (f" ({found.left_out[0]})" if found.left_out else ""))
+        return
+    best = result.best.step
+    versus = "" if best is None else f", {top.step.step_s / best.step_s:.2f}x the best unpipelined step"
+    console.print(f"\n[bold]Pipelined[/bold] (pp outermost): best {top.text}, {seconds(top.step.step_s)} "
+                  f"(estimate), bubble {top.pipeline.bubble:.1%}{versus}; --detail lists "
+                  f"{len(found.candidates)} layout{'s' if len(found.candidates) != 1 else ''}.")
+
+
+def ranked_table(result: SearchResult, width: int, compiled: Mapping[str, tuple[int, str]] | None = None) -> Any:
+    """The ranked meshes as a rich table no wider than ``width``: cells never wrap; columns of lower
+    priority are dropped until it fits (the mesh, memory, step and verdict always stay)."""
+    from rich import box
+    from rich.console import Console
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    rows = ranked_rows(result, compiled)
+    probe = Console(width=max(width, 1), file=io.StringIO(), color_system=None)  # measures, never prints
+    keep = list(RANK_COLUMNS)
+    while True:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
+        for col in keep:
+            table.add_column(col.title, justify="right" if col.numeric else "left", no_wrap=True)
+        for row in rows:
+            table.add_row(*(row[col.key] for col in keep))
+        needed = Measurement.get(probe, probe.options.update(width=10_000), table).maximum
+        droppable = [c for c in keep if c.priority > 1]
+        if needed <= width or not droppable:
+            return table
+        lowest = max(c.priority for c in droppable)
+        # Drop the last column of the lowest priority first: the split columns go before MFU.
+        keep.remove([c for c in droppable if c.priority == lowest][-1])
 
 
 def _margin(result: SearchResult, spread: Spread | None) -> str:
@@ -125,79 +156,37 @@ def _margin(result: SearchResult, spread: Spread | None) -> str:
              if c.memory.fits and peak_bounds(c.memory, spread)[1] > c.memory.budget]
     if not tight:
         return ""
-    return (f"With the calibrated part at its highest recorded ratio ({spread.high:.2f}x), {', '.join(tight)} would "
-            f"not fit the {fmt_bytes(result.request.budget)} budget: --verify K compiles the top K and shows "
-            "XLA's own peak.")
+    return (f"tight: at the highest recorded ratio ({spread.high:.2f}x), {', '.join(tight)} would not fit the "
+            f"{fmt_bytes(result.request.budget)} budget; --verify K compiles the top K for XLA's own peak.")
 
 
-def _headline(verdict: str) -> str:
-    """A verdict's first clause ("rank 2: +0.4% step time vs best"): the figures in its parentheses are
-    already columns of the table, and the best mesh's are printed in full below it."""
-    return verdict.split(" (", 1)[0]
-
-
-def _shape(cand: MeshCandidate, parts: Sequence[int]) -> str:
-    shown = [f"{n}={p}" for n, p in zip(cand.axis_names, parts, strict=True) if p > 1]
-    return ",".join(shown) or "1"
-
-
-def _render_chosen(best: MeshCandidate, cluster: Cluster, console: Any, spread: Spread | None) -> None:
-    from rich.table import Table
-
-    unit = cluster.ici_domain_name
+def _render_chosen(result: SearchResult, console: Any) -> None:
+    best, c = result.best, result.request.cluster
+    unit = c.ici_domain_name
+    bounds = memory_range(result, best)
+    rng = "" if bounds is None else f", range {range_text(bounds)}"
     console.print(f"\n[bold]Chosen mesh[/bold]: {best.text}")
+    console.print(f"  memory {fmt_bytes(best.memory.total)} of the {fmt_bytes(best.memory.budget)} budget "
+                  f"(estimate{rng})")
+    if best.step is not None:
+        console.print(f"  step   {seconds(best.step.step_s)} (estimate)")
     for name, size, i, d in zip(best.axis_names, best.axis_sizes, best.ici_shape, best.dcn_shape, strict=True):
+        if size == 1:
+            continue
         where = (f"inside one {unit}" if d == 1 else f"across {d} {unit}s" if i == 1
                  else f"{i} per {unit} x {d} {unit}s")
-        console.print(f"  {name:<4} = {size:<5} ICI {i} x DCN {d}  ({where})")
-    console.print(f"  meshplan.create_mesh(axis_dims={best.axis_sizes}, axis_names={best.axis_names}, "
-                  f"dcn_mesh_dims={best.dcn_shape})")
-    if best.activations is not None:  # the splits the activation memory assumed: the step applies them
-        console.print("  batch and activation specs the memory assumes (best.training_layout; "
-                      "apply with jax.lax.with_sharding_constraint):")
-        for t in best.activations.tensors:
-            console.print(f"    {t.name:<9} {str(t.shape):<20} {t.spec}")
-    m = best.memory
-    mem = Table(title="Memory per device (fullest device)")
-    mem.add_column("part")
-    mem.add_column("bytes", justify="right")
-    grads = "grads" if m.grads_live else "grads (not yet live at the peak)"
-    peak = f"peak, {m.phase} phase" if m.phase else "total"
-    for label, value in (("params (exact)", m.params), (f"{grads} (exact)", m.grads),
-                         ("optimizer (exact)", m.optimizer), (f"{m.label('activations')} (calibrated)", m.activations),
-                         (peak, m.total)):
-        mem.add_row(label, fmt_bytes(value))
-    if spread is not None:
-        low, high = peak_bounds(m, spread)
-        mem.add_row(f"peak at the recorded spread ({spread.low:.2f}-{spread.high:.2f}x the calibrated part)",
-                    f"{fmt_bytes(low)} - {fmt_bytes(high)}")
-    mem.add_row("budget", fmt_bytes(m.budget))
-    console.print(mem)
-    if best.step is not None and cluster.device.peak_bf16_flops is None:
-        console.print(f"Predicted step: {_seconds(best.step.step_s)} of exposed communication; compute not priced "
-                      f"(no peak FLOP/s for {cluster.device.name!r}: DeviceSpec(peak_bf16_flops=...))")
-    elif best.step is not None:
-        st = best.step
-        console.print(f"Predicted step: {_seconds(st.step_s)} = compute {_seconds(st.compute_s)} "
-                      f"({st.flops:.3g} FLOPs/device at {st.efficiency:.0%} of peak) + exposed communication "
-                      f"{_seconds(st.exposed_s)}; {st.tokens_per_s:,.0f} tokens/s/device, MFU {st.mfu:.1%} "
-                      "(set with --efficiency; --rank comm orders by communication alone)")
-    comm = Table(title=f"Step communication (alpha-beta estimate): {_seconds(best.step_comm_s)}")
-    cols = ("collective", "axes", "link", "bytes/call", "calls", "time", "hidden", "exposed")
-    for col in cols:
-        comm.add_column(col, justify="left" if col in cols[:3] else "right")
-    for term in best.comm:
-        comm.add_row(term.what, "+".join(term.axes), term.link, fmt_bytes(term.nbytes), str(term.calls),
-                     _seconds(term.seconds), "-" if term.hidden is None else _seconds(term.hidden),
-                     "-" if term.exposed is None else _seconds(term.exposed))
-    console.print(comm)
-    groups = Table(title="Parameter groups")
-    for col in ("pattern", "shape", "count", "spec", "reason"):
-        groups.add_column(col)
-    for g in best.groups:
-        spec = "P(" + ", ".join(repr(e) for e in g.spec) + ")"
-        groups.add_row(g.pattern, f"{g.shape} {g.dtype}", str(g.count), spec, g.reason)
-    console.print(groups)
+        console.print(f"  {name:<4} = {size:<5} {where}")
+    console.print("[bold]To build it[/bold]:")
+    for line in create_mesh_call(best, width=console.width - 4):
+        console.print(f"  {line}", highlight=False, soft_wrap=False)
+    flags = maxtext_flags(best).split()
+    line = "  MaxText:"
+    for flag in flags:  # break between flags, never inside one
+        if len(line) + 1 + len(flag) > console.width and line.strip():
+            console.print(line, highlight=False)
+            line = "   "
+        line += " " + flag
+    console.print(line, highlight=False)
 
 
 def render_mesh(cluster: Cluster, names: Sequence[str], hybrid: HybridMeshShape, console: Any) -> np.ndarray:

@@ -99,12 +99,9 @@ def _gpu_devices(cluster: Cluster) -> list[Any]:
 
 def _ensure_cpu_devices(n: int) -> None:
     """Ask for ``n`` simulated CPU devices if jax has not started its backends yet (else keep what it has)."""
-    import jax
-    from jax._src import xla_bridge  # the one place that knows whether backends are up
+    from meshplan.facade._cpu import use_cpu_devices
 
-    current = int(getattr(jax.config, "jax_num_cpu_devices", -1))  # an untyped config attribute
-    if not xla_bridge.backends_are_initialized() and current < n:
-        jax.config.update("jax_num_cpu_devices", n)
+    use_cpu_devices(n)
 
 
 def _target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], dcn: Sequence[int] | None,
@@ -182,8 +179,10 @@ def scaled_model(spec: ModelSpec, layers: int | None) -> ModelSpec:
     if layers is None or layers >= spec.num_layers:
         return spec
     dense = min(spec.num_dense_layers, max(layers - 1, 0)) if spec.is_moe else spec.num_dense_layers
+    # Sliding-window layers keep their share of the layers (Gemma 3: 5 in 6), at least one if any.
+    local = max(1, round(spec.sliding_window_layers * layers / spec.num_layers)) if spec.sliding_window else 0
     return dataclasses.replace(spec, name=f"{spec.name} ({layers} layers)", num_layers=layers,
-                               num_dense_layers=dense, num_params=None)
+                               num_dense_layers=dense, num_params=None, sliding_window_layers=local)
 
 
 def verify_candidates(candidates: Sequence[MeshCandidate], spec: ModelSpec, cluster: Cluster, *, batch: int,

@@ -21,7 +21,7 @@ from jax.sharding import Mesh
 
 from meshplan.facade._devices import flatten_devices, resolve_devices
 from meshplan.facade._mesh import build_mesh
-from meshplan.pure._check import as_int_tuple, as_sequence, unresolved_shape_problems
+from meshplan.pure._check import as_int_tuple, as_names, unresolved_shape_problems
 from meshplan.pure.errors import MeshplanTypeError, MeshShapeError
 from meshplan.pure.mesh._axes import MeshShape, validate_axis_names
 from meshplan.pure.mesh._hybrid import HybridMeshShape
@@ -65,12 +65,7 @@ def _canonical_mesh_shape(shape: Any) -> MeshShapeLike:
 
 def _canonical_batch_axis_names(value: Any) -> str | Sequence[str]:
     """``batch_axis_names`` on its own: a name or a sequence of names (kept as given)."""
-    if isinstance(value, str):
-        return value
-    items = as_sequence(value, "batch_axis_names")  # None, 3 and sets are type errors
-    bad = [f"batch_axis_names[{i}]={n!r}" for i, n in enumerate(items) if not isinstance(n, str)]
-    if bad:
-        raise MeshplanTypeError(f"batch_axis_names holds non-strings: {', '.join(bad)}; give axis names.")
+    as_names(value, "batch_axis_names")  # None, 3, sets and [] are refused
     checked: str | Sequence[str] = value  # kept as the caller wrote it (loadax compares it back)
     return checked
 

@@ -1,17 +1,59 @@
-"""CPU meshes and CPU-pinned execution, for tests and debugging."""
+"""CPU meshes, simulated CPU devices and CPU-pinned execution, for tests and debugging."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 
 import jax
 from jax.sharding import Mesh
 
 from meshplan.facade._mesh import create_mesh
+from meshplan.pure._check import as_count
 from meshplan.pure.mesh._parse import parse_mesh_string
 
-__all__ = ["create_cpu_mesh", "force_cpu", "cpu_context", "parse_mesh_from_string"]
+__all__ = ["create_cpu_mesh", "force_cpu", "cpu_context", "parse_mesh_from_string", "use_cpu_devices"]
+
+
+def use_cpu_devices(n: int) -> bool:
+    """Ask for ``n`` simulated CPU devices with ``chex.set_n_cpu_devices``, if jax's backends are not up yet.
+
+    chex's is the ecosystem's way to fake devices in tests: it writes ``XLA_FLAGS``
+    (which subprocesses inherit) and says how to fix a call made too late. A
+    ``jax_num_cpu_devices`` set to ``n`` or more, or an ``XLA_FLAGS`` count of ``n`` or
+    more, is left as it is; once the backends are up nothing changes, and the
+    caller says what to do when there are too few devices.
+
+    Args:
+      n: how many CPU devices the caller needs.
+
+    Returns:
+      Whether the devices were asked for (False: enough were asked for already, or too late).
+
+    Raises:
+      MeshShapeError: ``n`` < 1.
+
+    Example:
+      >>> use_cpu_devices(8)  # this process's backends are up already: nothing changes
+      False
+    """
+    n = as_count(n, "n")
+    import chex
+    from jax._src import xla_bridge  # the one place that knows whether backends are up
+
+    if xla_bridge.backends_are_initialized():
+        return False
+    configured = int(getattr(jax.config, "jax_num_cpu_devices", -1))  # an untyped config attribute
+    flags = os.environ.get("XLA_FLAGS", "")
+    asked = [int(f.split("=", 1)[1]) for f in flags.split()
+             if f.startswith("--xla_force_host_platform_device_count=") and f.split("=", 1)[1].isdigit()]
+    if configured >= n or (configured < 0 and asked and asked[-1] >= n):
+        return False
+    if configured >= 0:  # jax's own setting wins over XLA_FLAGS: raise it where it is
+        jax.config.update("jax_num_cpu_devices", n)
+    chex.set_n_cpu_devices(n)
+    return True
 
 
 def create_cpu_mesh(

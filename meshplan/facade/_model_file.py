@@ -110,6 +110,9 @@ def load_model(path: str | os.PathLike[str], *, name: str | None = None) -> Mode
     except json.JSONDecodeError as err:
         raise ModelConfigError(f"{p}: not JSON ({err.msg} at line {err.lineno}, column {err.colno}); give a "
                                f"Hugging Face config.json or a MaxText model yml (.yml).") from None
+    except (ValueError, RecursionError) as err:  # an int past Python's 4,300-digit limit; absurd nesting
+        raise ModelConfigError(f"{p}: not a model config ({type(err).__name__}: {str(err)[:80]}); give a "
+                               f"Hugging Face config.json or a MaxText model yml (.yml).") from None
     if name is None and p.name == "config.json" and p.parent.name:
         name = p.parent.name
     return model_spec_from_hf_config(config, name=name or p.stem, source=str(p))

@@ -126,11 +126,20 @@ class MeshPartitionHelper:
           MeshplanTypeError: ``array`` holds no data (a ``ShapeDtypeStruct``,
             a pytree) or ``partition_spec`` is not a PartitionSpec.
         """
+        problems = []
         if isinstance(array, bool) or not isinstance(array, (np.ndarray, jax.Array, np.generic, int, float, complex)):
-            raise MeshplanTypeError(
-                f"array={array!r:.80} ({type(array).__name__}) is not an array with data; shard_array places one "
-                "jax.Array or numpy array (for a ShapeDtypeStruct, plan its spec with .plan() or "
-                "create_partition_spec, and place the real array).")
+            if isinstance(array, (dict, list, tuple)):
+                problems.append(f"array={array!r:.80} is a pytree ({type(array).__name__}), not one array; place a "
+                                "whole tree with auto_shard_pytree(tree) or meshplan.place")
+            else:
+                problems.append(f"array={array!r:.80} ({type(array).__name__}) is not an array with data; "
+                                "shard_array places one jax.Array or numpy array (for a ShapeDtypeStruct, plan its "
+                                "spec with .plan() or create_partition_spec, and place the real array)")
+        if partition_spec is not None and not isinstance(partition_spec, PartitionSpec):
+            problems.append(f"partition_spec={partition_spec!r:.80} must be a PartitionSpec, not "
+                            f"{type(partition_spec).__name__}")
+        if problems:  # both named at once: a caller passing a tree usually passes a spec tree too
+            raise MeshplanTypeError("; ".join(problems) + ".")
         if isinstance(array, int):
             # jax stores a Python int as int32 (int64 with x64) and raises a raw
             # OverflowError from device_put when it does not fit.
@@ -140,9 +149,6 @@ class MeshPartitionHelper:
                                 "you mean" + ("" if bits == 64 else " (or enable jax_enable_x64)") + ".")
         if partition_spec is None:
             partition_spec = PartitionSpec()
-        if not isinstance(partition_spec, PartitionSpec):
-            raise MeshplanTypeError(f"partition_spec={partition_spec!r:.80} must be a PartitionSpec, not "
-                                    f"{type(partition_spec).__name__}.")
         check_specs(array, partition_spec, self.axis_sizes, x64=x64_enabled())
         placed: jax.Array = jax.device_put(array, self._sharding(partition_spec))
         return placed

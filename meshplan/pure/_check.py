@@ -33,7 +33,9 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from meshplan.pure._types import FrozenAxisSizes
+from jax.sharding import PartitionSpec
+
+from meshplan.pure._types import FrozenAxisSizes, make_spec
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, MeshShapeError, SpecError
 
 P = ParamSpec("P")
@@ -45,12 +47,15 @@ __all__ = [
     "as_flag",
     "as_int",
     "as_int_tuple",
+    "as_json_spec",
+    "as_names",
     "as_positive_shape",
     "as_real",
     "as_record",
     "as_shape",
     "as_sequence",
     "as_str",
+    "as_typed_mapping",
     "canonical_axis_sizes",
     "collect",
     "unresolved_shape_problems",
@@ -296,6 +301,105 @@ def as_str(value: Any, what: str, *, nonempty: bool = False, error: type[Meshpla
         raise MeshplanTypeError(f"{what}={_short(value)} must be a str, not {type(value).__name__}.")
     if nonempty and not value.strip():
         raise error(f"{what}={value!r} must not be empty.")
+    return value
+
+
+def as_names(value: Any, what: str, *, error: type[MeshplanError] = MeshShapeError) -> tuple[str, ...]:
+    """``value`` as mesh axis names: one name, or a sequence of at least one name.
+
+    Args:
+      value: a name (``"data"``) or an ordered sequence of names (``("data", "fsdp")``).
+      what: the argument's name as the caller wrote it.
+      error: the ValueError subclass for an empty sequence or an empty name.
+
+    Raises:
+      MeshplanTypeError: not a str or an ordered sequence of str (``None``, a set, ``3``).
+      error: no name at all (``[]``), or a blank name.
+
+    Example:
+      >>> as_names("data", "batch_axis_names"), as_names(["dp", "fsdp"], "batch_axis_names")
+      (('data',), ('dp', 'fsdp'))
+      >>> as_names([], "batch_axis_names")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshShapeError: batch_axis_names=[] names no axis; give at least one mesh axis name (e.g. 'data' or ['data', 'fsdp']).
+    """
+    items = (value,) if isinstance(value, str) else as_sequence(value, what)
+    bad = [f"{what}[{i}]={_short(n)}" for i, n in enumerate(items) if not isinstance(n, str)]
+    if bad:
+        raise MeshplanTypeError(f"{what}={_short(value)} holds non-strings: {', '.join(bad)}; give axis names.")
+    if not items:
+        raise error(f"{what}={_short(value)} names no axis; give at least one mesh axis name "
+                    "(e.g. 'data' or ['data', 'fsdp']).")
+    blank = [f"{what}[{i}]={n!r}" for i, n in enumerate(items) if not n.strip()]
+    if blank:
+        raise error(f"{what}={_short(value)} has blank names ({', '.join(blank)}); give mesh axis names.")
+    return items
+
+
+def as_json_spec(data: Any, what: str) -> PartitionSpec:
+    """A PartitionSpec written as JSON data: one entry per dim, each null, a name or a list of names.
+
+    The one reader of specs in saved plans and rule files; a bare string is a one-entry spec
+    and ``None`` the replicated spec.
+
+    Raises:
+      MeshplanTypeError: not a list, or an entry that is not null, a name or a list of names
+        (a mapping, a number), named by its index.
+
+    Example:
+      >>> as_json_spec([["fsdp", "tp"], None, "ep"], "spec")
+      P(('fsdp', 'tp'), None, 'ep')
+      >>> as_json_spec([["dp", {"T": None}]], "spec")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshplanTypeError: spec[0]=['dp', {'T': None}] must be null, an axis name or a list of axis names.
+    """
+    if data is None:
+        return make_spec()
+    if isinstance(data, str):
+        data = [data]
+    if not isinstance(data, list | tuple):
+        raise MeshplanTypeError(f"{what}={_short(data)} must be a list of entries (null, \"axis\" or "
+                                "[\"a\", \"b\"]).")
+    out: list[Any] = []
+    for i, entry in enumerate(data):
+        if entry is None or isinstance(entry, str):
+            out.append(entry)
+        elif isinstance(entry, list | tuple) and all(isinstance(a, str) for a in entry):
+            out.append(tuple(entry))
+        else:
+            raise MeshplanTypeError(f"{what}[{i}]={_short(entry)} must be null, an axis name or a list of axis "
+                                    "names.")
+    return make_spec(*out)
+
+
+def as_typed_mapping(value: Any, what: str, *, values: type | tuple[type, ...], expected: str) -> Mapping[str, Any]:
+    """``value`` checked to map str names to values of type ``values``, every bad entry named with its value.
+
+    Args:
+      value: the caller's mapping.
+      what: the argument's name as the caller wrote it.
+      values: the type (or types) each value must have.
+      expected: what a value should be, in words (``"a DeviceSpec"``).
+
+    Raises:
+      MeshplanTypeError: not a mapping, or entries with a non-str key or a value of another type.
+
+    Example:
+      >>> as_typed_mapping({"foo": 3}, "devices", values=str, expected="a name")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshplanTypeError: devices={'foo': 3}: devices['foo']=3 is int, not a name; map each str name to a name.
+    """
+    if not isinstance(value, Mapping):
+        raise MeshplanTypeError(f"{what}={_short(value)} must map str names to {expected}, not "
+                                f"{type(value).__name__}.")
+    bad = [f"{what}[{_short(k, 40)}]={_short(v, 40)} is {type(v).__name__}, not {expected}"
+           if isinstance(k, str) else f"key {_short(k, 40)} is {type(k).__name__}, not a str"
+           for k, v in value.items() if not isinstance(k, str) or not isinstance(v, values)]
+    if bad:
+        raise MeshplanTypeError(f"{what}={_short(value)}: {'; '.join(bad)}; map each str name to {expected}.")
     return value
 
 

@@ -57,7 +57,8 @@ def test_the_plan_header_says_sliding_windows_are_priced_as_full_attention(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["plan", "--model", str(DATA / "gemma-3-27b.json"), "--cluster", "8x8xH100", "--top", "1"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "model: 52 of 62 layers attend within a 1024-token sliding window; priced as full attention" in text
+    # A header line of its own in the summary ("note", beside model, cluster, budget, ...).
+    assert "note 52 of 62 layers attend within a 1024-token sliding window; priced as full attention" in text
     assert cli.main(["plan", "--model", str(DATA / "mistral-7b-v0.1.json"), "--cluster", "8x8xH100", "--seq",
                      "8192", "--top", "1"]) == 0
     assert "32 of 32 layers attend within a 4096-token" in " ".join(capsys.readouterr().out.split())
@@ -127,3 +128,18 @@ def test_the_cli_prints_a_bad_file_without_a_traceback_in_a_real_process(tmp_pat
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "'num_local_experts'=4 names experts but 'num_experts_per_tok'" in out.stderr
+
+
+def test_check_scales_a_sliding_window_model_down_keeping_its_share_of_local_layers() -> None:
+    from meshplan.cli._verify import scaled_model
+
+    gemma = load_model(DATA / "gemma-3-27b.json")
+    assert scaled_model(gemma, 6).sliding_window_layers == 5 and scaled_model(gemma, 1).sliding_window_layers == 1
+    assert scaled_model(load_model(DATA / "qwen3-8b.json"), 2).sliding_window_layers == 0
+
+
+def test_a_json_number_past_pythons_digit_limit_is_a_model_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}")
+    with pytest.raises(ModelConfigError, match="not a model config"):
+        load_model(path)

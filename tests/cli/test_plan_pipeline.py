@@ -8,7 +8,14 @@ from meshplan import cli
 
 
 def test_plan_shows_pipeline_layouts_with_schedule_and_bubble(capsys) -> None:
+    # The summary gives the fastest layout in one line; the table is part of --detail.
     assert cli.main(["plan", "--model", "llama3-8b", "--cluster", "4x8xH100", "--batch", "64", "--top", "3"]) == 0
+    summary = capsys.readouterr().out
+    assert re.search(r"Pipelined \(pp outermost\): best pp=\d\S*, [0-9.]+ m?s \(estimate\), bubble \d+\.\d%",
+                     " ".join(summary.split()))
+    assert "Pipeline layouts (pp outermost" not in summary
+    assert cli.main(["plan", "--model", "llama3-8b", "--cluster", "4x8xH100", "--batch", "64", "--top", "3",
+                     "--detail"]) == 0
     text = capsys.readouterr().out
     assert "Pipeline layouts (pp outermost" in text
     rows = [line for line in text.splitlines() if re.search(r"│ \d │ pp=\d", line)]

@@ -27,7 +27,7 @@ from typing import Any
 
 from meshplan.pure.mesh import DeviceInfo
 from meshplan.pure.cluster._link import Link, select_link
-from meshplan.pure._check import as_count, collect
+from meshplan.pure._check import as_count, as_typed_mapping, collect
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster._devices import _ALIASES, DEVICE_SPECS, DeviceSpec, _known_fields, _raise_collected
 from meshplan.pure.errors import ClusterError, MeshplanTypeError
@@ -275,14 +275,7 @@ _FORMS = ("'<nodes>x<devices_per_node>x<DEVICE>' (e.g. '8x8xH100'), '<nodes>x<DE
 
 def _device_table(devices: Any) -> Mapping[str, DeviceSpec]:
     """``devices=`` of :func:`parse_cluster` checked: a mapping of str names to DeviceSpecs."""
-    if not isinstance(devices, Mapping):
-        raise MeshplanTypeError(f"devices={devices!r:.80} must map names to DeviceSpec, got "
-                                f"{type(devices).__name__}.")
-    bad = [f"{k!r:.40}: {type(v).__name__}" for k, v in devices.items()
-           if not isinstance(k, str) or not isinstance(v, DeviceSpec)]
-    if bad:
-        raise MeshplanTypeError(f"devices must map str names to DeviceSpec values; bad entries: {', '.join(bad)}.")
-    return devices
+    return as_typed_mapping(devices, "devices", values=DeviceSpec, expected="a DeviceSpec")
 
 
 def _lookup_device(name: str, devices: Mapping[str, DeviceSpec]) -> DeviceSpec:

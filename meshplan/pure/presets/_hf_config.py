@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure.errors import ModelConfigError
+from meshplan.pure.presets._show import show_int as _show_int
+from meshplan.pure.presets._show import show_value as _show_value
 from meshplan.pure.presets._spec import MLADims, ModelSpec
 
 __all__ = ["HF_DEFAULTS", "HF_MODEL_TYPES", "model_spec_from_hf_config"]
@@ -70,6 +72,11 @@ HF_DEFAULTS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
 """Per ``model_type``: defaults for keys a real ``config.json`` may leave out (as ``transformers`` sets them)."""
 
 _MISSING = object()
+# Sizes past these describe no model; refusing them keeps a typo (or a fuzzer) from building a tree of a
+# billion layers. Layers and experts become dict entries of the tree; widths are only shape numbers.
+_MAX_SIZE = 10**12
+_MAX_ENTRIES = {"num_hidden_layers": 10_000, "n_layer": 10_000, "num_local_experts": 100_000,
+                "num_experts": 100_000, "n_routed_experts": 100_000}
 
 
 class _Config:
@@ -91,9 +98,13 @@ class _Config:
     def count(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ModelConfigError(f"{self.source}: key {key!r}={value!r:.60} must be an int >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_value(value)} must be an int >= {minimum}.")
         if value < minimum:
-            raise ModelConfigError(f"{self.source}: key {key!r}={value} must be >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_int(value)} must be >= {minimum}.")
+        maximum = _MAX_ENTRIES.get(key, _MAX_SIZE)
+        if value > maximum:
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_int(value)} is past any model; it must be <= "
+                                   f"{maximum:,}.")
         return value
 
     def optional_count(self, key: str, *, minimum: int = 1) -> int | None:
@@ -107,11 +118,11 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise ModelConfigError(f"{self.source}: key {key!r}={value!r:.60} must be true or false.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_value(value)} must be true or false.")
         return value
 
     def fail(self, key: str, message: str) -> ModelConfigError:
-        return ModelConfigError(f"{self.source}: key {key!r}={self.mapping.get(key)!r:.60} {message}")
+        return ModelConfigError(f"{self.source}: key {key!r}={_show_value(self.mapping.get(key))} {message}")
 
 
 def _model_type(config: Mapping[str, Any], source: str) -> str:
@@ -147,7 +158,7 @@ def _name(config: Mapping[str, Any], name: str | None, model_type: str) -> str:
 def _heads(c: _Config, hidden: int) -> tuple[int, int, int]:
     """(heads, kv_heads, head_dim), with the dividing checks a real model satisfies."""
     heads = c.count("num_attention_heads")
-    kv_heads = c.count("num_key_value_heads", None) if c.raw("num_key_value_heads", None) is not None else heads
+    kv_heads = c.optional_count("num_key_value_heads") or heads  # absent (Llama 1) or null: no GQA
     if heads % kv_heads:
         raise c.fail("num_key_value_heads", f"must divide num_attention_heads={heads} (grouped-query attention).")
     explicit = c.optional_count("head_dim")
@@ -158,8 +169,12 @@ def _heads(c: _Config, hidden: int) -> tuple[int, int, int]:
     return heads, kv_heads, explicit
 
 
-def _local_layers(c: _Config, layers: int, window: int | None) -> tuple[int, int]:
-    """(sliding window, layers using it) from ``layer_types`` or the family's pattern."""
+def _local_layers(c: _Config, layers: int) -> tuple[int, int]:
+    """(sliding window, layers using it): from ``layer_types`` when given, else the family's pattern."""
+    if c.model_type == "qwen2" and not c.flag("use_sliding_window", False):
+        return 0, 0
+    window = c.optional_count("sliding_window") if c.model_type in ("mistral", "qwen2", "gemma2",
+                                                                      "gemma3_text") else None
     if not window:
         return 0, 0
     kinds = c.raw("layer_types", None)
@@ -168,12 +183,15 @@ def _local_layers(c: _Config, layers: int, window: int | None) -> tuple[int, int
             raise c.fail("layer_types", f"must list one attention kind per layer ({layers}).")
         local = sum(k == "sliding_attention" for k in kinds)
         return (window, local) if local else (0, 0)
+    if c.model_type == "qwen2":  # layers from max_window_layers on use the window
+        local = max(0, layers - c.count("max_window_layers", minimum=0))
+        return (window, local) if local else (0, 0)
     if c.model_type == "gemma2":
         return window, math.ceil(layers / 2)  # layers 0, 2, 4, ... are local
     if c.model_type == "gemma3_text":
         pattern = c.count("sliding_window_pattern")
         return window, layers - layers // pattern  # every pattern-th layer is global
-    return window, layers
+    return window, layers  # Mistral: every layer
 
 
 def _dense(c: _Config, name: str, family: str) -> ModelSpec:
@@ -184,19 +202,7 @@ def _dense(c: _Config, name: str, family: str) -> ModelSpec:
         if c.model_type in ("llama", "mistral", "qwen3") and c.flag(key, False):
             raise c.fail(key, "is not supported (an o_proj / MLP bias); meshplan models q/k/v biases only "
                               "(Qwen2's).")
-    window: int | None = None
-    if c.model_type == "mistral":
-        window = c.optional_count("sliding_window")
-    elif c.model_type == "qwen2":
-        if c.flag("use_sliding_window", False):
-            window = c.optional_count("sliding_window")
-            full = c.count("max_window_layers", minimum=0)
-            if window:
-                return _spec(c, name, family, hidden, layers, heads, kv_heads, head_dim,
-                             sliding_window=window, sliding_window_layers=max(0, layers - full))
-    elif family == "gemma":
-        window = c.optional_count("sliding_window")
-    sliding, local = _local_layers(c, layers, window)
+    sliding, local = _local_layers(c, layers)
     return _spec(c, name, family, hidden, layers, heads, kv_heads, head_dim, sliding_window=sliding,
                  sliding_window_layers=local)
 
@@ -244,7 +250,7 @@ def _qwen3_moe(c: _Config, name: str) -> ModelSpec:
         raise c.fail("mlp_only_layers", "must be a list of layer indices.")
     # ModelSpec keeps dense layers first: a prefix of mlp_only_layers and a sparse step of 1 fit it.
     if step != 1 or sorted(dense_only) != list(range(len(dense_only))):
-        raise ModelConfigError(f"{c.source}: decoder_sparse_step={step} with mlp_only_layers={dense_only!r:.60}: "
+        raise ModelConfigError(f"{c.source}: decoder_sparse_step={step} with mlp_only_layers={_show_value(dense_only)}: "
                                f"meshplan models MoE layers after a run of leading dense layers only "
                                f"(decoder_sparse_step 1, mlp_only_layers [0, 1, ..., k-1]).")
     return _spec(c, name, "qwen3_moe", hidden, layers, heads, kv_heads, head_dim, num_experts=experts,
@@ -324,7 +330,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any], *, name: str | None = N
     if model_type == "gemma3":  # the multimodal checkpoint: its language model is under text_config
         text = config.get("text_config")
         if not isinstance(text, Mapping):
-            raise ModelConfigError(f"{source}: key 'text_config'={text!r:.60} must be the language model's config "
+            raise ModelConfigError(f"{source}: key 'text_config'={_show_value(text)} must be the language model's config "
                                    f"(a JSON object) in a gemma3 config.")
         return model_spec_from_hf_config({"model_type": "gemma3_text", **text}, name=_name(config, name, model_type),
                                          source=f"{source} text_config")

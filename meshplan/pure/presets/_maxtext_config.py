@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure.errors import ModelConfigError
+from meshplan.pure.presets._show import show_int as _show_int
+from meshplan.pure.presets._show import show_value as _show_value
 from meshplan.pure.presets._spec import MLADims, ModelSpec
 
 __all__ = ["MAXTEXT_DECODER_BLOCKS", "MAXTEXT_DEFAULTS", "model_spec_from_maxtext", "parse_maxtext_yml"]
@@ -76,6 +78,8 @@ def _scalar(text: str, where: str) -> Any:
     if text in ("false", "False", "FALSE"):
         return False
     if _INT.match(text):
+        if len(text) > 40:  # no model size has 40 digits (and int() refuses past 4,300)
+            raise ModelConfigError(f"{where}: number {text[:20]}... has {len(text)} digits; no model size does.")
         return int(text.replace("_", ""))
     if _FLOAT.match(text):
         return float(text.replace("_", ""))
@@ -161,13 +165,18 @@ class _Settings:
     def count(self, key: str, minimum: int = 1) -> int:
         value = self.raw(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ModelConfigError(f"{self.source}: key {key!r}={value!r:.60} must be an int >= {minimum}.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_value(value)} must be an int >= {minimum}.")
+        # Layers and experts become dict entries of the tree: bound them (and every size) to real models.
+        maximum = 10_000 if key == "base_num_decoder_layers" else 100_000 if key == "num_experts" else 10**12
+        if value > maximum:
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_int(value)} is past any model; it must be <= "
+                                   f"{maximum:,}.")
         return value
 
     def flag(self, key: str) -> bool:
         value = self.raw(key)
         if not isinstance(value, bool):
-            raise ModelConfigError(f"{self.source}: key {key!r}={value!r:.60} must be true or false.")
+            raise ModelConfigError(f"{self.source}: key {key!r}={_show_value(value)} must be true or false.")
         return value
 
 
@@ -208,7 +217,7 @@ def model_spec_from_maxtext(settings: Mapping[str, Any], *, name: str,
     s = _Settings(settings, source)
     block = s.raw("decoder_block")
     if block not in MAXTEXT_DECODER_BLOCKS:
-        raise ModelConfigError(f"{source}: key 'decoder_block'={block!r:.60} is not one meshplan reads; known: "
+        raise ModelConfigError(f"{source}: key 'decoder_block'={_show_value(block)} is not one meshplan reads; known: "
                                f"{sorted(MAXTEXT_DECODER_BLOCKS)}.")
     family = MAXTEXT_DECODER_BLOCKS[block]
     hidden, heads, kv_heads = s.count("base_emb_dim"), s.count("base_num_query_heads"), s.count("base_num_kv_heads")

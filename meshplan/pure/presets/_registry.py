@@ -252,6 +252,10 @@ def resolve_preset_name(name: str) -> str:
     if found is None:
         close = difflib.get_close_matches(_key(name), sorted(_BY_KEY), n=1)
         hint = f" Did you mean {_BY_KEY[close[0]]!r}?" if close else ""
+        if name.lower().endswith((".json", ".yml", ".yaml")) or "/" in name:
+            # The pure core opens no files: a config path goes through meshplan.load_model first.
+            hint = (" That looks like a model config file: read it with meshplan.load_model(path) and pass the "
+                    "ModelSpec (the CLI's --model reads it for you).")
         raise PlanError(f"unknown model preset {name!r}; known presets: {list(preset_names())}.{hint} "
                             f"For another model, build a ModelSpec and call build_params(spec).")
     return found

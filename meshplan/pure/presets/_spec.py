@@ -182,7 +182,8 @@ class ModelSpec:
                 problems.append(f"{flag}={getattr(self, flag)!r} must be a bool")
         if self.sliding_window_layers > self.num_layers:
             problems.append(f"sliding_window_layers={self.sliding_window_layers} exceeds "
-                            f"num_layers={self.num_layers}")
+                            f"num_layers={self.num_layers} (a copy with fewer layers needs fewer window layers: "
+                            f"dataclasses.replace(spec, num_layers=..., sliding_window_layers=...))")
         if bool(self.sliding_window) != bool(self.sliding_window_layers):
             problems.append(f"sliding_window={self.sliding_window} and sliding_window_layers="
                             f"{self.sliding_window_layers} must both be 0 or both > 0")

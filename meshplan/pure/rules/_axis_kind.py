@@ -64,16 +64,12 @@ from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
 from meshplan.pure.rules._base import Decision, LeafContext, as_context
 from meshplan.pure.rules._conventions import CONVENTIONS, DIM_KINDS, LeafLayout, leaf_layout, normalize_path
 from meshplan.pure.specs._geometry import spec_from_entries
+from meshplan.pure.specs._tree import path_template as _path_template
 
 __all__ = ["AxisKindRule", "path_template"]
 
 _Placed = tuple[tuple[tuple[str, ...], ...], tuple[str, ...], tuple[int, ...]]
 """A leaf's entries and reasons after tp and ep are placed, and the order fsdp tries its dims in."""
-
-# An all-digit path component (``$`` in ``^[0-9]+$`` also allowed one trailing newline, kept so).
-# One C-level substitution: the search templates every leaf path of a 1000-leaf tree twice.
-_DIGIT_PART = re.compile(r"(?<![^/])[0-9]+\n?(?![^/])")
-
 
 def path_template(path: str) -> str:
     """``path`` with every all-digit component replaced by ``*``.
@@ -85,7 +81,7 @@ def path_template(path: str) -> str:
       >>> path_template("model/layers/12/mlp/experts/3/w1/weight")
       'model/layers/*/mlp/experts/*/w1/weight'
     """
-    return _DIGIT_PART.sub("*", as_str(path, "path"))
+    return _path_template(as_str(path, "path"))
 
 
 def _count(value: Any, what: str) -> int | None:
@@ -195,6 +191,28 @@ class AxisKindRule:
         """Leaves with equal keys get equal decisions on every mesh: (template, shape, dtype)."""
         ctx = as_context(ctx)
         return (path_template(ctx.path), ctx.shape, ctx.dtype)
+
+    def template_group(self, template: str) -> bool:
+        """Whether all leaves whose paths have this template get one decision per shape, dtype and
+        axis sizes: :func:`~meshplan.pure.rules.plan_tree` then reads the conventions of one of them.
+
+        Leaves that differ only in all-digit components (layer and expert indices) read the same
+        conventions: an index is never a marker, a prefix or a box tail, and an expert index counts
+        only as digits. Two things read the index itself, and there the answer is False: ``dims``
+        overrides (a pattern may name ``layers/0``), and a template whose layer or parameter name
+        is an index (the reason names it: ``"0/kernel: not a tensor-parallel layer"``).
+
+        Example:
+          >>> rule = AxisKindRule()
+          >>> rule.template_group("model/layers/*/mlp/experts/*/up_proj/weight")
+          True
+          >>> rule.template_group("norms/*"), AxisKindRule(dims=(("norm", ("embed",)),)).template_group("a/w")
+          (False, False)
+        """
+        template = as_str(template, "template")
+        if self.dims:
+            return False
+        return "*" not in normalize_path(template).split("/")[-2:]
 
     def layout(self, path: str, shape: tuple[int, ...]) -> LeafLayout:
         """How this rule reads a leaf: its role and the meaning of each dim.

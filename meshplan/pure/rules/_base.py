@@ -231,7 +231,11 @@ class Rule(Protocol):
     * ``group_key(ctx) -> Hashable``: leaves with equal keys get equal
       decisions on every mesh (default ``None``: no promise);
     * ``reads_axes: tuple[str, ...]``: the only axes whose sizes change its
-      answers (default ``None``: possibly all).
+      answers (default ``None``: possibly all);
+    * ``template_group(template) -> bool``: True when every leaf whose path has
+      this :func:`~meshplan.pure.rules.path_template` gets the same decision for
+      the same shape, dtype and axis sizes; :func:`plan_tree` then asks it once
+      per (template, shape, dtype) instead of once per leaf (default: no promise).
     """
 
     def __call__(self, ctx: LeafContext) -> Decision | None: ...
@@ -292,6 +296,12 @@ def group_key_fn(rule: Rule) -> GroupKey:
     if key is not None:
         return key
     return _shape_key if is_shape_only(rule) else _leaf_key
+
+
+def declared_template_group(rule: Rule) -> Callable[[str], bool] | None:
+    """The rule's own ``template_group`` (``None`` when it makes no promise)."""
+    found = getattr(rule, "template_group", None)
+    return found if callable(found) else None
 
 
 def reads_axes(rule: Rule) -> tuple[str, ...] | None:

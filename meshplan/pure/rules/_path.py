@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._types import make_spec
+from meshplan.pure._check import as_json_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._base import (
     as_context,
@@ -52,21 +52,7 @@ def spec_from_json(data: Any, *, where: str = "spec") -> PartitionSpec:
       >>> spec_from_json([["fsdp", "tp"], None])
       P(('fsdp', 'tp'), None)
     """
-    if data is None:
-        return make_spec()
-    if isinstance(data, str):
-        data = [data]
-    if not isinstance(data, list | tuple):
-        raise MeshplanTypeError(f"{where}={data!r} must be a list of entries (null, \"axis\" or [\"a\", \"b\"]).")
-    out: list[Any] = []
-    for entry in data:
-        if entry is None or isinstance(entry, str):
-            out.append(entry)
-        elif isinstance(entry, list | tuple) and all(isinstance(a, str) for a in entry):
-            out.append(tuple(entry))
-        else:
-            raise MeshplanTypeError(f"{where} entry {entry!r} must be null, an axis name or a list of names.")
-    return make_spec(*out)
+    return as_json_spec(data, where)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -55,6 +55,8 @@ from meshplan.pure.search._export import (
     logical_export,
     maxtext_settings,
 )
+from meshplan.pure.search._html import mesh_html, plan_html
+from meshplan.pure.search._markdown import plan_markdown
 from meshplan.pure.search._pipeline_search import PipelineSearch, price_pipeline, search_pipelines
 from meshplan.pure.search._result import Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
@@ -87,6 +89,8 @@ __all__ = [
     "maxtext_settings",
     "search_meshes",
 ]
+# The plan as markdown and as a self-contained HTML page (what SearchResult's notebook reprs show).
+__all__ += ["mesh_html", "plan_html", "plan_markdown"]
 # Pipeline layouts (a pp axis outermost, each stage searched as a smaller model).
 __all__ += ["PipelineSearch", "price_pipeline", "search_pipelines"]
 # Re-exported from the rooms they moved to (see the module docstring).

@@ -153,6 +153,19 @@ class SearchResult:
             raise PlanError("no mesh fits; see .rejected and .rejections for why.")
         return self.candidates[0]
 
+    def _repr_markdown_(self) -> str:
+        """The summary as markdown (Jupyter calls this): see :func:`~meshplan.pure.search.plan_markdown`."""
+        from meshplan.pure.search._markdown import plan_markdown  # the renderer imports this module
+
+        return plan_markdown(self)
+
+    def _repr_html_(self) -> str:
+        """The plan as HTML with its bars and device grid (Jupyter calls this): see
+        :func:`~meshplan.pure.search.plan_html`."""
+        from meshplan.pure.search._html import plan_html  # the renderer imports this module
+
+        return plan_html(self, fragment=True)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {

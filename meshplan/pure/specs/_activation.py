@@ -33,8 +33,17 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._check import as_count, as_flag, as_record, as_sequence, as_shape, as_str, canonical_axis_sizes
-from meshplan.pure._types import AxisSizes, SpecEntry, make_spec
+from meshplan.pure._check import (
+    as_count,
+    as_flag,
+    as_json_spec,
+    as_record,
+    as_sequence,
+    as_shape,
+    as_str,
+    canonical_axis_sizes,
+)
+from meshplan.pure._types import AxisSizes, SpecEntry
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.specs._geometry import canonical_entries, shard_shape, spec_from_entries
 
@@ -88,8 +97,8 @@ class ActivationSpec:
         """Inverse of :meth:`to_dict`."""
         names = ("name", "shape", "itemsize", "spec")
         fields = as_record(data, "ActivationSpec", fields=names, required=names, error=PlanError)
-        entries = [tuple(e) if isinstance(e, list) else e for e in as_sequence(fields["spec"], "ActivationSpec.spec")]
-        return cls(fields["name"], fields["shape"], fields["itemsize"], make_spec(*entries))
+        return cls(fields["name"], fields["shape"], fields["itemsize"],
+                   as_json_spec(fields["spec"], f"ActivationSpec {fields['name']!r:.40} spec"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,29 +12,34 @@ is the one place that decides what counts as an array-like leaf:
 * ``None`` is an empty subtree in jax and stays ``None`` in every output tree.
 
 Anything else (strings, custom objects, numpy scalar *types* such as
-``np.float32`` in a config-like tree, objects whose ``.shape`` is not a tuple
-of ints) is a *non-array leaf*: it has no facts, and rules give it no spec.
-A leaf with a proper ``.shape`` but a ``.dtype`` that is not a dtype is an
-error (:class:`~meshplan.errors.MeshplanTypeError`, naming the leaf).
+``np.float32`` in a config-like tree, objects without both a ``.shape`` and a
+``.dtype``) is a *non-array leaf*: it has no facts, and rules give it no spec.
+A leaf with a ``.shape`` and a ``.dtype`` is an array whichever they are, so a
+shape that is not a tuple of ints >= 0 (``"abc"``, ``(-4, 4)``) or a dtype
+that is not one is an error (:class:`~meshplan.errors.MeshplanTypeError`,
+naming the leaf), never a leaf kept as is.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
-from collections.abc import Sequence
+import operator
+import re
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from meshplan.pure._check import as_flag
+from meshplan.pure._check import as_flag, as_shape
 from meshplan.pure._types import PyTree, Shape
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_bits
 
 __all__ = ["LeafInfo", "TreeFacts", "flatten", "flatten_with_path", "leaf_info", "tree_facts", "path_str",
-           "path_strs"]
+           "path_strs", "path_template"]
 
 _SCALAR_DTYPES_32 = {bool: np.dtype(bool), int: np.dtype(np.int32), float: np.dtype(np.float32),
                      complex: np.dtype(np.complex64)}
@@ -60,23 +65,10 @@ def _has_array_facts(x: Any) -> bool:
     return not isinstance(x, type) and hasattr(x, "shape") and hasattr(x, "dtype")
 
 
-def _shape_of(x: Any) -> Shape | None:
-    """``x.shape`` as a tuple of non-negative Python ints, or None when it is not one."""
-    shape = x.shape
-    if not isinstance(shape, (tuple, list)):
-        return None
-    dims: list[int] = []
-    for d in shape:
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
-            return None
-        dims.append(int(d))
-    return tuple(dims)
-
-
-def _array_info(x: Any) -> LeafInfo | None:
-    shape = _shape_of(x)
-    if shape is None:
-        return None
+def _array_info(x: Any) -> LeafInfo:
+    # An object with a .shape and a .dtype is an array to planners: its shape must be one
+    # (a string or a negative dim is a typed error naming it, not a leaf kept as is).
+    shape = as_shape(x.shape, "shape")
     dtype = canonical_dtype(x.dtype)
     dtype_bits(dtype)  # an array of strings or objects is one jax cannot hold: a typed error, named by the caller
     return LeafInfo(shape, dtype)
@@ -95,24 +87,68 @@ def flatten(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[Any], Any]:
       ...
       meshplan.pure.errors.MeshplanTypeError: params is not a pytree jax can flatten (the keys [1, 'w'] of params do not sort); dict keys must be sortable (all str, or all int).
     """
-    _refuse_unsortable_keys(tree, what)
+    bad: list[Any] = []
     try:
-        return jax.tree_util.tree_flatten(tree, **kwargs)
+        found = jax.tree_util.tree_flatten(tree, is_leaf=_guarded(tree, what, kwargs, bad), **kwargs)
     except MeshplanError:
         raise
     except (ValueError, TypeError) as err:
         raise _unflattenable(what, err) from None
+    _refuse_unsortable(bad, what)
+    return found
 
 
 def flatten_with_path(tree: PyTree, what: str, **kwargs: Any) -> tuple[list[tuple[Any, Any]], Any]:
     """:func:`flatten` with key paths (``jax.tree_util.tree_flatten_with_path``)."""
-    _refuse_unsortable_keys(tree, what)
+    bad: list[Any] = []
     try:
-        return jax.tree_util.tree_flatten_with_path(tree, **kwargs)
+        found = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_guarded(tree, what, kwargs, bad), **kwargs)
     except MeshplanError:
         raise
     except (ValueError, TypeError) as err:
         raise _unflattenable(what, err) from None
+    _refuse_unsortable(bad, what)
+    return found
+
+
+def _guarded(tree: PyTree, what: str, kwargs: dict[str, Any], bad: list[Any]) -> Any:
+    """The ``is_leaf`` to flatten ``tree`` with, such that jax never sorts a dict whose keys do not sort.
+
+    jaxlib 0.10's flatten fails on such a dict with a ValueError, but leaks the
+    interpreter's recursion budget by the dict's nesting depth each time; a
+    long process (a fuzz run) then fails every deep-enough call with a
+    RecursionError. Without a caller's ``is_leaf``, :func:`_unsortable_guard`
+    keeps them from jax as it flattens; a caller's ``is_leaf`` may flatten the
+    subtrees it is shown itself (before the guard sees their dicts), so the tree
+    is walked for them first and the caller's ``is_leaf`` used as it is.
+    """
+    user = kwargs.pop("is_leaf", None)
+    if user is None:
+        return _unsortable_guard(bad)
+    _refuse_unsortable_keys(tree, what)
+    return user
+
+
+def _unsortable_guard(bad: list[Any]) -> Any:
+    """An ``is_leaf`` that calls a dict whose keys do not sort a leaf, so jax never sorts it, and
+    notes it in ``bad`` for the caller to refuse once the flatten returns. Asked by jax at each
+    node, it costs under half of walking the tree beforehand (a 45k-leaf tree: ~0.4x one
+    ``tree_map`` against ~1.0x)."""
+    defaultdict = collections.defaultdict
+
+    def is_leaf(node: Any) -> bool:
+        kind = type(node)
+        # The dicts jax sorts (OrderedDict keeps its order; other subclasses are leaves to jax).
+        # Keys of a one-key dict always sort (most dicts of a parameter tree hold one weight).
+        if (kind is dict or kind is defaultdict) and len(node) > 1:
+            try:
+                sorted(node)
+            except (TypeError, ValueError):
+                bad.append(node)
+                return True
+        return False
+
+    return is_leaf
 
 
 def _refuse_unsortable_keys(tree: PyTree, what: str) -> None:
@@ -144,6 +180,13 @@ def _refuse_unsortable_keys(tree: PyTree, what: str) -> None:
             stack.extend(node)
 
 
+def _refuse_unsortable(bad: list[Any], what: str) -> None:
+    if bad:
+        raise MeshplanTypeError(
+            f"{what} is not a pytree jax can flatten (the keys {list(bad[0])!r:.80} of {what} do not "
+            "sort); dict keys must be sortable (all str, or all int).")
+
+
 def _unflattenable(what: str, err: Exception) -> MeshplanTypeError:
     return MeshplanTypeError(f"{what} is not a pytree jax can flatten ({str(err).splitlines()[0][:200]}); "
                              "dict keys must be sortable (all str, or all int).")
@@ -165,6 +208,10 @@ def leaf_info(x: Any, *, x64: bool = False) -> LeafInfo | None:
       LeafInfo(shape=(), dtype=dtype('int32'))
       >>> leaf_info("not an array") is None
       True
+
+    Raises:
+      MeshplanTypeError: ``x`` has a ``.shape`` and a ``.dtype`` (it is an array to planners) but
+        the shape is not a tuple of ints >= 0 or the dtype is not one.
     """
     if not _has_array_facts(x):
         value = None if isinstance(x, type) else getattr(x, "value", None)
@@ -250,6 +297,8 @@ class TreeFacts:
     treedef: Any
     source: Any = dataclasses.field(default=None, repr=False)
     _memo: list[tuple[Any, ...]] = dataclasses.field(default_factory=list, repr=False)
+    # The structure's nodes as read for path(i) and templates(): id(node) -> its kind, keys, children.
+    _nodes: dict[int, _Node | None] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def keypaths(self) -> tuple[Any, ...]:
@@ -290,7 +339,110 @@ class TreeFacts:
         n = len(self.infos)
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -n <= i < n:
             raise MeshplanTypeError(f"leaf index i={i!r} must be an int in [{-n}, {n}).")
+        if not self._memo:
+            # One leaf's path read off the structure: planners name a few leaves of a tree (the
+            # first of each group, a refused leaf), and all the key paths cost ~6 flattens.
+            found = self._descend(int(i) % n)
+            if found is not None:
+                return found
         return path_str(self.keypaths[i])
+
+    def templates(self) -> list[str]:
+        """Every leaf's path template (:func:`path_template` of ``path(i)`` for each ``i``).
+
+        Example:
+          >>> import numpy as np
+          >>> tree_facts({"layers": [{"w": np.zeros(2)}] * 3, "3": np.zeros(1)}).templates()
+          ['*', 'layers/*/w', 'layers/*/w', 'layers/*/w']
+        """
+        table, codes = self.template_codes()
+        return [table[c] for c in codes]
+
+    def template_codes(self) -> tuple[tuple[str, ...], list[int]]:
+        """The distinct path templates, and per leaf the position of its template among them.
+
+        Read off the structure, each distinct subtree once: a DeepSeek-V3 tree with one leaf per
+        expert has 45k leaves but a few distinct layers, so this costs a fraction of one
+        ``tree_map``, where templating every path costs more than one. Trees with other nodes
+        (namedtuples, custom pytrees) template each path instead.
+
+        Example:
+          >>> import numpy as np
+          >>> tree_facts({"layers": [{"w": np.zeros(2)}] * 3, "3": np.zeros(1)}).template_codes()
+          (('*', 'layers/*/w'), [0, 1, 1, 1])
+        """
+        found = self._suffixes(self.treedef, {}, "")
+        if found is not None and len(found[1]) == len(self.infos):
+            return found
+        index: dict[str, int] = {}
+        codes = [index.setdefault(path_template(p), len(index)) for p in self.paths()]
+        return tuple(index), codes
+
+    def _read(self, node: Any) -> _Node | None:
+        """``node``'s kind, keys and children, read once per node object (see :func:`_read_node`)."""
+        read = self._nodes.get(id(node), _UNREAD)
+        if read is _UNREAD:
+            read = self._nodes[id(node)] = _read_node(node)
+        return read
+
+    def _suffixes(self, treedef: Any, memo: dict[Hashable, list[tuple[Any, _Codes | None]]],
+                  sep: str) -> _Codes | None:
+        """The templates of ``treedef``'s leaf paths below the node, each after ``sep`` (``""`` for
+        the node itself when it is a leaf): the distinct ones, and per leaf the position of its own;
+        None when some node is not a dict, list, tuple or OrderedDict.
+
+        Equal subtrees (the layers of a model, the experts of a layer) are read once: ``memo``
+        holds the answers by a cheap key (node and leaf counts, the node's own keys), and a
+        structure is compared only with the few that share that key, never hashed (hashing a
+        structure walks all of it, at every level of the tree). A child's codes are renumbered
+        once per (template, distinct child) and in one C-level pass, so the cost follows the
+        distinct subtrees, not the leaves."""
+        data = treedef.node_data()
+        cheap = (treedef.num_nodes, treedef.num_leaves, sep,
+                 None if data is None else (data[0], tuple(data[1]) if type(data[1]) is list else None))
+        same = memo.setdefault(cheap, [])
+        for other, answer in same:
+            if other == treedef:  # compared only with structures of the same cheap key
+                return answer
+        read = self._read(treedef)
+        out: _Codes | None
+        if read is None:
+            out = None
+        elif not read.children:
+            out = (("",), [0]) if read.kind is None else ((), [])
+        else:
+            index: dict[str, int] = {}
+            codes: list[int] = []
+            renumbered: dict[tuple[str, int], list[int]] = {}
+            for name, child in zip(read.keys, read.children, strict=True):
+                sub = self._suffixes(child, memo, "/")
+                if sub is None:
+                    break
+                head = sep + path_template(name)
+                found = renumbered.get((head, id(sub)))
+                if found is None:
+                    ours = [index.setdefault(head + t, len(index)) for t in sub[0]]
+                    found = renumbered[(head, id(sub))] = list(map(ours.__getitem__, sub[1]))
+                codes.extend(found)
+            out = None if sub is None else (tuple(index), codes)
+        same.append((treedef, out))
+        return out
+
+    def _descend(self, i: int) -> str | None:
+        """The path of leaf ``i`` read off the structure; None where a node is not a dict, list,
+        tuple or OrderedDict (its keys are then jax's to format)."""
+        parts: list[str] = []
+        node = self.treedef
+        while True:
+            read = self._read(node)
+            if read is None:
+                return None
+            if not read.children:  # a leaf
+                return "/".join(parts)
+            k = bisect.bisect_right(read.starts, i) - 1
+            parts.append(read.keys[k])
+            i -= read.starts[k]
+            node = read.children[k]
 
     def unflatten(self, leaves: Sequence[Any]) -> PyTree:
         """A tree of the same structure holding ``leaves`` (one per leaf).
@@ -340,6 +492,95 @@ def _plain_paths(tree: Any) -> list[str] | None:
     return out
 
 
+# An all-digit path component (``$`` in ``^[0-9]+$`` also allowed one trailing newline, kept so).
+# One C-level substitution per path.
+_DIGIT_PART = re.compile(r"(?<![^/])[0-9]+\n?(?![^/])")
+
+
+def path_template(path: str) -> str:
+    """``path`` with every all-digit component replaced by ``*`` (unchecked; the public,
+    checked one is :func:`meshplan.pure.rules.path_template`).
+
+    Example:
+      >>> path_template("model/layers/12/mlp/experts/3/w1/weight")
+      'model/layers/*/mlp/experts/*/w1/weight'
+    """
+    return _DIGIT_PART.sub("*", path)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Node:
+    """One node of a structure: its kind (None for a leaf), its children, their keys as path text,
+    and where each child's leaves start. ``node`` keeps the structure alive, so its id() stays its own."""
+
+    node: Any
+    kind: type | None
+    keys: tuple[str, ...]
+    children: tuple[Any, ...]
+    starts: tuple[int, ...]
+
+
+_UNREAD = _Node(None, None, (), (), ())
+
+_Codes = tuple[tuple[str, ...], list[int]]
+"""Distinct path templates, and per leaf the position of its template among them."""
+
+
+def _read_node(treedef: Any) -> _Node | None:
+    """``treedef``'s root as a :class:`_Node`, each child's key as jax's ``keystr(simple=True)``
+    writes it; None for a node other than a dict, list, tuple, OrderedDict, None or leaf (its keys
+    are jax's to format)."""
+    data = treedef.node_data()
+    if data is None:
+        return _Node(treedef, None, (), (), ())
+    kind, aux = data
+    children = treedef.children()
+    if kind is dict or kind is collections.OrderedDict:
+        keys = tuple(str(k) for k in aux)
+    elif kind is list or kind is tuple:
+        keys = tuple(str(k) for k in range(len(children)))
+    elif kind is type(None):
+        keys = ()
+    else:
+        return None
+    starts, at = [], 0
+    for child in children:
+        starts.append(at)
+        at += child.num_leaves
+    return _Node(treedef, kind, keys, tuple(children), tuple(starts))
+
+
+_SHAPE_DTYPE = operator.attrgetter("shape", "dtype")
+
+
+def _fast_infos(leaves: list[Any], tree: PyTree) -> tuple[LeafInfo, ...] | None:
+    """The infos of ``leaves`` when every one is a numpy array, jax array or ShapeDtypeStruct, in
+    C-level passes (a 45k-leaf tree of a few dozen kinds: a fifth of the per-leaf loop); else None."""
+    # isinstance against jax.Array is slow: asked once per type.
+    if not leaves or not all(issubclass(t, _FAST_TYPES) for t in set(map(type, leaves))):
+        return None
+    keys = list(map(_SHAPE_DTYPE, leaves))
+    table: dict[Any, LeafInfo] = {}
+    for key in dict.fromkeys(keys):
+        try:
+            table[key] = _array_info(_Facts(*key))
+        except MeshplanTypeError as err:  # a bad shape or dtype: name the leaf
+            where = path_str(jax.tree_util.tree_flatten_with_path(tree)[0][keys.index(key)][0])
+            raise MeshplanTypeError(f"leaf {where!r}: {err}") from None
+    if len(keys) == 1:
+        return (table[keys[0]],)
+    found: tuple[LeafInfo, ...] = operator.itemgetter(*keys)(table)
+    return found
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Facts:
+    """A leaf's ``shape`` and ``dtype`` without the leaf, for :func:`_array_info`."""
+
+    shape: Any
+    dtype: Any
+
+
 def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
     """Flatten ``tree`` once into :class:`TreeFacts`.
 
@@ -351,7 +592,8 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
       The tree's :class:`TreeFacts`.
 
     Raises:
-      MeshplanTypeError: a leaf has ``.shape``/``.dtype`` but the dtype is not one.
+      MeshplanTypeError: a leaf has a ``.shape`` and a ``.dtype`` but the shape is not a tuple of
+        ints >= 0 or the dtype is not one (the message names the leaf).
 
     Example:
       >>> import jax, numpy as np
@@ -361,6 +603,9 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
     """
     x64 = as_flag(x64, "x64")
     leaves, treedef = flatten(tree, "tree")
+    found = _fast_infos(leaves, tree)
+    if found is not None:
+        return TreeFacts(found, treedef, tree)
     # Trees hold many leaves of few (shape, dtype) kinds: build one LeafInfo
     # per kind and skip leaf_info's probing for the common array types.
     cache: dict[Any, LeafInfo] = {}
@@ -376,13 +621,11 @@ def tree_facts(tree: PyTree, *, x64: bool = False) -> TreeFacts:
                 key = (v.shape, v.dtype)
                 info = cache.get(key)
                 if info is None:
-                    info = _array_info(v)
-                    if info is not None:
-                        cache[key] = info
+                    info = cache[key] = _array_info(v)
                 infos.append(info)
             else:
                 infos.append(leaf_info(v, x64=x64))
-        except MeshplanTypeError as err:  # a bad .dtype: name the leaf
+        except MeshplanTypeError as err:  # a bad shape or dtype: name the leaf
             where = path_str(jax.tree_util.tree_flatten_with_path(tree)[0][len(infos)][0])
             raise MeshplanTypeError(f"leaf {where!r}: {err}") from None
     return TreeFacts(tuple(infos), treedef, tree)

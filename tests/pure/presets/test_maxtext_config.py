@@ -174,3 +174,12 @@ def test_every_decoder_block_builds_a_tree_with_the_specs_layer_count(block: str
     assert len(tree["model"]["layers"]) == spec.num_layers == layers * (2 if block == "gemma2" else 1)
     assert spec.family == (MAXTEXT_DECODER_BLOCKS[block] if block != "deepseek" else "deepseek_v2")
     assert dataclasses.replace(spec, name="y").name == "y"
+
+
+def test_absurd_numbers_are_refused_not_computed() -> None:
+    with pytest.raises(ModelConfigError, match="m.yml:1: number 99999999999999999999... has 5000 digits"):
+        parse_maxtext_yml("a: " + "9" * 5000, source="m.yml")
+    settings = {**parse_maxtext_yml((DATA / "maxtext" / "mistral-7b.yml").read_text()),
+                "base_num_decoder_layers": 10**6}
+    with pytest.raises(ModelConfigError, match="'base_num_decoder_layers'=1000000 is past any model"):
+        model_spec_from_maxtext(settings, name="m", source="m.yml")

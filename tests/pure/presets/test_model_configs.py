@@ -22,6 +22,7 @@ from meshplan.pure.errors import ModelConfigError, PlanError
 from meshplan.pure.presets import (
     HF_MODEL_TYPES,
     MODEL_SPECS,
+    MLADims,
     ModelSpec,
     build_params,
     count_params,
@@ -134,6 +135,10 @@ def test_what_the_readers_take_from_each_architecture() -> None:
     v3 = _spec("deepseek-v3.json")
     assert (v3.num_layers, v3.num_dense_layers, v3.num_shared_experts) == (61, 3, 1)  # MTP layer left out
     assert _spec("mistral-7b-v0.1.json").sliding_window_layers == 32
+    assert _spec("qwen2.5-72b.json").sliding_window == 0  # "use_sliding_window": false
+    windowed = model_spec_from_hf_config({**_config("qwen2.5-72b.json"), "use_sliding_window": True,
+                                          "sliding_window": 4096})
+    assert (windowed.sliding_window, windowed.sliding_window_layers) == (4096, 10)  # from max_window_layers=70
     assert _spec("mixtral-8x7b.json").sliding_window == 0  # "sliding_window": null
     assert _spec("llama-3.1-405b.json").name == "llama"  # no name and no _name_or_path: the model_type
 
@@ -306,3 +311,120 @@ def test_architectures_alone_name_the_model_type(name: str) -> None:
     without = {k: v for k, v in config.items() if k != "model_type"}
     assert model_spec_from_hf_config(without, name="m") == model_spec_from_hf_config(config, name="m")
     assert any(a in HF_MODEL_TYPES[config["model_type"]] for a in config["architectures"])
+
+
+def test_a_config_path_given_as_a_preset_name_says_how_to_read_it() -> None:
+    from meshplan.pure import search_meshes
+
+    with pytest.raises(PlanError, match=r"meshplan.load_model\(path\)"):
+        search_meshes("path/to/config.json", "8xH100")
+
+
+# --- round trip: a spec written as the config.json transformers would save reads back as itself -----
+
+
+def _hf_config_of(spec: ModelSpec) -> dict[str, Any]:
+    """The config.json keys a Hugging Face model of ``spec``'s layout saves (the test's own writer)."""
+    if spec.family == "gpt2":
+        return {"model_type": "gpt2", "vocab_size": spec.vocab_size, "n_embd": spec.hidden_size,
+                "n_layer": spec.num_layers, "n_head": spec.num_heads, "n_inner": spec.intermediate_size,
+                "n_positions": spec.max_position_embeddings, "tie_word_embeddings": spec.tied_embeddings}
+    common = {"vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size, "num_hidden_layers": spec.num_layers,
+              "num_attention_heads": spec.num_heads, "num_key_value_heads": spec.num_kv_heads,
+              "intermediate_size": spec.intermediate_size, "tie_word_embeddings": spec.tied_embeddings}
+    if spec.mla is not None:
+        m = spec.mla
+        return {**common, "model_type": spec.family, "q_lora_rank": m.q_lora_rank or None,
+                "kv_lora_rank": m.kv_lora_rank, "qk_nope_head_dim": m.qk_nope_head_dim,
+                "qk_rope_head_dim": m.qk_rope_head_dim, "v_head_dim": m.v_head_dim,
+                "n_routed_experts": spec.num_experts, "num_experts_per_tok": spec.num_experts_per_tok,
+                "moe_intermediate_size": spec.moe_intermediate_size, "n_shared_experts": spec.num_shared_experts,
+                "first_k_dense_replace": spec.num_dense_layers, "moe_layer_freq": 1}
+    common["head_dim"] = spec.head_dim
+    if spec.family == "mixtral":
+        return {**common, "model_type": "mixtral", "num_local_experts": spec.num_experts,
+                "num_experts_per_tok": spec.num_experts_per_tok, "intermediate_size": spec.moe_intermediate_size,
+                "sliding_window": spec.sliding_window or None}
+    if spec.family == "qwen3_moe":
+        return {**common, "model_type": "qwen3_moe", "num_experts": spec.num_experts,
+                "num_experts_per_tok": spec.num_experts_per_tok, "moe_intermediate_size": spec.moe_intermediate_size,
+                "mlp_only_layers": list(range(spec.num_dense_layers))}
+    if spec.family == "gemma":
+        kinds = ["sliding_attention" if i < spec.sliding_window_layers else "full_attention"
+                 for i in range(spec.num_layers)]
+        return {**common, "model_type": "gemma3_text", "sliding_window": spec.sliding_window or 4096,
+                "layer_types": kinds}
+    model_type = "qwen2" if spec.qkv_bias else "qwen3" if spec.qk_norm else "mistral"
+    return {**common, "model_type": model_type, "sliding_window": spec.sliding_window or None}
+
+
+@st.composite
+def new_layout_specs(draw: st.DrawFn) -> ModelSpec:
+    family = draw(st.sampled_from(("gpt2", "llama", "mixtral", "qwen3_moe", "gemma", "deepseek_v2", "deepseek_v3")))
+    kv = draw(st.sampled_from((1, 2, 4)))
+    heads = kv * draw(st.sampled_from((1, 2, 3)))
+    head_dim = draw(st.sampled_from((8, 16)))
+    layers = draw(st.integers(1, 4))
+    hidden = heads * head_dim if family == "gpt2" else draw(st.integers(4, 96))
+    fields: dict[str, Any] = {}
+    if family in ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3"):
+        experts = draw(st.integers(2, 8))
+        fields.update(num_experts=experts, num_experts_per_tok=draw(st.integers(1, experts)),
+                      moe_intermediate_size=draw(st.integers(1, 32)))
+        if family != "mixtral":
+            fields["num_dense_layers"] = draw(st.integers(0, layers))
+    if family == "gpt2" or family.startswith("deepseek"):
+        kv = heads  # no grouped-query attention
+    if family.startswith("deepseek"):
+        fields["mla"] = MLADims(q_lora_rank=draw(st.sampled_from((0, 12))), kv_lora_rank=8, qk_nope_head_dim=8,
+                                qk_rope_head_dim=4, v_head_dim=head_dim)
+        fields["num_shared_experts"] = draw(st.integers(0, 2))
+    if family == "llama":
+        flavour = draw(st.sampled_from(("bias", "norm", "window", "plain")))
+        fields.update(qkv_bias=flavour == "bias", qk_norm=flavour == "norm")
+        if flavour == "window":
+            fields.update(sliding_window=draw(st.integers(1, 8192)), sliding_window_layers=layers)
+    if family == "gemma":
+        local = draw(st.integers(0, layers))
+        fields.update(qk_norm=True, tied_embeddings=True, sliding_window=1024 if local else 0,
+                      sliding_window_layers=local)
+    if family == "qwen3_moe":
+        fields["qk_norm"] = True
+    if family == "gpt2":
+        fields.update(tied_embeddings=draw(st.booleans()), max_position_embeddings=draw(st.integers(1, 64)))
+    elif family not in ("gemma",):
+        fields["tied_embeddings"] = draw(st.booleans())
+    return ModelSpec("m", family, vocab_size=draw(st.integers(1, 500)), hidden_size=hidden, num_layers=layers,
+                     num_heads=heads, num_kv_heads=kv, head_dim=head_dim, intermediate_size=draw(st.integers(1, 64)),
+                     **fields)
+
+
+@given(new_layout_specs())
+def test_specs_round_trip_through_their_hf_config(spec: ModelSpec) -> None:
+    config = _hf_config_of(spec)
+    back = model_spec_from_hf_config(json.loads(json.dumps(config)), name="m")
+    if spec.family == "mixtral":  # Mixtral's config has one MLP width, the experts'
+        spec = dataclasses.replace(spec, intermediate_size=spec.moe_intermediate_size)
+    assert back == spec
+    assert count_params(build_params(back)) == count_params(build_params(spec))
+
+
+def test_the_conventions_reader_knows_what_the_new_layouts_add() -> None:
+    from meshplan.pure.rules import leaf_layout
+
+    # q/k norms are one head wide: never the embed dim a rule would shard like a residual-stream norm.
+    assert leaf_layout("model/layers/0/self_attn/q_norm/weight", (128,)).dims == ("head_dim",)
+    assert leaf_layout("model/layers/0/self_attn/k_norm/weight", (128,)).dims == ("head_dim",)
+    bias = leaf_layout("model/layers/0/self_attn/k_proj/bias", (1024,), num_heads=64, num_kv_heads=8)
+    assert (bias.role, bias.heads, bias.dims) == ("column", "kv", ("out",))
+    assert leaf_layout("model/layers/0/pre_feedforward_layernorm/weight", (5376,)).dims == ("embed",)
+    expert = leaf_layout("model/layers/0/mlp/experts/gate_proj/weight", (128, 1536, 4096), num_experts=128)
+    assert expert.stacked_expert and expert.dims == ("experts", "out", "in")
+    assert leaf_layout("model/layers/0/mlp/gate/weight", (128, 4096)).role == "other"  # the router
+
+
+@pytest.mark.parametrize("key, value", [("num_hidden_layers", 10**9), ("vocab_size", 10**400),
+                                        ("hidden_size", 10**13)])
+def test_absurd_sizes_are_refused_before_any_tree_is_built(key: str, value: int) -> None:
+    with pytest.raises(ModelConfigError, match=f"key '{key}'=.* is past any model"):
+        model_spec_from_hf_config({**_config("llama-3.1-405b.json"), key: value}, source="x.json")

@@ -1,0 +1,124 @@
+"""``meshplan plan --detail``: everything the summary leaves out, for the reader who wants the workings.
+
+The assumptions in full (the recipe, where the activation coefficients come from, the recorded spread),
+the meshes over the budget, every reason meshes were left out, and for the chosen mesh: each axis's
+ICI / DCN split, the batch and activation specs, the memory by part, the step time's terms, the
+collective table and the parameter groups. Every figure comes from the
+:class:`~meshplan.pure.SearchResult`; nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshplan.pure import Cluster, MeshCandidate, SearchResult
+from meshplan.pure._format import fmt_bytes
+from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
+from meshplan.pure.search import Spread, describe_spread, peak_bounds
+from meshplan.pure.search._summary import seconds, spread_of
+
+__all__ = ["render_detail"]
+
+
+def render_detail(result: SearchResult, console: Any) -> None:
+    """Print the ``--detail`` sections of a plan after its summary."""
+    from rich.table import Table
+
+    req = result.request
+    opt = f"{req.optimizer_copies} {req.optimizer_dtype} optimizer copies"
+    grads = req.param_dtype if req.grad_dtype == "param" else req.grad_dtype
+    console.print("\n[bold]Assumptions[/bold]")
+    _facts(console, (
+        ("step", (f"batch {req.batch} x seq {req.seq}; {opt}; grads {grads}; axes {', '.join(req.axes)}; "
+                 f"rule {req.rule}")),
+        ("priced", (f"{req.recipe.describe()}; params, grads and optimizer exact, activations calibrated against "
+                   f"{CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
+                   "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles)")),
+        ("spread", describe_spread(req.recipe)),
+    ))
+    console.print("\n[bold]Verdicts[/bold]")
+    _facts(console, tuple((f"{c.rank}. {c.text}", c.verdict) for c in result.candidates))
+    found = spread_of(result)
+    spread = None if found is None else found[1]
+    if result.rejected:
+        over = Table(title="Leanest meshes over the memory budget")
+        for col in ("mesh", "memory/device", "verdict"):
+            over.add_column(col)
+        for cand in result.rejected:
+            over.add_row(cand.text, fmt_bytes(cand.memory.total), cand.verdict)
+        console.print(over)
+    if result.rejections:
+        console.print("[bold]Left out[/bold]:")
+        for r in result.rejections:
+            what = "mesh" if r.count == 1 else "meshes"
+            console.print(f"  - {r.example} [dim]({r.count} {what}, {r.kind})[/dim]")
+    _chosen_detail(result.best, req.cluster, console, spread)
+
+
+def _facts(console: Any, rows: tuple[tuple[str, str], ...]) -> None:
+    """Label and text in two columns: a long text wraps under itself, not under the label."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for label, text in rows:
+        grid.add_row(f"  {label}", text)
+    console.print(grid)
+
+
+def _chosen_detail(best: MeshCandidate, cluster: Cluster, console: Any, spread: Spread | None) -> None:
+    from rich.table import Table
+
+    unit = cluster.ici_domain_name
+    console.print(f"\n[bold]Chosen mesh in detail[/bold]: {best.text}")
+    for name, size, i, d in zip(best.axis_names, best.axis_sizes, best.ici_shape, best.dcn_shape, strict=True):
+        where = (f"inside one {unit}" if d == 1 else f"across {d} {unit}s" if i == 1
+                 else f"{i} per {unit} x {d} {unit}s")
+        console.print(f"  {name:<4} = {size:<5} ICI {i} x DCN {d}  ({where})")
+    if best.activations is not None:  # the splits the activation memory assumed: the step applies them
+        console.print("  batch and activation specs the memory assumes (best.training_layout; "
+                      "apply with jax.lax.with_sharding_constraint):")
+        for t in best.activations.tensors:
+            console.print(f"    {t.name:<9} {t.shape!s:<20} {t.spec}")
+    m = best.memory
+    mem = Table(title="Memory per device (fullest device)")
+    mem.add_column("part")
+    mem.add_column("bytes", justify="right")
+    grads = "grads" if m.grads_live else "grads (not yet live at the peak)"
+    peak = f"peak, {m.phase} phase" if m.phase else "total"
+    for label, value in (("params (exact)", m.params), (f"{grads} (exact)", m.grads),
+                         ("optimizer (exact)", m.optimizer), (f"{m.label('activations')} (calibrated)", m.activations),
+                         (peak, m.total)):
+        mem.add_row(label, fmt_bytes(value))
+    if spread is not None:
+        low, high = peak_bounds(m, spread)
+        mem.add_row(f"peak at the recorded spread ({spread.low:.2f}-{spread.high:.2f}x the calibrated part)",
+                    f"{fmt_bytes(low)} - {fmt_bytes(high)}")
+    mem.add_row("budget", fmt_bytes(m.budget))
+    console.print(mem)
+    if best.step is not None and cluster.device.peak_bf16_flops is None:
+        console.print(f"Predicted step: {seconds(best.step.step_s)} of exposed communication; compute not priced "
+                      f"(no peak FLOP/s for {cluster.device.name!r}: DeviceSpec(peak_bf16_flops=...))")
+    elif best.step is not None:
+        st = best.step
+        console.print(f"Predicted step: {seconds(st.step_s)} = compute {seconds(st.compute_s)} "
+                      f"({st.flops:.3g} FLOPs/device at {st.efficiency:.0%} of peak) + exposed communication "
+                      f"{seconds(st.exposed_s)}; {st.tokens_per_s:,.0f} tokens/s/device, MFU {st.mfu:.1%} "
+                      "(set with --efficiency; --rank comm orders by communication alone)")
+    comm = Table(title=f"Step communication (alpha-beta estimate): {seconds(best.step_comm_s)}")
+    cols = ("collective", "axes", "link", "bytes/call", "calls", "time", "hidden", "exposed")
+    for col in cols:
+        comm.add_column(col, justify="left" if col in cols[:3] else "right")
+    for term in best.comm:
+        comm.add_row(term.what, "+".join(term.axes), term.link, fmt_bytes(term.nbytes), str(term.calls),
+                     seconds(term.seconds), "-" if term.hidden is None else seconds(term.hidden),
+                     "-" if term.exposed is None else seconds(term.exposed))
+    console.print(comm)
+    groups = Table(title="Parameter groups")
+    for col in ("pattern", "shape", "count", "spec", "reason"):
+        groups.add_column(col)
+    for g in best.groups:
+        spec = "P(" + ", ".join(repr(e) for e in g.spec) + ")"
+        groups.add_row(g.pattern, f"{g.shape} {g.dtype}", str(g.count), spec, g.reason)
+    console.print(groups)

@@ -1,0 +1,210 @@
+"""A search result as one self-contained HTML page (or a notebook fragment): inline CSS and SVG only.
+
+No scripts, no external fonts, images or styles: the page opens the same from a pull request attachment,
+a chat upload or a laptop with no network. It shows the summary's facts
+(:mod:`meshplan.pure.search._summary`): the header, the ranked table, per ranked mesh a memory bar
+(params, grads, optimizer, activations against the budget, the estimate's range, the compiled peak where
+verified) and a step-time bar (compute, then each collective's exposed seconds), the chosen mesh's device
+grid coloured by axis group with hosts (and slices) outlined, and the lines to type.
+
+Example:
+  >>> from meshplan.pure import search_meshes
+  >>> page = plan_html(search_meshes("gpt2", "2x4xH100", batch=8, seq=1024, top_k=2))
+  >>> page.startswith("<!DOCTYPE html>"), "<script" in page, page.count('class="candidate"')
+  (True, False, 2)
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+
+from meshplan.pure._format import fmt_bytes
+from meshplan.pure.cluster._cluster import Cluster
+from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.search._result import SearchResult
+from meshplan.pure.search._summary import (
+    RANK_COLUMNS,
+    create_mesh_call,
+    header_facts,
+    maxtext_flags,
+    memory_range,
+    range_text,
+    ranked_rows,
+)
+from meshplan.pure.search._svg import (
+    MEMORY_COLORS,
+    check_grid_args,
+    device_grid_svg,
+    memory_bar,
+    step_bar,
+)
+
+__all__ = ["CSS", "mesh_html", "plan_html"]
+
+CSS = """
+.meshplan { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f;
+  max-width: 1240px; line-height: 1.4; }
+.meshplan h1 { font-size: 1.5em; margin: 0.2em 0 0.4em; }
+.meshplan h2 { font-size: 1.15em; margin: 1.4em 0 0.4em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
+.meshplan dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 0.15em 1em; margin: 0; }
+.meshplan dl.facts dt { font-weight: 600; color: #555; }
+.meshplan dl.facts dd { margin: 0; }
+.meshplan table.ranked { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 0.88em; }
+.meshplan .scroll { overflow-x: auto; }
+.meshplan table.ranked th, .meshplan table.ranked td { padding: 0.25em 0.5em; border-bottom: 1px solid #e5e5e5;
+  white-space: nowrap; text-align: left; }
+.meshplan table.ranked th { background: #f4f4f6; font-weight: 600; }
+.meshplan table.ranked td.num, .meshplan table.ranked th.num { text-align: right; }
+.meshplan table.ranked tr.best td { background: #eef6ee; font-weight: 600; }
+.meshplan .candidate { margin: 0.8em 0 1.1em; }
+.meshplan .candidate h3 { font-size: 1em; margin: 0 0 0.2em; }
+.meshplan .candidate .bars { display: flex; flex-wrap: wrap; gap: 0 2em; }
+.meshplan .candidate .bar-title { font-size: 0.8em; color: #666; text-transform: uppercase; letter-spacing: 0.04em; }
+.meshplan .candidate svg { display: block; margin: 0.1em 0; }
+.meshplan .legend span { display: inline-block; margin-right: 1.1em; font-size: 0.9em; }
+.meshplan .legend i { display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.3em;
+  vertical-align: -0.1em; border-radius: 2px; }
+.meshplan .device-grid { display: flex; flex-wrap: wrap; gap: 0.5em 1.6em; align-items: flex-start; }
+.meshplan .device-grid .grid-legend { flex-basis: 100%; margin: 0; color: #555; }
+.meshplan figure.axis-panel { margin: 0; }
+.meshplan figure.axis-panel figcaption { font-size: 0.9em; margin-bottom: 0.2em; }
+.meshplan pre { background: #f6f8fa; border: 1px solid #e1e4e8; border-radius: 6px; padding: 0.7em 0.9em;
+  overflow-x: auto; font-size: 0.9em; }
+.meshplan .note { color: #555; font-size: 0.9em; }
+"""
+"""The report's stylesheet; every rule is scoped to ``.meshplan`` so a notebook's own styles are untouched."""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _check(result: object) -> SearchResult:
+    if not isinstance(result, SearchResult):
+        raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult (search_meshes(...)), not "
+                                f"{type(result).__name__}.")
+    return result
+
+
+def _ranked_table(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -> str:
+    cols = RANK_COLUMNS
+    head = "".join(f'<th class="{"num" if c.numeric else ""}">{_e(c.title)}</th>' for c in cols)
+    body = []
+    for row in ranked_rows(result, compiled):
+        cells = "".join(f'<td class="{"num" if c.numeric else ""}">{_e(row[c.key])}</td>' for c in cols)
+        body.append(f'<tr class="{"best" if row["rank"] == "1" else ""}">{cells}</tr>')
+    return (f'<div class="scroll"><table class="ranked"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
+            "</tbody></table></div>")
+
+
+def _legend(result: SearchResult) -> str:
+    names = ["params", "grads", "optimizer", "activations"]
+    parts = "".join(f'<span><i style="background:{MEMORY_COLORS[n]}"></i>{n}</span>' for n in names)
+    extra = ('<span>&#9474;&#8212;&#9474; estimate range</span><span style="color:#c00">- - budget</span>'
+             '<span>&#9646; compiled peak (verified)</span>')
+    step = ('<span><i style="background:#8c9bab"></i>compute</span><span>then the exposed (not hidden) '
+            "communication of each collective, one colour each (hover for its name)</span>")
+    del result
+    return f'<p class="legend">Memory: {parts}{extra}</p><p class="legend">Step: {step}</p>'
+
+
+def _candidates(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -> str:
+    slowest = max((c.step.step_s for c in result.candidates if c.step is not None), default=0.0)
+    out = []
+    for cand in result.candidates:
+        bounds = memory_range(result, cand)
+        verified = compiled.get(cand.text)
+        how = (f"compiled peak {fmt_bytes(verified[0])} (exact, {verified[1]})" if verified is not None else
+               f"estimate, range {range_text(bounds)}" if bounds is not None else "estimate")
+        out.append(f'<div class="candidate" id="rank-{cand.rank}"><h3>#{cand.rank} {_e(cand.text)}: '
+                   f"{_e(fmt_bytes(cand.memory.total))} per device ({_e(how)})</h3>")
+        out.append('<div class="bars"><div><div class="bar-title">memory per device</div>'
+                   f"{memory_bar(cand.memory, bounds=bounds, compiled=verified)}</div>")
+        if cand.step is not None:
+            out.append('<div><div class="bar-title">step time</div>'
+                       f"{step_bar(cand.step, cand.comm, scale_s=slowest)}</div>")
+        out.append("</div></div>")
+    return "".join(out)
+
+
+def _snippets(result: SearchResult) -> str:
+    best = result.best
+    code = "\n".join(["import meshplan", "", *create_mesh_call(best, width=88)])
+    layout = ""
+    if best.activations is not None:
+        rows = "\n".join(f"{t.name:<9} {t.shape!s:<22} {t.spec}" for t in best.activations.tensors)
+        layout = (f'<p class="note">Batch and activation specs the memory assumes (best.training_layout; apply '
+                  f"with jax.lax.with_sharding_constraint):</p><pre>{_e(rows)}</pre>")
+    return (f"<h2>To build it</h2><pre class=\"create-mesh\">{_e(code)}</pre>"
+            f'<p class="note">MaxText command-line overrides:</p><pre class="maxtext">{_e(maxtext_flags(best))}</pre>'
+            f"{layout}")
+
+
+def _body(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -> str:
+    req, best = result.request, result.best
+    facts = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in header_facts(result))
+    left = sum(r.count for r in result.rejections)
+    over = "".join(f"<li>{_e(c.text)}: {_e(c.verdict)}</li>" for c in result.rejected)
+    reasons = "".join(f"<li>{_e(r.example)} ({r.count} mesh{'es' if r.count != 1 else ''}, {_e(r.kind)})</li>"
+                      for r in result.rejections)
+    by = "step time" if req.rank_by == "time" else "communication"
+    return "".join([
+        f"<h1>meshplan plan: {_e(req.model)} on {_e(req.cluster.text)}</h1>",
+        f'<dl class="facts">{facts}</dl>',
+        (f"<h2>Ranked meshes</h2><p>{result.num_fitting} of {result.num_candidates} meshes fit; the top "
+        f"{len(result.candidates)} by predicted {by}.</p>"),
+        _ranked_table(result, compiled),
+        "<h2>Memory and step time per mesh</h2>", _legend(result), _candidates(result, compiled),
+        f"<h2>Chosen mesh: {_e(best.text)}</h2>",
+        device_grid_svg(req.cluster, best.axis_names, best.hybrid),
+        _snippets(result),
+        (f"<h2>Left out</h2><p>{len(result.rejected)} leanest meshes over the budget and {left} meshes left out "
+        f"for these reasons:</p><ul>{over}{reasons}</ul>"),
+    ])
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f"<style>{CSS}body {{ margin: 1.5em 2em; background: #fff; }}</style></head>"
+            f'<body><main class="meshplan">{body}</main></body></html>\n')
+
+
+def plan_html(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
+              fragment: bool = False) -> str:
+    """The search result as HTML.
+
+    Args:
+      result: what :func:`~meshplan.pure.search_meshes` returned.
+      compiled: mesh text (``"dp=2,fsdp=32"``) -> (XLA's compiled peak bytes, which compiler and version), for
+        the meshes verified; they are drawn as exact next to the estimate.
+      fragment: a ``<div>`` with its own scoped ``<style>`` (for a notebook) instead of a whole page.
+
+    Returns:
+      A self-contained HTML document (or fragment): inline CSS and SVG, no scripts, nothing fetched.
+    """
+    result = _check(result)
+    body = _body(result, dict(compiled or {}))
+    if fragment:
+        return f'<div class="meshplan"><style>{CSS}</style>{body}</div>'
+    return _page(f"meshplan plan: {result.request.model} on {result.request.cluster.text}", body)
+
+
+def mesh_html(cluster: Cluster, names: Sequence[str], hybrid: HybridMeshShape) -> str:
+    """One page drawing a mesh's device grid on ``cluster`` (``meshplan show-mesh --html``).
+
+    Example:
+      >>> from meshplan.pure import parse_cluster
+      >>> page = mesh_html(parse_cluster("2x4xH100"), ("dp", "tp"), HybridMeshShape((1, 4), (2, 1)))
+      >>> page.count('class="device"')
+      16
+    """
+    names = check_grid_args(cluster, names, hybrid)
+    sizes = ", ".join(f"{n}={i * d}" for n, i, d in zip(names, hybrid.ici_mesh_shape, hybrid.dcn_mesh_shape,
+                                                          strict=True))
+    title = f"{cluster.text}: mesh {sizes}"
+    body = (f"<h1>{_e(title)}</h1><p>{cluster.num_devices} devices, {cluster.num_nodes} hosts x "
+            f"{cluster.devices_per_node}; ICI {_e(hybrid.ici_mesh_shape)}, DCN {_e(hybrid.dcn_mesh_shape)}.</p>"
+            + device_grid_svg(cluster, names, hybrid))
+    return _page(title, body)
