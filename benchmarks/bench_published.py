@@ -135,7 +135,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
                  "priced at 15360; recompute of RMSNorm and MLA up-projections only",
                  "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, 4.2, Table 1)"),
 )
-"""Published runs with the measured tokens/s per device. Pipeline runs carry ``layout=None``."""
+"""Published runs with the measured tokens/s per device. Pipeline runs carry ``layout=None`` here and are priced in :data:`PIPELINE_RUNS`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +218,7 @@ def _estimate(candidate: MeshCandidate) -> StepEstimate:
 
 
 def _layout_text(layout: Mapping[str, int] | None) -> str:
-    return "PP (not modelled)" if layout is None else ",".join(f"{a}={n}" for a, n in layout.items())
+    return "PP (pipeline table)" if layout is None else ",".join(f"{a}={n}" for a, n in layout.items())
 
 
 COLUMNS: tuple[str, ...] = (

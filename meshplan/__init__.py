@@ -61,6 +61,7 @@ _FACADE = {
     "CompiledMemory": "_compiled", "compiled_memory": "_compiled", "tpu_topology_mesh": "_compiled",
     "gpu_topology_mesh": "_compiled",
     "ReferenceConfig": "_reference", "ReferenceStep": "_reference", "reference_step": "_reference",
+    "PipelineStep": "_pipeline_step", "pipeline_step": "_pipeline_step",
     "load_model": "_model_file",
     "compiled_collectives": "_hlo",
     "PlanVerification": "_verify_row", "VerifyRow": "_verify_row", "verify_plan": "_verify_plan",
@@ -93,6 +94,8 @@ __all__ += ["CompiledMemory", "ReferenceConfig", "ReferenceStep", "compiled_memo
 __all__ += ["compiled_collectives"]
 # a plan verified by compiling its top meshes (worker subprocesses, a compile cache)
 __all__ += ["PlanVerification", "VerifyRow", "verify_plan"]
+# a pipelined train step (stage-stacked weights over pp, ppermute under shard_map)
+__all__ += ["PipelineStep", "pipeline_step"]
 
 
 def __getattr__(name: str) -> Any:
@@ -120,6 +123,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._logical import LogicalShardingRule, logical_names
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
     from meshplan.facade._partition_helper import MeshPartitionHelper
+    from meshplan.facade._pipeline_step import PipelineStep, pipeline_step
     from meshplan.facade._reference import ReferenceConfig, ReferenceStep, reference_step
     from meshplan.facade._model_file import load_model
     from meshplan.facade._place import place

@@ -212,6 +212,9 @@ def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dic
     except PlanError as err:
         _console().print(f"pipeline layouts: none ({err})")
         return False
+    if not found.candidates and not found.left_out:
+        _console().print("pipeline layouts: none (no pp >= 2 divides the cluster's nodes or its devices per node)")
+        return False
     if args.detail:
         render_pipelines(found, result, _console())
     else:  # the summary gives the fastest layout in one line; its table is part of --detail

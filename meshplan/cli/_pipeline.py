@@ -23,12 +23,13 @@ def render_pipelines(found: PipelineSearch, result: SearchResult, console: Any) 
     """Print the pipeline layouts next to the unpipelined ranking of ``result``.
 
     Example:
+      >>> import io
       >>> from rich.console import Console
       >>> from meshplan.pure import search_meshes
       >>> from meshplan.pure.search import search_pipelines
       >>> result = search_meshes("llama3-8b", "4x8xH100", batch=64, seq=4096, top_k=1)
       >>> found = search_pipelines("llama3-8b", "4x8xH100", batch=64, seq=4096, top_k=1)
-      >>> console = Console(width=200, record=True)
+      >>> console = Console(width=200, record=True, file=io.StringIO())
       >>> render_pipelines(found, result, console)
       >>> "bubble" in console.export_text()
       True

@@ -32,7 +32,10 @@ checks that on 8 CPU devices. Dense models only (one group of identical
 layers); the schedule is the GPipe order of fill, steady state and drain with
 circular repeats, not 1F1B: autodiff runs every forward before any backward,
 so the step keeps all ``m`` micro-batches' stage inputs alive (the GPipe
-figure of :mod:`meshplan.pure.cost._pipeline`).
+figure of :mod:`meshplan.pure.cost._pipeline`), and with ``repeats > 1`` the
+backward also keeps the repeat's slice of the stage's weights for every
+iteration (the slice index is traced); MaxText gathers per repeat instead
+(``pipeline_fsdp_ag_per_repeat``), not done here.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from meshplan.facade import _reference as ref
 from meshplan.facade import _reference_model as rm
 from meshplan.pure._types import make_spec, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.mesh._pipeline_axis import pipeline_axis
 from meshplan.pure.presets import ModelSpec, build_params
 from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.specs._training import optimizer_state_specs
@@ -153,13 +157,14 @@ def from_stages(params: Any, spec: ModelSpec) -> Any:
     return _with_layers(params, spec, jax.tree.map(join, _layers(params, spec)))
 
 
-def _check(spec: ModelSpec, sizes: dict[str, int], batch: int, ways: int, m: int, v: int,
+def _check(spec: ModelSpec, sizes: dict[str, int], axis: str | None, batch: int, ways: int, m: int, v: int,
            config: ref.ReferenceConfig) -> None:
     """Every reason the schedule cannot run, collected and raised once."""
-    stages = sizes.get(PP_AXIS, 0)
+    stages = 0 if axis is None else sizes[axis]
     problems = []
-    if stages < 1:
-        problems.append(f"the mesh {sizes} has no {PP_AXIS!r} axis; add one (its size is the stage count)")
+    if axis is None:
+        problems.append(f"the mesh {sizes} has no {PP_AXIS!r} axis (or loadax's 'pipeline', MaxText's 'stage'); "
+                        "add one (its size is the stage count)")
     if spec.is_moe and spec.num_dense_layers < spec.num_layers:
         problems.append(f"{spec.name!r} mixes dense and MoE layers; the pipelined step stacks one group of "
                         "identical layers (dense models only)")
@@ -183,7 +188,7 @@ def _check(spec: ModelSpec, sizes: dict[str, int], batch: int, ways: int, m: int
         raise PlanError(f"pipelined step for {spec.name!r}: " + "; ".join(problems) + ".")
 
 
-def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, stages: int, m: int, v: int,
+def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: str, stages: int, m: int, v: int,
               weight_specs: Any) -> Callable[[Any, jax.Array], jax.Array]:
     """``run(stage_weights, x) -> y``: ``x``/``y`` are ``(m, micro_batch, seq, d)``, the schedule of the docstring."""
     ring = [(i, (i + 1) % stages) for i in range(stages)]
@@ -193,11 +198,20 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, stages: 
         y, _ = jax.lax.scan(lambda h, p: (layer(h, p), None), x, w)
         return y
 
+    def this_repeat(w: Any, inp: jax.Array, repeat: jax.Array) -> jax.Array:
+        if v == 1:
+            # A static slice of the loop-invariant stack: jax hoists it out of the iterations' residuals.
+            # A traced index would make the backward keep one copy of the stage's weights per iteration
+            # (XLA:TPU kept 11 for m=8, pp=4); with v > 1 it still does (see the module docstring).
+            return stage_layers(inp, jax.tree.map(lambda a: a[0], w))
+        return stage_layers(inp, jax.tree.map(
+            lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0, keepdims=False), w))
+
     def per_device(w: Any, x: jax.Array) -> jax.Array:
         # w: (v, 1, per_stage, ...) this stage's layers for every repeat; x: all m micro-batches.
         w = jax.tree.map(lambda a: a[:, 0], w)
-        s = jax.lax.axis_index(PP_AXIS)
-        vary = lambda a: jax.lax.pcast(a, (PP_AXIS,), to="varying")
+        s = jax.lax.axis_index(axis)
+        vary = lambda a: jax.lax.pcast(a, (axis,), to="varying")
         zero = vary(jnp.zeros_like(x[0]))
         store, out = vary(jnp.zeros_like(x)), vary(jnp.zeros_like(x))
 
@@ -213,17 +227,16 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, stages: 
             inp = jnp.where(s == 0, first_in, incoming)
             w_item = t - s
             repeat = jnp.clip(w_item // m, 0, v - 1)
-            y = stage_layers(inp, jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0,
-                                                                                       keepdims=False), w))
+            y = this_repeat(w, inp, repeat)
             done = (s == stages - 1) & (w_item >= (v - 1) * m) & (w_item < v * m)
             out = jnp.where(done, jax.lax.dynamic_update_index_in_dim(out, y, w_item % m, 0), out)
-            return (jax.lax.ppermute(y, PP_AXIS, ring), store, out), None
+            return (jax.lax.ppermute(y, axis, ring), store, out), None
 
         (_, _, out), _ = jax.lax.scan(body, (zero, store, out), jnp.arange(iterations))
         return out[None]  # (1, m, ...): the stage dim, only the last stage's is the answer
 
     run = jax.shard_map(per_device, mesh=mesh, in_specs=(weight_specs, PartitionSpec()),
-                        out_specs=PartitionSpec(PP_AXIS), axis_names=frozenset({PP_AXIS}))
+                        out_specs=PartitionSpec(axis), axis_names=frozenset({axis}))
 
     def apply(w: Any, x: jax.Array) -> jax.Array:
         return run(w, x)[-1]
@@ -246,7 +259,9 @@ def pipeline_step(
 
     Args:
       model: a preset name or a dense :class:`~meshplan.pure.ModelSpec`.
-      mesh: a ``jax.sharding.Mesh`` with a ``pp`` axis (its size is the stage count).
+      mesh: a ``jax.sharding.Mesh`` with a ``pp`` axis (its size is the stage count; loadax's
+        ``pipeline`` and MaxText's ``stage`` names are taken too, see
+        :func:`~meshplan.pure.mesh.pipeline_axis`).
       batch, seq: global batch (sequences) and tokens per sequence.
       micro_batches: ``m``, at least the stage count; the batch divides by it times the batch axes.
       repeats: ``v``, circular repeats (virtual stages per device); ``pp * v`` divides the layers.
@@ -284,21 +299,23 @@ def pipeline_step(
     sizes = dict(mesh.shape)
     axes = tuple(a for a in ref.BATCH_AXES if sizes.get(a, 1) > 1)
     ways = math.prod(sizes[a] for a in axes)
-    _check(spec, sizes, batch, ways, micro_batches, repeats, config)
-    stages, m, v = sizes[PP_AXIS], micro_batches, repeats
+    axis = pipeline_axis(tuple(sizes))
+    _check(spec, sizes, axis, batch, ways, micro_batches, repeats, config)
+    assert axis is not None  # _check refused a mesh without one
+    stages, m, v = sizes[axis], micro_batches, repeats
 
-    inner_sizes = {k: n for k, n in sizes.items() if k != PP_AXIS}
+    inner_sizes = {k: n for k, n in sizes.items() if k != axis}
     hf_tree = build_params(spec, dtype=config.param_dtype)
     hf_specs = ref._plan_specs(spec, hf_tree, plan, inner_sizes)
     stacked, stacked_specs = ref._stack(hf_tree, hf_specs, spec)
     params = to_stages(stacked, spec, stages=stages, repeats=v)
     is_spec = lambda x: isinstance(x, PartitionSpec)
     # The stacked layer spec is (None, *layer); the stage-stacked one (repeats, stages over pp, per stage, *layer).
-    layer_specs = jax.tree.map(lambda p: make_spec(None, PP_AXIS, None, *tuple(p)[1:]), _layers(stacked_specs, spec),
+    layer_specs = jax.tree.map(lambda p: make_spec(None, axis, None, *tuple(p)[1:]), _layers(stacked_specs, spec),
                                is_leaf=is_spec)
     param_specs = _with_layers(stacked_specs, spec, layer_specs)
     # Inside the shard_map only pp is manual: the weight specs name pp alone.
-    manual_specs = jax.tree.map(lambda p: make_spec(None, PP_AXIS), layer_specs, is_leaf=is_spec)
+    manual_specs = jax.tree.map(lambda p: make_spec(None, axis), layer_specs, is_leaf=is_spec)
 
     def sharding(p: PartitionSpec) -> NamedSharding:
         return NamedSharding(mesh, p)
@@ -319,7 +336,7 @@ def pipeline_step(
     layer = ref._remat(rm.layer_fn(spec, moe_layer=False, dtype=cdt, attention_kind=config.attention,
                                    capacity_factor=config.capacity_factor, constrain=rm.same,
                                    constrain_experts=rm.same), config.remat, scan=True)
-    run = _pipeline(layer, mesh, stages, m, v, manual_specs)
+    run = _pipeline(layer, mesh, axis, stages, m, v, manual_specs)
     micro = make_spec(None, axes or None, None, None)
 
     def forward_loss(p: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:

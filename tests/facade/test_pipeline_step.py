@@ -26,6 +26,7 @@ from meshplan.facade._compiled import (
 )
 from meshplan.facade._pipeline_step import from_stages, pipeline_step, to_stages
 from meshplan.facade._reference import ReferenceConfig, reference_step, stacked_params
+from meshplan.pure.cost import bubble_fraction, plan_stages
 from meshplan.pure.presets import MODEL_SPECS
 
 TINY = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny-llama", num_layers=8, hidden_size=32,
@@ -140,10 +141,35 @@ def test_pipelined_step_compiles_for_a_tpu_topology():
     step = pipeline_step(big, mesh, batch=16, seq=64, micro_batches=4)
     mem = compiled_memory(step.fn, *step.args, top_buffers=0)
     assert mem.platform == "tpu" and mem.num_devices == 8
-    # Each device holds its stage's layers (a quarter of the stack) plus the embedding, norm and head: the
-    # abstract arguments' shard bytes, which the compiler agrees with up to TPU tile padding.
-    shard_bytes = sum(int(np.prod(leaf.sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
-                      for leaf in jax.tree.leaves(step.args))
-    assert shard_bytes <= mem.argument_bytes <= 1.01 * shard_bytes
-    layers = step.args[0][0]["model"]["layers"]["dense"]["mlp"]["up_proj"]["weight"]
-    assert layers.sharding.shard_shape(layers.shape) == (1, 1, 2, 512, 256)
+    # The stage model's state (meshplan.pure.cost.plan_stages): the fullest stage's layers with bf16 weights and
+    # two fp32 Adam moments (5 bytes per weight byte), plus the embedding, norm and head the step keeps on every
+    # stage, plus the tokens and Adam's step count. XLA agrees up to TPU tile padding of the small leaves.
+    params = step.args[0][0]
+    layers = params["model"]["layers"]["dense"]
+    nbytes = lambda t: sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(t))
+    plan = plan_stages(8, 4, micro_batches=4, layer_param_bytes=nbytes(layers) // 8, embed_param_bytes=0,
+                       head_param_bytes=0, layer_activation_bytes=0, state_factor=5.0, schedule="circular")
+    state = plan.state_bytes[plan.fullest] + 5 * (nbytes(params) - nbytes(layers)) + 2 * (16 // 2) * 64 * 4 + 4
+    assert state <= mem.argument_bytes <= 1.01 * state
+    leaf = layers["mlp"]["up_proj"]["weight"]
+    assert leaf.sharding.shard_shape(leaf.shape) == (1, 1, 2, 512, 256)
+
+
+def test_the_steps_bubble_is_the_circular_schedules(pipelined):
+    assert pipelined.bubble == bubble_fraction(4, 4, schedule="circular", virtual=2)
+    assert pipelined.iterations == 2 * 4 + 4 - 1
+
+
+def test_a_loadax_config_naming_the_axis_pipeline_runs_the_one_repeat_schedule(pipelined):
+    from meshplan import MeshConfig
+
+    config = MeshConfig(mesh_shape=(4, -1), mesh_axis_names=("pipeline", "data"), batch_axis_names="data")
+    step = pipeline_step(TINY, config.create_device_mesh(), batch=BATCH, seq=SEQ, micro_batches=4,
+                         config=FP32_SGD)
+    leaf = step.param_specs["model"]["layers"]["dense"]["mlp"]["up_proj"]["weight"]
+    assert tuple(leaf)[:3] == (None, "pipeline", None) and step.stages == 4 and step.repeats == 1
+    # One repeat (the static-slice path) and two repeats (checked against the unpipelined step) agree.
+    params, data = _params(5), _batch(6)
+    one = step.loss(to_stages(params, TINY, stages=4, repeats=1), data)
+    two = pipelined.loss(to_stages(params, TINY, stages=4, repeats=2), data)
+    np.testing.assert_allclose(one, two, rtol=1e-5)

@@ -8,6 +8,7 @@ from meshplan.pure.mesh._hybrid import HybridMeshShape, reconcile_dcn, resolve_h
 from meshplan.pure.mesh._hosts import arrange_host_blocks, host_block_problems, place_granules
 from meshplan.pure.mesh._layout import DeviceInfo, granule_device_ids, group_granules, layout_device_ids
 from meshplan.pure.mesh._parse import format_mesh_string, parse_mesh_string
+from meshplan.pure.mesh._pipeline_axis import PIPELINE_AXIS_NAMES, pipeline_axis
 from meshplan.pure.mesh._request import MeshRequest, resolve_mesh_request
 from meshplan.pure.mesh._selectors import select_mesh_shape, validate_mesh_rules
 from meshplan.pure.mesh._split import per_host_mesh_shape, split_over_granules
@@ -38,3 +39,4 @@ __all__ = [
     "validate_axis_names",
     "validate_mesh_rules",
 ]
+__all__ += ["PIPELINE_AXIS_NAMES", "pipeline_axis"]

@@ -265,7 +265,7 @@ class MeshCandidate:
         return TrainingLayout(specs, state, acts.pop("batch"), acts, self.mesh_shape)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
+        """JSON-ready dict (``pipeline`` only for a pipelined layout)."""
         return {
             "axis_names": list(self.axis_names), "axis_sizes": list(self.axis_sizes),
             "ici_shape": list(self.ici_shape), "dcn_shape": list(self.dcn_shape),
@@ -274,7 +274,8 @@ class MeshCandidate:
             "groups": [g.to_dict() for g in self.groups],
             "activations": None if self.activations is None else self.activations.to_dict(),
             "step": None if self.step is None else self.step.to_dict(),
-            "pipeline": None if self.pipeline is None else self.pipeline.to_dict(),
+            # Only pipelined layouts carry the key: every other plan's JSON stays as it was.
+            **({} if self.pipeline is None else {"pipeline": self.pipeline.to_dict()}),
         }
 
     @classmethod
