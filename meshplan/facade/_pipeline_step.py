@@ -211,7 +211,9 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
         # w: (v, 1, per_stage, ...) this stage's layers for every repeat; x: all m micro-batches.
         w = jax.tree.map(lambda a: a[:, 0], w)
         s = jax.lax.axis_index(axis)
-        vary = lambda a: jax.lax.pcast(a, (axis,), to="varying")
+        def vary(a: jax.Array) -> jax.Array:
+            varying: jax.Array = jax.lax.pcast(a, (axis,), to="varying")
+            return varying
         zero = vary(jnp.zeros_like(x[0]))
         store, out = vary(jnp.zeros_like(x)), vary(jnp.zeros_like(x))
 
@@ -230,13 +232,16 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
             y = this_repeat(w, inp, repeat)
             done = (s == stages - 1) & (w_item >= (v - 1) * m) & (w_item < v * m)
             out = jnp.where(done, jax.lax.dynamic_update_index_in_dim(out, y, w_item % m, 0), out)
-            return (jax.lax.ppermute(y, axis, ring), store, out), None
+            sent = jax.lax.ppermute(y, axis, ring)  # type: ignore[no-untyped-call]  # jax leaves it unannotated
+            return (sent, store, out), None
 
         (_, _, out), _ = jax.lax.scan(body, (zero, store, out), jnp.arange(iterations))
-        return out[None]  # (1, m, ...): the stage dim, only the last stage's is the answer
+        stacked: jax.Array = out[None]  # (1, m, ...): the stage dim, only the last stage's is the answer
+        return stacked
 
-    run = jax.shard_map(per_device, mesh=mesh, in_specs=(weight_specs, PartitionSpec()),
-                        out_specs=PartitionSpec(axis), axis_names=frozenset({axis}))
+    replicated, by_stage = PartitionSpec(), PartitionSpec(axis)  # type: ignore[no-untyped-call]
+    run = jax.shard_map(per_device, mesh=mesh, in_specs=(weight_specs, replicated),
+                        out_specs=by_stage, axis_names=frozenset({axis}))
 
     def apply(w: Any, x: jax.Array) -> jax.Array:
         return run(w, x)[-1]
