@@ -24,6 +24,7 @@ from meshplan.pure.presets import (
     parse_maxtext_yml,
     resolve_preset_name,
 )
+from meshplan.pure.presets._show import show_value
 
 __all__ = ["MODEL_FILE_SUFFIXES", "is_model_file", "load_model", "maxtext_model_name", "resolve_model"]
 
@@ -97,7 +98,7 @@ def load_model(path: str | os.PathLike[str], *, name: str | None = None) -> Mode
       ('tiny-llama', 16)
     """
     if not isinstance(path, (str, os.PathLike)):
-        raise MeshplanTypeError(f"path={path!r:.80} must be a file path (str or os.PathLike).")
+        raise MeshplanTypeError(f"path={show_value(path)} must be a file path (str or os.PathLike).")
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
@@ -132,4 +133,4 @@ def resolve_model(model: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
         return load_model(model)
     if isinstance(model, str):
         return MODEL_SPECS[resolve_preset_name(model)]
-    raise MeshplanTypeError(f"model={model!r:.80} must be a preset name, a model config path or a ModelSpec.")
+    raise MeshplanTypeError(f"model={show_value(model)} must be a preset name, a model config path or a ModelSpec.")

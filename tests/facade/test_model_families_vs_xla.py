@@ -69,3 +69,18 @@ def test_new_layouts_compile_and_their_flops_match_xla(case: str) -> None:
     assert flops.per_device / cost["flops"] == pytest.approx(1.0, abs=0.03)
     matmuls = flops.per_device - flops.elementwise
     assert matmuls / _matmul_flops(compiled.as_text()) == pytest.approx(1.0, abs=0.005)
+
+
+def test_reference_step_takes_a_model_config_path(tmp_path: pathlib.Path) -> None:
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 256,
+                                "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}))
+    mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(jax.sharding.AxisType.Auto,))
+    ref = reference_step(str(path), mesh, batch=8, seq=16)
+    assert ref.model.qk_norm and ref.model.head_dim == 32
+    params = ref.args[0][0]
+    assert params["model"]["layers"]["dense"]["self_attn"]["q_norm"]["weight"].shape == (2, 32)
+    assert ref.lower().compile() is not None

@@ -129,14 +129,14 @@ def _model_type(config: Mapping[str, Any], source: str) -> str:
     """The config's ``model_type``, from the key or from ``architectures``, checked to agree."""
     archs = config.get("architectures")
     if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
-        raise ModelConfigError(f"{source}: key 'architectures'={archs!r:.80} must be a list of class names.")
+        raise ModelConfigError(f"{source}: key 'architectures'={_show_value(archs)} must be a list of class names.")
     by_arch = {a: t for t, names in HF_MODEL_TYPES.items() for a in names}
     from_arch = next((by_arch[a] for a in archs or [] if a in by_arch), None)
-    model_type = config.get("model_type", from_arch)
+    model_type = config.get("model_type") or from_arch  # absent or null: the architectures say
     known = sorted(HF_MODEL_TYPES)
     if not isinstance(model_type, str) or model_type not in HF_MODEL_TYPES:
         shown = model_type if model_type is not None else archs
-        raise ModelConfigError(f"{source}: unknown architecture {shown!r:.80} (key 'model_type'); meshplan reads "
+        raise ModelConfigError(f"{source}: unknown architecture {_show_value(shown)} (key 'model_type'); meshplan reads "
                                f"model_type {known} (architectures "
                                f"{sorted(by_arch)}). For another model, build a ModelSpec yourself.")
     if archs and from_arch is not None and from_arch != model_type and \
@@ -325,7 +325,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any], *, name: str | None = N
         raise ModelConfigError(f"{source}: a config.json holds a JSON object (a mapping of keys), not "
                                f"{type(config).__name__}.")
     if name is not None and (not isinstance(name, str) or not name):
-        raise ModelConfigError(f"name={name!r:.60} must be a non-empty str or None.")
+        raise ModelConfigError(f"name={_show_value(name)} must be a non-empty str or None.")
     model_type = _model_type(config, source)
     if model_type == "gemma3":  # the multimodal checkpoint: its language model is under text_config
         text = config.get("text_config")

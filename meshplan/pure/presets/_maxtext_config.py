@@ -213,7 +213,7 @@ def model_spec_from_maxtext(settings: Mapping[str, Any], *, name: str,
     if not isinstance(settings, Mapping):
         raise ModelConfigError(f"{source}: MaxText settings must be a mapping, not {type(settings).__name__}.")
     if not isinstance(name, str) or not name:
-        raise ModelConfigError(f"name={name!r:.60} must be a non-empty str (MaxText's model_name).")
+        raise ModelConfigError(f"name={_show_value(name)} must be a non-empty str (MaxText's model_name).")
     s = _Settings(settings, source)
     block = s.raw("decoder_block")
     if block not in MAXTEXT_DECODER_BLOCKS:

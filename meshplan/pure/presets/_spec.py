@@ -106,8 +106,10 @@ class ModelSpec:
         each (Qwen3, Gemma 3).
       sliding_window: tokens a local-attention layer sees (0: every layer
         attends to the whole sequence).
-      sliding_window_layers: how many of the layers use that window
-        (Mistral v0.1 all 32, Gemma 2 half, Gemma 3 five in six).
+      sliding_window_layers: how many of the layers use that window (Mistral
+        v0.1 all 32, Gemma 2 half, Gemma 3 five in six); at most ``num_layers``:
+        a larger value, e.g. after ``dataclasses.replace(spec, num_layers=2)``,
+        is read as every layer, and it is 0 without a window.
 
     Raises:
       PlanError: inconsistent sizes (every problem listed at once).
@@ -180,13 +182,14 @@ class ModelSpec:
         for flag in ("tied_embeddings", "qkv_bias", "qk_norm"):
             if not isinstance(getattr(self, flag), bool):
                 problems.append(f"{flag}={getattr(self, flag)!r} must be a bool")
-        if self.sliding_window_layers > self.num_layers:
-            problems.append(f"sliding_window_layers={self.sliding_window_layers} exceeds "
-                            f"num_layers={self.num_layers} (a copy with fewer layers needs fewer window layers: "
-                            f"dataclasses.replace(spec, num_layers=..., sliding_window_layers=...))")
-        if bool(self.sliding_window) != bool(self.sliding_window_layers):
-            problems.append(f"sliding_window={self.sliding_window} and sliding_window_layers="
-                            f"{self.sliding_window_layers} must both be 0 or both > 0")
+        # Canonical, so dataclasses.replace(spec, num_layers=2) of a windowed preset stays a spec: at most
+        # every layer uses the window, and without a window no layer does.
+        if self.sliding_window_layers > self.num_layers or not self.sliding_window:
+            object.__setattr__(self, "sliding_window_layers",
+                               min(self.sliding_window_layers, self.num_layers) if self.sliding_window else 0)
+        if self.sliding_window and not self.sliding_window_layers:
+            problems.append(f"sliding_window={self.sliding_window} needs sliding_window_layers >= 1 (the layers "
+                            f"that use it; 0 for none means sliding_window=0)")
         if self.mla is not None and not isinstance(self.mla, MLADims):
             problems.append(f"mla={self.mla!r} must be an MLADims or None")
         return problems

@@ -428,3 +428,11 @@ def test_the_conventions_reader_knows_what_the_new_layouts_add() -> None:
 def test_absurd_sizes_are_refused_before_any_tree_is_built(key: str, value: int) -> None:
     with pytest.raises(ModelConfigError, match=f"key '{key}'=.* is past any model"):
         model_spec_from_hf_config({**_config("llama-3.1-405b.json"), key: value}, source="x.json")
+
+
+def test_a_windowed_preset_scaled_down_with_replace_stays_a_spec() -> None:
+    small = dataclasses.replace(MODEL_SPECS["gemma3-27b"], num_layers=2, num_params=None)
+    assert (small.sliding_window, small.sliding_window_layers) == (1024, 2)
+    assert dataclasses.replace(MODEL_SPECS["mistral-7b"], sliding_window=0).sliding_window_layers == 0
+    with pytest.raises(PlanError, match="sliding_window=1024 needs sliding_window_layers >= 1"):
+        dataclasses.replace(MODEL_SPECS["llama3-8b"], sliding_window=1024)
