@@ -57,6 +57,9 @@ def maxtext_model_name(path: str | os.PathLike[str]) -> str | None:
 
 
 def _read(path: Path) -> str:
+    if "\x00" in str(path):  # the OS refuses such a path with a bare ValueError
+        raise ModelConfigError(f"path={str(path)!r:.80} holds a NUL byte; give the path of a Hugging Face "
+                               "config.json, a directory holding one, or a MaxText model yml.")
     try:
         if path.stat().st_size > _MAX_BYTES:
             raise ModelConfigError(f"{path}: {path.stat().st_size:,} bytes is not a model config (a config.json "
