@@ -16,7 +16,7 @@ Run (needs ``meshplan[gpu]`` and ``meshplan[tpu]``; no GPU or TPU)::
    batch 16, equals an independent ``jax.jit(...).lower(...).compile()`` of the same reference step, to
    the byte.
 
-Prints markdown tables for benchmarks/results-gpu.md.
+Prints markdown tables for benchmarks/RESULTS.md (section "The compiler decides").
 """
 
 from __future__ import annotations
