@@ -83,13 +83,18 @@ def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *
                   f"top {len(result.candidates)} by predicted "
                   f"{'step time' if req.rank_by == 'time' else 'communication'}")
     console.print(ranked_table(result, console.width, compiled))
-    for mesh, (_, source) in sorted((compiled or {}).items()):
-        console.print(f"  {mesh}: exact = XLA's compiled peak ({source})")
+    done = dict(compiled or {})
+    by_source: dict[str, list[str]] = {}
+    for cand in result.candidates:  # rank order; one line per compiler, not per mesh
+        if cand.text in done:
+            by_source.setdefault(done[cand.text][1], []).append(f"#{cand.rank}")
+    for source, ranks in sorted(by_source.items()):
+        console.print(f"exact ({', '.join(ranks)}): XLA's compiled peak, {source}", markup=False)
     found = spread_of(result)
     margin = _margin(result, None if found is None else found[1])
     if margin:
         console.print(margin)
-    _render_chosen(result, console)
+    _render_chosen(result, console, done)
     if detail:
         from meshplan.cli._detail import render_detail
 
@@ -160,14 +165,24 @@ def _margin(result: SearchResult, spread: Spread | None) -> str:
             f"{fmt_bytes(result.request.budget)} budget; --verify K compiles the top K for XLA's own peak.")
 
 
-def _render_chosen(result: SearchResult, console: Any) -> None:
-    best, c = result.best, result.request.cluster
+def _render_chosen(result: SearchResult, console: Any, compiled: Mapping[str, tuple[int, str]]) -> None:
+    # The compiler decides: a mesh whose compiled peak is over the budget is not chosen, the next one is.
+    over = [c for c in result.candidates if c.text in compiled and compiled[c.text][0] > c.memory.budget]
+    best = next((c for c in result.candidates if c not in over), result.best)
+    c = result.request.cluster
     unit = c.ici_domain_name
-    bounds = memory_range(result, best)
-    rng = "" if bounds is None else f", range {range_text(bounds)}"
-    console.print(f"\n[bold]Chosen mesh[/bold]: {best.text}")
-    console.print(f"  memory {fmt_bytes(best.memory.total)} of the {fmt_bytes(best.memory.budget)} budget "
-                  f"(estimate{rng})")
+    console.print(f"\n[bold]Chosen mesh[/bold]: {best.text}"
+                  + (f" (compiled over the budget: {', '.join(o.text for o in over)})" if over else ""))
+    if best.text in compiled:
+        peak, source = compiled[best.text]
+        compiler = source.split(" (")[0]  # its versions are on the line under the table
+        console.print(f"  memory {fmt_bytes(peak)} of the {fmt_bytes(best.memory.budget)} budget (exact, {compiler})",
+                      markup=False)
+    else:
+        bounds = memory_range(result, best)
+        rng = "" if bounds is None else f", range {range_text(bounds)}"
+        console.print(f"  memory {fmt_bytes(best.memory.total)} of the {fmt_bytes(best.memory.budget)} budget "
+                      f"(estimate{rng})")
     if best.step is not None:
         console.print(f"  step   {seconds(best.step.step_s)} (estimate)")
     for name, size, i, d in zip(best.axis_names, best.axis_sizes, best.ici_shape, best.dcn_shape, strict=True):

@@ -123,5 +123,21 @@ def test_a_verified_mesh_reads_exact_with_its_compiler(result) -> None:
     text = console.file.getvalue()
     row = next(ln for ln in text.splitlines() if ln.startswith("1 ") and best in ln)
     assert "exact 45.0 GiB" in row and row.rstrip().endswith("best")
-    assert f"{best}: exact = XLA's compiled peak (XLA:GPU, jax 0.10.2)" in text
+    assert "exact (#1): XLA's compiled peak, XLA:GPU, jax 0.10.2" in text
+    assert "memory 45.0 GiB of the 55.9 GiB budget (exact, XLA:GPU, jax 0.10.2)" in text
     assert all(len(ln) <= 100 for ln in text.splitlines())
+
+
+def test_a_mesh_compiled_over_the_budget_is_not_the_chosen_one(result) -> None:
+    import io
+
+    from rich.console import Console
+
+    from meshplan.cli._render import render_plan
+
+    console = Console(width=100, file=io.StringIO(), color_system=None)
+    first, second = result.candidates[0], result.candidates[1]
+    render_plan(result, console, compiled={first.text: (first.memory.budget + 1, "XLA:GPU"),
+                                           second.text: (second.memory.total, "XLA:GPU")})
+    text = console.file.getvalue()
+    assert f"Chosen mesh: {second.text} (compiled over the budget: {first.text})" in text
