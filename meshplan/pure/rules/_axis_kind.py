@@ -188,9 +188,20 @@ class AxisKindRule:
         return (self.fsdp_axis, self.tp_axis, self.ep_axis)
 
     def group_key(self, ctx: LeafContext) -> Hashable:
-        """Leaves with equal keys get equal decisions on every mesh: (template, shape, dtype)."""
+        """Leaves with equal keys get equal decisions on every mesh: (template, shape, dtype), or the exact
+        path in place of the template where the answer reads an index (:meth:`template_group` is False).
+
+        Example:
+          >>> import numpy as np
+          >>> from meshplan.pure.specs import tree_facts
+          >>> facts = tree_facts({"layers": [{"mlp": {"up": np.zeros((4, 8))}}] * 2})
+          >>> ctx = LeafContext.trusted((4, 8), np.dtype("float64"), {}, 1, facts)
+          >>> AxisKindRule().group_key(ctx)[0], AxisKindRule(dims=(("up", ("in", "out")),)).group_key(ctx)[0]
+          ('layers/*/mlp/up', 'layers/1/mlp/up')
+        """
         ctx = as_context(ctx)
-        return (path_template(ctx.path), ctx.shape, ctx.dtype)
+        template = path_template(ctx.path)
+        return (template if self.template_group(template) else ctx.path, ctx.shape, ctx.dtype)
 
     def template_group(self, template: str) -> bool:
         """Whether all leaves whose paths have this template get one decision per shape, dtype and

@@ -34,7 +34,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from jax.sharding import PartitionSpec
 
@@ -179,6 +179,7 @@ class LeafGroups:
         names: dict[Any, str] = {}  # dtype -> its name (numpy formats it anew on every str())
         templates: list[str] = []  # per leaf ("" for a non-array leaf), for _embedding_roles
         keyed_by_template = type(rule) is AxisKindRule  # its group key is (path template, shape, dtype)
+        by_template: dict[str, bool] = {}  # AxisKindRule.template_group of each template seen
         for i, info in enumerate(facts.infos):
             if info is None:
                 leaf_group.append(-1)
@@ -187,7 +188,12 @@ class LeafGroups:
             if keyed_by_template:
                 # AxisKindRule.group_key(ctx) without making a LeafContext per leaf (a tenth of grouping
                 # a 1,025-leaf tree); tests/pure/search/test_planner.py holds the two equal.
-                key: Hashable = (path_template(paths.path(i)), info.shape, info.dtype)
+                path = paths.path(i)
+                template = path_template(path)
+                alike = by_template.get(template)
+                if alike is None:  # once per template, not per leaf
+                    alike = by_template[template] = cast(AxisKindRule, rule).template_group(template)
+                key: Hashable = (template if alike else path, info.shape, info.dtype)
             else:
                 key = key_of(LeafContext.trusted(info.shape, info.dtype, no_axes, i, paths))  # checked by tree_facts
             g = ids.get(key)
@@ -201,7 +207,7 @@ class LeafGroups:
             dtype = names.get(info.dtype)
             if dtype is None:
                 dtype = names[info.dtype] = str(info.dtype)
-            template = key[0] if keyed_by_template else path_template(paths.path(i))  # type: ignore[index]
+            template = template if keyed_by_template else path_template(paths.path(i))
             templates.append(template)
             where = display.setdefault((template, info.shape, dtype), {})
             where[g] = where.get(g, 0) + 1

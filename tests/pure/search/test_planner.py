@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from jax.sharding import PartitionSpec as P
 
-from meshplan.pure import AxisKindRule, get_preset, tree_facts
+from meshplan.pure import AxisKindRule, get_preset, plan_tree, tree_facts
 from meshplan.pure._check import canonical_axis_sizes
 from meshplan.pure.errors import ShardingRuleError
 from meshplan.pure.rules._axis_kind import path_template
@@ -142,6 +142,25 @@ def test_the_default_rule_groups_leaves_as_its_group_key_says(name) -> None:
     for field in ("first", "infos", "counts", "leaf_group", "display", "roles"):
         assert getattr(fast, field) == getattr(slow, field), field
     assert len(fast.first) < len(fast.leaf_group)  # leaves do share groups (layers, experts)
+
+
+@pytest.mark.parametrize("rule", [AxisKindRule(), AxisKindRule(dims=(("layers/0/mlp/up_proj", ("out", "in")),))],
+                         ids=["templated", "a dims pattern names layer 0"])
+def test_leaves_whose_answer_reads_an_index_are_grouped_by_their_own_path(rule) -> None:
+    # A dims pattern may name one layer: the search must not give layer 1 layer 0's decision. The fast keying
+    # in LeafGroups.build and the rule's own group_key agree, and so do their plans.
+    tree = {"layers": [{"mlp": {"up_proj": {"kernel": np.zeros((64, 256), np.float32)}}} for _ in range(2)]}
+    facts = tree_facts(tree)
+    fast, slow = LeafGroups.build(facts, rule), LeafGroups.build(facts, _Eager(**{
+        f.name: getattr(rule, f.name) for f in dataclasses.fields(AxisKindRule) if f.init}))
+    assert fast.leaf_group == slow.leaf_group
+    assert tuple(fast.leaf_group) == ((0, 0) if not rule.dims else (0, 1))
+    sizes = {"dp": 1, "fsdp": 2, "ep": 1, "tp": 4}
+    per_group = evaluate_plan(fast, rule, sizes, state=_STATE).specs
+    specs = tuple(per_group[g] for g in fast.leaf_group)
+    walked = plan_tree(tree, rule, sizes).specs  # the engine asks the rule leaf by leaf where it must
+    assert specs == tuple(jax.tree.leaves(walked, is_leaf=lambda x: isinstance(x, P)))
+    assert specs == ((P("tp", "fsdp"), P("fsdp", "tp")) if rule.dims else (P("fsdp", "tp"),) * 2)
 
 
 _COMPONENTS = st.sampled_from(["lm_head", "embed_tokens", "wte", "wpe", "attn", "self_attn", "mlp", "model", "0",
