@@ -43,6 +43,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from meshplan.cli import _args
 from meshplan.errors import MeshplanError
 
 if TYPE_CHECKING:
@@ -97,24 +98,6 @@ def _params_ref(text: str) -> tuple[str, str]:
     return params_ref(text)
 
 
-def _efficiency(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction of peak FLOP/s in (0, 1]")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1)")
-    return value
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -389,9 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="JSON path rules [[regex, spec], ...] or a logical table {\"logical_axis_rules\": ...} "
                            "(see above)")
     plan.add_argument("--top", type=_positive, default=5, help="meshes to show (default 5)")
-    plan.add_argument("--headroom", type=_fraction, default=None,
+    plan.add_argument("--headroom", type=_args.fraction("HBM kept free", zero=True, one=False), default=None,
                       help="fraction of HBM kept free (default: 0.1 on TPU; on GPU 1 - --mem-fraction)")
-    plan.add_argument("--efficiency", type=_efficiency, metavar="F",
+    plan.add_argument("--efficiency", type=_args.fraction("peak FLOP/s"), metavar="F",
                       help="fraction of peak bf16 FLOP/s the matmuls sustain (default: 0.4 GPU, 0.5 TPU)")
     plan.add_argument("--rank", default="time", choices=("time", "comm"),
                       help="order meshes by predicted step time (default) or by communication seconds alone")

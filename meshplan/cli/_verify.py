@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from meshplan.cli._args import fraction
 from meshplan.errors import ClusterError, PlanError
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.presets import ModelSpec
@@ -184,21 +185,11 @@ def add_reference_flags(parser: Any) -> None:
                         help="loss computed in T sequence chunks (default 1)")
 
 
-def _mem_fraction(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a fraction of GPU memory in (0, 1]")
-    return value
 
 
 def add_mem_fraction(parser: Any) -> None:
     """``--mem-fraction F``: the share of each GPU jax's allocator takes, which is a GPU plan's budget."""
-    parser.add_argument("--mem-fraction", type=_mem_fraction, metavar="F",
+    parser.add_argument("--mem-fraction", type=fraction("GPU memory"), metavar="F",
                         help="GPU: the fraction of each GPU's memory jax preallocates, the budget (default "
                              "$XLA_PYTHON_CLIENT_MEM_FRACTION, else jax's 0.75)")
 
