@@ -28,11 +28,11 @@ _MIB = 2**20
 
 def use_cpu_devices(n: int) -> None:
     """Ask for ``n`` CPU devices (``chex.set_n_cpu_devices``); must run before jax's backend starts."""
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from meshplan.facade._cpu import use_cpu_devices as ask
-
     import jax
 
+    from meshplan.facade._cpu import use_cpu_devices as ask
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     # jax read JAX_PLATFORMS when the command line imported it, before the line above: say it again, or an
     # installed CUDA plugin (meshplan[gpu]) tries cuInit with no GPU and logs a traceback.
     jax.config.update("jax_platforms", os.environ["JAX_PLATFORMS"])  # type: ignore[no-untyped-call]

@@ -113,6 +113,8 @@ def test_a_missing_or_binary_model_file_is_a_model_config_error(tmp_path: Path) 
         load_model(tmp_path / "w.json")
     with pytest.raises(MeshplanTypeError):
         load_model(3)  # type: ignore[arg-type]
+    with pytest.raises(ModelConfigError, match="holds a NUL byte"):  # the OS's own refusal is a bare ValueError
+        load_model("conf\x00ig.json")
 
 
 def test_a_model_directory_is_read_by_its_config_json_and_named_after_it(tmp_path: Path) -> None:

@@ -146,6 +146,26 @@ def test_verify_on_cpu_for_a_gpu_plan_says_which_lowering_each_figure_is(capsys,
     assert "priced for XLA:GPU, the plan's cluster, and compiled on XLA:CPU" in " ".join(out.split())
 
 
+@pytest.mark.parametrize("flags, env, wanted", [
+    ({}, None, True),                                   # the default: verify where the compiler is installed
+    ({}, "0", False), ({}, "off", False),               # MESHPLAN_VERIFY=0 makes --no-verify the default
+    ({"verify": 2}, "0", True),                         # ... and --verify K still asks for it
+    ({"no_verify": True}, None, False),
+    ({"format": "json"}, None, False), ({"params": "p.py:tree"}, None, False),  # the estimate only
+])
+def test_when_plan_verifies(monkeypatch, flags, env, wanted):
+    import argparse
+
+    from meshplan.cli._verify import verification_wanted
+
+    if env is None:
+        monkeypatch.delenv("MESHPLAN_VERIFY", raising=False)
+    else:
+        monkeypatch.setenv("MESHPLAN_VERIFY", env)
+    args = argparse.Namespace(**{"verify": None, "no_verify": False, "format": "table", "params": None, **flags})
+    assert verification_wanted(args) is wanted
+
+
 def test_verify_needs_the_table_format(capsys):
     code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--verify", "1", "--json"])
     assert code == 1
