@@ -52,7 +52,8 @@ def cache_dir() -> Path:
 
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
-    for dist in ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt"):
+    for dist in ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+                 "jax-cuda13-pjrt"):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

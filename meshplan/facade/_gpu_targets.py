@@ -28,8 +28,15 @@ __all__ = ["GPU_TARGETS_DIR", "compiler_version", "cuda_plugin_available", "cuda
 GPU_TARGETS_DIR = Path(__file__).with_name("gpu_targets")
 """Where the shipped ``<name>.txtpb`` target descriptions live (package data)."""
 
-_PLUGIN = "jax-cuda12-plugin"
+# The CUDA 12 plugin is what `meshplan[gpu]` installs; a machine with CUDA 13 (jax[cuda13]) has the other.
+# Either compiles for a described GPU; the first installed, in this order, is the one jax loads here.
+_PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin")
 _INSTALL_GPU = "pip install 'meshplan[gpu]' (the jax CUDA plugin of your jax: jax[cuda12]==<your jax version>)"
+
+
+def _plugin() -> str | None:
+    """The installed jax CUDA plugin's distribution name (``None``: neither is installed)."""
+    return next((name for name in _PLUGINS if _version(name) is not None), None)
 
 
 def known_gpu_targets() -> tuple[str, ...]:
@@ -85,7 +92,7 @@ def cuda_plugin_available() -> bool:
       >>> isinstance(cuda_plugin_available(), bool)
       True
     """
-    return importlib.util.find_spec("jax_plugins") is not None and _version(_PLUGIN) is not None
+    return importlib.util.find_spec("jax_plugins") is not None and _plugin() is not None
 
 
 def cuda_plugin_problem() -> str | None:
@@ -97,12 +104,13 @@ def cuda_plugin_problem() -> str | None:
       True
     """
     jax_version = _version("jax")
-    plugin = _version(_PLUGIN)
-    if plugin is None:
+    name = _plugin()
+    if name is None:
         return f"the jax CUDA plugin is not installed; {_INSTALL_GPU}"
+    plugin = _version(name)
     if jax_version is not None and plugin != jax_version:
-        return (f"{_PLUGIN} {plugin} does not match jax {jax_version}; "
-                f"pip install 'jax[cuda12]=={jax_version}'")
+        cuda = name.split("-")[1]  # "cuda12" / "cuda13"
+        return f"{name} {plugin} does not match jax {jax_version}; pip install 'jax[{cuda}]=={jax_version}'"
     return None
 
 
@@ -117,7 +125,9 @@ def compiler_version(platform: str) -> str:
     if platform == "tpu":
         return f"XLA:TPU (libtpu {_version('libtpu')}, {jax_version})"
     if platform == "gpu":
-        return f"XLA:GPU ({_PLUGIN} {_version(_PLUGIN)}, {jax_version}; no device: no autotuning)"
+        name = _plugin()
+        plugin = f"{name} {_version(name)}" if name else "no CUDA plugin"
+        return f"XLA:GPU ({plugin}, {jax_version}; no device: no autotuning)"
     return f"XLA:CPU ({jax_version})"
 
 

@@ -250,3 +250,30 @@ def test_an_moe_spec_stacks_only_the_layer_groups_it_has(dense_layers):
     want = {name: n for name, n in (("dense", dense_layers), ("moe", 2 - dense_layers)) if n}
     assert {name: jax.tree.leaves(g)[0].shape[0] for name, g in groups.items()} == want
     ref.lower()  # the step traces with the groups it has
+
+
+@pytest.mark.parametrize("installed", [{}, {"jax-cuda12-plugin": "J"}, {"jax-cuda13-plugin": "J"},
+                                       {"jax-cuda13-plugin": "0.0.1"}, {"jax-cuda12-plugin": "J",
+                                                                        "jax-cuda13-plugin": "0.0.1"}])
+def test_either_cuda_plugin_is_the_compiler_and_a_mismatch_names_its_own_extra(monkeypatch, installed):
+    # A CUDA 13 machine has jax[cuda13]'s plugin, not meshplan[gpu]'s cuda12 one: both compile for a
+    # described GPU. "J" stands for this jax's own version; the cuda12 plugin is preferred when both are there.
+    from meshplan.facade import _gpu_targets
+
+    real = _gpu_targets._version
+    jax_version = real("jax")
+    versions = {name: (jax_version if v == "J" else v) for name, v in installed.items()}
+    monkeypatch.setattr(_gpu_targets, "_version",
+                        lambda dist: versions.get(dist) if dist.startswith("jax-cuda") else real(dist))
+    problem = _gpu_targets.cuda_plugin_problem()
+    used = next((n for n in ("jax-cuda12-plugin", "jax-cuda13-plugin") if n in versions), None)
+    if used is None:
+        assert problem is not None and "not installed" in problem and "pip install 'meshplan[gpu]'" in problem
+        assert "no CUDA plugin" in _gpu_targets.compiler_version("gpu")
+    elif versions[used] == jax_version:
+        assert problem is None
+        assert _gpu_targets.compiler_version("gpu").startswith(f"XLA:GPU ({used} {jax_version}, jax ")
+    else:
+        cuda = used.split("-")[1]
+        assert problem == (f"{used} 0.0.1 does not match jax {jax_version}; "
+                           f"pip install 'jax[{cuda}]=={jax_version}'")
