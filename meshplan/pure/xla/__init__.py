@@ -1,7 +1,8 @@
 """How to read the compiler's own output: pure parsers of the text XLA writes. The collectives of an optimized
 HLO module with their bytes (:func:`parse_hlo_collectives`, :func:`collective_totals`) and the buffer
 assignment's live buffers at the peak (:func:`parse_buffer_report`). Text in, plain records out; the facade
-asks the compiler for the text.
+asks the compiler for the text. And what a compiled figure means for a run: a deviceless XLA:GPU peak's measured
+range on the GPU (:func:`deviceless_gpu_run_range`).
 
 Example:
   >>> hlo = '''ENTRY %main (p: bf16[4,8]) -> bf16[32,8] {
@@ -21,6 +22,8 @@ from meshplan.pure.xla._hlo_collectives import (
     parse_hlo_collectives,
     ratio_table,
 )
+from meshplan.pure.xla._run_range import DEVICELESS_GPU_RUN_RATIO, deviceless_gpu_run_range
 
-__all__ = ["BUFFER_KINDS", "BufferReport", "HLO_COLLECTIVE_KINDS", "HloCollective", "LiveBuffer",
-           "collective_shares", "collective_totals", "parse_buffer_report", "parse_hlo_collectives", "ratio_table"]
+__all__ = ["BUFFER_KINDS", "DEVICELESS_GPU_RUN_RATIO", "BufferReport", "HLO_COLLECTIVE_KINDS", "HloCollective",
+           "LiveBuffer", "collective_shares", "collective_totals", "deviceless_gpu_run_range", "parse_buffer_report",
+           "parse_hlo_collectives", "ratio_table"]
