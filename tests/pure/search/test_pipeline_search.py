@@ -174,3 +174,9 @@ def test_price_pipeline_refuses_a_zero_level_or_a_dualpipe_m_it_cannot_run(kw, w
         price_pipeline("llama3-8b", "4x8xH100", **{**base, **kw})
     with pytest.raises(MeshplanTypeError, match="zero=True must be the int"):
         price_pipeline("llama3-8b", "4x8xH100", zero=True, **base)
+
+
+def test_a_dualpipe_candidate_has_no_maxtext_export(mixtral_pair):
+    _, dual = mixtral_pair
+    with pytest.raises(PlanError, match="schedule 'dualpipe' has no MaxText setting"):
+        maxtext_settings(dual)
