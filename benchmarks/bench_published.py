@@ -301,6 +301,7 @@ class PipelineRun:
       schedule, virtual: the schedule priced (the closest meshplan has to the published one).
       micro_batches: the published micro-batch count, or ``None`` when not stated (meshplan chooses).
       tokens_per_s: published (or derived from published TFLOP/s) tokens/s per device.
+      zero: the run's optimizer sharding over ``dp`` (``price_pipeline``'s ``zero``: 0, 1 or 2).
     """
 
     key: str
@@ -317,29 +318,37 @@ class PipelineRun:
     tokens_per_s: float
     notes: str
     source: str
+    zero: int = 0
 
 
 PIPELINE_RUNS: tuple[PipelineRun, ...] = (
+    # Schedules and micro-batches from Megatron-LM's examples/academic_paper_scripts/sc21/run_table_1.sh
+    # (d98e8a6): 145B: TP 8, PP 8, MBS 2, GBS 2304, --num-layers-per-virtual-pipeline-stage 5 (80 layers / 8
+    # stages / 5 = 2 chunks); 1T: TP 8, PP 64, MBS 1, GBS 3072, no virtual stages (plain 1F1B).
     PipelineRun("megatron-145.6b-1536xA100", "gpt-145.6b", "192x8xA100-80GB", 2304, 2048, 8, {"dp": 24, "tp": 8},
-                "1f1b", 1, None, "full", 148e12 / _megatron_flops_per_token(80, 12288, 2048, 51200),
+                "interleaved", 2, 48, "full", 148e12 / _megatron_flops_per_token(80, 12288, 2048, 51200),
                 "148 TFLOP/s per A100 (47% of peak) measured end to end, full activation recompute; tokens/s "
-                "derived with the paper's FLOPs formula; schedule not stated in the table (1F1B priced)",
-                _MEGATRON),
+                "derived with the paper's FLOPs formula; interleaved v=2, micro-batch 2 (m = 2304/24/2 = 48) "
+                "per run_table_1.sh", _MEGATRON + "; examples/academic_paper_scripts/sc21/run_table_1.sh"),
     PipelineRun("megatron-1008b-3072xA100", "gpt-1008b", "384x8xA100-80GB", 3072, 2048, 64, {"dp": 6, "tp": 8},
-                "1f1b", 1, None, "full", 163e12 / _megatron_flops_per_token(128, 25600, 2048, 51200),
-                "163 TFLOP/s per A100 (52%; 502 PFLOP/s aggregate, abstract); full recompute; 1F1B priced",
-                _MEGATRON),
+                "1f1b", 1, 512, "full", 163e12 / _megatron_flops_per_token(128, 25600, 2048, 51200),
+                "163 TFLOP/s per A100 (52%; 502 PFLOP/s aggregate, abstract); full recompute; 1F1B with "
+                "micro-batch 1 (m = 3072/6 = 512) per run_table_1.sh", _MEGATRON
+                + "; examples/academic_paper_scripts/sc21/run_table_1.sh"),
     PipelineRun("llama3-405b-8192xH100", "llama3-405b", "1024x8xH100", 2048, 8192, 16, {"dp": 64, "tp": 8},
-                "1f1b", 1, None, "dots", 430e12 / (6 * 405e9 + 12 * 126 * 16384 * 8192),
+                "interleaved", 2, 32, "dots", 430e12 / (6 * 405e9 + 12 * 126 * 16384 * 8192),
                 "430 TFLOP/s per GPU (43% BF16 MFU) at 16M tokens per batch, TP 8 x CP 1 x PP 16 x DP 64; "
-                "tokens/s derived with 6N + 12 l h s FLOPs per token; Meta ran an interleaved schedule over an "
-                "uneven split (126 layers, one fewer on the first and last stage), which meshplan's interleaved "
-                "model refuses (pp x v must divide the layers): priced as 1F1B", _LLAMA3),
+                "tokens/s derived with 6N + 12 l h s FLOPs per token; interleaved schedule over 126 layers with "
+                "one fewer on the first and last stage (sec. 3.3.2; v not stated: v=2 priced), one sequence per "
+                "micro-batch assumed (m = 2048/64 = 32); FSDP that shards optimizer state and gradients but "
+                "keeps the parameters after the forward: ZeRO-2 priced", _LLAMA3 + " and sec. 3.3.2", 2),
     PipelineRun("dsv3-pp16-2048xH800", "deepseek-v3", "256x8xH800", 15360, 4096, 16, {"dp": 2, "ep": 64},
-                "1f1b", 1, None, "dots", 1e12 / (180e3 * 3600),
-                "PP 16 x EP 64 (8 nodes) x ZeRO-1 DP 2 per stage, DualPipe (priced as 1F1B: DualPipe's bubble "
-                "is smaller), FP8 GEMMs; 180K H800 GPU-hours per trillion tokens",
-                "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, Table 1)"),
+                "dualpipe", 1, None, "dots", 1e12 / (180e3 * 3600),
+                "PP 16 x EP 64 (8 nodes) x ZeRO-1 DP 2 per stage, DualPipe (its bubble, 2x parameters, PP+1 "
+                "activations and all-to-alls hidden under the paired chunk's compute), FP8 GEMMs (priced bf16); "
+                "180K H800 GPU-hours per trillion tokens; micro-batch size not published (m chosen)",
+                "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, Table 1); "
+                "github.com/deepseek-ai/DualPipe README (3da1bbe)", 1),
 )
 """Published pipeline-parallel runs (layout, batch, measured throughput, source)."""
 
@@ -371,7 +380,7 @@ def compare_pipeline(run: PipelineRun) -> PipelineComparison:
     recipe = _pipeline_recipe(run, cluster)
     kwargs: dict[str, Any] = {"pp": run.pp, "stage_layout": run.stage_layout, "batch": run.batch, "seq": run.seq,
                               "schedule": run.schedule, "virtual": run.virtual, "micro_batches": run.micro_batches,
-                              "recipe": recipe}
+                              "recipe": recipe, "zero": run.zero}
     mem, pinned, reason = "fits", None, ""
     try:
         pinned = price_pipeline(spec, cluster, **kwargs)
@@ -404,7 +413,23 @@ def compare_pipeline(run: PipelineRun) -> PipelineComparison:
 
 PIPELINE_COLUMNS: tuple[str, ...] = (
     "run", "cluster", "batch x seq", "published layout", "schedule priced", "mem", "m", "bubble", "pred step",
-    "pub step", "pred/pub tok/s", "rank", "meshplan best", "best step")
+    "pub step", "pred/pub tok/s", "implied eff", "rank", "meshplan best", "best step")
+
+
+def implied_efficiency(p: MeshCandidate, pub_step: float) -> float | None:
+    """The efficiency at which ``p``'s predicted step equals ``pub_step``, all else as priced.
+
+    The step is ``(C + X) / (1 - b) + S`` with ``C`` the stage's compute at the priced efficiency ``e0``,
+    ``X`` its exposed communication (after any schedule overlap), ``b`` the bubble fraction and ``S`` the
+    exposed sends; compute scales as ``1 / e``, so ``e = e0 C / ((pub - S)(1 - b) - X)``. ``None`` when the
+    communication alone exceeds the published step.
+    """
+    assert p.step is not None and p.pipeline is not None
+    b, c = p.pipeline.bubble, p.step.compute_s
+    sends = sum(t.exposed for t in p.comm if t.kind == "send")
+    exposed = (p.step.step_s - sends) * (1 - b) - c
+    room = (pub_step - sends) * (1 - b) - exposed
+    return p.step.efficiency * c / room if room > 0 else None
 
 
 def pipeline_row(c: PipelineComparison) -> tuple[str, ...]:
@@ -416,18 +441,21 @@ def pipeline_row(c: PipelineComparison) -> tuple[str, ...]:
     sched = run.schedule + (f" v={run.virtual}" if run.virtual > 1 else "")
     if p is None or p.step is None or p.pipeline is None:
         return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, c.mem, "-", "-", "-",
-                f"{pub_step:.2f} s", "-", "-", c.best_text,
+                f"{pub_step:.2f} s", "-", "-", "-", c.best_text,
                 "-" if c.best_step_s is None else f"{c.best_step_s:.2f} s")
     return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, c.mem, str(p.pipeline.micro_batches),
             f"{p.pipeline.bubble:.1%}", f"{p.step.step_s:.2f} s", f"{pub_step:.2f} s",
-            f"{pub_step / p.step.step_s:.2f}", "-" if c.rank is None else f"{c.rank}/{c.ranked}", c.best_text,
+            f"{pub_step / p.step.step_s:.2f}",
+            "-" if (e := implied_efficiency(p, pub_step)) is None else f"{e:.2f}",
+            "-" if c.rank is None else f"{c.rank}/{c.ranked}", c.best_text,
             "-" if c.best_step_s is None else f"{c.best_step_s:.2f} s")
 
 
 PIPELINE_LEGEND = (
     "Pipeline runs: pred step = meshplan.pure.search.price_pipeline of the published layout (pp over the network,"
     " the stage mesh pinned, m = the fastest of pp x (1, 2, 4, 8) unless published); pred/pub tok/s = published"
-    " step / predicted step (> 1: meshplan predicts faster); rank among search_pipelines' layouts (best per pp and"
+    " step / predicted step (> 1: meshplan predicts faster); implied eff = the efficiency at which the predicted"
+    " step equals the published one, bubble, exposed communication and sends as priced (priced: 0.4); rank among search_pipelines' layouts (best per pp and"
     " placement) and search_meshes' fitting meshes, by predicted step; mem 'over': meshplan's memory model"
     " rejects the published layout, priced with the state only (no rank).")
 

@@ -78,3 +78,30 @@ def test_pipeline_throughputs_follow_the_papers_formulas() -> None:
         tree = build_params(bench_published.PIPELINE_MODELS[key])
         n = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(tree))
         assert n == pytest.approx(params, rel=0.015), key
+
+
+def test_pipeline_runs_price_the_schedules_the_sources_state() -> None:
+    runs = {r.key: r for r in PIPELINE_RUNS}
+    # Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh: 145B MBS 2 with 5 layers per
+    # virtual stage (80 / 8 / 5 = 2 chunks); 1T MBS 1 and no virtual stages.
+    mt145, mt1t = runs["megatron-145.6b-1536xA100"], runs["megatron-1008b-3072xA100"]
+    assert (mt145.schedule, mt145.virtual, mt145.micro_batches) == ("interleaved", 80 // 8 // 5, 2304 // 24 // 2)
+    assert (mt1t.schedule, mt1t.virtual, mt1t.micro_batches) == ("1f1b", 1, 3072 // 6 // 1)
+    llama, dsv3 = runs["llama3-405b-8192xH100"], runs["dsv3-pp16-2048xH800"]
+    assert (llama.schedule, llama.zero) == ("interleaved", 2) and (dsv3.schedule, dsv3.zero) == ("dualpipe", 1)
+
+
+def test_the_implied_efficiency_reprices_the_run_to_its_published_step() -> None:
+    from meshplan.pure.search import price_pipeline
+
+    run = PIPELINE_RUNS[0]
+    spec, cluster = bench_published.PIPELINE_MODELS[run.model], bench_published._cluster(run.cluster)
+    kw = dict(pp=run.pp, stage_layout=run.stage_layout, batch=run.batch, seq=run.seq, schedule=run.schedule,
+              virtual=run.virtual, micro_batches=run.micro_batches, zero=run.zero,
+              recipe=bench_published._pipeline_recipe(run, cluster))
+    priced = price_pipeline(spec, cluster, **kw)
+    pub = run.batch * run.seq / (run.tokens_per_s * cluster.num_devices)
+    e = bench_published.implied_efficiency(priced, pub)
+    assert e is not None and 0.4 < e < 1
+    again = price_pipeline(spec, cluster, efficiency=e, **kw)
+    assert again.step is not None and again.step.step_s == pytest.approx(pub, rel=0.01)

@@ -32,10 +32,27 @@ first). Which stage is fullest is then read from the bytes, not assumed.
   reference step runs): ``v`` repeats around the ring in GPipe order under
   autodiff, so every chunk's input stays live: ``m`` micro-batches of the
   stage's activations, bubble ``(pp-1)/(v*m+pp-1)``. Needs ``m >= pp``.
+- ``"dualpipe"`` (DeepSeek-V3 report sec. 3.2.1; ``deepseek-ai/DualPipe``
+  README): micro-batches enter from both ends, so device ``s`` holds stages
+  ``s`` and ``pp-1-s`` (2x parameters) and keeps ``pp + 1`` micro-batches of a
+  stage's activations. Published bubble ``(pp/2-1)(F&B + B - 3W)`` with ``F``
+  a forward chunk, ``B`` a full backward, ``W`` its weight half and ``F&B`` an
+  overlapped forward-and-backward pair. Priced with ``F = W = 1, B = 2``
+  (backward twice the forward, split evenly between input and weight
+  gradients) and ``F&B = F + B`` (the pair saves communication, not FLOPs):
+  ``2(pp/2-1)`` units against ``3m`` of compute, fraction
+  ``(pp-2)/(3m+pp-2)``. DualPipe needs ``pp`` even and ``m`` even and
+  ``>= 2 pp`` (``dualpipe.py`` asserts both). Its F&B pairs run one
+  micro-batch's communication under another's compute: :func:`pipeline_time`
+  takes that communication as ``overlap`` and hides it.
 
 Every schedule here needs ``m >= pp`` (fewer micro-batches leave stages idle
-for the whole step; MaxText and Megatron refuse them too), and the interleaved
-and circular ones need ``pp * v`` to divide the layers.
+for the whole step; MaxText and Megatron refuse them too). The circular one
+needs ``pp * v`` to divide the layers; the interleaved one needs ``v`` to
+divide the fullest stage's layers, so an uneven split whose lighter stages
+hold a layer less in one chunk runs too (Llama 3 405B: 126 layers over 16
+stages, 7 on the first and last, 8 elsewhere, Llama 3 paper sec. 3.3.2). Its
+bubble is the even split's: the critical path is the fullest stage's chunks.
 
 **Stage-boundary sends.** Each micro-batch crosses every boundary forward (its
 activations, ``micro_batch x seq x hidden x itemsize`` bytes) and backward (the
@@ -77,7 +94,7 @@ __all__ = [
     "stage_layers",
 ]
 
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "circular")
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "circular", "dualpipe")
 """The schedules priced here, in a fixed order (see the module docstring)."""
 
 _VIRTUAL = ("interleaved", "circular")
@@ -97,12 +114,32 @@ def _check_schedule(num_layers: int, stages: int, micro_batches: int, schedule: 
         problems.append(f"micro_batches={micro_batches} must be >= pp={stages} (valid: {stages} or more)")
     if schedule not in _VIRTUAL and virtual != 1:
         problems.append(f"virtual={virtual} needs schedule 'interleaved' or 'circular', not {schedule!r}")
-    if schedule in _VIRTUAL and stages <= num_layers and num_layers % (stages * virtual):
+    if schedule == "circular" and stages <= num_layers and num_layers % (stages * virtual):
         valid = [d for d in range(1, num_layers // stages + 1) if num_layers % (stages * d) == 0]
         problems.append(f"num_layers={num_layers} must divide by pp={stages} x virtual={virtual} for "
                         f"{schedule!r}; virtual stages that divide: {valid or 'none'}")
+    if schedule == "interleaved" and stages <= num_layers:
+        fullest = max(stage_layers(num_layers, stages))
+        if fullest % virtual:
+            valid = [d for d in range(1, fullest + 1) if fullest % d == 0]
+            problems.append(f"virtual={virtual} must divide the fullest stage's {fullest} layers (num_layers="
+                            f"{num_layers} over pp={stages}) for 'interleaved'; virtual stages that divide: {valid}")
+    problems += _dualpipe_problems(stages, micro_batches, schedule)
     if problems:
         raise PlanError("pipeline: " + "; ".join(problems) + ".")
+
+
+def _dualpipe_problems(stages: int, micro_batches: int, schedule: str) -> list[str]:
+    """DualPipe's own conditions (``dualpipe.py``: ``num_ranks % 2 == 0``, ``num_chunks % 2 == 0 and >= 2 ranks``)."""
+    if schedule != "dualpipe":
+        return []
+    out = []
+    if stages % 2:
+        out.append(f"pp={stages} must be even for 'dualpipe' (its two directions pair stage s with pp-1-s)")
+    if micro_batches % 2 or micro_batches < 2 * stages:
+        out.append(f"micro_batches={micro_batches} must be even and >= 2 x pp={2 * stages} for 'dualpipe' "
+                   f"(valid: {2 * stages}, {2 * stages + 2}, ...)")
+    return out
 
 
 def _counts(num_layers: object, stages: object, micro_batches: object, virtual: object) -> tuple[int, int, int, int]:
@@ -141,11 +178,14 @@ def stage_layers(num_layers: int, stages: int) -> tuple[int, ...]:
 
 
 def bubble_fraction(stages: int, micro_batches: int, *, schedule: str = "1f1b", virtual: int = 1) -> float:
-    """The idle share of the step: ``(pp-1)/(m+pp-1)``, or ``(pp-1)/(v*m+pp-1)`` interleaved / circular.
+    """The idle share of the step: ``(pp-1)/(m+pp-1)``, ``(pp-1)/(v*m+pp-1)`` interleaved / circular, or
+    ``(pp-2)/(3m+pp-2)`` DualPipe (see the module docstring for its F, B, W reading).
 
     Example:
       >>> bubble_fraction(4, 8), bubble_fraction(4, 8, schedule="interleaved", virtual=2)
       (0.2727272727272727, 0.15789473684210525)
+      >>> bubble_fraction(4, 8, schedule="dualpipe")
+      0.07692307692307693
     """
     pp = as_count(stages, "pp", maximum=MAX_LAYERS, error=PlanError)
     m = as_count(micro_batches, "micro_batches", maximum=10**12, error=PlanError)
@@ -155,6 +195,11 @@ def bubble_fraction(stages: int, micro_batches: int, *, schedule: str = "1f1b", 
         raise PlanError(f"micro_batches={m} must be >= pp={pp} (valid: {pp} or more).")
     if sched not in _VIRTUAL and v != 1:
         raise PlanError(f"virtual={v} needs schedule 'interleaved' or 'circular', not {sched!r}.")
+    problems = _dualpipe_problems(pp, m, sched)
+    if problems:
+        raise PlanError("pipeline: " + "; ".join(problems) + ".")
+    if sched == "dualpipe":  # (pp/2-1)(F&B + B - 3W) with F = W = 1, B = 2, F&B = F + B: 2(pp/2-1) of 3m
+        return (pp - 2) / (3 * m + pp - 2)
     return (pp - 1) / (v * m + pp - 1)
 
 
@@ -174,6 +219,8 @@ def in_flight(stages: int, micro_batches: int, *, schedule: str = "1f1b", virtua
     bubble_fraction(pp, m, schedule=sched, virtual=v)  # the same refusals
     if sched in ("gpipe", "circular"):
         return tuple(float(m) for _ in range(pp))
+    if sched == "dualpipe":  # the README's "Activation Per Device: PP+1", on every device (an upper bound)
+        return tuple(float(min(pp + 1, m)) for _ in range(pp))
     if sched == "1f1b" or v == 1:  # Megatron interleaves only with v >= 2; one chunk is plain 1F1B
         return tuple(float(min(pp - s, m)) for s in range(pp))
     return tuple(min((pp - s - 1) * 2 + (v - 1) * pp + 1, v * m) / v for s in range(pp))
@@ -211,7 +258,8 @@ class PipelinePlan:
       schedule, micro_batches, virtual: the schedule priced.
       layers: decoder layers per stage.
       param_bytes: parameter bytes per stage (its layers, plus the embedding on
-        the first stage and the head on the last), before any other axis splits them.
+        the first stage and the head on the last), before any other axis splits them;
+        with ``"dualpipe"`` per device: stages ``s`` and ``pp-1-s`` together.
       state_bytes: params + grads + optimizer state per stage (``state_factor x param_bytes``).
       activation_bytes: activations live at the stage's peak (``in_flight x`` its layers' bytes).
       fullest: the stage with the most state plus activation bytes (the lowest index on a tie).
@@ -324,6 +372,8 @@ def plan_stages(num_layers: int, stages: int, *, micro_batches: int, layer_param
     layers = stage_layers(n, pp)
     params = tuple(k * layer_b + (embed_b if s == 0 else 0) + (head_b if s == pp - 1 else 0)
                    for s, k in enumerate(layers))
+    if sched == "dualpipe":  # device s runs stage s one way and stage pp-1-s the other: both stages' parameters
+        params = tuple(params[s] + params[pp - 1 - s] for s in range(pp))
     state = tuple(round(p * factor) for p in params)
     flight = in_flight(pp, m, schedule=sched, virtual=v)
     acts = tuple(round(f * k * act_b) for f, k in zip(flight, layers, strict=True))
@@ -338,7 +388,8 @@ class PipelineTime:
     """A pipelined step's time, split into its parts (seconds; estimates).
 
     Attributes:
-      compute: the fullest stage's compute for all its micro-batches (forward and backward).
+      compute: the fullest stage's compute for all its micro-batches (forward and backward), less
+        the communication the schedule overlaps (``overlap`` of :func:`pipeline_time`).
       bubble: idle time at fill and drain: ``compute x bubble / (1 - bubble)``.
       sends: the exposed stage-boundary sends (fill and drain: ``2 * (pp - 1)``).
       sends_total: every send one stage makes in a step (overlapped with compute in the steady state).
@@ -360,7 +411,7 @@ class PipelineTime:
 
 def pipeline_time(stage_compute: float, stages: int, micro_batches: int, *, boundary_bytes: int,
                   boundary_link: Link, stage_grad_bytes: int, data_ways: int, data_link: Link,
-                  schedule: str = "1f1b", virtual: int = 1) -> PipelineTime:
+                  schedule: str = "1f1b", virtual: int = 1, overlap: float = 0.0) -> PipelineTime:
     """Price a pipelined step from its fullest stage's compute (see the module docstring).
 
     Args:
@@ -371,6 +422,11 @@ def pipeline_time(stage_compute: float, stages: int, micro_batches: int, *, boun
       stage_grad_bytes: the fullest stage's gradient bytes per device before the sync.
       data_ways: devices the gradients are reduced over (the data axes; 1: no sync).
       data_link: the link the data axes' ring runs at.
+      overlap: seconds of ``stage_compute`` that are communication on the critical path of an
+        unpipelined step which the schedule runs under another micro-batch's compute (``"dualpipe"``
+        only: its overlapped forward-and-backward pairs hide the expert all-to-alls). At most half of
+        ``stage_compute``: the pair hides one chunk's communication under the other's compute, so it
+        cannot hide more than the compute that is left.
 
     Returns:
       A :class:`PipelineTime`.
@@ -385,6 +441,10 @@ def pipeline_time(stage_compute: float, stages: int, micro_batches: int, *, boun
       ...                   stage_grad_bytes=10**9, data_ways=2, data_link=Link(50e9, 0.0))
       >>> round(t.bubble, 3), round(t.sends, 3), round(t.grad_sync, 3), round(t.total, 3)
       (0.375, 0.012, 0.02, 1.407)
+      >>> t = pipeline_time(1.5, 4, 8, boundary_bytes=0, boundary_link=Link(50e9, 0.0), stage_grad_bytes=0,
+      ...                   data_ways=1, data_link=Link(50e9, 0.0), schedule="dualpipe", overlap=0.5)
+      >>> round(t.compute, 3), round(t.bubble, 3)
+      (1.0, 0.083)
     """
     pp = as_count(stages, "pp", maximum=MAX_LAYERS, error=PlanError)
     m = as_count(micro_batches, "micro_batches", maximum=10**12, error=PlanError)
@@ -393,7 +453,15 @@ def pipeline_time(stage_compute: float, stages: int, micro_batches: int, *, boun
     nbytes = as_count(boundary_bytes, "boundary_bytes", minimum=0, maximum=10**18, error=PlanError)
     grads = as_count(stage_grad_bytes, "stage_grad_bytes", minimum=0, maximum=10**18, error=PlanError)
     ways = as_count(data_ways, "data_ways", maximum=10**9, error=PlanError)
+    hidden = as_real(overlap, "overlap", allow_zero=True, error=PlanError)
     frac = bubble_fraction(pp, m, schedule=schedule, virtual=v)
+    if hidden and schedule != "dualpipe":
+        raise PlanError(f"overlap={hidden!r} needs schedule 'dualpipe' (the only one priced with overlapped "
+                        f"forward-and-backward pairs), not {schedule!r}; pass overlap=0.")
+    if hidden > compute / 2:
+        raise PlanError(f"overlap={hidden!r} s is more than half of stage_compute={compute!r} s: a pair can hide "
+                        f"one chunk's communication only under the other's compute; cap it at {compute / 2!r}.")
+    compute -= hidden
     one = send_time(nbytes, boundary_link) if pp > 1 else 0.0
     sync = float(all_reduce_time(grads, ways, check_link(data_link)))
     return PipelineTime(compute=compute, bubble=compute * frac / (1.0 - frac), sends=2 * (pp - 1) * one,

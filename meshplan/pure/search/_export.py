@@ -249,6 +249,9 @@ def _pipeline_settings(candidate: MeshCandidate) -> dict[str, int]:
     """
     pipe = candidate.pipeline
     assert pipe is not None  # the caller checked
+    if pipe.schedule == "dualpipe":  # price_pipeline prices it; MaxText has no bidirectional schedule
+        raise PlanError(f"{candidate.text}: schedule 'dualpipe' has no MaxText setting (MaxText pipelines run "
+                        f"the circular schedule); export a candidate of search_pipelines instead.")
     layers, stages, repeats = sum(pipe.layers), pipe.stages, pipe.virtual
     per_stage = layers // (stages * repeats)
     pipelined = per_stage * stages * repeats

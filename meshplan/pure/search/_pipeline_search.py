@@ -30,6 +30,14 @@ embeddings), trained on ``1/pp`` of the devices on the global batch. So:
    (:func:`~meshplan.pure.cost.pipeline_time`). The fastest that fits wins
    per placement, and its ``verdict`` says why.
 
+:func:`price_pipeline` prices one given layout (a published run's) and takes two
+things the search does not try: DualPipe (``schedule="dualpipe"``: two stages'
+state per device, and the stage's exposed expert all-to-alls hidden under the
+paired chunk's compute, up to that compute) and ZeRO over the stage's ``dp``
+axis (``zero=1``: optimizer state split, ``zero=2``: gradients too; memory
+only, the bytes moved are the ``dp`` all-reduce's). DualPipe needs
+hand-written overlapped kernels, so the search does not offer it.
+
 Every figure is an estimate (the stage's, from the same calibrated models as
 the unpipelined search, plus the pipeline terms); the compiled memory of the
 pipelined reference step is the check (``docs/pipeline.md``).
@@ -44,8 +52,9 @@ from typing import Any
 from meshplan.pure._check import as_count
 from meshplan.pure.cluster._cluster import Cluster, parse_cluster
 from meshplan.pure.cluster._link import Link
-from meshplan.pure.cost._estimates import CommTerm, StepEstimate
+from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
 from meshplan.pure.cost._pipeline import (
+    bubble_fraction,
     in_flight,
     pipeline_time,
     plan_stages,
@@ -135,6 +144,7 @@ class _Options:
     fixed: Mapping[str, int] | None = None
     axes: tuple[str, ...] | None = None
     activations: bool = True
+    zero: int = 0
 
 
 def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link, schedule: str, v: int,
@@ -157,6 +167,7 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
         # activations=False (the fit counts the state only) adds none.
         more = round((flight - 1) * saved) if o.activations else 0
         mem = dataclasses.replace(c.memory, activations=c.memory.activations + more)
+        mem = _schedule_state(_zero_state(mem, c.mesh_shape, o.zero), schedule)
         if not mem.fits or c.step is None:
             continue
         sizes = c.mesh_shape
@@ -164,8 +175,9 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
         for a in ("dp", "fsdp", "ep"):
             ways *= sizes.get(a, 1)
         nbytes = (batch // m) * seq * spec.hidden_size * 2 // (ways * sizes.get("sp", 1))
+        hidden = _overlapped(c, schedule)
         t = pipeline_time(c.step.step_s, pp, m, boundary_bytes=nbytes, boundary_link=link, stage_grad_bytes=0,
-                          data_ways=1, data_link=link, schedule=schedule, virtual=v)
+                          data_ways=1, data_link=link, schedule=schedule, virtual=v, overlap=hidden)
         total = t.total
         layer_b, embed_b, head_b = split
         scale = c.memory.params / max(1, layers_here * layer_b + max(embed_b, head_b))
@@ -188,10 +200,57 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
                f"step; stage mesh {c.text}, {layers_here} layers on the fullest stage")
         ici = (1, *c.ici_shape) if where == "dcn" else (pp, *c.ici_shape)
         dcn = (pp, *c.dcn_shape) if where == "dcn" else (1, *c.dcn_shape)
-        return MeshCandidate(("pp", *c.axis_names), (pp, *c.axis_sizes), ici, dcn, mem, (*c.comm, send), why,
+        return MeshCandidate(("pp", *c.axis_names), (pp, *c.axis_sizes), ici, dcn, mem, (*_hide(c.comm, hidden), send), why,
                              None, c.groups, c.activations, step, plan)
     return (f"no stage mesh fits with {flight:g} micro-batches of activations in flight"
             if found.candidates else "no stage mesh fits")
+
+
+def _zero_state(mem: MemoryBreakdown, sizes: Mapping[str, int], zero: int) -> MemoryBreakdown:
+    """The state with ZeRO-1 (optimizer state) or ZeRO-2 (and gradients) sharded over the stage's ``dp`` axis.
+
+    The stage search shards a state array only where it shards the parameter (``fsdp``: ZeRO-3, the
+    parameters gathered again per layer and micro-batch). ZeRO-1/2 keep the parameters whole and split
+    what the update alone reads over the ``dp`` replicas (Rajbhandari et al. 2020, sec. 5); the bytes
+    moved are the ``dp`` all-reduce's (a reduce-scatter of the gradients, an all-gather of the updated
+    parameters), so the time is unchanged. Estimate: the state figures were exact per replica; the
+    ``1/dp`` split is rounded up.
+    """
+    ways = sizes.get("dp", 1)
+    if not zero or ways == 1:
+        return mem
+    grads = -(-mem.grads // ways) if zero >= 2 else mem.grads
+    return dataclasses.replace(mem, optimizer=-(-mem.optimizer // ways), grads=grads)
+
+
+def _schedule_state(mem: MemoryBreakdown, schedule: str) -> MemoryBreakdown:
+    """DualPipe's device holds two stages (``s`` and ``pp-1-s``): twice the fullest stage's state."""
+    if schedule != "dualpipe":
+        return mem
+    return dataclasses.replace(mem, params=2 * mem.params, grads=2 * mem.grads, optimizer=2 * mem.optimizer)
+
+
+def _overlapped(c: MeshCandidate, schedule: str) -> float:
+    """Seconds of the stage step's exposed expert all-to-alls that DualPipe's paired chunks hide.
+
+    DualPipe overlaps one micro-batch's dispatch / combine with another's attention and MLP compute
+    (DeepSeek-V3 report sec. 3.2.1, "the all-to-all and PP communication can be fully hidden"); the
+    stage search prices them on the critical path. Hidden up to the stage's compute: a longer
+    all-to-all still waits. The 20 of 132 SMs DeepSeek gives the communication kernels are not priced.
+    """
+    if schedule != "dualpipe" or c.step is None:
+        return 0.0
+    a2a = sum(t.exposed or 0.0 for t in c.comm if t.kind == "all-to-all")
+    return min(a2a, c.step.compute_s)
+
+
+def _hide(comm: tuple[CommTerm, ...], hidden: float) -> tuple[CommTerm, ...]:
+    """The stage's terms with ``hidden`` seconds of its all-to-alls' exposure taken off, in proportion."""
+    a2a = sum(t.exposed or 0.0 for t in comm if t.kind == "all-to-all")
+    if hidden <= 0 or a2a <= 0:
+        return comm
+    keep = max(0.0, 1.0 - hidden / a2a)
+    return tuple(t.with_exposed((t.exposed or 0.0) * keep) if t.kind == "all-to-all" else t for t in comm)
 
 
 def search_pipelines(
@@ -298,6 +357,7 @@ def price_pipeline(
     recipe: TrainingRecipe | None = None,
     efficiency: float | None = None,
     activations: bool = True,
+    zero: int = 0,
 ) -> MeshCandidate:
     """Price one given pipeline layout (a published run's): ``pp`` over the network, each stage ``stage_layout``.
 
@@ -306,15 +366,21 @@ def price_pipeline(
       pp: the stages; they must divide the cluster's ICI domains (nodes / slices), as published runs place them.
       stage_layout: every stage's mesh, e.g. ``{"dp": 64, "tp": 8}`` (axes left out are 1).
       schedule, virtual: the schedule (:data:`~meshplan.pure.cost.SCHEDULES`) and its virtual stages.
-      micro_batches: ``m`` (``>= pp``; a multiple of it for the interleaved and circular schedules);
-        ``None``: the fastest of ``pp x (1, 2, 4, 8)`` and, for 1F1B, of the batch's divisors in ``[pp, 8 pp]``.
+      micro_batches: ``m`` (``>= pp``; a multiple of it for the interleaved and circular schedules; even
+        and ``>= 2 pp`` for DualPipe); ``None``: the fastest of ``pp x (1, 2, 4, 8)`` and, for 1F1B and
+        DualPipe, of the batch's divisors in ``[pp, 8 pp]``.
       activations: include the activations in the fit (``False``: the state only).
+      zero: 1: ZeRO-1, the optimizer state split over the stage's ``dp`` axis (DeepSeek-V3); 2: ZeRO-2, the
+        gradients too (Llama 3's FSDP that keeps the parameters after the forward); 0: replicated over ``dp``.
+        Memory only: the bytes moved are the ``dp`` all-reduce's either way.
 
     Returns:
       The priced :class:`MeshCandidate` (``pipeline`` set, ``rank`` None).
 
     Raises:
-      PlanError: the layout does not fit, does not divide, or ``pp`` does not divide the domains.
+      PlanError: the layout does not fit, does not divide, or ``pp`` does not divide the domains; a
+        ``zero`` other than 0, 1, 2; a DualPipe ``micro_batches`` that is odd or under ``2 pp``.
+      MeshplanTypeError: a ``zero`` that is not an int.
 
     Example:
       >>> c = price_pipeline("llama3-70b", "16x8xH100", pp=4, stage_layout={"fsdp": 4, "tp": 8}, batch=64,
@@ -337,18 +403,27 @@ def price_pipeline(
         raise MeshplanTypeError(f"stage_layout={stage_layout!r:.80} must map axis names to sizes.")
     axes = tuple(a for a in ("dp", "fsdp", "ep", "sp", "tp") if a in stage_layout or a in ("dp", "fsdp", "sp", "tp"))
     fixed = {a: stage_layout.get(a, 1) for a in axes}
+    if isinstance(zero, bool) or not isinstance(zero, int):
+        raise MeshplanTypeError(f"zero={zero!r:.80} must be the int 0, 1 or 2.")
+    if zero not in (0, 1, 2):
+        raise PlanError(f"zero={zero!r} must be 0 (replicated), 1 (optimizer state split over dp) or 2 (and "
+                        f"the gradients).")
     opts = _Options(as_count(batch, "batch", maximum=10**12, error=PlanError),
                     as_count(seq, "seq", maximum=10**12, error=PlanError), recipe, efficiency, _param_split(spec),
-                    fixed, axes, activations)
+                    fixed, axes, activations, zero)
     if micro_batches is None:
         # A published run's per-replica batch may not divide by pp x k (DeepSeek-V3: 120 sequences over
-        # pp=16): 1F1B runs any m >= pp, so the batch's divisors up to 8 pp are tried too.
-        extra = [d for d in divisors(opts.batch) if stages <= d <= 8 * stages] if schedule == "1f1b" else []
-        ms = tuple(sorted({stages * k for k in _KS} | set(extra)))
+        # pp=16): 1F1B runs any m >= pp and DualPipe any even m >= 2 pp, so the batch's divisors up to 8 pp
+        # are tried too.
+        extra = [d for d in divisors(opts.batch) if stages <= d <= 8 * stages] if schedule in (
+            "1f1b", "dualpipe") else []
+        ms = tuple(m for m in sorted({stages * k for k in _KS} | set(extra))
+                   if schedule != "dualpipe" or (m % 2 == 0 and m >= 2 * stages))
     else:
         m = as_count(micro_batches, "micro_batches", maximum=10**12, error=PlanError)
-        if m < stages or (schedule != "1f1b" and m % stages):
+        if m < stages or (schedule in ("interleaved", "circular") and m % stages):
             raise PlanError(f"micro_batches={m} must be >= pp={stages} (and a multiple of it for {schedule!r}).")
+        bubble_fraction(stages, m, schedule=schedule, virtual=virtual)  # DualPipe's own refusals
         ms = (m,)
     _, where, sub, link = options[0]
     got = _best_of(spec, clus, stages, where, sub, link, [(schedule, virtual)], opts, ms)

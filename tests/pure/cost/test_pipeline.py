@@ -205,3 +205,88 @@ def test_every_schedule_is_priced():
     for sched in SCHEDULES:
         assert math.isfinite(bubble_fraction(4, 8, schedule=sched))
         assert len(in_flight(4, 8, schedule=sched)) == 4
+
+
+# --- DualPipe and the interleaved schedule over an uneven split -------------------------------------------------
+
+dualpipes = st.integers(1, 16).flatmap(
+    lambda half: st.tuples(st.just(2 * half), st.integers(2 * half, 16 * half).map(lambda k: 2 * k)))  # (pp even, m even >= 2 pp)
+
+
+@given(dualpipes)
+def test_the_dualpipe_bubble_is_its_published_formula_in_units_of_a_forward(case):
+    pp, m = case
+    f, b, w = 1.0, 2.0, 1.0  # a forward, a full backward, its weight half; an overlapped pair F&B = F + B
+    idle = (pp / 2 - 1) * ((f + b) + b - 3 * w)
+    assert bubble_fraction(pp, m, schedule="dualpipe") == pytest.approx(idle / (m * (f + b) + idle), abs=1e-12)
+    assert bubble_fraction(pp, m, schedule="dualpipe") < bubble_fraction(pp, m) or pp == 2
+    assert (bubble_fraction(pp, m, schedule="dualpipe") == 0.0) == (pp == 2)
+
+
+@given(dualpipes, st.integers(1, 10**6), st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 8))
+def test_a_dualpipe_device_holds_its_two_stages_and_pp_plus_one_micro_batches(case, layer_b, embed_b, head_b, extra):
+    pp, m = case
+    n = pp * extra
+    p = plan_stages(n, pp, micro_batches=m, layer_param_bytes=layer_b, embed_param_bytes=embed_b,
+                    head_param_bytes=head_b, layer_activation_bytes=1, schedule="dualpipe")
+    one = plan_stages(n, pp, micro_batches=m, layer_param_bytes=layer_b, embed_param_bytes=embed_b,
+                      head_param_bytes=head_b, layer_activation_bytes=1)
+    assert sum(p.param_bytes) == 2 * sum(one.param_bytes)  # two copies of the model
+    assert all(p.param_bytes[s] == one.param_bytes[s] + one.param_bytes[pp - 1 - s] for s in range(pp))
+    assert in_flight(pp, m, schedule="dualpipe") == tuple(float(pp + 1) for _ in range(pp))
+    assert max(in_flight(pp, m, schedule="dualpipe")) == max(in_flight(pp, m)) + 1
+
+
+@pytest.mark.parametrize("pp, m, words", [
+    (3, 6, "pp=3 must be even for 'dualpipe'"),
+    (4, 9, "micro_batches=9 must be even and >= 2 x pp=8"),
+    (4, 6, "micro_batches=6 must be even and >= 2 x pp=8"),
+])
+def test_dualpipe_refuses_what_its_code_asserts(pp, m, words):
+    with pytest.raises(PlanError, match=re.escape(words)):
+        bubble_fraction(pp, m, schedule="dualpipe")
+    with pytest.raises(PlanError, match=re.escape(words)):
+        plan_stages(12, pp, micro_batches=m, layer_param_bytes=1, embed_param_bytes=1, head_param_bytes=1,
+                    layer_activation_bytes=1, schedule="dualpipe")
+
+
+@given(layers_and_stages, st.integers(1, 8), st.integers(0, 3))
+def test_interleaving_an_uneven_split_runs_when_v_divides_the_fullest_stage(case, v, extra_m):
+    n, pp = case
+    fullest = max(stage_layers(n, pp))
+    m = pp * (1 + extra_m)
+    call = lambda: plan_stages(n, pp, micro_batches=m, layer_param_bytes=1, embed_param_bytes=0,  # noqa: E731
+                               head_param_bytes=0, layer_activation_bytes=1, schedule="interleaved", virtual=v)
+    if fullest % v:
+        with pytest.raises(PlanError, match=re.escape(f"virtual={v} must divide the fullest stage's {fullest}")):
+            call()
+    else:
+        p = call()
+        assert p.layers == stage_layers(n, pp)  # the lighter stages hold a layer less, not a chunk less
+        assert p.bubble == bubble_fraction(pp, m, schedule="interleaved", virtual=v)
+
+
+def test_llama3_405b_split_interleaves_but_circular_still_needs_pp_times_v_to_divide():
+    p = plan_stages(126, 16, micro_batches=32, layer_param_bytes=1, embed_param_bytes=0, head_param_bytes=0,
+                    layer_activation_bytes=1, schedule="interleaved", virtual=2)
+    assert p.layers == (7,) + (8,) * 14 + (7,)  # one layer fewer on the first and last stage (Llama 3, sec. 3.3.2)
+    with pytest.raises(PlanError, match=re.escape("num_layers=126 must divide by pp=16 x virtual=2")):
+        plan_stages(126, 16, micro_batches=32, layer_param_bytes=1, embed_param_bytes=0, head_param_bytes=0,
+                    layer_activation_bytes=1, schedule="circular", virtual=2)
+
+
+@given(dualpipes, st.floats(0.0, 1.0), st.floats(0.01, 100.0), links)
+def test_dualpipe_overlap_hides_communication_and_nothing_else_does(case, share, compute, link):
+    pp, m = case
+    kw = dict(boundary_bytes=10**6, boundary_link=link, stage_grad_bytes=0, data_ways=1, data_link=link)
+    hidden = share * compute / 2
+    plain = pipeline_time(compute, pp, m, schedule="dualpipe", **kw)
+    t = pipeline_time(compute, pp, m, schedule="dualpipe", overlap=hidden, **kw)
+    frac = bubble_fraction(pp, m, schedule="dualpipe")
+    assert t.compute == pytest.approx(compute - hidden)
+    assert plain.total - t.total == pytest.approx(hidden / (1 - frac), rel=1e-9, abs=1e-12)
+    assert t.sends == plain.sends and t.grad_sync == plain.grad_sync
+    with pytest.raises(PlanError, match="needs schedule 'dualpipe'"):
+        pipeline_time(compute, pp, m, overlap=compute / 4, **kw)
+    with pytest.raises(PlanError, match="more than half of stage_compute"):
+        pipeline_time(compute, pp, m, schedule="dualpipe", overlap=compute * 0.51, **kw)

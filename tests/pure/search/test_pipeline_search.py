@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -117,3 +118,69 @@ def test_a_model_with_fewer_layers_than_devices_per_node_gets_no_deeper_pipeline
     two = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="two-layer", num_layers=2, num_params=None)
     r = search_pipelines(two, "1x8xH100", batch=16, seq=1024)
     assert all(c.axis_sizes[0] <= 2 for c in r.candidates)
+
+
+# --- Published schedules: ZeRO over dp, DualPipe ------------------------------------------------------------------
+
+from meshplan.pure.cost._estimates import MemoryBreakdown  # noqa: E402
+from meshplan.pure.search._pipeline_search import _zero_state, price_pipeline  # noqa: E402
+
+_sizes = st.integers(0, 10**12)
+
+
+@given(_sizes, _sizes, _sizes, _sizes, st.sampled_from([1, 2, 3, 64]), st.sampled_from([0, 1, 2]))
+def test_zero_splits_the_optimizer_then_the_gradients_over_dp_and_nothing_else(p, g, o, a, dp, zero):
+    mem = MemoryBreakdown(p, g, o, a, 10**13, "backward")
+    got = _zero_state(mem, {"dp": dp, "tp": 8}, zero)
+    assert (got.params, got.activations, got.budget, got.phase) == (p, a, 10**13, "backward")
+    assert got.optimizer == (-(-o // dp) if zero else o)
+    assert got.grads == (-(-g // dp) if zero == 2 else g)
+    assert got.total <= mem.total
+    if zero and dp > 1 and o >= dp:  # a split of at least one byte each: strictly less
+        assert got.optimizer < o and got.total < mem.total
+    if zero == 0 or dp == 1:
+        assert got == mem
+
+
+@pytest.fixture(scope="module")
+def mixtral_pair():
+    kw = dict(pp=2, stage_layout={"dp": 4, "ep": 8}, batch=128, seq=1024, micro_batches=4, zero=1, activations=False)
+    return (price_pipeline("mixtral-8x7b", "8x8xH100", schedule="1f1b", **kw),
+            price_pipeline("mixtral-8x7b", "8x8xH100", schedule="dualpipe", **kw))
+
+
+def test_dualpipe_holds_two_stages_and_hides_the_expert_all_to_alls(mixtral_pair):
+    one, dual = mixtral_pair
+    assert dual.memory.params == 2 * one.memory.params and dual.memory.optimizer == 2 * one.memory.optimizer
+    a2a = [t for t in dual.comm if t.kind == "all-to-all"]
+    assert a2a and all(t.exposed == 0.0 for t in a2a)  # this stage's all-to-alls are shorter than its compute
+    assert dual.pipeline is not None and dual.pipeline.bubble == 0.0  # pp=2: (pp/2 - 1) = 0
+    assert dual.step is not None and one.step is not None and dual.step.step_s < one.step.step_s
+    assert dual.step.compute_s == one.step.compute_s  # the same FLOPs; only the bubble and the hiding differ
+
+
+def test_zero_changes_the_memory_and_not_the_time():
+    kw = dict(pp=2, stage_layout={"dp": 16}, batch=64, seq=1024, micro_batches=4, activations=False)
+    plain, z1, z2 = (price_pipeline("llama3-8b", "4x8xH100", zero=z, **kw) for z in (0, 1, 2))
+    assert z1.memory.optimizer == -(-plain.memory.optimizer // 16) and z1.memory.grads == plain.memory.grads
+    assert z2.memory.grads == -(-plain.memory.grads // 16)
+    assert plain.step is not None and z1.step is not None and z2.step is not None
+    assert plain.step.step_s == z1.step.step_s == z2.step.step_s
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(zero=3), "zero=3 must be 0 (replicated), 1"),
+    (dict(schedule="dualpipe", micro_batches=2), "micro_batches=2 must be even and >= 2 x pp=4"),
+])
+def test_price_pipeline_refuses_a_zero_level_or_a_dualpipe_m_it_cannot_run(kw, words):
+    base = dict(pp=2, stage_layout={"dp": 16}, batch=64, seq=1024)
+    with pytest.raises(PlanError, match=re.escape(words)):
+        price_pipeline("llama3-8b", "4x8xH100", **{**base, **kw})
+    with pytest.raises(MeshplanTypeError, match="zero=True must be the int"):
+        price_pipeline("llama3-8b", "4x8xH100", zero=True, **base)
+
+
+def test_a_dualpipe_candidate_has_no_maxtext_export(mixtral_pair):
+    _, dual = mixtral_pair
+    with pytest.raises(PlanError, match="schedule 'dualpipe' has no MaxText setting"):
+        maxtext_settings(dual)
