@@ -121,6 +121,6 @@ def pipelines_intro(found: PipelineSearch, result: SearchResult) -> str:
     best, top = best_unpipelined_s(result), layouts[0].step
     assert top is not None
     versus = "" if best is None else f"; the fastest's step is {top.step_s / best:.2f}x the best unpipelined mesh's"
-    return (f"{len(layouts)} pipeline layout{'s' if len(layouts) != 1 else ''} (pp outermost), the fastest that "
-            f"fits per pp and placement{versus}. Every figure is an estimate; bubble is the schedule's idle share "
-            "of the step, memory the fullest stage's device.")
+    return (f"{len(layouts)} layout{'s' if len(layouts) != 1 else ''} with pp outermost, the fastest that fits "
+            f"per pp and placement{versus}. Every figure is an estimate: bubble is the schedule's idle share of "
+            "the step, memory/device the fullest stage's.")
