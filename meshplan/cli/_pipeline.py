@@ -11,7 +11,11 @@ from typing import Any
 
 from meshplan.pure import SearchResult
 from meshplan.pure.search import PipelineSearch
-from meshplan.pure.search._pipeline_summary import PIPELINE_COLUMNS, pipeline_headline, pipeline_rows
+from meshplan.pure.search._pipeline_summary import (
+    PIPELINE_COLUMNS,
+    pipeline_headline,
+    pipeline_rows,
+)
 
 __all__ = ["render_pipelines"]
 
