@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from meshplan.pure import Cluster, HybridMeshShape, SearchResult
-from meshplan.pure.search import mesh_html, plan_html
+from meshplan.pure.search import PipelineSearch, mesh_html, plan_html
 
 __all__ = ["HtmlWriteError", "write_mesh_html", "write_plan_html"]
 
@@ -31,9 +31,10 @@ def _write(path: str, text: str) -> None:
 
 
 def write_plan_html(path: str, result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
-                    budget_source: str = "--headroom") -> None:
-    """Write the plan's report to ``path`` (``compiled``: the verified meshes' exact peaks)."""
-    _write(path, plan_html(result, compiled=compiled, budget_source=budget_source))
+                    budget_source: str = "--headroom", pipelines: PipelineSearch | None = None) -> None:
+    """Write the plan's report to ``path`` (``compiled``: the verified meshes' exact peaks; ``pipelines``: the
+    pipeline layouts found for the same request, shown after the ranked table)."""
+    _write(path, plan_html(result, compiled=compiled, budget_source=budget_source, pipelines=pipelines))
 
 
 def write_mesh_html(path: str, cluster: Cluster, names: Sequence[str], hybrid: HybridMeshShape) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from meshplan import cli
-from meshplan.pure.search._svg import MEMORY_COLORS
+from meshplan.pure.search._svg import BUBBLE_COLOR, MEMORY_COLORS
 
 CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium for a real browser "
@@ -81,9 +81,13 @@ def _read_png(path: Path) -> np.ndarray:
     return out.reshape(h, w, bpp)[:, :, :3]
 
 
-def _has_color(img: np.ndarray, hex_color: str) -> bool:
+def _color_pixels(img: np.ndarray, hex_color: str) -> int:
     rgb = np.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)])
-    return bool((np.abs(img.astype(int) - rgb).max(axis=2) <= 2).sum() > 100)
+    return int((np.abs(img.astype(int) - rgb).max(axis=2) <= 2).sum())
+
+
+def _has_color(img: np.ndarray, hex_color: str) -> bool:
+    return _color_pixels(img, hex_color) > 100
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +154,63 @@ def test_show_mesh_html_draws_the_device_grid(tmp_path, capsys) -> None:
     out = _chromium(page, tmp_path, "--dump-dom")
     assert _console_messages(out.stderr) == []
     assert out.stdout.count('class="device"') == 2 * 8 and out.stdout.count('class="axis-panel"') == 2
+
+
+@pytest.fixture(scope="module")
+def pipeline_report(tmp_path_factory):
+    """A plan's report with its pipeline layouts, written as ``--html`` writes it (:mod:`meshplan.cli._html`)."""
+    from meshplan.cli._html import write_plan_html
+    from meshplan.pure import search_meshes
+    from meshplan.pure.search import search_pipelines
+
+    result = search_meshes("llama3-70b", "16x8xH100", batch=16, seq=4096, top_k=5)
+    found = search_pipelines("llama3-70b", "16x8xH100", batch=16, seq=4096)
+    assert len(found.candidates) == 5 and len(found.left_out) == 1
+    page = tmp_path_factory.mktemp("pipelines") / "plan.html"
+    write_plan_html(str(page), result, pipelines=found)
+    return page, found
+
+
+def test_the_report_with_pipelines_is_still_one_self_contained_file(pipeline_report) -> None:
+    text = pipeline_report[0].read_text()
+    assert "<script" not in text.lower() and "<link" not in text and "<img" not in text
+    assert set(re.findall(r"https?://[^\"')\s]+", text)) == {"http://www.w3.org/2000/svg"}
+
+
+@needs_chromium
+def test_the_pipeline_section_renders_in_chromium(pipeline_report, tmp_path) -> None:
+    page, found = pipeline_report
+    out = _chromium(page, tmp_path, "--dump-dom")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert _console_messages(out.stderr) == []
+    dom = out.stdout
+    assert '<h2 id="pipelines">Pipeline layouts</h2>' in dom
+    assert dom.index("<h2>Ranked meshes</h2>") < dom.index('id="pipelines"') < dom.index("<h2>Memory and step")
+    assert dom.count('<tr class="pipeline">') == 5  # parsed as rows of the table
+    assert dom.count('class="bubble-bar"') == 5 and dom.count('class="part-bubble"') == 5
+    assert len(re.findall(r"<tr class=\"(best)?\">", dom)) == 5  # the ranked table is as it was
+    for c in found.candidates:
+        assert f"<td class=\"\">{c.text}</td>" in dom
+        assert f"<td class=\"num\">{c.pipeline.bubble:.1%}</td>" in dom
+    assert "interleaved v=2" in dom and "1f1b" in dom
+    # The left-out lines are in the page, collapsed.
+    details = re.search(r"<details class=\"left-out\"( open)?>", dom)
+    assert details and details.group(1) is None
+    assert "pp=8 inside each node" in dom[details.start():]
+
+
+@needs_chromium
+def test_the_pipeline_screenshot_shows_the_bubble_bars(pipeline_report, report: Path, tmp_path) -> None:
+    shots = []
+    for page in (pipeline_report[0], report):
+        shot = tmp_path / f"{page.parent.name}.png"
+        out = _chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1280,1000")
+        assert out.returncode == 0 and shot.exists(), out.stderr[-2000:]
+        shots.append(_read_png(shot))
+    # The bubble's colour is drawn on the report with pipelines (in the first screen: the section follows the
+    # ranked table) and nowhere on the report without them. The legend's swatch alone is about 200 pixels; the
+    # five bars' bubbles (12 px high, about 100 px wide together) about 1,250 more (1,477 in all here).
+    assert _color_pixels(shots[0], BUBBLE_COLOR) > 800 and not _has_color(shots[1], BUBBLE_COLOR)
 
 
 def test_an_unwritable_html_path_is_an_error_not_a_traceback(tmp_path, capsys) -> None:

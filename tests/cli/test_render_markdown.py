@@ -60,3 +60,155 @@ def test_the_renderers_refuse_what_is_not_a_result(bad) -> None:
         plan_markdown(bad)
     with pytest.raises(MeshplanTypeError, match="must be a SearchResult"):
         plan_html(bad)
+
+
+# --- the pipeline layouts (pp outermost) in the reports ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pp_result():
+    return search_meshes("llama3-70b", "16x8xH100", batch=16, seq=4096, top_k=5)
+
+
+@pytest.fixture(scope="module")
+def pp_found():
+    from meshplan.pure.search import search_pipelines
+
+    found = search_pipelines("llama3-70b", "16x8xH100", batch=16, seq=4096)
+    # batch=16 leaves pp=8 inside each node out (it does not fit), so the left-out lines are shown too.
+    assert len(found.candidates) == 5 and found.left_out
+    return found
+
+
+def _section(text: str, start: str, end: str) -> tuple[str, str]:
+    """The pipeline section of a report, and the report with it cut out."""
+    i, j = text.index(start), text.index(end)
+    assert i < j
+    return text[i:j], text[:i] + text[j:]
+
+
+def _md_rows(section: str) -> list[list[str]]:
+    return [[cell.strip() for cell in ln.strip("|").split(" | ")] for ln in section.splitlines()
+            if ln.startswith("| ") and not ln.startswith("| # ")]
+
+
+def test_the_markdown_shows_each_pipeline_layouts_stages_schedule_and_bubble(pp_result, pp_found) -> None:
+    from meshplan.pure._format import fmt_bytes
+
+    text = plan_markdown(pp_result, pipelines=pp_found)
+    section, _ = _section(text, "\n**Pipeline layouts**", "\n**Chosen mesh**")
+    # After the ranked table, before the chosen mesh.
+    assert text.index("**Ranked meshes**") < text.index("**Pipeline layouts**") < text.index("**Chosen mesh**")
+    assert "| # | mesh | pp over | schedule | micro-batches | bubble | layers/stage | memory/device | step time | " \
+           "vs best unpipelined |" in section
+    rows = _md_rows(section)
+    assert len(rows) == len(pp_found.candidates)
+    best = pp_result.best.step.step_s
+    for row, c in zip(rows, pp_found.candidates, strict=True):
+        pipe = c.pipeline
+        assert row[1] == c.text and row[1].startswith(f"pp={pipe.stages},")  # the mesh, pp first
+        assert row[3] == pipe.schedule + (f" v={pipe.virtual}" if pipe.virtual > 1 else "")
+        assert row[4] == str(pipe.micro_batches) and row[5] == f"{pipe.bubble:.1%}"
+        assert row[6] == "/".join(map(str, sorted(set(pipe.layers))))
+        assert row[7] == fmt_bytes(c.memory.total)
+        assert row[9] == f"{c.step.step_s / best:.2f}x"
+    assert {r[3] for r in rows} == {"interleaved v=2", "1f1b"}
+    assert "1.03x the best unpipelined mesh's" in section
+    assert "Best pipeline layout pp=8,sp=4,tp=4 (1.13 s, estimated) would rank #3 among the unpipelined" in section
+    assert f"Left out ({len(pp_found.left_out)}):" in section
+    for line in pp_found.left_out:
+        assert f"- {line}" in section
+
+
+def test_the_terminal_and_the_markdown_show_the_same_pipeline_cells(pp_result, pp_found) -> None:
+    import io
+
+    from rich.console import Console
+
+    from meshplan.cli._pipeline import render_pipelines
+    from meshplan.pure.search._pipeline_summary import PIPELINE_COLUMNS, pipeline_rows
+
+    rows = pipeline_rows(pp_found, pp_result)
+    section, _ = _section(plan_markdown(pp_result, pipelines=pp_found), "\n**Pipeline layouts**",
+                          "\n**Chosen mesh**")
+    assert _md_rows(section) == [[row[c.key] for c in PIPELINE_COLUMNS] for row in rows]
+    console = Console(width=250, record=True, file=io.StringIO())
+    render_pipelines(pp_found, pp_result, console)
+    table = [ln for ln in console.export_text().splitlines() if ln.startswith("│")]
+    assert [[cell.strip() for cell in ln.strip("│").split("│")] for ln in table] == _md_rows(section)
+
+
+def test_without_pipelines_the_reports_are_unchanged(pp_result, pp_found) -> None:
+    # The section is the only difference: cut out, the report is byte-equal to one rendered without pipelines
+    # (and pipelines=None is that report).
+    plain = plan_markdown(pp_result)
+    assert plan_markdown(pp_result, pipelines=None) == plain and "Pipeline" not in plain
+    _, rest = _section(plan_markdown(pp_result, pipelines=pp_found), "\n**Pipeline layouts**", "\n**Chosen mesh**")
+    assert rest == plain
+    for fragment in (False, True):
+        page = plan_html(pp_result, fragment=fragment)
+        assert plan_html(pp_result, fragment=fragment, pipelines=None) == page and "Pipeline" not in page
+        _, rest = _section(plan_html(pp_result, fragment=fragment, pipelines=pp_found), '<h2 id="pipelines">',
+                           "<h2>Memory and step time per mesh</h2>")
+        assert rest == page
+
+
+def test_the_html_shows_each_pipeline_layout_with_a_bubble_bar(pp_result, pp_found) -> None:
+    page = plan_html(pp_result, pipelines=pp_found)
+    section, _ = _section(page, '<h2 id="pipelines">', "<h2>Memory and step time per mesh</h2>")
+    n = len(pp_found.candidates)
+    assert section.count('<tr class="pipeline">') == n
+    assert section.count('class="bubble-bar"') == n and section.count('class="part-bubble"') == n
+    assert section.count('class="reference"') == n  # the best unpipelined step drawn on every bar
+    for c in pp_found.candidates:
+        assert f"<td class=\"\">{c.text}</td>" in section
+        assert f"<td class=\"num\">{c.pipeline.bubble:.1%}</td>" in section
+    assert section.count('<details class="left-out">') == 1 and "<details open" not in section
+    assert f"{len(pp_found.left_out)} pp placement left out, and why" in section
+
+
+def test_no_fitting_pipeline_layout_says_so_with_the_reasons(pp_result) -> None:
+    from meshplan.pure.search import PipelineSearch
+
+    found = PipelineSearch((), ("pp=2 over the network: no stage mesh fits",))
+    text = plan_markdown(pp_result, pipelines=found)
+    assert "**Pipeline layouts**: No pipeline layout (pp outermost) fits; the left-out lines say why." in text
+    assert "- pp=2 over the network: no stage mesh fits" in text and "| pp over |" not in text
+    page = plan_html(pp_result, pipelines=found)
+    assert "No pipeline layout (pp outermost) fits" in page and 'class="bubble-bar"' not in page
+    assert "<li>pp=2 over the network: no stage mesh fits</li>" in page
+
+
+def test_hostile_text_in_the_pipeline_section_stays_text(pp_result, pp_found) -> None:
+    import dataclasses
+
+    from meshplan.pure.search import PipelineSearch
+
+    top = pp_found.candidates[0]
+    names = list(top.axis_names)
+    names[next(i for i, n in enumerate(top.axis_sizes) if i and n > 1)] = "<b>x|y</b>"  # an axis the text shows
+    evil = dataclasses.replace(top, axis_names=tuple(names), verdict="<script>alert(1)</script> | cell\n# heading")
+    found = PipelineSearch((evil,), ("<img src=x onerror=alert(1)>\n| a | b |",))
+    text = plan_markdown(pp_result, pipelines=found)
+    section, _ = _section(text, "\n**Pipeline layouts**", "\n**Chosen mesh**")
+    for raw in ("<script", "<img", "<b>", "\n# heading", "\n| a | b |"):
+        assert raw not in section, raw
+    assert "&lt;b&gt;x\\|y&lt;/b&gt;" in section  # the pipe escaped inside the cell, so the row keeps its cells
+    assert len(_md_rows(section)) == 1 and len(_md_rows(section)[0]) == 10
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| cell # heading" in section
+    assert "- &lt;img src=x onerror=alert(1)&gt; \\| a \\| b \\|" in section
+    page = plan_html(pp_result, pipelines=found)
+    assert "<script" not in page and "<img" not in page
+    section, _ = _section(page, '<h2 id="pipelines">', "<h2>Memory and step time per mesh</h2>")
+    assert "<b>" not in section  # the device grid's captions bold axis names; this section has none of its own
+    assert "&lt;b&gt;x|y&lt;/b&gt;" in section and "&lt;img src=x onerror=alert(1)&gt;" in section
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section
+
+
+@pytest.mark.parametrize("bad", ["pipelines", 3, ()])
+def test_the_renderers_refuse_pipelines_that_are_not_a_pipeline_search(result, bad) -> None:
+    from meshplan.errors import MeshplanTypeError
+
+    with pytest.raises(MeshplanTypeError, match="must be a PipelineSearch"):
+        plan_markdown(result, pipelines=bad)
+    with pytest.raises(MeshplanTypeError, match="must be a PipelineSearch"):
+        plan_html(result, pipelines=bad)

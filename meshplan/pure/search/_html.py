@@ -4,8 +4,10 @@ No scripts, no external fonts, images or styles: the page opens the same from a 
 a chat upload or a laptop with no network. It shows the summary's facts
 (:mod:`meshplan.pure.search._summary`): the header, the ranked table, per ranked mesh a memory bar
 (params, grads, optimizer, activations against the budget, the estimate's range, the compiled peak where
-verified) and a step-time bar (compute, then each collective's exposed seconds), the chosen mesh's device
-grid coloured by axis group with hosts (and slices) outlined, and the lines to type.
+verified) and a step-time bar (compute, then each collective's exposed seconds), the pipeline layouts when
+given (:mod:`meshplan.pure.search._pipeline_summary`'s table, each row with a bar of its step and bubble
+against the best unpipelined step, the left-out lines collapsed), the chosen mesh's device grid coloured by
+axis group with hosts (and slices) outlined, and the lines to type.
 
 Example:
   >>> from meshplan.pure import search_meshes
@@ -23,6 +25,16 @@ from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.errors import MeshplanTypeError
 from meshplan.pure.mesh._hybrid import HybridMeshShape
+from meshplan.pure.search._pipeline_search import PipelineSearch
+from meshplan.pure.search._pipeline_summary import (
+    PIPELINE_COLUMNS,
+    best_unpipelined_s,
+    check_pipelines,
+    pipeline_headline,
+    pipeline_layouts,
+    pipeline_rows,
+    pipelines_intro,
+)
 from meshplan.pure.search._result import SearchResult
 from meshplan.pure.search._summary import (
     RANK_COLUMNS,
@@ -34,7 +46,9 @@ from meshplan.pure.search._summary import (
     ranked_rows,
 )
 from meshplan.pure.search._svg import (
+    BUBBLE_COLOR,
     MEMORY_COLORS,
+    bubble_bar,
     check_grid_args,
     device_grid_svg,
     memory_bar,
@@ -129,6 +143,41 @@ def _candidates(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -
     return "".join(out)
 
 
+def _pipelines(found: PipelineSearch, result: SearchResult) -> str:
+    """The "Pipeline layouts" section: a sentence, the table with a step-and-bubble bar per layout, the
+    fastest against the unpipelined meshes, and the left-out lines in a collapsed ``<details>``."""
+    out = [f'<h2 id="pipelines">Pipeline layouts</h2><p>{_e(pipelines_intro(found, result))}</p>']
+    layouts, rows = pipeline_layouts(found), pipeline_rows(found, result)
+    best = best_unpipelined_s(result)
+    if rows:
+        slowest = max([c.step.step_s for c in layouts if c.step is not None] + [best or 0.0])
+        cols = PIPELINE_COLUMNS
+        # Headers may wrap (the ranked table's never do) so the bars fit beside the cells in the page width.
+        head = "".join(f'<th class="{"num" if c.numeric else ""}" style="white-space:normal">{_e(c.title)}</th>'
+                       for c in cols)
+        body = []
+        for row, cand in zip(rows, layouts, strict=True):
+            assert cand.step is not None and cand.pipeline is not None  # pipeline_layouts keeps only these
+            cells = "".join(f'<td class="{"num" if c.numeric else ""}">{_e(row[c.key])}</td>' for c in cols)
+            bar = bubble_bar(cand.step, cand.pipeline.bubble, scale_s=slowest, reference_s=best)
+            body.append(f'<tr class="pipeline">{cells}<td>{bar}</td></tr>')
+        out.append(f'<div class="scroll"><table class="ranked pipelines"><thead><tr>{head}<th>step and bubble</th>'
+                   f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+        out.append(f'<p class="legend"><span><i style="background:#8c9bab"></i>stage work and boundary sends</span>'
+                   f'<span><i style="background:{BUBBLE_COLOR}"></i>bubble</span>'
+                   + ('<span style="color:#c00">- - best unpipelined step</span>' if best is not None else "")
+                   + "</p>")
+    headline = pipeline_headline(found, result)
+    if headline is not None:
+        out.append(f'<p class="note">{_e(headline[0].upper() + headline[1:])}.</p>')
+    if found.left_out:
+        n = len(found.left_out)
+        items = "".join(f"<li>{_e(line)}</li>" for line in found.left_out)
+        out.append(f'<details class="left-out"><summary>{n} pp placement{"s" if n != 1 else ""} left out, and '
+                   f"why</summary><ul>{items}</ul></details>")
+    return "".join(out)
+
+
 def _snippets(result: SearchResult) -> str:
     best = result.best
     code = "\n".join(["import meshplan", "", *create_mesh_call(best, width=88)])
@@ -142,7 +191,8 @@ def _snippets(result: SearchResult) -> str:
             f"{layout}")
 
 
-def _body(result: SearchResult, compiled: Mapping[str, tuple[int, str]], budget_source: str) -> str:
+def _body(result: SearchResult, compiled: Mapping[str, tuple[int, str]], budget_source: str,
+          pipelines: PipelineSearch | None = None) -> str:
     req, best = result.request, result.best
     facts = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in header_facts(result, budget_source=budget_source))
     left = sum(r.count for r in result.rejections)
@@ -156,6 +206,7 @@ def _body(result: SearchResult, compiled: Mapping[str, tuple[int, str]], budget_
         (f"<h2>Ranked meshes</h2><p>{result.num_fitting} of {result.num_candidates} meshes fit; the top "
         f"{len(result.candidates)} by predicted {by}.</p>"),
         _ranked_table(result, compiled),
+        "" if pipelines is None else _pipelines(pipelines, result),
         "<h2>Memory and step time per mesh</h2>", _legend(result), _candidates(result, compiled),
         f"<h2>Chosen mesh: {_e(best.text)}</h2>",
         device_grid_svg(req.cluster, best.axis_names, best.hybrid),
@@ -172,7 +223,8 @@ def _page(title: str, body: str) -> str:
 
 
 def plan_html(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
-              fragment: bool = False, budget_source: str = "--headroom") -> str:
+              fragment: bool = False, budget_source: str = "--headroom",
+              pipelines: PipelineSearch | None = None) -> str:
     """The search result as HTML.
 
     Args:
@@ -180,12 +232,16 @@ def plan_html(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] |
       compiled: mesh text (``"dp=2,fsdp=32"``) -> (XLA's compiled peak bytes, which compiler and version), for
         the meshes verified; they are drawn as exact next to the estimate.
       fragment: a ``<div>`` with its own scoped ``<style>`` (for a notebook) instead of a whole page.
+      budget_source: where the headroom came from, as the header says.
+      pipelines: what :func:`~meshplan.pure.search.search_pipelines` found for the same request: a "Pipeline
+        layouts" section after the ranked table. ``None`` (the default): the page is exactly as without it.
 
     Returns:
       A self-contained HTML document (or fragment): inline CSS and SVG, no scripts, nothing fetched.
     """
     result = _check(result)
-    body = _body(result, dict(compiled or {}), budget_source)
+    found = None if pipelines is None else check_pipelines(pipelines)
+    body = _body(result, dict(compiled or {}), budget_source, found)
     if fragment:
         return f'<div class="meshplan"><style>{CSS}</style>{body}</div>'
     return _page(f"meshplan plan: {result.request.model} on {result.request.cluster.text}", body)

@@ -1,7 +1,8 @@
 """A search result's summary as GitHub-flavoured markdown, ready to paste into a pull request.
 
 The same facts as the terminal summary (:mod:`meshplan.pure.search._summary`): the header, the ranked
-table, the chosen mesh and the lines to type.
+table, the pipeline layouts when given (:mod:`meshplan.pure.search._pipeline_summary`), the chosen mesh and
+the lines to type.
 
 Example:
   >>> from meshplan.pure import search_meshes
@@ -14,10 +15,19 @@ Example:
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.search._pipeline_search import PipelineSearch
+from meshplan.pure.search._pipeline_summary import (
+    PIPELINE_COLUMNS,
+    check_pipelines,
+    pipeline_headline,
+    pipeline_rows,
+    pipelines_intro,
+)
 from meshplan.pure.search._result import SearchResult
 from meshplan.pure.search._summary import (
     RANK_COLUMNS,
@@ -37,14 +47,40 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")  # a pipe would end the cell
 
 
+def _inline(text: str) -> str:
+    """Free text (a reason, a verdict) as one line of markdown that stays text: no newline that could start
+    a heading or a table, no raw HTML tag (``<`` is an entity, which markdown shows as ``<``), no pipe."""
+    return _cell(html.escape(" ".join(text.split()), quote=False))
+
+
+def _pipelines(found: PipelineSearch, result: SearchResult) -> list[str]:
+    """The "Pipeline layouts" section: a sentence, the table (if any layout fits), the fastest against the
+    unpipelined meshes, and the left-out lines."""
+    lines = [f"**Pipeline layouts**: {_inline(pipelines_intro(found, result))}"]
+    rows = pipeline_rows(found, result)
+    if rows:
+        lines += ["", "| " + " | ".join(c.title for c in PIPELINE_COLUMNS) + " |",
+                  "|" + "|".join("--:" if c.numeric else ":--" for c in PIPELINE_COLUMNS) + "|"]
+        lines += ["| " + " | ".join(_inline(row[c.key]) for c in PIPELINE_COLUMNS) + " |" for row in rows]
+    headline = pipeline_headline(found, result)
+    if headline is not None:
+        lines += ["", _inline(headline[0].upper() + headline[1:]) + "."]
+    if found.left_out:
+        lines += ["", f"Left out ({len(found.left_out)}):", "", *(f"- {_inline(r)}" for r in found.left_out)]
+    return lines
+
+
 def plan_markdown(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
-                  budget_source: str = "--headroom") -> str:
-    """The summary as markdown: a heading, the facts as a list, the ranked table, the chosen mesh and a
-    python block with the ``create_mesh`` call. ``compiled``: mesh text -> (XLA's compiled peak, which
-    compiler and version) for the meshes verified, shown as exact."""
+                  budget_source: str = "--headroom", pipelines: PipelineSearch | None = None) -> str:
+    """The summary as markdown: a heading, the facts as a list, the ranked table, the pipeline layouts (when
+    ``pipelines`` is given: what :func:`~meshplan.pure.search.search_pipelines` found for the same request),
+    the chosen mesh and a python block with the ``create_mesh`` call. ``compiled``: mesh text -> (XLA's
+    compiled peak, which compiler and version) for the meshes verified, shown as exact. Without
+    ``pipelines`` the text is exactly what it was before pipelines were shown."""
     if not isinstance(result, SearchResult):
         raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult (search_meshes(...)), not "
                                 f"{type(result).__name__}.")
+    found = None if pipelines is None else check_pipelines(pipelines)
     req, best = result.request, result.best
     lines = [f"### meshplan plan: {req.model} on {req.cluster.text}", ""]
     lines += [f"- **{label}**: {_cell(fact)}" for label, fact in header_facts(result, budget_source=budget_source)]
@@ -57,6 +93,8 @@ def plan_markdown(result: SearchResult, *, compiled: Mapping[str, tuple[int, str
         lines.append("| " + " | ".join(_cell(row[c.key]) for c in RANK_COLUMNS) + " |")
     for mesh, (_, source) in sorted((compiled or {}).items()):
         lines.append(f"\n`{mesh}`: exact = XLA's compiled peak ({_cell(source)}).")
+    if found is not None:
+        lines += ["", *_pipelines(found, result)]
     bounds = memory_range(result, best)
     mem = f"{fmt_bytes(best.memory.total)} of the {fmt_bytes(best.memory.budget)} budget (estimate" + (
         ")" if bounds is None else f", range {range_text(bounds)})")

@@ -26,11 +26,15 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.mesh._hybrid import HybridMeshShape
 from meshplan.pure.mesh._layout import layout_device_ids
 
-__all__ = ["MEMORY_COLORS", "axis_color", "check_grid_args", "device_grid_svg", "memory_bar", "step_bar"]
+__all__ = ["BUBBLE_COLOR", "MEMORY_COLORS", "axis_color", "bubble_bar", "check_grid_args", "device_grid_svg",
+           "memory_bar", "step_bar"]
 
 MEMORY_COLORS: dict[str, str] = {"params": "#4e79a7", "grads": "#f28e2b", "optimizer": "#59a14f",
                                  "activations": "#e15759"}
 """The fill of each part of a memory bar (and of its legend)."""
+
+BUBBLE_COLOR = "#f1ce63"
+"""The fill of a pipeline step's bubble (its idle share) in :func:`bubble_bar` and its legend."""
 
 _COMM_COLORS = ("#b07aa1", "#ff9da7", "#9c755f", "#edc948", "#76b7b2", "#bab0ac")
 _WIDTH = 440  # drawing width of a bar, in px; a label may run past it into the 520 px picture
@@ -137,6 +141,49 @@ def step_bar(step: StepEstimate, comm: Sequence[CommTerm], *, scale_s: float | N
         x += w
     out.append(f'<text x="2" y="49" font-size="11" fill="#333">step {_s(step.step_s)} = compute '
                f"{_s(step.compute_s)} + exposed communication {_s(step.exposed_s)}</text></svg>")
+    return "".join(out)
+
+
+def bubble_bar(step: StepEstimate, bubble: float, *, scale_s: float | None = None,
+               reference_s: float | None = None) -> str:
+    """A pipelined step as one small bar: the stages' work and sends, then the bubble, against a reference.
+
+    Args:
+      step: the pipeline layout's :class:`~meshplan.pure.cost.StepEstimate`.
+      bubble: the schedule's idle share of the step (:attr:`~meshplan.pure.cost.PipelinePlan.bubble`), in [0, 1].
+      scale_s: the seconds the full width stands for (the slowest step shown, so bars compare).
+      reference_s: the best unpipelined mesh's step, drawn as a dashed line (``None``: no line).
+
+    Returns:
+      An ``<svg class="bubble-bar">`` element.
+
+    Example:
+      >>> from meshplan.pure.cost import StepEstimate
+      >>> svg = bubble_bar(StepEstimate(0.8, 0.2, 1.0, 0.4, 1.0, 0.4), 0.1, reference_s=0.9)
+      >>> 'class="part-bubble"' in svg, "bubble 10.0% of the step" in svg, 'class="reference"' in svg
+      (True, True, True)
+    """
+    if not isinstance(step, StepEstimate):
+        raise MeshplanTypeError(f"step={step!r:.80} must be a StepEstimate, not {type(step).__name__}.")
+    if not isinstance(bubble, (int, float)) or not 0 <= bubble <= 1:
+        raise PlanError(f"bubble={bubble!r:.80} must be a share of the step in [0, 1].")
+    width = 150
+    full = max(scale_s or 0.0, step.step_s, reference_s or 0.0, 1e-12)
+    scale = width / (full * 1.04)
+    idle = bubble * step.step_s
+    out = [(f'<svg class="bubble-bar" xmlns="http://www.w3.org/2000/svg" width="{width}" height="18" '
+            f'viewBox="0 0 {width} 18" role="img" aria-label="step and bubble">')]
+    out.append(_rect(0, 3, (step.step_s - idle) * scale, 12, _COMPUTE,
+                     f"stage work and boundary sends {_s(step.step_s - idle)} (estimate)", "part-work"))
+    out.append(_rect((step.step_s - idle) * scale, 3, idle * scale, 12, BUBBLE_COLOR,
+                     f"bubble {bubble:.1%} of the step, {_s(idle)}: stages idle while the pipeline fills and "
+                     "drains", "part-bubble"))
+    if reference_s is not None:
+        rx = reference_s * scale
+        out.append(f'<g class="reference"><title>{_e(f"best unpipelined step {_s(reference_s)}")}</title>'
+                   f'<line x1="{rx:.1f}" y1="0" x2="{rx:.1f}" y2="18" stroke="#c00" stroke-width="2" '
+                   'stroke-dasharray="3 2"/></g>')
+    out.append("</svg>")
     return "".join(out)
 
 
