@@ -201,7 +201,7 @@ def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dic
         _console().print("pipeline layouts: none (no pp >= 2 divides the cluster's nodes or its devices per node)")
         return False
     verified = None
-    if checked is not None and found.candidates:
+    if checked is not None and checked.compiler and found.candidates:  # no compiler: the plan said what to install
         from meshplan.cli._verify import verify_pipelines_for_plan
 
         top = min(args.verify or 3, len(found.candidates)) if args.detail else 1

@@ -45,7 +45,8 @@ def render_pipelines(found: PipelineSearch, result: SearchResult, console: Any, 
 
     best = result.best.step.step_s if result.candidates and result.best.step is not None else None
     table = Table(title=f"Pipeline layouts (pp outermost; {len(found.candidates)} shown)")
-    compiled = {} if verified is None else {r.mesh: r for r in verified.rows}
+    # By rank: pp over the network and inside each node can give the same mesh text.
+    compiled = {} if verified is None else {r.rank: r for r in verified.rows}
     names = ("#", "mesh", "pp over", "schedule", "micro-batches", "bubble", "layers/stage", "memory/device",
              *(("XLA peak",) if compiled else ()), "step time", "vs best unpipelined")
     for name in names:
@@ -58,7 +59,7 @@ def render_pipelines(found: PipelineSearch, result: SearchResult, console: Any, 
         sched = pipe.schedule + (f" v={pipe.virtual}" if pipe.virtual > 1 else "")
         layers = sorted(set(pipe.layers))
         ratio = "" if best is None else f"{step.step_s / best:.2f}x"
-        peak = (_verified_cell(compiled[c.text]) if c.text in compiled else "-",) if compiled else ()
+        peak = (_verified_cell(compiled[c.rank]) if c.rank in compiled else "-",) if compiled else ()
         table.add_row(str(c.rank), c.text, where, sched, str(pipe.micro_batches), f"{pipe.bubble:.1%}",
                       "/".join(map(str, layers)), fmt_bytes(c.memory.total), *peak, _seconds(step.step_s), ratio)
     console.print(table)

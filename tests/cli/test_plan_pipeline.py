@@ -80,3 +80,32 @@ def test_plan_compiles_no_pipeline_without_pipelines_or_verification(capsys, tmp
         assert cli.main(["plan", "--model", model, "--cluster", "1x8xH100", "--batch", "8", "--seq", "8",
                          *flags]) == 0, capsys.readouterr().err
         assert "pipeline #1" not in capsys.readouterr().out
+
+
+def test_the_detail_table_puts_each_compiled_peak_on_its_own_rank() -> None:
+    # pp=2 over the network and pp=2 inside each node have the same mesh text: the peaks go by rank.
+    import dataclasses
+    import io
+
+    from rich.console import Console
+
+    from meshplan.cli._pipeline import render_pipelines
+    from meshplan.facade._verify_row import PlanVerification, VerifyRow
+    from meshplan.pure import search_meshes
+    from meshplan.pure.presets import MODEL_SPECS
+    from meshplan.pure.search import search_pipelines
+
+    tiny = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny", num_layers=8, hidden_size=256, num_heads=8,
+                               num_kv_heads=8, head_dim=32, intermediate_size=512, vocab_size=1024, num_params=None)
+    found = search_pipelines(tiny, "2x4xH100", batch=16, seq=64, top_k=4)
+    same = [c for c in found.candidates if c.text == found.candidates[0].text]
+    assert len(same) == 2 and same[0].dcn_shape != same[1].dcn_shape
+    rows = (VerifyRow(same[0].text, same[0].rank, 1, 2 << 30, "", peak_bytes=3 << 20, status="exact"),
+            VerifyRow(same[1].text, same[1].rank, 1, 2 << 30, "", status="not verified", error="not verified: x"))
+    console = Console(width=250, record=True, file=io.StringIO())
+    render_pipelines(found, search_meshes(tiny, "2x4xH100", batch=16, seq=64, top_k=1), console,
+                     verified=PlanVerification(rows, (), "XLA:CPU", "", 1.0))
+    text = console.export_text()
+    lines = {int(m.group(1)): line for line in text.splitlines() if (m := re.match(r"│ (\d) │", line))}
+    assert "exact 3.0 MiB" in lines[same[0].rank] and "not verified" in lines[same[1].rank]
+    assert "XLA peak" in text
