@@ -65,6 +65,7 @@ _FACADE = {
     "load_model": "_model_file",
     "compiled_collectives": "_hlo",
     "PlanVerification": "_verify_row", "VerifyRow": "_verify_row", "verify_plan": "_verify_plan",
+    "verify_pipelines": "_verify_pipeline",
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -93,7 +94,7 @@ __all__ += ["CompiledMemory", "ReferenceConfig", "ReferenceStep", "compiled_memo
 # the collectives a compiled step runs (checked against the comm model)
 __all__ += ["compiled_collectives"]
 # a plan verified by compiling its top meshes (worker subprocesses, a compile cache)
-__all__ += ["PlanVerification", "VerifyRow", "verify_plan"]
+__all__ += ["PlanVerification", "VerifyRow", "verify_pipelines", "verify_plan"]
 # a pipelined train step (stage-stacked weights over pp, ppermute under shard_map)
 __all__ += ["PipelineStep", "pipeline_step"]
 
@@ -115,6 +116,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
     from meshplan.facade._compiled import CompiledMemory, compiled_memory, gpu_topology_mesh, tpu_topology_mesh
     from meshplan.facade._hlo import compiled_collectives
+    from meshplan.facade._verify_pipeline import verify_pipelines
     from meshplan.facade._verify_plan import verify_plan
     from meshplan.facade._verify_row import PlanVerification, VerifyRow
     from meshplan.facade._config import MeshConfig

@@ -168,16 +168,18 @@ def _plan(args: argparse.Namespace) -> int:
                         detail=args.detail, compiled=compiled, budget_source=budget_source)
     if checked is not None:
         _verify.render_plan_verification(checked, result, args, _console())
-    pipelines = not args.no_pipeline and _plan_pipelines(result, preset.spec, args, fixed)
+    pipelines = not args.no_pipeline and _plan_pipelines(result, preset.spec, args, fixed, checked)
     if not args.detail:
         _render.render_footer(result, _console(), pipelines=pipelines)
     return 0
 
 
-def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int]) -> bool:
+def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int],
+                    checked: Any = None) -> bool:
     """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch and recipe; whether any
-    were searched."""
-    from meshplan.cli._pipeline import render_pipelines
+    were searched. Where the plan verified its meshes (``checked``), the layouts shown are compiled too:
+    the summary's one, or the top ``--verify K`` of the ``--detail`` table."""
+    from meshplan.cli._pipeline import render_pipeline_verification, render_pipelines
     from meshplan.pure.errors import PlanError
     from meshplan.pure.search import search_pipelines
 
@@ -198,12 +200,20 @@ def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dic
     if not found.candidates and not found.left_out:
         _console().print("pipeline layouts: none (no pp >= 2 divides the cluster's nodes or its devices per node)")
         return False
+    verified = None
+    if checked is not None and checked.compiler and found.candidates:  # no compiler: the plan said what to install
+        from meshplan.cli._verify import verify_pipelines_for_plan
+
+        top = min(args.verify or 3, len(found.candidates)) if args.detail else 1
+        verified = verify_pipelines_for_plan(found, result, spec, args, top=top, spent_s=checked.seconds)
     if args.detail:
-        render_pipelines(found, result, _console())
+        render_pipelines(found, result, _console(), verified=verified)
     else:  # the summary gives the fastest layout in one line; its table is part of --detail
         from meshplan.cli._render import render_pipeline_summary
 
         render_pipeline_summary(found, result, _console())
+    if verified is not None:
+        render_pipeline_verification(verified, _console())
     return True
 
 

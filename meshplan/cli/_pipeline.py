@@ -10,18 +10,27 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.pure import SearchResult
+from meshplan.pure._format import fmt_bytes
 from meshplan.pure.search import PipelineSearch
 from meshplan.pure.search._pipeline_summary import (
     PIPELINE_COLUMNS,
     pipeline_headline,
+    pipeline_layouts,
     pipeline_rows,
 )
 
-__all__ = ["render_pipelines"]
+__all__ = ["render_pipeline_verification", "render_pipelines"]
 
 
-def render_pipelines(found: PipelineSearch, result: SearchResult, console: Any) -> None:
-    """Print the pipeline layouts next to the unpipelined ranking of ``result``.
+def _verified_cell(row: Any) -> str:
+    if row.status in ("exact", "over budget") and row.peak_bytes is not None:
+        return f"{row.status} {fmt_bytes(row.peak_bytes)}"
+    return row.status
+
+
+def render_pipelines(found: PipelineSearch, result: SearchResult, console: Any, *, verified: Any = None) -> None:
+    """Print the pipeline layouts next to the unpipelined ranking of ``result``; with ``verified`` (a
+    :class:`~meshplan.PlanVerification` of them) a column of XLA's compiled peaks.
 
     Example:
       >>> import io
@@ -38,13 +47,55 @@ def render_pipelines(found: PipelineSearch, result: SearchResult, console: Any) 
     from rich.table import Table
 
     table = Table(title=f"Pipeline layouts (pp outermost; {len(found.candidates)} shown)")
-    for col in PIPELINE_COLUMNS:
-        table.add_column(col.title, justify="right" if col.numeric else "left")
-    for row in pipeline_rows(found, result):
-        table.add_row(*(row[col.key] for col in PIPELINE_COLUMNS))
+    # By rank: pp over the network and inside each node can give the same mesh text.
+    compiled = {} if verified is None else {r.rank: r for r in verified.rows}
+    columns = [(col.key, col.title, col.numeric) for col in PIPELINE_COLUMNS]
+    if compiled:
+        at = next(i for i, (key, _, _) in enumerate(columns) if key == "memory") + 1
+        columns.insert(at, ("xla", "XLA peak", True))
+    for _, title, numeric in columns:
+        table.add_column(title, justify="right" if numeric else "left")
+    for c, row in zip(pipeline_layouts(found), pipeline_rows(found, result), strict=True):
+        cells = {**row, "xla": _verified_cell(compiled[c.rank]) if c.rank in compiled else "-"}
+        table.add_row(*(cells[key] for key, _, _ in columns))
     console.print(table)
     headline = pipeline_headline(found, result)
     if headline is not None:
         console.print(headline)
     for line in found.left_out:
         console.print(f"  - {line}")
+
+
+def render_pipeline_verification(checked: Any, console: Any) -> None:
+    """One line per compiled pipeline layout: XLA's peak beside the estimate, which schedule compiled, or why
+    it was not verified (a :class:`~meshplan.PlanVerification` from
+    :func:`~meshplan.facade._verify_pipeline.verify_pipelines`).
+
+    Example:
+      >>> import io
+      >>> from rich.console import Console
+      >>> from meshplan.facade._verify_row import PlanVerification, VerifyRow
+      >>> row = VerifyRow("pp=2,fsdp=4", 1, 3 << 30, 8 << 30, "8 x XLA:CPU", peak_bytes=4 << 30,
+      ...                 schedule="1f1b m=4", compiled_schedule="circular v=1 m=4", note="compiled as ...")
+      >>> console = Console(width=200, record=True, file=io.StringIO())
+      >>> render_pipeline_verification(PlanVerification((row,), (), "XLA:CPU", "", 1.0), console)
+      >>> print(console.export_text().strip())
+      pipeline #1 pp=2,fsdp=4 (1f1b m=4): exact: compiled peak 4.0 GiB, estimate 3.0 GiB (circular v=1 m=4); compiled as ...
+    """
+    if checked.note and not checked.compiler:  # no compiler: one line says how to get exact figures
+        console.print(f"pipeline memory: {checked.note}", markup=False)
+        return
+    for r in checked.rows:
+        est = "-" if r.analytic_bytes is None else fmt_bytes(r.analytic_bytes)
+        head = f"pipeline #{r.rank} {r.mesh} ({r.schedule})"
+        if r.status in ("exact", "over budget") and r.peak_bytes is not None:
+            over = f"; over the {fmt_bytes(r.budget_bytes)} budget" if r.peak_bytes > r.budget_bytes else ""
+            what = f"; {r.note}" if r.note else ""
+            console.print(f"{head}: {r.status}: compiled peak {fmt_bytes(r.peak_bytes)}, estimate {est} "
+                          f"({r.compiled_schedule}){over}{what}", markup=False)
+        else:
+            console.print(f"{head}: {r.summary()}", markup=False)
+    if checked.compiler and any(r.peak_bytes is not None for r in checked.rows):
+        console.print(f"pipeline peaks: the pipelined step compiled by {checked.compiler}.", markup=False)
+    if checked.note:
+        console.print(f"pipeline note: {checked.note}", markup=False)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # imported where used: importing meshplan.facade imports jax,
     from meshplan.facade._verify_row import VerifyRow
 
 __all__ = ["compiled_peaks", "reference_config", "render_plan_verification", "run_check", "training_recipe",
-           "verify_for_plan"]
+           "verify_for_plan", "verify_pipelines_for_plan"]
 
 
 def training_recipe(args: Any, *, backend: str | None = None) -> Any:
@@ -274,6 +274,18 @@ def verify_for_plan(result: Any, spec: ModelSpec, args: Any) -> Any:
     config = reference_config(args, req.param_dtype if req.param_dtype != "mixed" else "bfloat16")
     return verify_plan(result, model=spec, top=args.verify or 3, target=args.target, config=config,
                        time_budget_s=args.verify_time)
+
+
+def verify_pipelines_for_plan(found: Any, result: Any, spec: ModelSpec, args: Any, *, top: int,
+                              spent_s: float) -> Any:
+    """``plan``'s verification of its pipeline layouts: the best ``top`` compiled in what is left of
+    ``--verify-time`` after the unpipelined meshes (``spent_s``); a :class:`~meshplan.PlanVerification`."""
+    from meshplan.facade._verify_pipeline import verify_pipelines
+
+    req = result.request
+    config = reference_config(args, req.param_dtype if req.param_dtype != "mixed" else "bfloat16")
+    return verify_pipelines(found, result, model=spec, top=top, target=args.target, config=config,
+                            time_budget_s=args.verify_time - spent_s)
 
 
 def compiled_peaks(checked: Any) -> dict[str, tuple[int, str]]:

@@ -102,6 +102,8 @@ def job_key(job: CompileJob) -> str:
         "target": job.target, "target_description": target_text,
         "compilers": _versions(),
     }
+    if job.pipeline is not None:  # the pipelined step (m, v); unpipelined jobs keep the keys they had
+        facts["pipeline"] = list(job.pipeline)
     text = json.dumps(facts, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
 

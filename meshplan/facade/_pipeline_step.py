@@ -208,14 +208,13 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
             lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0, keepdims=False), w))
 
     def per_device(w: Any, x: jax.Array) -> jax.Array:
-        # w: (v, 1, per_stage, ...) this stage's layers for every repeat; x: all m micro-batches.
+        # w: (v, 1, per_stage, ...) this stage's layers for every repeat; x: (1, m, ...) all m micro-batches.
         w = jax.tree.map(lambda a: a[:, 0], w)
+        x = x[0]
         s = jax.lax.axis_index(axis)
-        def vary(a: jax.Array) -> jax.Array:
-            varying: jax.Array = jax.lax.pcast(a, (axis,), to="varying")
-            return varying
-        zero = vary(jnp.zeros_like(x[0]))
-        store, out = vary(jnp.zeros_like(x)), vary(jnp.zeros_like(x))
+        # x is this stage's own copy (varying over pp), so are the buffers made from it.
+        zero = jnp.zeros_like(x[0])
+        store, out = jnp.zeros_like(x), jnp.zeros_like(x)
 
         def body(carry: tuple[jax.Array, jax.Array, jax.Array], t: jax.Array) -> Any:
             incoming, store, out = carry
@@ -239,12 +238,16 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
         stacked: jax.Array = out[None]  # (1, m, ...): the stage dim, only the last stage's is the answer
         return stacked
 
-    replicated, by_stage = PartitionSpec(), PartitionSpec(axis)  # type: ignore[no-untyped-call]
-    run = jax.shard_map(per_device, mesh=mesh, in_specs=(weight_specs, replicated),
+    by_stage = PartitionSpec(axis)  # type: ignore[no-untyped-call]
+    run = jax.shard_map(per_device, mesh=mesh, in_specs=(weight_specs, by_stage),
                         out_specs=by_stage, axis_names=frozenset({axis}))
 
     def apply(w: Any, x: jax.Array) -> jax.Array:
-        return run(w, x)[-1]
+        # Every stage gets the micro-batches as its own (varying) copy: a replicated input's gradient would be
+        # a psum inside the shard_map, which XLA:CPU fails to compile in bf16 (its all-reduce promotion meets
+        # the reducer's sharding constraint: "Invalid binary instruction opcode copy"). Per device it is the
+        # same one copy of x either way; the sum of the copies' gradients is the partitioner's.
+        return run(w, jnp.broadcast_to(x[None], (stages, *x.shape)))[-1]
 
     return apply
 

@@ -35,6 +35,9 @@ class VerifyRow:
       largest, largest_note: the biggest buffers live at XLA's peak (LiveBuffer records).
       micro_batches: gradient-accumulation steps the compiled step ran.
       cached: the figures came from the compile cache.
+      schedule: a pipeline row's schedule as the search priced it (``"1f1b m=8"``; ``""``: not pipelined).
+      compiled_schedule: the schedule the compiled pipelined step ran (``"circular v=1 m=8"``).
+      note: what the compiled figure is a check of, where it is not the row's own schedule.
 
     Example:
       >>> row = VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125, status="exact")
@@ -61,6 +64,9 @@ class VerifyRow:
     range_low_bytes: int | None = None
     range_high_bytes: int | None = None
     cached: bool = False
+    schedule: str = ""
+    compiled_schedule: str = ""
+    note: str = ""
 
     @property
     def ratio(self) -> float | None:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import math
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -50,6 +52,9 @@ class CompileJob:
       batch, seq: the global batch in sequences, tokens per sequence.
       config: the :class:`~meshplan.ReferenceConfig`.
       target: ``"auto"`` (the cluster's own compiler) or ``"cpu"`` (XLA:CPU, as many devices).
+      pipeline: ``(micro_batches, repeats)`` to compile the pipelined step
+        (:func:`~meshplan.facade._pipeline_step.pipeline_step`, the circular schedule) on a mesh whose
+        first axis is ``pp``; ``None``: the unpipelined reference step.
 
     Example:
       >>> from meshplan.pure import get_preset, parse_cluster
@@ -70,6 +75,7 @@ class CompileJob:
     seq: int
     config: Any
     target: str = "auto"
+    pipeline: tuple[int, int] | None = None
 
     @property
     def mesh_text(self) -> str:
@@ -169,6 +175,49 @@ def target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], dc
     return mesh, f"{n} x {mesh.devices.flat[0].device_kind} ({how})"
 
 
+def _hybrid(devices: Any, dcn: Sequence[int] | None, hosts: int) -> Any:
+    """``devices`` (a grid, hosts outermost in its flat order, as ``gpu_topology_mesh`` lays them) rearranged
+    so that axis ``i`` spans ``dcn[i]`` hosts and ``size_i / dcn[i]`` devices of each: ``pp`` placed inside
+    each node (ICI) stays inside it. The grid as it is where ``dcn`` does not split the hosts.
+
+    Example:
+      >>> import numpy as np
+      >>> _hybrid(np.arange(8).reshape(2, 4), (1, 2), 2).tolist()  # pp=2 in each of 2 nodes: stage 0 = 0,1,4,5
+      [[0, 1, 4, 5], [2, 3, 6, 7]]
+      >>> _hybrid(np.arange(8).reshape(2, 4), (2, 1), 2).tolist()  # pp=2 over the network: a node each
+      [[0, 1, 2, 3], [4, 5, 6, 7]]
+    """
+    import numpy as np
+
+    sizes = tuple(devices.shape)
+    if (dcn is None or len(dcn) != len(sizes) or math.prod(dcn) != hosts or hosts <= 1
+            or any(s % d for s, d in zip(sizes, dcn, strict=True))):
+        return devices
+    ici = tuple(s // d for s, d in zip(sizes, dcn, strict=True))
+    # Device (host h, local l): h ravels the axes' DCN parts, l their ICI parts; axis i's index is d_i * ici_i + c_i.
+    grid = np.asarray(devices).reshape(*dcn, *ici)
+    order = [k for i in range(len(sizes)) for k in (i, len(sizes) + i)]
+    return grid.transpose(order).reshape(sizes)
+
+
+def _pipelined(job: CompileJob, mesh: Any) -> tuple[Any, tuple[Any, ...]]:
+    """The pipelined step of ``job`` on ``mesh``: its jitted function and abstract arguments."""
+    from meshplan.facade._pipeline_step import pipeline_step
+
+    assert job.pipeline is not None
+    m, v = job.pipeline
+    if job.target != "cpu" and job.cluster.device.ici_scope != "slice":
+        # gpu_topology_mesh orders the devices hosts outermost whatever the dcn shape; TPU topologies and
+        # XLA:CPU take it as built (tpu_topology_mesh lays out the dcn shape itself).
+        from jax.sharding import Mesh
+
+        mesh = Mesh(_hybrid(mesh.devices, job.dcn_shape, job.cluster.num_nodes), mesh.axis_names,
+                    axis_types=mesh.axis_types)
+    step = pipeline_step(job.spec, mesh, batch=job.batch, seq=job.seq, micro_batches=m, repeats=v, plan=job.plan,
+                         config=job.config)
+    return step.fn, tuple(step.args)
+
+
 def compile_job(job: CompileJob) -> CompileOutcome:
     """Build and compile ``job``'s reference step in this process; XLA's refusal of a too-big step is an
     outcome, any other failure raises.
@@ -188,11 +237,15 @@ def compile_job(job: CompileJob) -> CompileOutcome:
 
     start = time.perf_counter()
     mesh, where = target_mesh(job.cluster, job.axis_names, job.axis_sizes, job.dcn_shape, job.target)
-    ref = reference_step(job.spec, mesh, batch=job.batch, seq=job.seq, plan=job.plan, config=job.config)
+    if job.pipeline is not None:
+        fn, args = _pipelined(job, mesh)
+    else:
+        ref = reference_step(job.spec, mesh, batch=job.batch, seq=job.seq, plan=job.plan, config=job.config)
+        fn, args = ref.fn, tuple(ref.args)
     # XLA:CPU: less LLVM effort halves the compile; buffer assignment (the figures) comes before it.
     options = {"xla_backend_optimization_level": 0} if job.target == "cpu" else None
     try:
-        mem = compiled_memory(ref.fn, *ref.args, compiler_options=options, top_buffers=_TOP_BUFFERS)
+        mem = compiled_memory(fn, *args, compiler_options=options, top_buffers=_TOP_BUFFERS)
     except CompiledOutOfMemoryError as err:
         return CompileOutcome(where, None, oom=True, oom_required_bytes=err.required_bytes,
                               oom_available_bytes=err.available_bytes, error="does not fit (XLA ran out of memory)",
@@ -236,7 +289,9 @@ _MEMORY_WORDS = ("bad_alloc", "MemoryError", "annot allocate memory", "out of me
 def _reason(code: int, stderr: str, limit: int) -> str:
     """Why a worker gave no outcome, in a few words and the last line it wrote."""
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip() and not ln.startswith(("W0000", "I0000"))]
-    last = lines[-1].strip()[:200] if lines else "no message"
+    # An abort inside XLA ends with a stack trace; its message is the fatal log line ("F1127 12:00:00 ... ] ...").
+    fatal = [ln.split("] ", 1)[-1] for ln in lines if re.match(r"F\d{4} ", ln)]
+    last = (fatal[-1] if fatal else lines[-1] if lines else "no message").strip()[:200]
     bound = f"{limit / 2**30:.0f} GiB memory bound"
     if any(word in stderr for word in _MEMORY_WORDS):
         return f"the compile ran out of the worker's {bound} ({last})"

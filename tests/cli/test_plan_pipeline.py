@@ -30,3 +30,82 @@ def test_plan_without_pipeline_and_with_fixed_axes_skips_them(capsys) -> None:
     assert "Pipeline layouts" not in capsys.readouterr().out
     assert cli.main(["plan", "--model", "gpt2", "--cluster", "2x8xH100", "--fix", "dp=16", "--no-verify"]) == 0
     assert "pipeline layouts: not searched with --fix" in capsys.readouterr().out
+
+
+_TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
+               "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+               "intermediate_size": 64, "vocab_size": 128, "max_position_embeddings": 64,
+               "tie_word_embeddings": False, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu"}
+
+
+def _tiny_model(tmp_path) -> str:
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_TINY_LLAMA))
+    return str(path)
+
+
+def test_plan_verify_compiles_the_pipeline_layout_it_shows(capsys, tmp_path, monkeypatch) -> None:
+    # A tiny 8-layer Llama on 8 XLA:CPU devices: the top unpipelined mesh and the summary's pipeline layout compile.
+    monkeypatch.setenv("MESHPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    code = cli.main(["plan", "--model", _tiny_model(tmp_path), "--cluster", "1x8xH100", "--batch", "8", "--seq",
+                     "8", "--verify", "1", "--target", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    text = " ".join(out.split())
+    best = re.search(r"Pipelined \(pp outermost\): best (pp=\S+),", text)
+    assert best, text
+    line = re.search(rf"pipeline #1 {re.escape(best.group(1))} \((\w+)( v=\d)? m=(\d+)\): exact: compiled peak "
+                     r"([0-9.]+ \w+), estimate ([0-9.]+ \w+) \(circular v=(\d) m=(\d+)\)", text)
+    assert line, text
+    schedule, m, compiled_m = line.group(1), line.group(3), line.group(7)
+    assert m == compiled_m
+    if schedule in ("1f1b", "interleaved"):
+        assert "compiled as the circular schedule (GPipe memory); the row's" in text
+    assert "pipeline peaks: the pipelined step compiled by XLA:CPU" in text
+    assert "compiling the pipelined step of" in err
+
+
+def test_plan_compiles_no_pipeline_without_pipelines_or_verification(capsys, tmp_path, monkeypatch) -> None:
+    from meshplan.facade import _verify_pipeline
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a pipeline layout was compiled")
+
+    monkeypatch.setattr(_verify_pipeline, "verify_pipelines", refuse)
+    monkeypatch.setenv("MESHPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    model = _tiny_model(tmp_path)
+    for flags in (["--verify", "1", "--target", "cpu", "--no-pipeline"], ["--no-verify"], []):  # [] : MESHPLAN_VERIFY=0
+        assert cli.main(["plan", "--model", model, "--cluster", "1x8xH100", "--batch", "8", "--seq", "8",
+                         *flags]) == 0, capsys.readouterr().err
+        assert "pipeline #1" not in capsys.readouterr().out
+
+
+def test_the_detail_table_puts_each_compiled_peak_on_its_own_rank() -> None:
+    # pp=2 over the network and pp=2 inside each node have the same mesh text: the peaks go by rank.
+    import dataclasses
+    import io
+
+    from rich.console import Console
+
+    from meshplan.cli._pipeline import render_pipelines
+    from meshplan.facade._verify_row import PlanVerification, VerifyRow
+    from meshplan.pure import search_meshes
+    from meshplan.pure.presets import MODEL_SPECS
+    from meshplan.pure.search import search_pipelines
+
+    tiny = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny", num_layers=8, hidden_size=256, num_heads=8,
+                               num_kv_heads=8, head_dim=32, intermediate_size=512, vocab_size=1024, num_params=None)
+    found = search_pipelines(tiny, "2x4xH100", batch=16, seq=64, top_k=4)
+    same = [c for c in found.candidates if c.text == found.candidates[0].text]
+    assert len(same) == 2 and same[0].dcn_shape != same[1].dcn_shape
+    rows = (VerifyRow(same[0].text, same[0].rank, 1, 2 << 30, "", peak_bytes=3 << 20, status="exact"),
+            VerifyRow(same[1].text, same[1].rank, 1, 2 << 30, "", status="not verified", error="not verified: x"))
+    console = Console(width=250, record=True, file=io.StringIO())
+    render_pipelines(found, search_meshes(tiny, "2x4xH100", batch=16, seq=64, top_k=1), console,
+                     verified=PlanVerification(rows, (), "XLA:CPU", "", 1.0))
+    text = console.export_text()
+    lines = {int(m.group(1)): line for line in text.splitlines() if (m := re.match(r"│ (\d) │", line))}
+    assert "exact 3.0 MiB" in lines[same[0].rank] and "not verified" in lines[same[1].rank]
+    assert "XLA peak" in text
