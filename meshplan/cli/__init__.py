@@ -140,11 +140,16 @@ def _plan(args: argparse.Namespace) -> int:
     # The compiler decides before anything is shown: the summary and the report mark the verified rows exact.
     checked = _verify.verify_for_plan(result, preset.spec, args) if _verify.verification_wanted(args) else None
     compiled = _verify.compiled_peaks(checked)
+    # The pipeline layouts go wherever the plan is shown to a reader: the table, markdown and the HTML report.
+    shown = args.format in ("table", "markdown") or args.html is not None
+    found, why_none = (_search_pipelines(result, preset.spec, args, fixed, headroom)
+                       if shown and not args.no_pipeline else (None, None))
     if args.html is not None:
         from meshplan.cli import _html
 
         try:
-            _html.write_plan_html(args.html, result, compiled=compiled, budget_source=budget_source)
+            _html.write_plan_html(args.html, result, compiled=compiled, budget_source=budget_source,
+                                  pipelines=found)
         except _html.HtmlWriteError as err:
             raise _UserError(str(err)) from None
     if args.format == "json":
@@ -153,7 +158,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.format == "markdown":
         from meshplan.pure.search import plan_markdown
 
-        sys.stdout.write(plan_markdown(result, budget_source=budget_source))
+        sys.stdout.write(plan_markdown(result, budget_source=budget_source, pipelines=found))
         return 0
     if args.format != "table":
         text = _export.render_export(result, args.format, params, rule)
@@ -168,38 +173,42 @@ def _plan(args: argparse.Namespace) -> int:
                         detail=args.detail, compiled=compiled, budget_source=budget_source)
     if checked is not None:
         _verify.render_plan_verification(checked, result, args, _console())
-    pipelines = not args.no_pipeline and _plan_pipelines(result, preset.spec, args, fixed, checked)
+    if why_none is not None:
+        _console().print(f"pipeline layouts: {why_none}")
+    if found is not None:
+        _show_pipelines(found, result, preset.spec, args, checked)
     if not args.detail:
-        _render.render_footer(result, _console(), pipelines=pipelines)
+        _render.render_footer(result, _console(), pipelines=found is not None)
     return 0
 
 
-def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int],
-                    checked: Any = None) -> bool:
-    """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch and recipe; whether any
-    were searched. Where the plan verified its meshes (``checked``), the layouts shown are compiled too:
-    the summary's one, or the top ``--verify K`` of the ``--detail`` table."""
-    from meshplan.cli._pipeline import render_pipeline_verification, render_pipelines
+def _search_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dict[str, int],
+                      headroom: float) -> tuple[Any, str | None]:
+    """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch, recipe and budget as the
+    plan: ``(PipelineSearch, None)``, or ``(None, why there are none)``."""
+    from meshplan.cli._progress import progress
     from meshplan.pure.errors import PlanError
     from meshplan.pure.search import search_pipelines
 
     if fixed or args.axes or args.params is not None or args.rules is not None:
-        _console().print("pipeline layouts: not searched with --fix, --axes, --params or --rules (they "
-                         "constrain the unpipelined axes only)")
-        return False
-    from meshplan.cli._progress import progress
-
+        return None, "not searched with --fix, --axes, --params or --rules (they constrain the unpipelined axes only)"
     try:
         with progress("searching pipeline layouts"):
             found = search_pipelines(spec, result.request.cluster, batch=result.request.batch,
                                      seq=result.request.seq, recipe=_recipe(args), efficiency=args.efficiency,
-                                     top_k=args.top)
+                                     top_k=args.top, headroom=headroom)
     except PlanError as err:
-        _console().print(f"pipeline layouts: none ({err})")
-        return False
+        return None, f"none ({err})"
     if not found.candidates and not found.left_out:
-        _console().print("pipeline layouts: none (no pp >= 2 divides the cluster's nodes or its devices per node)")
-        return False
+        return None, "none (no pp >= 2 divides the cluster's nodes or its devices per node)"
+    return found, None
+
+
+def _show_pipelines(found: Any, result: Any, spec: Any, args: argparse.Namespace, checked: Any = None) -> None:
+    """Print the pipeline layouts after the ranking. Where the plan verified its meshes (``checked``), the
+    layouts shown are compiled too: the summary's one, or the top ``--verify K`` of the ``--detail`` table."""
+    from meshplan.cli._pipeline import render_pipeline_verification, render_pipelines
+
     verified = None
     if checked is not None and checked.compiler and found.candidates:  # no compiler: the plan said what to install
         from meshplan.cli._verify import verify_pipelines_for_plan
@@ -214,7 +223,6 @@ def _plan_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: dic
         render_pipeline_summary(found, result, _console())
     if verified is not None:
         render_pipeline_verification(verified, _console())
-    return True
 
 
 def _user_params(args: argparse.Namespace) -> Any:

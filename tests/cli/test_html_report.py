@@ -97,6 +97,24 @@ def report(tmp_path_factory) -> Path:
     return page
 
 
+@pytest.fixture(scope="module")
+def report_without_pipelines(tmp_path_factory) -> Path:
+    page = tmp_path_factory.mktemp("report-no-pp") / "plan.html"
+    assert cli.main(["plan", "--model", "llama3-70b", "--cluster", "8x8xH100", "--no-pipeline", "--html",
+                     str(page)]) == 0
+    return page
+
+
+def test_plan_puts_its_pipeline_layouts_in_the_report_unless_told_not_to(report: Path,
+                                                                         report_without_pipelines: Path) -> None:
+    # The report shows what the terminal shows: the pipeline layouts, searched with the plan's own budget.
+    with_pp, without = report.read_text(), report_without_pipelines.read_text()
+    assert '<h2 id="pipelines">Pipeline layouts</h2>' in with_pp and 'id="pipelines"' not in without
+    assert with_pp.count('<tr class="pipeline">') >= 1
+    budget = re.search(r"55\.9 GiB", with_pp)  # the jax allocator's 75% of 80 GB, in the header
+    assert budget is not None
+
+
 def test_the_report_is_one_self_contained_file(report: Path) -> None:
     text = report.read_text()
     assert "<script" not in text.lower()
@@ -200,9 +218,10 @@ def test_the_pipeline_section_renders_in_chromium(pipeline_report, tmp_path) -> 
 
 
 @needs_chromium
-def test_the_pipeline_screenshot_shows_the_bubble_bars(pipeline_report, report: Path, tmp_path) -> None:
+def test_the_pipeline_screenshot_shows_the_bubble_bars(pipeline_report, report_without_pipelines: Path,
+                                                       tmp_path) -> None:
     shots = []
-    for page in (pipeline_report[0], report):
+    for page in (pipeline_report[0], report_without_pipelines):
         shot = tmp_path / f"{page.parent.name}.png"
         out = _chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1280,1000")
         assert out.returncode == 0 and shot.exists(), out.stderr[-2000:]

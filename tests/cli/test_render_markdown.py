@@ -6,7 +6,7 @@ import pytest
 
 from meshplan import cli
 from meshplan.pure import search_meshes
-from meshplan.pure.search import plan_html, plan_markdown
+from meshplan.pure.search import plan_html, plan_markdown, search_pipelines
 from meshplan.pure.search._summary import RANK_COLUMNS, header_facts
 
 
@@ -20,8 +20,15 @@ def test_format_markdown_prints_the_summary_ready_for_a_pull_request(capsys, res
     assert cli.main(["plan", "--model", "llama3-70b", "--cluster", "8x8xH100", "--format", "markdown",
                      "--headroom", "0.1"]) == 0
     out, err = capsys.readouterr()
-    assert out == plan_markdown(result) and err == ""
-    lines = out.splitlines()
+    # The pipeline layouts of the same request follow the ranked table, as in the terminal.
+    found = search_pipelines("llama3-70b", "8x8xH100", batch=result.request.batch, seq=result.request.seq,
+                             top_k=5, headroom=0.1)
+    assert out == plan_markdown(result, pipelines=found) and err == ""
+    assert "**Pipeline layouts**" in out
+    assert cli.main(["plan", "--model", "llama3-70b", "--cluster", "8x8xH100", "--format", "markdown",
+                     "--headroom", "0.1", "--no-pipeline"]) == 0
+    assert capsys.readouterr().out == plan_markdown(result)
+    lines = plan_markdown(result).splitlines()
     assert lines[0] == "### meshplan plan: llama3-70b on 8x8xH100"
     for label, fact in header_facts(result):
         assert f"- **{label}**: {fact}" in lines

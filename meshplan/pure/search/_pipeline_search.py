@@ -49,7 +49,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from meshplan.pure._check import as_count
+from meshplan.pure._check import as_count, as_real
 from meshplan.pure.cluster._cluster import Cluster, parse_cluster
 from meshplan.pure.cluster._link import Link
 from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
@@ -145,6 +145,7 @@ class _Options:
     axes: tuple[str, ...] | None = None
     activations: bool = True
     zero: int = 0
+    headroom: float = 0.1
 
 
 def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link, schedule: str, v: int,
@@ -154,6 +155,7 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
     stage = _stage_model(spec, pp)
     try:
         found = search_meshes(stage, sub, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
+                              headroom=o.headroom,
                               efficiency=o.efficiency, fixed=o.fixed, axes=o.axes, activations=o.activations)
     except PlanError as err:
         return str(err).split(";")[0]
@@ -262,6 +264,7 @@ def search_pipelines(
     recipe: TrainingRecipe | None = None,
     efficiency: float | None = None,
     top_k: int = 5,
+    headroom: float = 0.1,
 ) -> PipelineSearch:
     """Rank pipeline layouts (``pp`` outermost) of ``model`` on ``cluster`` (see the module docstring).
 
@@ -273,6 +276,8 @@ def search_pipelines(
       recipe: the training step priced (as :func:`~meshplan.pure.search_meshes`).
       efficiency: fraction of peak FLOP/s (as :func:`~meshplan.pure.search_meshes`).
       top_k: how many layouts to return.
+      headroom: fraction of HBM kept free, as :func:`~meshplan.pure.search_meshes` (``meshplan plan`` passes
+        the plan's own: 0.25 for a default jax GPU process), so a stage fits the budget the plan states.
 
     Returns:
       A :class:`PipelineSearch`: the fastest fitting layout per ``pp`` and placement, fastest first.
@@ -302,7 +307,9 @@ def search_pipelines(
     k_top = as_count(top_k, "top_k", maximum=10**6, error=PlanError)
     if recipe is not None and not isinstance(recipe, TrainingRecipe):
         raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe or None.")
-    opts = _Options(b, s, recipe, efficiency, _param_split(spec))
+    if as_real(headroom, "headroom", allow_zero=True, error=PlanError) >= 1:
+        raise PlanError(f"headroom={headroom!r} must be a fraction in [0, 1).")
+    opts = _Options(b, s, recipe, efficiency, _param_split(spec), headroom=float(headroom))
     found: list[MeshCandidate] = []
     left: list[str] = []
     for pp, where, sub, link in _placements(clus, spec.num_layers):

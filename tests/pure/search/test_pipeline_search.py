@@ -184,3 +184,32 @@ def test_a_dualpipe_candidate_has_no_maxtext_export(mixtral_pair):
     _, dual = mixtral_pair
     with pytest.raises(PlanError, match="schedule 'dualpipe' has no MaxText setting"):
         maxtext_settings(dual)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from([0.0, 0.1, 0.25, 0.5]))
+def test_every_stage_fits_the_budget_the_headroom_leaves(headroom):
+    # meshplan plan passes its own headroom (0.25 on a default jax GPU process): a pipeline layout it
+    # shows must fit the budget the plan states, not the search's default 10%.
+    found = search_pipelines("llama3-70b", "8x8xH100", batch=64, seq=4096, top_k=10, headroom=headroom)
+    budget = round(80e9 * (1 - headroom))
+    for c in found.candidates:
+        assert c.memory.budget == budget and c.memory.total <= budget
+
+
+def test_more_headroom_never_admits_a_placement_less_headroom_refuses_nor_a_faster_layout():
+    # Per pp and placement the search keeps the fastest that fits: a tighter budget can only take layouts
+    # away, so a placement's best gets no faster and no placement appears that the looser budget lacked.
+    def best(headroom):
+        found = search_pipelines("llama3-70b", "8x8xH100", batch=64, seq=4096, top_k=50, headroom=headroom)
+        return {(c.axis_sizes[0], c.dcn_shape[0] == c.axis_sizes[0]): c.step.step_s for c in found.candidates}
+
+    loose, tight = best(0.1), best(0.4)
+    assert tight and set(tight) <= set(loose)
+    assert all(tight[k] >= loose[k] for k in tight)
+
+
+@pytest.mark.parametrize("bad, error", [(1.0, PlanError), (-0.1, PlanError), ("0.2", MeshplanTypeError)])
+def test_a_bad_headroom_is_a_typed_error_naming_it(bad, error):
+    with pytest.raises(error, match="headroom"):
+        search_pipelines("llama3-8b", "4x8xH100", batch=64, seq=4096, headroom=bad)
