@@ -89,7 +89,8 @@ def render_pipeline_verification(checked: Any, console: Any) -> None:
         est = "-" if r.analytic_bytes is None else fmt_bytes(r.analytic_bytes)
         head = f"pipeline #{r.rank} {r.mesh} ({r.schedule})"
         if r.status in ("exact", "over budget") and r.peak_bytes is not None:
-            over = f"; over the {fmt_bytes(r.budget_bytes)} budget" if r.peak_bytes > r.budget_bytes else ""
+            run = "" if r.run_high_bytes is None else f" (a run on the GPU up to {fmt_bytes(r.run_high_bytes)})"
+            over = f"{run}; over the {fmt_bytes(r.budget_bytes)} budget" if r.fits is False else run
             what = f"; {r.note}" if r.note else ""
             console.print(f"{head}: {r.status}: compiled peak {fmt_bytes(r.peak_bytes)}, estimate {est} "
                           f"({r.compiled_schedule}){over}{what}", markup=False)

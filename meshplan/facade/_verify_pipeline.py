@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from meshplan.facade._verify_plan import _config_for, compiler_problem
-from meshplan.facade._verify_row import PlanVerification, VerifyRow
+from meshplan.facade._verify_row import PlanVerification, VerifyRow, compiled_fit
 from meshplan.facade._worker import CompileJob, CompileOutcome, run_jobs
 from meshplan.pure._check import as_real
 from meshplan.pure._format import fmt_bytes
@@ -117,12 +117,12 @@ def _from_outcome(cand: Any, budget: int, outcome: CompileOutcome, compiler: str
     if mem is None:
         return _row(cand, budget, "not verified", target=outcome.target, compile_seconds=outcome.seconds,
                     error=f"not verified: {outcome.error}")
-    over = mem.peak_bytes > budget
+    over, run_high, why = compiled_fit(mem.peak_bytes, budget, outcome.target)
     return _row(cand, budget, "over budget" if over else "exact", target=outcome.target,
                 argument_bytes=mem.argument_bytes, temp_bytes=mem.temp_bytes, peak_bytes=mem.peak_bytes,
                 peak_source=mem.peak_source, compile_seconds=mem.compile_seconds, largest=mem.largest,
                 largest_note=mem.largest_note, compiler=compiler, cached=cached,
-                error=f"compiled peak {fmt_bytes(mem.peak_bytes)} > the {fmt_bytes(budget)} budget" if over else "")
+                run_high_bytes=run_high, error=why)
 
 
 def verify_pipelines(found: Any, result: SearchResult, *, model: Any = None, top: int = 1, target: str = "auto",

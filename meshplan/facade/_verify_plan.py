@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from meshplan.facade._verify_row import PlanVerification, VerifyRow
+from meshplan.facade._verify_row import PlanVerification, VerifyRow, compiled_fit
 from meshplan.facade._worker import CompileJob, CompileOutcome, run_jobs
 from meshplan.pure._check import as_count, as_real
 from meshplan.pure._format import fmt_bytes
@@ -105,12 +105,12 @@ def _from_outcome(cand: Any, result: SearchResult, config: Any, outcome: Compile
     if mem is None:
         return _row(cand, result, config, "not verified", target=outcome.target, compile_seconds=outcome.seconds,
                     error=f"not verified: {outcome.error}")
-    over = mem.peak_bytes > budget
+    over, run_high, why = compiled_fit(mem.peak_bytes, budget, outcome.target)
     return _row(cand, result, config, "over budget" if over else "exact", target=outcome.target,
                 argument_bytes=mem.argument_bytes, temp_bytes=mem.temp_bytes, peak_bytes=mem.peak_bytes,
                 peak_source=mem.peak_source, compile_seconds=mem.compile_seconds, largest=mem.largest,
                 largest_note=mem.largest_note, compiler=compiler, cached=cached,
-                error=f"compiled peak {fmt_bytes(mem.peak_bytes)} > the {fmt_bytes(budget)} budget" if over else "")
+                run_high_bytes=run_high, error=why)
 
 
 def _job(cand: Any, result: SearchResult, spec: Any, config: Any, target: str) -> CompileJob:

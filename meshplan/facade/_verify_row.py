@@ -11,7 +11,7 @@ from typing import Any
 
 from meshplan.pure._format import fmt_bytes
 
-__all__ = ["STATUSES", "PlanVerification", "VerifyRow"]
+__all__ = ["STATUSES", "PlanVerification", "VerifyRow", "compiled_fit"]
 
 STATUSES = ("exact", "estimate", "over budget", "not verified")
 
@@ -38,6 +38,9 @@ class VerifyRow:
       schedule: a pipeline row's schedule as the search priced it (``"1f1b m=8"``; ``""``: not pipelined).
       compiled_schedule: the schedule the compiled pipelined step ran (``"circular v=1 m=8"``).
       note: what the compiled figure is a check of, where it is not the row's own schedule.
+      run_high_bytes: the most a run on the GPU peaks at, for a peak XLA:GPU compiled with no GPU
+        (:func:`~meshplan.pure.xla.deviceless_gpu_run_range`: x 1.06, as measured on an H100); ``None``
+        where the compiled peak is the run's (TPU, XLA:CPU, a local GPU).
 
     Example:
       >>> row = VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125, status="exact")
@@ -67,6 +70,7 @@ class VerifyRow:
     schedule: str = ""
     compiled_schedule: str = ""
     note: str = ""
+    run_high_bytes: int | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -77,10 +81,11 @@ class VerifyRow:
 
     @property
     def fits(self) -> bool | None:
-        """Whether XLA's peak is within the budget (``None`` without a compiled peak)."""
+        """Whether XLA's peak (for a GPU compiled with no GPU, the top of a run's range) is within the budget
+        (``None`` without a compiled peak)."""
         if self.peak_bytes is None or self.status not in ("exact", "over budget"):
             return None
-        return self.peak_bytes <= self.budget_bytes
+        return (self.run_high_bytes or self.peak_bytes) <= self.budget_bytes
 
     def describe(self) -> str:
         """One line with the compiler: ``'exact: peak 27.0 GiB (XLA:GPU (jax-cuda12-plugin 0.10.2, ...))'``."""
@@ -92,7 +97,8 @@ class VerifyRow:
         """One line: ``'exact: peak 27.0 GiB'``, ``'estimate: 26.0 GiB (range 22.1 GiB - 30.4 GiB)'``, or
         ``'not verified: estimate 26.0 GiB (...); timed out after 600 s'``."""
         if self.status in ("exact", "over budget") and self.peak_bytes is not None:
-            return f"{self.status}: peak {fmt_bytes(self.peak_bytes)}"
+            run = "" if self.run_high_bytes is None else f" (a run <= {fmt_bytes(self.run_high_bytes)})"
+            return f"{self.status}: peak {fmt_bytes(self.peak_bytes)}{run}"
         rng = ("" if self.range_low_bytes is None or self.range_high_bytes is None else
                f" (range {fmt_bytes(self.range_low_bytes)} - {fmt_bytes(self.range_high_bytes)})")
         est = "-" if self.analytic_bytes is None else fmt_bytes(self.analytic_bytes)
@@ -107,6 +113,31 @@ class VerifyRow:
         out["largest"] = [b.to_dict() for b in self.largest]
         out["analytic_over_exact"] = self.ratio
         return out
+
+
+def compiled_fit(peak_bytes: int, budget_bytes: int, target: str) -> tuple[bool, int | None, str]:
+    """``(over the budget, the top of a GPU run's range or None, why it is over or "")`` for a compiled peak.
+
+    A peak XLA:GPU compiled with no GPU (``target`` as :func:`~meshplan.facade._worker.target_mesh` writes
+    it) is checked at the top of the range a run on the GPU peaked in (x 1.06, measured on an H100: the
+    autotuner's gemm workspaces); any other compiled peak is the run's own.
+
+    Example:
+      >>> gib = 2**30
+      >>> compiled_fit(50 * gib, 52 * gib, "8 x NVIDIA H100 80GB HBM3 (no GPU: meshplan's shipped description)")
+      (True, 56908316672, 'compiled peak 50.0 GiB, a run up to 53.0 GiB on the GPU, > the 52.0 GiB budget')
+      >>> compiled_fit(50 * gib, 52 * gib, "8 x XLA:CPU")
+      (False, None, '')
+    """
+    from meshplan.facade._worker import deviceless_gpu
+    from meshplan.pure.xla import deviceless_gpu_run_range
+
+    high = deviceless_gpu_run_range(peak_bytes)[1] if deviceless_gpu(target) else None
+    needs = peak_bytes if high is None else high
+    if needs <= budget_bytes:
+        return False, high, ""
+    run = "" if high is None else f", a run up to {fmt_bytes(high)} on the GPU,"
+    return True, high, f"compiled peak {fmt_bytes(peak_bytes)}{run} > the {fmt_bytes(budget_bytes)} budget"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -34,7 +34,8 @@ from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import ModelSpec
 
-__all__ = ["CompileJob", "CompileOutcome", "compile_job", "default_parallel", "run_jobs", "target_mesh"]
+__all__ = ["CompileJob", "CompileOutcome", "compile_job", "default_parallel", "deviceless_gpu", "run_jobs",
+           "target_mesh"]
 
 _TOP_BUFFERS = 5  # buffers live at the peak kept per compiled mesh
 
@@ -171,8 +172,26 @@ def target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], dc
     if len(gpus) >= n:
         return _local_mesh(gpus[:n], sizes, names), f"{n} x {gpus[0].device_kind}"
     mesh = gpu_topology_mesh(cluster, names, sizes)
-    how = "compiled ahead of time" if gpus else "no GPU: meshplan's shipped description"
+    how = _AHEAD_OF_TIME if gpus else _NO_GPU
     return mesh, f"{n} x {mesh.devices.flat[0].device_kind} ({how})"
+
+
+_NO_GPU = "no GPU: meshplan's shipped description"
+_AHEAD_OF_TIME = "compiled ahead of time"
+
+
+def deviceless_gpu(target: str) -> bool:
+    """Whether a compile's ``target`` text (:func:`target_mesh`'s, or a cached outcome's) is XLA:GPU compiling
+    for GPUs it did not run on: no autotuning, so a run on the GPU may peak higher
+    (:func:`~meshplan.pure.xla.deviceless_gpu_run_range`).
+
+    Example:
+      >>> deviceless_gpu("8 x NVIDIA H100 80GB HBM3 (no GPU: meshplan's shipped description)")
+      True
+      >>> deviceless_gpu("8 x NVIDIA H100 80GB HBM3"), deviceless_gpu("8 x XLA:CPU")
+      (False, False)
+    """
+    return target.endswith((f"({_NO_GPU})", f"({_AHEAD_OF_TIME})"))
 
 
 def _hybrid(devices: Any, dcn: Sequence[int] | None, hosts: int) -> Any:
