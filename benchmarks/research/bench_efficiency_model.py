@@ -37,12 +37,13 @@ from bench_compiled import scaled  # noqa: E402
 
 from meshplan.errors import PlanError  # noqa: E402
 from meshplan.pure import search_meshes  # noqa: E402
-from meshplan.pure.cost._flops import DEFAULT_EFFICIENCY, step_flops  # noqa: E402
+from meshplan.pure.cost._flops import step_flops  # noqa: E402
 from meshplan.pure.presets import ModelSpec  # noqa: E402
 from meshplan.pure.search import DEVICE_SPECS, TrainingRecipe, price_pipeline  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(HERE), "data", "step_time_h200.jsonl")
 PEAK = DEVICE_SPECS["H200"].peak_bf16_flops
+FLAT = {"gpu": 0.4, "tpu": 0.5}  # the flat default the curve is compared with (meshplan's until 2026-11-27)
 
 Width = Callable[[ModelSpec, int], float]
 
@@ -133,7 +134,7 @@ def held_out(width: Width, eff: Callable[[float], float]) -> list[tuple[str, str
         tpu = cluster.device.ici_scope == "slice"
         spec = bp.MODEL_SPECS[run.model]
         w = width(spec, run.layout.get("tp", 1))
-        flat = DEFAULT_EFFICIENCY["tpu" if tpu else "gpu"]
+        flat = FLAT["tpu" if tpu else "gpu"]
         after = flat if tpu else eff(w)
         pub = run.batch * run.seq / (run.tokens_per_s * cluster.num_devices)
         out.append((run.key, "tpu" if tpu else "gpu", w, after, _unpipelined(run, flat) / pub,
@@ -144,7 +145,7 @@ def held_out(width: Width, eff: Callable[[float], float]) -> list[tuple[str, str
         w = width(spec, prun.stage_layout.get("tp", 1))
         pub = prun.batch * prun.seq / (prun.tokens_per_s * cluster.num_devices)
         after = eff(w)
-        out.append((prun.key, "gpu", w, after, _pipelined(prun, DEFAULT_EFFICIENCY["gpu"]) / pub,
+        out.append((prun.key, "gpu", w, after, _pipelined(prun, FLAT["gpu"]) / pub,
                     _pipelined(prun, after) / pub))
     return out
 
