@@ -11,7 +11,6 @@ import pathlib
 import sys
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -41,14 +41,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-import bench_published as bp  # noqa: E402
-from bench_compiled import scaled  # noqa: E402
+import bench_published as bp
+from bench_compiled import scaled
 
-from meshplan.errors import PlanError  # noqa: E402
-from meshplan.pure import search_meshes  # noqa: E402
-from meshplan.pure.cost._flops import step_flops  # noqa: E402
-from meshplan.pure.presets import ModelSpec  # noqa: E402
-from meshplan.pure.search import DEVICE_SPECS, TrainingRecipe, price_pipeline  # noqa: E402
+from meshplan.errors import PlanError
+from meshplan.pure import search_meshes
+from meshplan.pure.cost._flops import step_flops
+from meshplan.pure.presets import ModelSpec
+from meshplan.pure.search import DEVICE_SPECS, TrainingRecipe, price_pipeline
 
 DATA = os.path.join(os.path.dirname(HERE), "data", "step_time_h200.jsonl")
 PEAK = DEVICE_SPECS["H200"].peak_bf16_flops
@@ -235,13 +235,13 @@ def main() -> None:
             print(f"| {key} | {backend} | {w:.0f} | {e:.2f} | {before:.2f} | {after:.2f} |")
         pipe = {r.key for r in bp.PIPELINE_RUNS}
         first = {r.key for r in bp.PUBLISHED_RUNS} | pipe
-        megatron = {t[0] for t in table if "Table 1" in t[0] or t[0].startswith("megatron")}
-        for name, pick in (("first set", lambda k: k in first), ("first set, unpipelined", lambda k: k in first
-                                                                   and k not in pipe),
-                           ("first set, pipelined", lambda k: k in pipe),
-                           *((("Megatron Table 1 (all 10 rows)", lambda k: k in megatron),
-                              ("everything", lambda k: True)) if width is width_hidden else ())):
-            sel = [t for t in table if pick(t[0])]
+        megatron = {t[0] for t in table if t[0].startswith("megatron")}
+        groups: list[tuple[str, set[str]]] = [("first set", first), ("first set, unpipelined", first - pipe),
+                                              ("first set, pipelined", pipe)]
+        if width is width_hidden:  # the Megatron Table 1 rows are priced for the declared variant only
+            groups += [("Megatron Table 1 (all 10 rows)", megatron), ("everything", {t[0] for t in table})]
+        for name, keys in groups:
+            sel = [t for t in table if t[0] in keys]
             print(f"- {name} ({len(sel)}): before {_summary([t[4] for t in sel])}; "
                   f"after {_summary([t[5] for t in sel])}")
 

@@ -435,3 +435,17 @@ def test_step_flops_read_only_the_device_count_tp_dp_and_fsdp(name: str, tp: int
     mesh = {"dp": dp, "fsdp": fsdp, "ep": ep, "sp": sp, "tp": tp}
     for kw in (dict(batch=4096, seq=4096), dict(batch=16, seq=64)):  # the second: XLA splits MLA's q_a / kv_a
         assert step_flops(MODEL_SPECS[name], mesh, **kw) == step_flops(MODEL_SPECS[name], other, **kw)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(st.sampled_from(("gpt2", "llama3-8b", "llama3-70b")), st.sampled_from(("4x8xH100", "v5e-64")),
+       st.none() | st.floats(0.05, 1.0))
+def test_the_step_is_priced_at_the_override_else_the_models_default_efficiency(name, cluster, efficiency) -> None:
+    from meshplan.pure import parse_cluster
+    from meshplan.pure.cost._flops import default_efficiency
+    from meshplan.pure.presets import MODEL_SPECS
+
+    scope = parse_cluster(cluster).device.ici_scope
+    found = search_meshes(name, cluster, batch=8, seq=1024, top_k=3, efficiency=efficiency, activations=False)
+    want = default_efficiency(scope, MODEL_SPECS[name].hidden_size) if efficiency is None else efficiency
+    assert [c.step.efficiency for c in found.candidates if c.step is not None] == [want] * len(found.candidates)
