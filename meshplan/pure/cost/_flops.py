@@ -115,10 +115,11 @@ GPU ``(0.662, 2587)``: least squares on ``log`` efficiency over the eight single
 ``benchmarks/data/step_time_h200.jsonl`` (measured 2026-11-23: GPT-2, hidden 768, sustained 0.13-0.17;
 Llama-3 8B and Mixtral, 4096, 0.36-0.51; Llama-3 70B, 8192, 0.46), fit by
 ``benchmarks/research/bench_efficiency_model.py`` and nothing else. Checked on published runs it never saw
-(12 with a published layout: torchtitan, trainy, MaxText, Megatron-LM, Llama 3 405B, DeepSeek-V3): 7 of
-12 steps within 25% against 4 of 12 with the flat 0.4 this replaced (mean ``|ln(predicted / published)|``
-0.226 against 0.333); one curve for every GPU (A100s and H800s included). It gives 0.15 at 768, 0.41 at
-4096, 0.50 at 8192, 0.55 at 12288, 0.57 at 16384, 0.60 at 25600.
+(12 with a published layout: torchtitan, trainy, MaxText, Megatron-LM, Llama 3 405B, DeepSeek-V3; then
+Megatron-LM's Table 1, 1.7B-1T): 15 of 20 steps within 25% against 10 of 20 with the flat 0.4 this
+replaced (mean ``|ln(predicted / published)|`` 0.166 against 0.263); one curve for every GPU (A100s and
+H800s included); too slow at the small end (Megatron's 1.7B, hidden 2304: 1.23x the published step).
+It gives 0.15 at 768, 0.41 at 4096, 0.50 at 8192, 0.55 at 12288, 0.57 at 16384, 0.60 at 25600.
 TPU ``(0.5, 0)``: flat 0.50 (``w0 = 0``), MaxText's published Llama-2/3 recipes on v5p / v6e (roughly 45-60%
 MFU); no TPU step was measured, so there is no curve to fit. Override with ``efficiency=`` /
 ``--efficiency``."""
@@ -129,7 +130,7 @@ def default_efficiency(ici_scope: str, hidden: int) -> float:
     ``"node"`` (GPU) or ``"slice"`` (TPU): ``e_max x hidden / (hidden + w0)`` (:data:`DEFAULT_EFFICIENCY`).
 
     Raises:
-      PlanError: ``hidden`` is not a positive integer.
+      PlanError: ``hidden`` is not positive; MeshplanTypeError: not an integer.
 
     Example:
       >>> round(default_efficiency("node", 768), 3), round(default_efficiency("node", 8192), 3)
