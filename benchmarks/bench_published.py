@@ -13,8 +13,8 @@ parallelism layout, what was measured, where it was published) the script asks
   (ranked by predicted step time), and the layout meshplan predicts fastest.
 
 Nothing is fitted to these runs: every prediction uses the documented default
-efficiency (``meshplan.pure.cost._flops.DEFAULT_EFFICIENCY``: 0.4 of peak bf16
-on GPU, 0.5 on TPU). Axis names map data -> dp, fsdp -> fsdp, tensor -> tp,
+efficiency (``meshplan.pure.cost._flops.default_efficiency``: on GPU a curve in the
+hidden size fit on single-H200 steps only, 0.41 at 4096 and 0.50 at 8192; 0.5 on TPU). Axis names map data -> dp, fsdp -> fsdp, tensor -> tp,
 expert -> ep, context/sequence -> sp. Runs that use pipeline parallelism are in
 :data:`PIPELINE_RUNS` (a second table, ``--pipeline-only`` prints it alone): their
 published layout is priced by :func:`meshplan.pure.search.price_pipeline` and
@@ -455,8 +455,9 @@ PIPELINE_LEGEND = (
     "Pipeline runs: pred step = meshplan.pure.search.price_pipeline of the published layout (pp over the network,"
     " the stage mesh pinned, m = the fastest of pp x (1, 2, 4, 8) unless published); pred/pub tok/s = published"
     " step / predicted step (> 1: meshplan predicts faster); implied eff = the efficiency at which the predicted"
-    " step equals the published one, bubble, exposed communication and sends as priced (priced: 0.4); rank among search_pipelines' layouts (best per pp and"
-    " placement) and search_meshes' fitting meshes, by predicted step; mem 'over': meshplan's memory model"
+    " step equals the published one, bubble, exposed communication and sends as priced (priced: the default,"
+    " 0.49-0.60 by hidden size); rank among search_pipelines' layouts (best per pp and placement) and"
+    " search_meshes' fitting meshes, by predicted step; mem 'over': meshplan's memory model"
     " rejects the published layout, priced with the state only (no rank).")
 
 
@@ -483,7 +484,7 @@ def main() -> None:
     if "--pipeline-only" in sys.argv:
         return _main_pipeline()
     rows = [row(run, compare(run)) for run in PUBLISHED_RUNS]
-    title = f"meshplan vs published runs (efficiency: default {dict(DEFAULT_EFFICIENCY)})"
+    title = f"meshplan vs published runs (efficiency: default (e_max, w0) {dict(DEFAULT_EFFICIENCY)})"
     if "--markdown" in sys.argv:
         print(f"{title}\n")
         print("| " + " | ".join(COLUMNS) + " |")

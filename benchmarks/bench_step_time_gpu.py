@@ -13,9 +13,10 @@ For every case (model, batch x seq, remat, attention) it
 - prints predicted, measured, their ratio and the efficiency the measurement implies
   (the model's executed FLOPs / (measured seconds x peak)).
 
-Nothing is fitted to these rows: the efficiency is the documented default
-(:data:`meshplan.pure.cost._flops.DEFAULT_EFFICIENCY`), so the ratio says how far that
-default is from what XLA:GPU sustains on these steps.
+The efficiency is the documented default (:func:`meshplan.pure.cost._flops.default_efficiency`),
+whose GPU curve was fit on the rows this script recorded (``benchmarks/data/step_time_h200.jsonl``;
+``benchmarks/research/bench_efficiency_model.py``): on those rows the ratio is a residual of
+the fit, not a check; new rows (other models, another GPU) are checks.
 """
 
 from __future__ import annotations

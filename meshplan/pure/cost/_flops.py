@@ -107,21 +107,40 @@ what Gemma adds, read from a pair of least-squares fits over seven single-device
 reference step with Gemma's and with Llama's layer, all else equal (+46 per token x hidden x layer: the
 two extra "sandwich" RMSNorms; +36 per token x MLP width x layer: tanh GELU in place of SiLU)."""
 
-DEFAULT_EFFICIENCY: dict[str, float] = {"gpu": 0.4, "tpu": 0.5}
-"""Fraction of peak bf16 FLOP/s a well-tuned step sustains on its matmuls, per device kind.
-GPU 0.40: Llama-3 405B on H100 (Meta, "The Llama 3 Herd of Models", 2024: 38-43% MFU); torchtitan
-reports ~40% for Llama-3 8B/70B with FSDP + TP. TPU 0.50: MaxText's published Llama-2/3 recipes
-on v5p / v6e run at roughly 45-60% MFU. Override with ``efficiency=`` / ``--efficiency``."""
+DEFAULT_EFFICIENCY: dict[str, tuple[float, float]] = {"gpu": (0.662, 2587.0), "tpu": (0.5, 0.0)}
+"""``(e_max, w0)`` per device kind: a well-tuned step sustains ``e_max x h / (h + w0)`` of peak bf16 FLOP/s
+on its matmuls, ``h`` the model's hidden size (:func:`default_efficiency`). Estimates.
+
+GPU ``(0.662, 2587)``: least squares on ``log`` efficiency over the eight single-H200 steps of
+``benchmarks/data/step_time_h200.jsonl`` (measured 2026-11-23: GPT-2, hidden 768, sustained 0.13-0.17;
+Llama-3 8B and Mixtral, 4096, 0.36-0.51; Llama-3 70B, 8192, 0.46), fit by
+``benchmarks/research/bench_efficiency_model.py`` and nothing else. Checked on published runs it never saw
+(12 with a published layout: torchtitan, trainy, MaxText, Megatron-LM, Llama 3 405B, DeepSeek-V3; then
+Megatron-LM's Table 1, 1.7B-1T): 15 of 20 steps within 25% against 10 of 20 with the flat 0.4 this
+replaced (mean ``|ln(predicted / published)|`` 0.166 against 0.263); one curve for every GPU (A100s and
+H800s included); too slow at the small end (Megatron's 1.7B, hidden 2304: 1.23x the published step).
+It gives 0.15 at 768, 0.41 at 4096, 0.50 at 8192, 0.55 at 12288, 0.57 at 16384, 0.60 at 25600.
+TPU ``(0.5, 0)``: flat 0.50 (``w0 = 0``), MaxText's published Llama-2/3 recipes on v5p / v6e (roughly 45-60%
+MFU); no TPU step was measured, so there is no curve to fit. Override with ``efficiency=`` /
+``--efficiency``."""
 
 
-def default_efficiency(ici_scope: str) -> float:
-    """The default efficiency for a device whose fast link ends at a ``"node"`` (GPU) or ``"slice"`` (TPU).
+def default_efficiency(ici_scope: str, hidden: int) -> float:
+    """The default efficiency of a model of hidden size ``hidden`` on a device whose fast link ends at a
+    ``"node"`` (GPU) or ``"slice"`` (TPU): ``e_max x hidden / (hidden + w0)`` (:data:`DEFAULT_EFFICIENCY`).
+
+    Raises:
+      PlanError: ``hidden`` is not positive; MeshplanTypeError: not an integer.
 
     Example:
-      >>> default_efficiency("node"), default_efficiency("slice")
-      (0.4, 0.5)
+      >>> round(default_efficiency("node", 768), 3), round(default_efficiency("node", 8192), 3)
+      (0.152, 0.503)
+      >>> default_efficiency("slice", 8192)
+      0.5
     """
-    return DEFAULT_EFFICIENCY["tpu" if ici_scope == "slice" else "gpu"]
+    h = as_count(hidden, "hidden", error=PlanError)
+    e_max, w0 = DEFAULT_EFFICIENCY["tpu" if ici_scope == "slice" else "gpu"]
+    return e_max / (1 + w0 / h)  # = e_max x h / (h + w0), exactly e_max when w0 = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -234,7 +234,8 @@ class _Search:
         self.rejected: dict[str, list[Any]] = {}  # kind -> [meshes, the first one's detail]
         self.budget = req.budget  # a property of properties, read several times per mesh
         device = req.cluster.device
-        self.efficiency = default_efficiency(device.ici_scope) if req.efficiency is None else req.efficiency
+        self.efficiency = (default_efficiency(device.ici_scope, model.hidden_size) if req.efficiency is None
+                           else req.efficiency)
         self.recipes: dict[int, TrainingRecipe] = {req.recipe.micro_batches: req.recipe}
         # (tp, sp, dp*fsdp*ep, micro-batches) -> the activation floor: price_step reads the mesh only
         # through those, and a 4096-device search bounds ~1000 meshes with a few dozen distinct keys.
@@ -942,7 +943,7 @@ def search_meshes(
         copies, master weights and gradient/optimizer dtypes replace ``dtype``,
         ``optimizer_copies``, ``master_weights``, ``grad_dtype`` and ``optimizer_dtype``.
       efficiency: fraction of the device's peak bf16 FLOP/s the step's matmuls sustain (default
-        per device kind, :data:`~meshplan.pure.cost._flops.DEFAULT_EFFICIENCY`).
+        per device kind and hidden size, :func:`~meshplan.pure.cost._flops.default_efficiency`).
       rank: ``"time"`` ranks by predicted step time (compute + exposed communication, see
         :mod:`meshplan.pure.cost._step_time`); ``"comm"`` by communication seconds alone.
       micro_batches: gradient-accumulation steps. ``None`` (default) chooses per mesh the fewest

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplan.pure.errors import PlanError
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import MODEL_SPECS, build_params
 from meshplan.pure.cost._flops import (RECOMPUTE, default_efficiency, fsdp_read, layer_flops, step_flops,
                                          tp_replicated_splits)
@@ -141,7 +141,27 @@ def test_published_sizes():
     f = step_flops(MODEL_SPECS["llama3-70b"], {"fsdp": 8, "tp": 8}, batch=64, seq=4096, remat="none",
                    attention="flash")
     assert 1.1e17 < f.model < 1.2e17
-    assert default_efficiency("node") == 0.4 and default_efficiency("slice") == 0.5
+
+
+def test_default_efficiency_follows_the_h200_fit():
+    """The GPU curve's values at the fit set's widths (H200: GPT-2 768, Llama 4096, Llama-70B 8192)."""
+    assert [round(default_efficiency("node", h), 2) for h in (768, 4096, 8192)] == [0.15, 0.41, 0.5]
+    assert default_efficiency("slice", 768) == default_efficiency("slice", 16384) == 0.5
+
+
+@given(st.integers(1, 10**6), st.integers(1, 10**6), st.sampled_from(("node", "slice")))
+def test_default_efficiency_never_falls_as_the_model_widens(a, b, scope):
+    lo, hi = sorted((a, b))
+    e_lo, e_hi = default_efficiency(scope, lo), default_efficiency(scope, hi)
+    assert 0 < e_lo <= e_hi < 1
+    if scope == "node" and lo < hi:
+        assert e_lo < e_hi  # strictly: the GPU curve saturates, it never flattens
+
+
+@given(st.sampled_from((0, -1, 1.5, "4096")))
+def test_default_efficiency_refuses_a_width_that_is_not_a_positive_count(hidden):
+    with pytest.raises((PlanError, MeshplanTypeError), match="hidden"):
+        default_efficiency("node", hidden)
 
 
 def test_bad_remat():

@@ -349,14 +349,14 @@ def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
 # ``python -c "from tests.pure.search.test_search import print_fingerprints; print_fingerprints()"``
 # and say so in the commit.
 FINGERPRINT_CASES = {
-    ("llama3-70b", "512x8xH100", ()): "e467ecc02a5d6329",
-    ("mixtral-8x7b", "512x8xH100", ()): "afda1977eb88fcbd",
-    ("deepseek-v3", "512x8xH100", ()): "77812d9038d6445a",
-    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "4f964135d8affcd5",
+    ("llama3-70b", "512x8xH100", ()): "5bd6993e67700c3f",
+    ("mixtral-8x7b", "512x8xH100", ()): "668534176a16ea3a",
+    ("deepseek-v3", "512x8xH100", ()): "fb33a5aa220bd86f",
+    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "a4bd0849410682a8",
     ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "ea3d9b8cdc5dc559",
-    ("gpt2", "2x8xH100", (("batch", 64),)): "43726fe38913188a",
+    ("gpt2", "2x8xH100", (("batch", 64),)): "fdbd931778c805e2",
     ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "10b46920320e210f",
-    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "8776a018f9e4387b",
+    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "ea94db16be9a41f1",
     ("deepseek-v3", "8x8xH100", ()): "3fbe69e0ba5c9fdb",  # nothing fits: the message and its larger-cluster suggestion
 }
 
@@ -435,3 +435,17 @@ def test_step_flops_read_only_the_device_count_tp_dp_and_fsdp(name: str, tp: int
     mesh = {"dp": dp, "fsdp": fsdp, "ep": ep, "sp": sp, "tp": tp}
     for kw in (dict(batch=4096, seq=4096), dict(batch=16, seq=64)):  # the second: XLA splits MLA's q_a / kv_a
         assert step_flops(MODEL_SPECS[name], mesh, **kw) == step_flops(MODEL_SPECS[name], other, **kw)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(st.sampled_from(("gpt2", "llama3-8b", "llama3-70b")), st.sampled_from(("4x8xH100", "v5e-64")),
+       st.none() | st.floats(0.05, 1.0))
+def test_the_step_is_priced_at_the_override_else_the_models_default_efficiency(name, cluster, efficiency) -> None:
+    from meshplan.pure import parse_cluster
+    from meshplan.pure.cost._flops import default_efficiency
+    from meshplan.pure.presets import MODEL_SPECS
+
+    scope = parse_cluster(cluster).device.ici_scope
+    found = search_meshes(name, cluster, batch=8, seq=1024, top_k=3, efficiency=efficiency, activations=False)
+    want = default_efficiency(scope, MODEL_SPECS[name].hidden_size) if efficiency is None else efficiency
+    assert [c.step.efficiency for c in found.candidates if c.step is not None] == [want] * len(found.candidates)
