@@ -42,10 +42,14 @@ micro-batch at a time. The circular step
 (:func:`meshplan.facade._pipeline_step.pipeline_step`) also keeps, read off its
 code: three whole-batch ``(m, micro_batch, seq, hidden)`` buffers (the loop reads
 the micro-batched input and carries the circular store and the output buffer
-whole; the backward carries their three cotangents), and with ``v > 1`` each
-iteration's slice of the stage's weights (the repeat index is traced, so the
-slice is a per-iteration residual): ``(v*m + pp - 1) / v`` copies of the stage's
-layer weights. With ``v = 1`` the slice is static and hoisted: none.
+whole; the backward carries their three cotangents) and two micro-batches of
+the ring (the backward's carried cotangent of ``incoming`` and the reverse
+``ppermute``'s new one); the stage's weights as residuals: with ``v > 1`` each
+iteration's slice (the repeat index is traced, so the slice is a per-iteration
+residual), ``(v*m + pp - 1) / v`` copies of the stage's layer weights, with
+``v = 1`` one (the static slice, hoisted out of the loop as one residual); and
+the iteration the backward is differentiating: its saved inputs sliced out of
+the stacked ones, ``1/v`` of a micro-batch's.
 
 Every schedule here needs ``m >= pp`` (fewer micro-batches leave stages idle
 for the whole step; MaxText and Megatron refuse them too), and the interleaved
@@ -208,24 +212,33 @@ WHOLE_BATCH_BUFFERS = {"gpipe": 0, "1f1b": 0, "interleaved": 0, "circular": 3}
 """Whole-batch ``(m, micro_batch, seq, hidden)`` buffers a stage keeps: the circular step's micro-batched
 input, circular store and output buffer (their cotangents in the backward); Megatron's none."""
 
+RING_BUFFERS = {"gpipe": 0, "1f1b": 0, "interleaved": 0, "circular": 2}
+"""Micro-batch-sized buffers of the circular loop's ring in the backward (the carried cotangent of
+``incoming`` and the reverse ``ppermute``'s); Megatron's are not priced (0)."""
+
 
 class ScheduleMemory(NamedTuple):
     """What one stage's schedule keeps on top of one micro-batch's step (bytes per device; estimates).
 
     Attributes:
       saved: every micro-batch's saved activations the schedule keeps (``in_flight x`` one micro-batch's).
-      buffers: whole-batch buffers (``WHOLE_BATCH_BUFFERS x m x`` one micro-batch's stage input).
-      weights: weight copies kept for the backward (circular with ``v > 1``: one slice per iteration).
+      buffers: whole-batch and ring buffers (``WHOLE_BATCH_BUFFERS x m + RING_BUFFERS`` one micro-batch's
+        stage inputs).
+      weights: weight copies kept for the backward (circular: one slice per iteration with ``v > 1``, the
+        hoisted static slice with ``v = 1``).
+      current: the circular backward's copy of the iteration it differentiates, sliced out of ``saved``
+        (``1/v`` of a micro-batch's; Megatron's :func:`in_flight` counts the current micro-batch: 0).
     """
 
     saved: int
     buffers: int
     weights: int
+    current: int = 0
 
     @property
     def total(self) -> int:
-        """``saved + buffers + weights``."""
-        return self.saved + self.buffers + self.weights
+        """``saved + buffers + weights + current``."""
+        return self.saved + self.buffers + self.weights + self.current
 
 
 def schedule_memory(stages: int, micro_batches: int, *, saved_bytes: int, input_bytes: int, weight_bytes: int,
@@ -248,20 +261,23 @@ def schedule_memory(stages: int, micro_batches: int, *, saved_bytes: int, input_
     Example:
       >>> [tuple(s) for s in schedule_memory(4, 4, saved_bytes=32, input_bytes=16, weight_bytes=64,
       ...                                    schedule="circular", virtual=2)][:1]
-      [(176, 192, 352)]
+      [(176, 224, 352, 16)]
       >>> schedule_memory(4, 8, saved_bytes=32, input_bytes=16, weight_bytes=64)[0]
-      ScheduleMemory(saved=128, buffers=0, weights=0)
+      ScheduleMemory(saved=128, buffers=0, weights=0, current=0)
     """
     flight = in_flight(stages, micro_batches, schedule=schedule, virtual=virtual)
     saved, inp, weights = (as_count(x, name, minimum=0, maximum=10**18, error=PlanError)
                            for x, name in ((saved_bytes, "saved_bytes"), (input_bytes, "input_bytes"),
                                            (weight_bytes, "weight_bytes")))
     sched, m, v = _schedule(schedule), int(micro_batches), int(virtual)
-    buffers = WHOLE_BATCH_BUFFERS[sched] * m * inp
-    # The circular loop's traced repeat index makes each iteration's weight slice (1/v of the stage's
-    # layers) a residual; with v = 1 the slice is static and hoisted out of the loop.
-    copies = (v * m + stages - 1) / v if sched == "circular" and v > 1 else 0.0
-    return tuple(ScheduleMemory(round(f * saved), buffers, round(copies * weights)) for f in flight)
+    buffers = (WHOLE_BATCH_BUFFERS[sched] * m + RING_BUFFERS[sched]) * inp
+    copies, current = 0.0, 0
+    if sched == "circular":
+        # The traced repeat index makes each iteration's weight slice (1/v of the stage's layers) a
+        # residual; with v = 1 the slice is static, hoisted out of the loop: one residual copy.
+        copies = (v * m + stages - 1) / v if v > 1 else 1.0
+        current = round(saved / v)
+    return tuple(ScheduleMemory(round(f * saved), buffers, round(copies * weights), current) for f in flight)
 
 
 def send_bytes(micro_batch: int, seq: int, hidden: int, itemsize: int) -> int:

@@ -20,8 +20,8 @@ embeddings), trained on ``1/pp`` of the devices on the global batch. So:
    stage keeps besides: :func:`~meshplan.pure.cost.in_flight` micro-batches
    of saved activations (the ``saved`` part of
    :func:`~meshplan.pure.cost.step_memory`) less the one counted, and for the
-   circular step its whole-batch buffers and per-iteration weight slices, less
-   the fp32 gradient accumulator (its loop accumulates the stage's gradients in
+   circular step its whole-batch and ring buffers, its weight copies and the
+   backward's copy of the current iteration, less the fp32 gradient accumulator (its loop accumulates the stage's gradients in
    the weights' dtype); the logits, head and working set stay one
    micro-batch's. The mesh must still fit the budget.
 3. **The schedule and m.** 1F1B (Megatron's; same bubble as GPipe, ``pp``

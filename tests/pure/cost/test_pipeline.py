@@ -140,7 +140,10 @@ def _run_circular_loop(pp: int, m: int, v: int) -> list[dict[str, float]]:
             kept["saved"] += 1 / v
             if v > 1:  # the repeat is clip((t - s) // m, 0, v - 1): traced, so the slice is a residual
                 kept["weights"] += 1 / v
-        kept["buffers"] = len(("x", "store", "out")) * m
+        if v == 1:  # a[0]: static, loop-invariant, hoisted out of the loop as one residual
+            kept["weights"] = 1.0
+        kept["buffers"] = len(("x", "store", "out")) * m + len(("ct incoming", "ct sent"))
+        kept["current"] = 1 / v  # the backward slices one iteration's residuals out of the stack
         stages.append(kept)
     return stages
 
@@ -158,11 +161,12 @@ def test_the_circular_charge_is_what_a_walk_of_the_steps_loop_keeps(case, saved,
         assert walk["real"] == v * m and walk["bubble"] == pp - 1  # every stage idles pp - 1 iterations
         assert k.saved == pytest.approx(walk["saved"] * saved, abs=1)
         assert k.weights == pytest.approx(walk["weights"] * weights, abs=1)
-        assert k.buffers == walk["buffers"] * inp and k.total == k.saved + k.buffers + k.weights
+        assert k.current == pytest.approx(walk["current"] * saved, abs=1)
+        assert k.buffers == walk["buffers"] * inp and k.total == k.saved + k.buffers + k.weights + k.current
     # The bubble's inputs are kept too: (pp - 1) / v micro-batches more than GPipe's m.
     gpipe = schedule_memory(pp, m, saved_bytes=saved, input_bytes=inp, weight_bytes=weights, schedule="gpipe")
     assert got[0].saved - gpipe[0].saved == pytest.approx((pp - 1) / v * saved, abs=1)
-    assert (got[0].weights == 0) == (v == 1)
+    assert got[0].weights >= weights  # v = 1 keeps the hoisted slice, v > 1 a slice per iteration
 
 
 @given(schedules, st.sampled_from(SCHEDULES), st.integers(1, 3), st.integers(0, 10**6), st.integers(0, 10**6),
@@ -176,20 +180,20 @@ def test_what_a_schedule_keeps_never_shrinks_with_more_micro_batches(case, sched
         assert b.saved >= a.saved and b.buffers >= a.buffers and b.weights >= a.weights
     # Megatron's schedules send one micro-batch at a time and keep no weight copies.
     if WHOLE_BATCH_BUFFERS[schedule] == 0:
-        assert all(k.buffers == 0 == k.weights for k in now)
+        assert all(k.buffers == 0 == k.weights == k.current for k in now)
         assert [k.saved for k in now] == [round(f * saved) for f in in_flight(pp, m, schedule=schedule, virtual=v)]
     # Twice the bytes, twice the charge (to rounding).
     double = schedule_memory(pp, m, **{**kw, "saved_bytes": 2 * saved, "input_bytes": 2 * inp,
                                        "weight_bytes": 2 * weights})
-    assert all(abs(d.total - 2 * k.total) <= 3 for d, k in zip(double, now, strict=True))
+    assert all(abs(d.total - 2 * k.total) <= 4 for d, k in zip(double, now, strict=True))
 
 
 def test_the_circular_step_keeps_the_bubble_whole_batch_buffers_and_weight_slices():
     # pp=4, m=4, v=2 as the TPU benchmark's third row, in MiB: 11 iterations of half the stage's layers.
     k = schedule_memory(4, 4, saved_bytes=32, input_bytes=16, weight_bytes=64, schedule="circular", virtual=2)[0]
-    assert (k.saved, k.buffers, k.weights) == (176, 192, 352)
+    assert (k.saved, k.buffers, k.weights, k.current) == (176, 192 + 32, 352, 16)
     one = schedule_memory(4, 4, saved_bytes=32, input_bytes=16, weight_bytes=64, schedule="circular")[0]
-    assert (one.saved, one.buffers, one.weights) == (224, 192, 0)  # 7 iterations, the static slice is hoisted
+    assert (one.saved, one.buffers, one.weights, one.current) == (224, 224, 64, 32)  # 7 iterations, one copy
     with pytest.raises(PlanError, match="saved_bytes=-1 must be >= 0"):
         schedule_memory(4, 4, saved_bytes=-1, input_bytes=1, weight_bytes=1)
 
