@@ -12,9 +12,10 @@ script compiles :func:`meshplan.facade._pipeline_step.pipeline_step` and compare
   every stage (embedding, final norm and head, replicated as MaxText keeps them) and the tokens, against XLA's
   argument bytes;
 - **kept** (MiB): what :func:`meshplan.pure.cost.schedule_memory` says the circular schedule keeps: every
-  loop iteration's saved stage inputs (``v*m + pp - 1`` iterations, the bubble's included) plus the backward's
-  copy of the current one ("saved inputs"), three whole-batch buffers and two of the ring ("buffers"), and
-  the stage's weights as residuals, one slice per iteration with ``v > 1``, one copy with ``v = 1``;
+  loop iteration's saved stage inputs (``v*m + pp - 1`` iterations, the bubble's included), the backward's
+  copy of the current one (with ``v > 1`` its weight slice too: "current"), three whole-batch buffers and two
+  of the ring ("buffers"), and the stage's weights as residuals, one slice per iteration with ``v > 1``, one
+  copy with ``v = 1``;
 - **peak**: what :func:`meshplan.pure.search.search_pipelines` charges a stage: the calibrated step peak of
   the stage's layers with one micro-batch (:func:`meshplan.pure.cost.step_memory`, that compiler's
   coefficients) plus ``kept`` less the one micro-batch's saved inputs it already counts and its fp32 gradient
@@ -96,8 +97,8 @@ def main() -> None:
     if "tpu" in targets and not libtpu_available():
         sys.exit("libtpu is not installed: the tpu target compiles for a TPU topology (pip install 'meshplan[tpu]').")
     rows = [measure(t, *case) for t in targets for case in CASES]
-    cols = ("target", "pp x dp", "m", "v", "bubble", "XLA args", "model state", "saved inputs", "buffers",
-            "weight copies", "XLA peak", "model peak", "peak/model")
+    cols = ("target", "pp x dp", "m", "v", "bubble", "XLA args", "model state", "saved inputs", "current",
+            "buffers", "weight copies", "XLA peak", "model peak", "peak/model")
     print(f"pipelined reference step ({MODEL.name}: {MODEL.num_layers} layers, width {MODEL.hidden_size}; batch "
           f"{BATCH} x seq {SEQ}; remat full, adamw, bf16), jax {jax.__version__}\n")
     print("| " + " | ".join(cols) + " |")
@@ -106,8 +107,8 @@ def main() -> None:
     for r in rows:
         k = r["kept"]
         print(f"| {r['platform']} | {r['pp']} x {r['dp']} | {r['m']} | {r['v']} | {r['bubble']:.1%} | "
-              f"{r['xla_args'] / mib:.1f} | {r['model_state'] / mib:.1f} | {(k.saved + k.current) / mib:.0f} | "
-              f"{k.buffers / mib:.0f} | {k.weights / mib:.0f} | {r['xla_peak'] / mib:.1f} | "
+              f"{r['xla_args'] / mib:.1f} | {r['model_state'] / mib:.1f} | {k.saved / mib:.0f} | "
+              f"{k.current / mib:.0f} | {k.buffers / mib:.0f} | {k.weights / mib:.0f} | {r['xla_peak'] / mib:.1f} | "
               f"{r['planner_peak'] / mib:.1f} | {r['xla_peak'] / r['planner_peak']:.2f} |")
 
 

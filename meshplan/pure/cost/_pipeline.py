@@ -49,7 +49,8 @@ iteration's slice (the repeat index is traced, so the slice is a per-iteration
 residual), ``(v*m + pp - 1) / v`` copies of the stage's layer weights, with
 ``v = 1`` one (the static slice, hoisted out of the loop as one residual); and
 the iteration the backward is differentiating: its saved inputs sliced out of
-the stacked ones, ``1/v`` of a micro-batch's.
+the stacked ones, ``1/v`` of a micro-batch's, and with ``v > 1`` its weight
+slice too.
 
 Every schedule here needs ``m >= pp`` (fewer micro-batches leave stages idle
 for the whole step; MaxText and Megatron refuse them too), and the interleaved
@@ -227,7 +228,8 @@ class ScheduleMemory(NamedTuple):
       weights: weight copies kept for the backward (circular: one slice per iteration with ``v > 1``, the
         hoisted static slice with ``v = 1``).
       current: the circular backward's copy of the iteration it differentiates, sliced out of ``saved``
-        (``1/v`` of a micro-batch's; Megatron's :func:`in_flight` counts the current micro-batch: 0).
+        (``1/v`` of a micro-batch's) and, with ``v > 1``, of ``weights`` (``1/v`` of the stage's layers);
+        Megatron's :func:`in_flight` counts the current micro-batch: 0.
     """
 
     saved: int
@@ -261,7 +263,7 @@ def schedule_memory(stages: int, micro_batches: int, *, saved_bytes: int, input_
     Example:
       >>> [tuple(s) for s in schedule_memory(4, 4, saved_bytes=32, input_bytes=16, weight_bytes=64,
       ...                                    schedule="circular", virtual=2)][:1]
-      [(176, 224, 352, 16)]
+      [(176, 224, 352, 48)]
       >>> schedule_memory(4, 8, saved_bytes=32, input_bytes=16, weight_bytes=64)[0]
       ScheduleMemory(saved=128, buffers=0, weights=0, current=0)
     """
@@ -276,7 +278,7 @@ def schedule_memory(stages: int, micro_batches: int, *, saved_bytes: int, input_
         # The traced repeat index makes each iteration's weight slice (1/v of the stage's layers) a
         # residual; with v = 1 the slice is static, hoisted out of the loop: one residual copy.
         copies = (v * m + stages - 1) / v if v > 1 else 1.0
-        current = round(saved / v)
+        current = round(saved / v + (weights / v if v > 1 else 0))
     return tuple(ScheduleMemory(round(f * saved), buffers, round(copies * weights), current) for f in flight)
 
 
