@@ -31,11 +31,13 @@ the unpipelined step's to rounding; ``tests/facade/test_pipeline_step.py``
 checks that on 8 CPU devices. Dense models only (one group of identical
 layers); the schedule is the GPipe order of fill, steady state and drain with
 circular repeats, not 1F1B: autodiff runs every forward before any backward,
-so the step keeps all ``m`` micro-batches' stage inputs alive (the GPipe
-figure of :mod:`meshplan.pure.cost._pipeline`), and with ``repeats > 1`` the
-backward also keeps the repeat's slice of the stage's weights for every
-iteration (the slice index is traced); MaxText gathers per repeat instead
-(``pipeline_fsdp_ag_per_repeat``), not done here.
+so the step keeps every iteration's stage inputs alive (``v*m + P - 1`` of
+them, the bubble's too), and with ``repeats > 1`` the backward also keeps the
+repeat's slice of the stage's weights for every iteration (the slice index is
+traced); MaxText gathers per repeat instead (``pipeline_fsdp_ag_per_repeat``),
+not done here. :func:`meshplan.pure.cost.schedule_memory` prices what this
+loop keeps (``schedule="circular"``); ``tests/facade/test_pipeline_step.py``
+checks it against jax's saved residuals.
 """
 
 from __future__ import annotations
@@ -200,9 +202,9 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
 
     def this_repeat(w: Any, inp: jax.Array, repeat: jax.Array) -> jax.Array:
         if v == 1:
-            # A static slice of the loop-invariant stack: jax hoists it out of the iterations' residuals.
-            # A traced index would make the backward keep one copy of the stage's weights per iteration
-            # (XLA:TPU kept 11 for m=8, pp=4); with v > 1 it still does (see the module docstring).
+            # A static slice of the loop-invariant stack: jax hoists it out of the iterations' residuals
+            # (one residual copy). A traced index makes the backward keep a slice per iteration; with
+            # v > 1 it does (see the module docstring; schedule_memory prices both).
             return stage_layers(inp, jax.tree.map(lambda a: a[0], w))
         return stage_layers(inp, jax.tree.map(
             lambda a: jax.lax.dynamic_index_in_dim(a, repeat, 0, keepdims=False), w))

@@ -119,8 +119,12 @@ def test_the_markdown_shows_each_pipeline_layouts_stages_schedule_and_bubble(pp_
         assert row[7] == fmt_bytes(c.memory.total)
         assert row[9] == f"{c.step.step_s / best:.2f}x"
     assert {r[3] for r in rows} == {"interleaved v=2", "1f1b"}
-    assert "1.03x the best unpipelined mesh's" in section
-    assert "Best pipeline layout pp=8,sp=4,tp=4 (1.13 s, estimated) would rank #3 among the unpipelined" in section
+    top = pp_found.candidates[0]
+    assert f"{top.step.step_s / best:.2f}x the best unpipelined mesh's" in section
+    ahead = sum(1 for c in pp_result.candidates if c.step.step_s < top.step.step_s)
+    assert f"Best pipeline layout {top.text} (" in section
+    assert (f"would rank #{ahead + 1} among the unpipelined" in section if ahead < len(pp_result.candidates)
+            else f"is slower than all {ahead} of" in section)
     assert f"Left out ({len(pp_found.left_out)}):" in section
     for line in pp_found.left_out:
         assert f"- {line}" in section

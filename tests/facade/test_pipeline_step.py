@@ -26,7 +26,7 @@ from meshplan.facade._compiled import (
 )
 from meshplan.facade._pipeline_step import from_stages, pipeline_step, to_stages
 from meshplan.facade._reference import ReferenceConfig, reference_step, stacked_params
-from meshplan.pure.cost import bubble_fraction, plan_stages
+from meshplan.pure.cost import bubble_fraction, plan_stages, schedule_memory
 from meshplan.pure.presets import MODEL_SPECS
 
 TINY = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny-llama", num_layers=8, hidden_size=32,
@@ -173,3 +173,35 @@ def test_a_loadax_config_naming_the_axis_pipeline_runs_the_one_repeat_schedule(p
     one = step.loss(to_stages(params, TINY, stages=4, repeats=1), data)
     two = pipelined.loss(to_stages(params, TINY, stages=4, repeats=2), data)
     np.testing.assert_allclose(one, two, rtol=1e-5)
+
+
+@pytest.mark.parametrize("repeats", [1, 2])
+def test_autodiff_keeps_what_the_circular_schedule_model_charges(repeats):
+    # jax's own list of what the backward pass keeps (traced, nothing compiled): the residuals the pipeline
+    # loop stacks per iteration (its stage inputs and, with repeats > 1, its weight slices) and, with one repeat,
+    # the static slice of the stage's weights hoisted out of the loop; schedule_memory must name them to the
+    # byte. Global shapes, the leading dim stage x iteration (stage x layer for the hoisted slice).
+    from jax._src.ad_checkpoint import saved_residuals  # jax.ad_checkpoint only prints them
+
+    step = pipeline_step(TINY, _mesh({"pp": 4, "dp": 2}), batch=BATCH, seq=SEQ, micro_batches=4, repeats=repeats,
+                         config=ReferenceConfig(remat="full"))
+    params, data = step.args[0][0], step.args[1]
+    layers = params["model"]["layers"]["dense"]
+    per, loop = 8 // (4 * repeats), step.stages * step.iterations
+    micro = (BATCH // 4, SEQ, TINY.hidden_size)
+    weight_shapes = {(loop, per, *a.shape[3:]) if repeats > 1 else (4 * per, *a.shape[3:])
+                     for a in jax.tree.leaves(layers)}
+    kept = {"saved": 0, "weights": 0}
+    for aval, _ in saved_residuals(lambda p: step.loss(p, data), params):
+        if not jnp.issubdtype(aval.dtype, jnp.floating):
+            continue
+        if aval.shape[:1] == (loop,) and aval.shape[-3:] == micro:
+            kept["saved"] += aval.size * aval.dtype.itemsize
+        elif aval.shape in weight_shapes:
+            kept["weights"] += aval.size * aval.dtype.itemsize
+    nbytes = lambda t: sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(t))
+    one_input = int(np.prod(micro)) * 2  # bf16
+    k = schedule_memory(4, 4, saved_bytes=(8 // 4) * one_input, input_bytes=one_input,
+                        weight_bytes=nbytes(layers) // 4, schedule="circular", virtual=repeats)[0]
+    assert (kept["saved"] // 4, kept["weights"] // 4) == (k.saved, k.weights)
+    assert k.saved > 4 * (8 // 4) * one_input  # the bubble's iterations are kept too, not only m micro-batches

@@ -35,10 +35,12 @@ from meshplan.pure.cost._pipeline import (
     SCHEDULES,
     PipelinePlan,
     PipelineTime,
+    ScheduleMemory,
     bubble_fraction,
     in_flight,
     pipeline_time,
     plan_stages,
+    schedule_memory,
     send_bytes,
     send_time,
     stage_layers,
@@ -88,5 +90,5 @@ __all__ = [
     "xla_collectives",
 ]
 # pipeline parallelism: layers per stage, the bubble, the stage-boundary sends
-__all__ += ["SCHEDULES", "PipelinePlan", "PipelineTime", "bubble_fraction", "in_flight", "pipeline_time",
-            "plan_stages", "send_bytes", "send_time", "stage_layers"]
+__all__ += ["SCHEDULES", "PipelinePlan", "PipelineTime", "ScheduleMemory", "bubble_fraction", "in_flight",
+            "pipeline_time", "plan_stages", "schedule_memory", "send_bytes", "send_time", "stage_layers"]

@@ -30,8 +30,10 @@ first). Which stage is fullest is then read from the bytes, not assumed.
   it is plain 1F1B (Megatron interleaves only with ``v >= 2``).
 - ``"circular"`` (MaxText's circular pipeline, the schedule the pipelined
   reference step runs): ``v`` repeats around the ring in GPipe order under
-  autodiff, so every chunk's input stays live: ``m`` micro-batches of the
-  stage's activations, bubble ``(pp-1)/(v*m+pp-1)``. Needs ``m >= pp``.
+  autodiff, bubble ``(pp-1)/(v*m+pp-1)``. Needs ``m >= pp``. Its loop runs
+  ``v*m + pp - 1`` iterations of ``1/v`` of the stage's layers and autodiff
+  keeps every iteration's saved inputs, the bubble's included: ``m + (pp-1)/v``
+  micro-batches of the stage's activations.
 - ``"dualpipe"`` (DeepSeek-V3 report sec. 3.2.1; ``deepseek-ai/DualPipe``
   README): micro-batches enter from both ends, so device ``s`` holds stages
   ``s`` and ``pp-1-s`` (2x parameters) and keeps ``pp + 1`` micro-batches of a
@@ -45,6 +47,24 @@ first). Which stage is fullest is then read from the bytes, not assumed.
   ``>= 2 pp`` (``dualpipe.py`` asserts both). Its F&B pairs run one
   micro-batch's communication under another's compute: :func:`pipeline_time`
   takes that communication as ``overlap`` and hides it.
+
+**What a schedule keeps** (:func:`schedule_memory`, bytes per device on top of
+one micro-batch's step). Megatron's schedules (gpipe, 1f1b, interleaved) and
+DualPipe keep their :func:`in_flight` micro-batches of saved activations and
+send one micro-batch at a time (DualPipe's second stage's state is
+:func:`plan_stages`' and the search's, not a buffer). The circular step
+(:func:`meshplan.facade._pipeline_step.pipeline_step`) also keeps, read off its
+code: three whole-batch ``(m, micro_batch, seq, hidden)`` buffers (the loop reads
+the micro-batched input and carries the circular store and the output buffer
+whole; the backward carries their three cotangents) and two micro-batches of
+the ring (the backward's carried cotangent of ``incoming`` and the reverse
+``ppermute``'s new one); the stage's weights as residuals: with ``v > 1`` each
+iteration's slice (the repeat index is traced, so the slice is a per-iteration
+residual), ``(v*m + pp - 1) / v`` copies of the stage's layer weights, with
+``v = 1`` one (the static slice, hoisted out of the loop as one residual); and
+the iteration the backward is differentiating: its saved inputs sliced out of
+the stacked ones, ``1/v`` of a micro-batch's, and with ``v > 1`` its weight
+slice too.
 
 Every schedule here needs ``m >= pp`` (fewer micro-batches leave stages idle
 for the whole step; MaxText and Megatron refuse them too). The circular one
@@ -74,7 +94,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from meshplan.pure._check import as_choice, as_count, as_real
 from meshplan.pure.cluster._link import Link, check_link
@@ -85,10 +105,12 @@ __all__ = [
     "SCHEDULES",
     "PipelinePlan",
     "PipelineTime",
+    "ScheduleMemory",
     "bubble_fraction",
     "in_flight",
     "pipeline_time",
     "plan_stages",
+    "schedule_memory",
     "send_bytes",
     "send_time",
     "stage_layers",
@@ -206,24 +228,106 @@ def bubble_fraction(stages: int, micro_batches: int, *, schedule: str = "1f1b", 
 def in_flight(stages: int, micro_batches: int, *, schedule: str = "1f1b", virtual: int = 1) -> tuple[float, ...]:
     """Micro-batches of each stage's activations live at its peak, in units of the whole stage's layers.
 
+    Circular: every one of the ``v*m + pp - 1`` loop iterations keeps ``1/v`` of the stage's layers'
+    saved inputs, the bubble's iterations too (they compute on placeholders): ``m + (pp-1)/v``.
+
     Example:
       >>> in_flight(4, 8, schedule="gpipe"), in_flight(4, 8)
       ((8.0, 8.0, 8.0, 8.0), (4.0, 3.0, 2.0, 1.0))
-      >>> in_flight(4, 8, schedule="interleaved", virtual=2)
-      (5.5, 4.5, 3.5, 2.5)
+      >>> in_flight(4, 8, schedule="interleaved", virtual=2), in_flight(4, 8, schedule="circular", virtual=2)
+      ((5.5, 4.5, 3.5, 2.5), (9.5, 9.5, 9.5, 9.5))
     """
     pp = as_count(stages, "pp", maximum=MAX_LAYERS, error=PlanError)
     m = as_count(micro_batches, "micro_batches", maximum=10**12, error=PlanError)
     v = as_count(virtual, "virtual", maximum=MAX_LAYERS, error=PlanError)
     sched = _schedule(schedule)
     bubble_fraction(pp, m, schedule=sched, virtual=v)  # the same refusals
-    if sched in ("gpipe", "circular"):
+    if sched == "gpipe":
         return tuple(float(m) for _ in range(pp))
     if sched == "dualpipe":  # the README's "Activation Per Device: PP+1", on every device (an upper bound)
         return tuple(float(min(pp + 1, m)) for _ in range(pp))
+    if sched == "circular":
+        return tuple((v * m + pp - 1) / v for _ in range(pp))
     if sched == "1f1b" or v == 1:  # Megatron interleaves only with v >= 2; one chunk is plain 1F1B
         return tuple(float(min(pp - s, m)) for s in range(pp))
     return tuple(min((pp - s - 1) * 2 + (v - 1) * pp + 1, v * m) / v for s in range(pp))
+
+
+FRAMEWORKS = {"gpipe": "GPipe", "1f1b": "Megatron-LM", "interleaved": "Megatron-LM",
+              "circular": "MaxText, meshplan's step", "dualpipe": "DeepSeek's DualPipe"}
+"""Who runs each schedule: the label a priced layout's verdict carries."""
+
+WHOLE_BATCH_BUFFERS = {"gpipe": 0, "1f1b": 0, "interleaved": 0, "circular": 3, "dualpipe": 0}
+"""Whole-batch ``(m, micro_batch, seq, hidden)`` buffers a stage keeps: the circular step's micro-batched
+input, circular store and output buffer (their cotangents in the backward); Megatron's none."""
+
+RING_BUFFERS = {"gpipe": 0, "1f1b": 0, "interleaved": 0, "circular": 2, "dualpipe": 0}
+"""Micro-batch-sized buffers of the circular loop's ring in the backward (the carried cotangent of
+``incoming`` and the reverse ``ppermute``'s); Megatron's are not priced (0)."""
+
+
+class ScheduleMemory(NamedTuple):
+    """What one stage's schedule keeps on top of one micro-batch's step (bytes per device; estimates).
+
+    Attributes:
+      saved: every micro-batch's saved activations the schedule keeps (``in_flight x`` one micro-batch's).
+      buffers: whole-batch and ring buffers (``WHOLE_BATCH_BUFFERS x m + RING_BUFFERS`` one micro-batch's
+        stage inputs).
+      weights: weight copies kept for the backward (circular: one slice per iteration with ``v > 1``, the
+        hoisted static slice with ``v = 1``).
+      current: the circular backward's copy of the iteration it differentiates, sliced out of ``saved``
+        (``1/v`` of a micro-batch's) and, with ``v > 1``, of ``weights`` (``1/v`` of the stage's layers);
+        Megatron's :func:`in_flight` counts the current micro-batch: 0.
+    """
+
+    saved: int
+    buffers: int
+    weights: int
+    current: int = 0
+
+    @property
+    def total(self) -> int:
+        """``saved + buffers + weights + current``."""
+        return self.saved + self.buffers + self.weights + self.current
+
+
+def schedule_memory(stages: int, micro_batches: int, *, saved_bytes: int, input_bytes: int, weight_bytes: int,
+                    schedule: str = "1f1b", virtual: int = 1) -> tuple[ScheduleMemory, ...]:
+    """Each stage's activation, buffer and weight-copy bytes under ``schedule`` (see the module docstring).
+
+    Args:
+      stages, micro_batches, schedule, virtual: the schedule (as :func:`in_flight`).
+      saved_bytes: one micro-batch's saved activations of all the stage's layers (per device).
+      input_bytes: one micro-batch's stage input, ``micro_batch x seq x hidden x itemsize`` (per device).
+      weight_bytes: the stage's layer weights in the compute dtype (per device).
+
+    Returns:
+      One :class:`ScheduleMemory` per stage.
+
+    Raises:
+      PlanError: a schedule that cannot run, or negative byte counts.
+      MeshplanTypeError: values of the wrong type.
+
+    Example:
+      >>> [tuple(s) for s in schedule_memory(4, 4, saved_bytes=32, input_bytes=16, weight_bytes=64,
+      ...                                    schedule="circular", virtual=2)][:1]
+      [(176, 224, 352, 48)]
+      >>> schedule_memory(4, 8, saved_bytes=32, input_bytes=16, weight_bytes=64)[0]
+      ScheduleMemory(saved=128, buffers=0, weights=0, current=0)
+    """
+    flight = in_flight(stages, micro_batches, schedule=schedule, virtual=virtual)
+    saved, inp, weights = (as_count(x, name, minimum=0, maximum=10**18, error=PlanError)
+                           for x, name in ((saved_bytes, "saved_bytes"), (input_bytes, "input_bytes"),
+                                           (weight_bytes, "weight_bytes")))
+    sched, m, v = _schedule(schedule), int(micro_batches), int(virtual)
+    buffers = (WHOLE_BATCH_BUFFERS[sched] * m + RING_BUFFERS[sched]) * inp
+    copies, current = 0.0, 0
+    if sched == "circular":
+        # The traced repeat index makes each iteration's weight slice (1/v of the stage's layers) a
+        # residual; with v = 1 the slice is static, hoisted out of the loop: one residual copy.
+        copies = (v * m + stages - 1) / v if v > 1 else 1.0
+        current = round(saved / v + (weights / v if v > 1 else 0))
+    return tuple(ScheduleMemory(round(f * saved), buffers, round(copies * weights), current) for f in flight)
 
 
 def send_bytes(micro_batch: int, seq: int, hidden: int, itemsize: int) -> int:

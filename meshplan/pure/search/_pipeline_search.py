@@ -16,15 +16,21 @@ embeddings), trained on ``1/pp`` of the devices on the global batch. So:
    collectives (the gradient sync over the stage's data axes only, its fsdp
    gathers per micro-batch) and its compute for the whole batch are the
    existing model's. Its activation figure is one micro-batch's; the schedule
-   keeps :func:`~meshplan.pure.cost.in_flight` of them on the first stage, so
-   the saved layer inputs (the ``saved`` part of
-   :func:`~meshplan.pure.cost.step_memory`) are added that many times less
-   one (the logits, head and working set are one micro-batch's), and the mesh
-   must still fit the budget.
-3. **The schedule and m.** 1F1B (same bubble as GPipe, ``pp`` instead of
-   ``m`` micro-batches of activations, so GPipe is never chosen) and, when
-   ``2*pp`` divides the layers, interleaved 1F1B with ``v = 2`` (half the
-   bubble, twice the sends, about 1.5x 1F1B's activations); ``m = pp * k`` for
+   adds what :func:`~meshplan.pure.cost.schedule_memory` says its fullest
+   stage keeps besides: :func:`~meshplan.pure.cost.in_flight` micro-batches
+   of saved activations (the ``saved`` part of
+   :func:`~meshplan.pure.cost.step_memory`) less the one counted, and for the
+   circular step its whole-batch and ring buffers, its weight copies and the
+   backward's copy of the current iteration, less the fp32 gradient accumulator (its loop accumulates the stage's gradients in
+   the weights' dtype); the logits, head and working set stay one
+   micro-batch's. The mesh must still fit the budget.
+3. **The schedule and m.** 1F1B (Megatron's; same bubble as GPipe, ``pp``
+   instead of ``m`` micro-batches of activations, so GPipe is never chosen),
+   circular (MaxText's and meshplan's pipelined step: GPipe order, so more
+   memory for the same bubble, what a JAX user exporting to MaxText runs;
+   when ``pp`` divides the layers) and,
+   when ``2*pp`` divides the layers, interleaved 1F1B (Megatron's) and
+   circular with ``v = 2`` (half the bubble, twice the sends, more activations); ``m = pp * k`` for
    ``k`` in 1, 2, 4, 8 where the batch allows. Step =
    ``stage step / (1 - bubble) + exposed stage-boundary sends``
    (:func:`~meshplan.pure.cost.pipeline_time`). The fastest that fits wins
@@ -54,10 +60,12 @@ from meshplan.pure.cluster._cluster import Cluster, parse_cluster
 from meshplan.pure.cluster._link import Link
 from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
 from meshplan.pure.cost._pipeline import (
+    FRAMEWORKS,
     bubble_fraction,
     in_flight,
     pipeline_time,
     plan_stages,
+    schedule_memory,
     stage_layers,
 )
 from meshplan.pure.cost._recipe import TrainingRecipe
@@ -161,28 +169,33 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
         return str(err).split(";")[0]
     flight = max(in_flight(pp, m, schedule=schedule, virtual=v))
     layers_here = stage.num_layers
+    layer_b, embed_b, head_b = split
     for c in found.candidates:
-        # The stage's peak holds one micro-batch's saved layer inputs; the schedule keeps `flight` of them.
-        parts = dict(step_memory(layer_dims(stage), c.mesh_shape, found.request.recipe, batch=batch, seq=seq,
-                                 params=0, grads=0, optimizer=0).parts)
-        saved = parts["saved"]
-        # activations=False (the fit counts the state only) adds none.
-        more = round((flight - 1) * saved) if o.activations else 0
-        mem = dataclasses.replace(c.memory, activations=c.memory.activations + more)
-        mem = _schedule_state(_zero_state(mem, c.mesh_shape, o.zero), schedule)
-        if not mem.fits or c.step is None:
-            continue
         sizes = c.mesh_shape
         ways = 1
         for a in ("dp", "fsdp", "ep"):
             ways *= sizes.get(a, 1)
         nbytes = (batch // m) * seq * spec.hidden_size * 2 // (ways * sizes.get("sp", 1))
         hidden = _overlapped(c, schedule)
+        # The stage's peak holds one micro-batch's step; the schedule keeps more (schedule_memory).
+        parts = dict(step_memory(layer_dims(stage), c.mesh_shape, found.request.recipe, batch=batch, seq=seq,
+                                 params=c.memory.params, grads=c.memory.grads, optimizer=0).parts)
+        saved = parts["saved"]
+        scale = c.memory.params / max(1, layers_here * layer_b + max(embed_b, head_b))
+        kept = max(schedule_memory(pp, m, saved_bytes=saved, input_bytes=nbytes,
+                                   weight_bytes=round(layers_here * layer_b * scale), schedule=schedule, virtual=v),
+                   key=lambda k: k.total)
+        # The circular loop accumulates the stage's gradients in the weights' dtype: no fp32 accumulator.
+        accum = parts["accumulator"] if schedule == "circular" and c.memory.phase == "backward" else 0
+        # activations=False (the fit counts the state only) adds none.
+        more = kept.total - saved - accum if o.activations else 0
+        mem = dataclasses.replace(c.memory, activations=max(0, c.memory.activations + more))
+        mem = _schedule_state(_zero_state(mem, c.mesh_shape, o.zero), schedule)
+        if not mem.fits or c.step is None:
+            continue
         t = pipeline_time(c.step.step_s, pp, m, boundary_bytes=nbytes, boundary_link=link, stage_grad_bytes=0,
                           data_ways=1, data_link=link, schedule=schedule, virtual=v, overlap=hidden)
         total = t.total
-        layer_b, embed_b, head_b = split
-        scale = c.memory.params / max(1, layers_here * layer_b + max(embed_b, head_b))
         state = c.memory.params + c.memory.grads + c.memory.optimizer
         plan = plan_stages(spec.num_layers, pp, micro_batches=m, layer_param_bytes=round(layer_b * scale),
                            embed_param_bytes=round(embed_b * scale), head_param_bytes=round(head_b * scale),
@@ -198,7 +211,7 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
                         link="inter" if where == "dcn" else "intra", seconds=t.sends_total, exposed=t.sends)
         v_text = f" v={v}" if v > 1 else ""
         why = (f"pp={pp} {'over the network (each stage a block of nodes)' if where == 'dcn' else 'inside each node'}"
-               f"; {schedule}{v_text} with m={m} micro-batches ({_m_text(m, pp)}): bubble {t.bubble / total:.1%} of the "
+               f"; {schedule}{v_text} ({FRAMEWORKS[schedule]}) with m={m} micro-batches ({_m_text(m, pp)}): bubble {t.bubble / total:.1%} of the "
                f"step; stage mesh {c.text}, {layers_here} layers on the fullest stage")
         ici = (1, *c.ici_shape) if where == "dcn" else (pp, *c.ici_shape)
         dcn = (pp, *c.dcn_shape) if where == "dcn" else (1, *c.dcn_shape)
@@ -289,7 +302,7 @@ def search_pipelines(
       >>> found = search_pipelines("llama3-8b", "4x8xH100", batch=64, seq=4096, top_k=2)
       >>> [c.text.split(",")[0] for c in found.candidates]
       ['pp=2', 'pp=2']
-      >>> found.candidates[0].pipeline.schedule in ("1f1b", "interleaved")
+      >>> found.candidates[0].pipeline.schedule in ("1f1b", "interleaved", "circular")
       True
     """
     if isinstance(model, str):
@@ -328,7 +341,11 @@ def _m_text(m: int, pp: int) -> str:
 
 
 def _schedules(spec: ModelSpec, pp: int) -> list[tuple[str, int]]:
-    return [("1f1b", 1)] + ([("interleaved", 2)] if spec.num_layers % (2 * pp) == 0 else [])
+    """Megatron's 1F1B and interleaved 1F1B, MaxText's circular (the step meshplan and MaxText run)."""
+    # The circular step stacks the layers evenly: pp * v must divide them.
+    one, two = spec.num_layers % pp == 0, spec.num_layers % (2 * pp) == 0
+    return ([("1f1b", 1)] + ([("circular", 1)] if one else [])
+            + ([("interleaved", 2), ("circular", 2)] if two else []))
 
 
 def _best_of(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, link: Link,

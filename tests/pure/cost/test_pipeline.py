@@ -14,10 +14,12 @@ from meshplan.pure.cluster._link import Link
 from meshplan.pure.cost._collective_time import all_reduce_time
 from meshplan.pure.cost._pipeline import (
     SCHEDULES,
+    WHOLE_BATCH_BUFFERS,
     bubble_fraction,
     in_flight,
     pipeline_time,
     plan_stages,
+    schedule_memory,
     send_bytes,
     send_time,
     stage_layers,
@@ -118,6 +120,82 @@ def test_interleaving_keeps_more_than_1f1b_but_never_more_than_gpipe(case, v):
     assert all(a >= b - 1e-12 for a, b in zip(inter, one))
     assert all(a <= m + 1e-12 for a in inter)
     assert list(inter) == sorted(inter, reverse=True)  # the first stage is the fullest
+
+
+def _run_circular_loop(pp: int, m: int, v: int) -> list[dict[str, float]]:
+    """Walk the circular step's loop (meshplan.facade._pipeline_step) and tally what autodiff keeps per stage.
+
+    Each iteration ``t`` of stage ``s`` runs ``1/v`` of its layers on item ``t - s`` (a placeholder in the
+    bubble); autodiff keeps that iteration's stage input (in units of one micro-batch through all the stage's
+    layers: ``1/v``), and with ``v > 1`` the slice of the weights the traced repeat index picked (``1/v`` of
+    the stage's layers). The loop reads ``x`` and carries ``store`` and ``out`` whole, ``m`` slots each.
+    Written from the step's loop, not from the closed forms under test.
+    """
+    stages = []
+    for s in range(pp):
+        kept = {"saved": 0.0, "weights": 0.0, "real": 0, "bubble": 0}
+        for t in range(v * m + pp - 1):
+            item = t - s
+            kept["real" if 0 <= item < v * m else "bubble"] += 1
+            kept["saved"] += 1 / v
+            if v > 1:  # the repeat is clip((t - s) // m, 0, v - 1): traced, so the slice is a residual
+                kept["weights"] += 1 / v
+        if v == 1:  # a[0]: static, loop-invariant, hoisted out of the loop as one residual
+            kept["weights"] = 1.0
+        kept["buffers"] = len(("x", "store", "out")) * m + len(("ct incoming", "ct sent"))
+        kept["current"] = 1 / v  # the backward slices one iteration's residuals out of the stack
+        stages.append(kept)
+    return stages
+
+
+circular = st.integers(1, 12).flatmap(
+    lambda pp: st.tuples(st.just(pp), st.integers(pp, 4 * pp + 3), st.integers(1, 4)))  # (pp, m >= pp, v)
+
+
+@given(circular, st.integers(1, 10**6), st.integers(1, 10**6), st.integers(1, 10**6))
+def test_the_circular_charge_is_what_a_walk_of_the_steps_loop_keeps(case, saved, inp, weights):
+    pp, m, v = case
+    got = schedule_memory(pp, m, saved_bytes=saved, input_bytes=inp, weight_bytes=weights, schedule="circular",
+                          virtual=v)
+    for s, (k, walk) in enumerate(zip(got, _run_circular_loop(pp, m, v), strict=True)):
+        assert walk["real"] == v * m and walk["bubble"] == pp - 1  # every stage idles pp - 1 iterations
+        assert k.saved == pytest.approx(walk["saved"] * saved, abs=1)
+        assert k.weights == pytest.approx(walk["weights"] * weights, abs=1)
+        assert k.current == pytest.approx(walk["current"] * (saved + (weights if v > 1 else 0)), abs=1)
+        assert k.buffers == walk["buffers"] * inp and k.total == k.saved + k.buffers + k.weights + k.current
+    # The bubble's inputs are kept too: (pp - 1) / v micro-batches more than GPipe's m.
+    gpipe = schedule_memory(pp, m, saved_bytes=saved, input_bytes=inp, weight_bytes=weights, schedule="gpipe")
+    assert got[0].saved - gpipe[0].saved == pytest.approx((pp - 1) / v * saved, abs=1)
+    assert got[0].weights >= weights  # v = 1 keeps the hoisted slice, v > 1 a slice per iteration
+
+
+@given(schedules, st.sampled_from(SCHEDULES), st.integers(1, 3), st.integers(0, 10**6), st.integers(0, 10**6),
+       st.integers(0, 10**6))
+def test_what_a_schedule_keeps_never_shrinks_with_more_micro_batches(case, schedule, v, saved, inp, weights):
+    pp, m = case
+    v = v if schedule in ("interleaved", "circular") else 1
+    kw = dict(saved_bytes=saved, input_bytes=inp, weight_bytes=weights, schedule=schedule, virtual=v)
+    now, more = schedule_memory(pp, m, **kw), schedule_memory(pp, m + 1, **kw)
+    for a, b in zip(now, more, strict=True):
+        assert b.saved >= a.saved and b.buffers >= a.buffers and b.weights >= a.weights
+    # Megatron's schedules send one micro-batch at a time and keep no weight copies.
+    if WHOLE_BATCH_BUFFERS[schedule] == 0:
+        assert all(k.buffers == 0 == k.weights == k.current for k in now)
+        assert [k.saved for k in now] == [round(f * saved) for f in in_flight(pp, m, schedule=schedule, virtual=v)]
+    # Twice the bytes, twice the charge (to rounding).
+    double = schedule_memory(pp, m, **{**kw, "saved_bytes": 2 * saved, "input_bytes": 2 * inp,
+                                       "weight_bytes": 2 * weights})
+    assert all(abs(d.total - 2 * k.total) <= 4 for d, k in zip(double, now, strict=True))
+
+
+def test_the_circular_step_keeps_the_bubble_whole_batch_buffers_and_weight_slices():
+    # pp=4, m=4, v=2 as the TPU benchmark's third row, in MiB: 11 iterations of half the stage's layers.
+    k = schedule_memory(4, 4, saved_bytes=32, input_bytes=16, weight_bytes=64, schedule="circular", virtual=2)[0]
+    assert (k.saved, k.buffers, k.weights, k.current) == (176, 192 + 32, 352, 16 + 32)
+    one = schedule_memory(4, 4, saved_bytes=32, input_bytes=16, weight_bytes=64, schedule="circular")[0]
+    assert (one.saved, one.buffers, one.weights, one.current) == (224, 224, 64, 32)  # 7 iterations, one copy
+    with pytest.raises(PlanError, match="saved_bytes=-1 must be >= 0"):
+        schedule_memory(4, 4, saved_bytes=-1, input_bytes=1, weight_bytes=1)
 
 
 @given(layers_and_stages, st.integers(0, 10**9), st.integers(0, 10**9), st.integers(0, 10**9),

@@ -14,7 +14,7 @@ from meshplan.pure.cost._pipeline import bubble_fraction, in_flight, stage_layer
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.search._export import maxtext_settings
-from meshplan.pure.search._pipeline_search import search_pipelines
+from meshplan.pure.search._pipeline_search import price_pipeline, search_pipelines
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +213,19 @@ def test_more_headroom_never_admits_a_placement_less_headroom_refuses_nor_a_fast
 def test_a_bad_headroom_is_a_typed_error_naming_it(bad, error):
     with pytest.raises(error, match="headroom"):
         search_pipelines("llama3-8b", "4x8xH100", batch=64, seq=4096, headroom=bad)
+
+
+def test_the_circular_schedule_is_charged_its_bubble_buffers_and_weight_slices():
+    kw = dict(pp=4, stage_layout={"fsdp": 8}, batch=64, seq=4096, micro_batches=8)
+    gpipe = price_pipeline("llama3-8b", "4x8xH100", schedule="gpipe", **kw)
+    one = price_pipeline("llama3-8b", "4x8xH100", schedule="circular", **kw)
+    two = price_pipeline("llama3-8b", "4x8xH100", schedule="circular", virtual=2, **kw)
+    # Same state; GPipe order under autodiff plus the bubble's inputs and three whole-batch buffers (less the
+    # fp32 accumulator the circular loop does not keep), and with v=2 a weight slice per iteration.
+    assert gpipe.memory.params == one.memory.params == two.memory.params
+    assert one.memory.activations > gpipe.memory.activations
+    stage_weights = one.memory.params * 8 // 9  # 8 layers of the stage's 8 plus one of embedding / head, roughly
+    assert two.memory.activations - one.memory.activations >= stage_weights * 8 // 2
+    assert "(MaxText" in one.verdict and "(Megatron-LM)" in price_pipeline(
+        "llama3-8b", "4x8xH100", schedule="1f1b", **kw).verdict
+
