@@ -17,7 +17,10 @@ Run on a GPU machine (one GPU of a kind meshplan ships a description for)::
     XLA_PYTHON_CLIENT_MEM_FRACTION=.95 python benchmarks/bench_deviceless_gpu.py [--jsonl FILE]
 
 ``--deviceless I`` / ``--device I`` run one case and print one JSON line (the driver calls them);
-``--tiny`` swaps the cases for one small one (a smoke test that runs on CPU too).
+``--tiny`` swaps the cases for one small one (a smoke test that runs on CPU too). ``--step-time FILE``
+(any machine) reads a recorded run and prints its measured step times against the step-time model's
+prediction, with the default efficiency and at a flat 0.4: a held-out check of the efficiency curve,
+which was fit on H200 steps only.
 """
 
 from __future__ import annotations
@@ -197,6 +200,34 @@ def drive(tiny: bool, gpu: str, jsonl: str | None, timeout: float) -> None:
         print(f"\nallocator limit on the GPU: {_gib(limit)}")
 
 
+def step_time_table(jsonl: str) -> None:
+    """Measured step times of a recorded run against the predicted ones (default efficiency, and flat 0.4)."""
+    from meshplan.pure import parse_cluster, search_meshes
+    from meshplan.pure.cost import TrainingRecipe
+    from meshplan.pure.search import DEVICE_SPECS
+
+    rows = [json.loads(line) for line in open(jsonl, encoding="utf-8")]
+    print("| model | batch x seq | config | measured s | predicted s | predicted / measured | efficiency | "
+          "implied efficiency | predicted / measured at 0.4 |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        d = row["device"]
+        if "step_s" not in d:
+            continue
+        spec, text, batch, seq, config = _case(d["case"], False)
+        gpu = "H200" if "H200" in d["device_kind"] else "H100"
+        fixed = {"fsdp": 1, "ep": 1} if spec.is_moe else {"fsdp": 1}
+        recipe = TrainingRecipe(remat=config.remat, attention=config.attention, backend="gpu", residual_split=False)
+        curve, flat = (search_meshes(spec, parse_cluster(f"1x1x{gpu}"), axes=tuple(fixed), fixed=fixed, batch=batch,
+                                     seq=seq, recipe=recipe, headroom=0.0, top_k=1, micro_batches=1,
+                                     efficiency=eff).best.step for eff in (None, 0.4))
+        assert curve is not None and flat is not None
+        implied = curve.flops / (d["step_s"] * DEVICE_SPECS[gpu].peak_bf16_flops)
+        print(f"| {spec.name} | {batch}x{seq} | {text} | {d['step_s']:.3f} | {curve.step_s:.3f} | "
+              f"{curve.step_s / d['step_s']:.2f} | {curve.efficiency:.2f} | {implied:.2f} | "
+              f"{flat.step_s / d['step_s']:.2f} |")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--deviceless", type=int, metavar="I", help="compile case I for the described GPU, print JSON")
@@ -205,8 +236,11 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true", help="one small case (a smoke test; runs on CPU too)")
     p.add_argument("--jsonl", help="also write every row's figures here")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds per case and mode")
+    p.add_argument("--step-time", metavar="FILE", help="a recorded run's step times against the step-time model")
     a = p.parse_args()
-    if a.deviceless is not None:
+    if a.step_time is not None:
+        step_time_table(a.step_time)
+    elif a.deviceless is not None:
         print(json.dumps(deviceless(a.deviceless, a.tiny, a.gpu)))
     elif a.device is not None:
         print(json.dumps(device(a.device, a.tiny)))
