@@ -52,7 +52,7 @@ pipelined reference step is the check (``docs/pipeline.md``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from meshplan.pure._check import as_count, as_real
@@ -278,6 +278,7 @@ def search_pipelines(
     efficiency: float | None = None,
     top_k: int = 5,
     headroom: float = 0.1,
+    schedules: Sequence[str] | None = None,
 ) -> PipelineSearch:
     """Rank pipeline layouts (``pp`` outermost) of ``model`` on ``cluster`` (see the module docstring).
 
@@ -291,6 +292,8 @@ def search_pipelines(
       top_k: how many layouts to return.
       headroom: fraction of HBM kept free, as :func:`~meshplan.pure.search_meshes` (``meshplan plan`` passes
         the plan's own: 0.25 for a default jax GPU process), so a stage fits the budget the plan states.
+      schedules: price only these of ``("1f1b", "interleaved", "circular")`` (default: all three). Only
+        ``("circular",)`` gives the layouts meshplan's pipelined step and MaxText can run (and compile).
 
     Returns:
       A :class:`PipelineSearch`: the fastest fitting layout per ``pp`` and placement, fastest first.
@@ -323,10 +326,11 @@ def search_pipelines(
     if as_real(headroom, "headroom", allow_zero=True, error=PlanError) >= 1:
         raise PlanError(f"headroom={headroom!r} must be a fraction in [0, 1).")
     opts = _Options(b, s, recipe, efficiency, _param_split(spec), headroom=float(headroom))
+    wanted = _SEARCHED if schedules is None else _wanted(schedules)
     found: list[MeshCandidate] = []
     left: list[str] = []
     for pp, where, sub, link in _placements(clus, spec.num_layers):
-        got = _best_of(spec, clus, pp, where, sub, link, _schedules(spec, pp), opts)
+        got = _best_of(spec, clus, pp, where, sub, link, [x for x in _schedules(spec, pp) if x[0] in wanted], opts)
         if isinstance(got, str):
             left.append(f"pp={pp} {'over the network' if where == 'dcn' else 'inside each node'}: {got}")
         else:
@@ -338,6 +342,20 @@ def search_pipelines(
 
 def _m_text(m: int, pp: int) -> str:
     return f"m = pp x {m // pp}" if m % pp == 0 else f"m >= pp={pp}"
+
+
+_SEARCHED = ("1f1b", "interleaved", "circular")  # DualPipe needs hand-written kernels: price_pipeline only
+
+
+def _wanted(schedules: object) -> tuple[str, ...]:
+    """``schedules`` checked: a non-empty sequence of searched schedule names."""
+    if isinstance(schedules, str) or not isinstance(schedules, Sequence):
+        raise MeshplanTypeError(f"schedules={schedules!r:.80} must be a sequence of names from {list(_SEARCHED)}.")
+    bad = [x for x in schedules if x not in _SEARCHED]
+    if bad or not schedules:
+        raise PlanError(f"schedules={list(schedules)!r:.80}: search_pipelines prices {list(_SEARCHED)} (at least one)"
+                        "; DualPipe is priced by price_pipeline only.")
+    return tuple(schedules)
 
 
 def _schedules(spec: ModelSpec, pp: int) -> list[tuple[str, int]]:

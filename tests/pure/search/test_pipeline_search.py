@@ -229,3 +229,22 @@ def test_the_circular_schedule_is_charged_its_bubble_buffers_and_weight_slices()
     assert "(MaxText" in one.verdict and "(Megatron-LM)" in price_pipeline(
         "llama3-8b", "4x8xH100", schedule="1f1b", **kw).verdict
 
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.sets(st.sampled_from(["1f1b", "interleaved", "circular"]), min_size=1))
+def test_only_the_schedules_asked_for_are_priced(wanted):
+    found = search_pipelines("llama3-70b", "8x8xH100", batch=64, seq=4096, top_k=20, schedules=sorted(wanted))
+    assert found.candidates
+    assert {c.pipeline.schedule for c in found.candidates} <= wanted
+    every = search_pipelines("llama3-70b", "8x8xH100", batch=64, seq=4096, top_k=20)
+    # Fewer schedules never find a faster layout for a pp and placement.
+    best = {(c.axis_sizes[0], c.dcn_shape[0]): c.step.step_s for c in every.candidates}
+    assert all(c.step.step_s >= best[(c.axis_sizes[0], c.dcn_shape[0])] for c in found.candidates)
+
+
+@pytest.mark.parametrize("bad, error", [(("dualpipe",), PlanError), ((), PlanError), (("gpipe",), PlanError),
+                                        ("circular", MeshplanTypeError), (3, MeshplanTypeError)])
+def test_schedules_the_search_does_not_price_are_typed_errors(bad, error):
+    with pytest.raises(error, match="schedules"):
+        search_pipelines("llama3-8b", "4x8xH100", batch=64, seq=4096, schedules=bad)
