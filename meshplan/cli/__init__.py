@@ -176,7 +176,7 @@ def _plan(args: argparse.Namespace) -> int:
     if why_none is not None:
         _console().print(f"pipeline layouts: {why_none}")
     if found is not None:
-        _show_pipelines(found, result, preset.spec, args, checked)
+        _show_pipelines(found, result, preset.spec, args, headroom, checked)
     if not args.detail:
         _render.render_footer(result, _console(), pipelines=found is not None)
     return 0
@@ -204,25 +204,40 @@ def _search_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: d
     return found, None
 
 
-def _show_pipelines(found: Any, result: Any, spec: Any, args: argparse.Namespace, checked: Any = None) -> None:
+def _show_pipelines(found: Any, result: Any, spec: Any, args: argparse.Namespace, headroom: float,
+                    checked: Any = None) -> None:
     """Print the pipeline layouts after the ranking. Where the plan verified its meshes (``checked``), the
-    layouts shown are compiled too: the summary's one, or the top ``--verify K`` of the ``--detail`` table."""
+    best layouts of the schedule the compiler can check are compiled too: circular, the one meshplan's
+    pipelined step and MaxText run (Megatron's 1F1B has no JAX step to compile); the summary's one, or the
+    top ``--verify K`` under ``--detail``."""
     from meshplan.cli._pipeline import render_pipeline_verification, render_pipelines
 
-    verified = None
-    if checked is not None and checked.compiler and found.candidates:  # no compiler: the plan said what to install
-        from meshplan.cli._verify import verify_pipelines_for_plan
-
-        top = min(args.verify or 3, len(found.candidates)) if args.detail else 1
-        verified = verify_pipelines_for_plan(found, result, spec, args, top=top, spent_s=checked.seconds)
     if args.detail:
-        render_pipelines(found, result, _console(), verified=verified)
+        render_pipelines(found, result, _console())
     else:  # the summary gives the fastest layout in one line; its table is part of --detail
         from meshplan.cli._render import render_pipeline_summary
 
         render_pipeline_summary(found, result, _console())
-    if verified is not None:
-        render_pipeline_verification(verified, _console())
+    if checked is None or not checked.compiler:  # no compiler: the plan said what to install
+        return
+    from meshplan.cli._verify import verify_pipelines_for_plan
+    from meshplan.pure.errors import PlanError
+    from meshplan.pure.search import search_pipelines
+
+    top = (args.verify or 3) if args.detail else 1
+    try:
+        runnable = search_pipelines(spec, result.request.cluster, batch=result.request.batch,
+                                    seq=result.request.seq, recipe=_recipe(args), efficiency=args.efficiency,
+                                    top_k=top, headroom=headroom, schedules=("circular",))
+    except PlanError as err:
+        _console().print(f"pipeline memory: not verified ({err})", markup=False)
+        return
+    if not runnable.candidates:
+        _console().print("pipeline memory: not verified (no circular layout, the schedule meshplan's step "
+                         "compiles, fits the budget)", markup=False)
+        return
+    verified = verify_pipelines_for_plan(runnable, result, spec, args, top=top, spent_s=checked.seconds)
+    render_pipeline_verification(verified, _console())
 
 
 def _user_params(args: argparse.Namespace) -> Any:

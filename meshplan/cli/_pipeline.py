@@ -80,20 +80,20 @@ def render_pipeline_verification(checked: Any, console: Any) -> None:
       >>> console = Console(width=200, record=True, file=io.StringIO())
       >>> render_pipeline_verification(PlanVerification((row,), (), "XLA:CPU", "", 1.0), console)
       >>> print(console.export_text().strip())
-      pipeline #1 pp=2,fsdp=4 (1f1b m=4): exact: compiled peak 4.0 GiB, estimate 3.0 GiB (circular v=1 m=4); compiled as ...
+      pipeline pp=2,fsdp=4 (1f1b m=4): exact: compiled peak 4.0 GiB against the estimate 3.0 GiB (compiled: circular v=1 m=4); compiled as ...
     """
     if checked.note and not checked.compiler:  # no compiler: one line says how to get exact figures
         console.print(f"pipeline memory: {checked.note}", markup=False)
         return
     for r in checked.rows:
         est = "-" if r.analytic_bytes is None else fmt_bytes(r.analytic_bytes)
-        head = f"pipeline #{r.rank} {r.mesh} ({r.schedule})"
+        head = f"pipeline {r.mesh} ({r.schedule})"
         if r.status in ("exact", "over budget") and r.peak_bytes is not None:
             run = "" if r.run_high_bytes is None else f" (a run on the GPU up to {fmt_bytes(r.run_high_bytes)})"
             over = f"{run}; over the {fmt_bytes(r.budget_bytes)} budget" if r.fits is False else run
             what = f"; {r.note}" if r.note else ""
-            console.print(f"{head}: {r.status}: compiled peak {fmt_bytes(r.peak_bytes)}, estimate {est} "
-                          f"({r.compiled_schedule}){over}{what}", markup=False)
+            console.print(f"{head}: {r.status}: compiled peak {fmt_bytes(r.peak_bytes)} against the estimate {est} "
+                          f"(compiled: {r.compiled_schedule}){over}{what}", markup=False)
         else:
             console.print(f"{head}: {r.summary()}", markup=False)
     if checked.compiler and any(r.peak_bytes is not None for r in checked.rows):
