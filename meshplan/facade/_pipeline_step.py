@@ -23,7 +23,17 @@ hence ``m >= P``). The last stage writes the final repeat's outputs into an
 output buffer; the head and loss run after the pipeline, outside the
 ``shard_map``, as in MaxText. Only ``pp`` is manual inside the ``shard_map``;
 the other mesh axes (``dp``, ``fsdp``, ``tp``) stay with the compiler, so the
-batch and the weights inside a stage keep their planned shardings.
+weights inside a stage keep their planned shardings and are gathered per layer
+as the unpipelined step gathers them. The activations are pinned, not left to
+the compiler: every micro-batch-shaped value of the loop (stage input, the
+ring's send, the store and output buffers) and the layers' residual stream are
+laid out as the search lays out a stage's residual stream
+(:func:`~meshplan.pure.specs.activation_layout`: the micro-batch over the batch
+axes ``dp``, ``fsdp``, ``ep``, the hidden dim over ``tp``), and the heads and
+MLP width over ``tp`` as ``reference_step`` pins them; without them XLA kept
+each micro-batch whole on every device of a stage.
+Micro-batch ``i`` is the sequences ``i, i + m, i + 2m, ...``, so the batch's
+own split is each micro-batch's split, with no data moved either way.
 
 Reverse-mode autodiff of this forward pass is the backward pipeline (the
 transpose of a ``ppermute`` is the reverse ``ppermute``), so the gradients are
@@ -58,7 +68,7 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.mesh._pipeline_axis import pipeline_axis
 from meshplan.pure.presets import ModelSpec, build_params
 from meshplan.pure.search._candidate import MeshCandidate
-from meshplan.pure.specs._activation import layer_activation_specs
+from meshplan.pure.specs._activation import activation_layout, layer_activation_specs
 from meshplan.pure.specs._training import optimizer_state_specs
 
 __all__ = ["PipelineStep", "from_stages", "pipeline_step", "to_stages"]
@@ -205,19 +215,20 @@ def _pin(spec: PartitionSpec) -> Callable[[jax.Array], jax.Array]:
 
 
 def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: str, stages: int, m: int, v: int,
-              weight_specs: Any, batch_axes: tuple[str, ...]) -> Callable[[Any, jax.Array], jax.Array]:
+              weight_specs: Any, residual: tuple[Any, ...]) -> Callable[[Any, jax.Array], jax.Array]:
     """``run(stage_weights, x) -> y``: ``x``/``y`` are ``(m, micro_batch, seq, d)``, the schedule of the docstring.
 
     Every micro-batch-shaped value (the input, the store and output buffers, each iteration's stage input and
-    output) is kept split over ``batch_axes`` on its micro-batch dim, as the unpipelined step keeps its batch:
-    the loop's ``where``/``dynamic_update`` selects and the ``ppermute`` otherwise leave XLA free to hold a
-    whole micro-batch on every device (it did: a stage's attention scores and its layer inputs were the
+    output) is kept as ``residual`` (the three entries of a ``(batch, seq, d)`` spec) lays out the residual
+    stream: the micro-batch dim over the batch axes, as the unpipelined step keeps its batch. The loop's
+    ``where``/``dynamic_update`` selects and the ``ppermute`` otherwise leave XLA free to hold a whole
+    micro-batch on every device (it did: a stage's attention scores and its layer inputs were the
     micro-batch's whole on each device, split over ``fsdp`` on the hidden dim instead, if at all).
     """
     ring = [(i, (i + 1) % stages) for i in range(stages)]
     iterations = v * m + stages - 1
-    one = _pin(make_spec(batch_axes or None, None, None))              # (micro_batch, seq, d)
-    every = _pin(make_spec(None, batch_axes or None, None, None))      # (m, micro_batch, seq, d)
+    one = _pin(make_spec(*residual))              # (micro_batch, seq, d)
+    every = _pin(make_spec(None, *residual))      # (m, micro_batch, seq, d)
 
     def stage_layers(x: jax.Array, w: Any) -> jax.Array:
         y, _ = jax.lax.scan(lambda h, p: (layer(h, p), None), x, w)
@@ -275,7 +286,7 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
         # same one copy of x either way; the sum of the copies' gradients is the partitioner's.
         copies = jnp.broadcast_to(x[None], (stages, *x.shape))
         copies = jax.lax.with_sharding_constraint(  # type: ignore[no-untyped-call]
-            copies, NamedSharding(mesh, make_spec(axis, None, batch_axes or None, None, None)))
+            copies, NamedSharding(mesh, make_spec(axis, None, *residual)))
         return run(w, copies)[-1]
 
     return apply
@@ -367,12 +378,18 @@ def pipeline_step(
     state_abstract = jax.tree.map(lambda s, sh: make_struct(s.shape, s.dtype, sharding=sh),
                                   (params, opt_state), state_shardings)
     bspec = make_spec(axes or None, None)
-    residual = make_spec(axes or None, None, None)  # (batch, seq, d): the batch over its axes, as reference_step
+    # The residual stream (batch, seq, d) as the search lays out a stage's (activation_layout, what its memory
+    # model charges): the batch over its axes and the hidden dim over tp (else the sequence, where tp divides
+    # it), so each iteration's saved stage inputs are split over tp too.
+    layout = activation_layout(inner_sizes, batch=batch, seq=seq, hidden=spec.hidden_size, vocab=spec.vocab_size,
+                               batch_axes=axes, seq_axes=())
+    entries = (*tuple(layout.specs["residual"]), None, None, None)[:3]
+    residual = make_spec(*entries)
     tokens = make_struct((batch, seq), jnp.int32, sharding=sharding(bspec))
     batch_abstract = {"inputs": tokens, "targets": tokens}
 
-    # Inside a stage the layer is the unpipelined step's (reference_step's): its residual stream split over the
-    # batch axes, its heads and MLP width over tp; bare specs, as the shard_map's mesh has pp manual.
+    # Inside a stage the layer is constrained as reference_step constrains a planned one: its residual stream as
+    # above, its heads and MLP width over tp; bare specs, as the shard_map's mesh has pp manual.
     inner_specs = layer_activation_specs(inner_sizes, bspec, heads=spec.num_heads,
                                          kv_heads=spec.num_heads if spec.mla is not None else spec.num_kv_heads,
                                          mlp=spec.intermediate_size)
@@ -380,11 +397,12 @@ def pipeline_step(
                                    capacity_factor=config.capacity_factor, constrain=_pin(residual),
                                    constrain_experts=rm.same,
                                    inner={name: _pin(p) for name, p in inner_specs.items()}), config.remat, scan=True)
-    run = _pipeline(layer, mesh, axis, stages, m, v, manual_specs, axes)
-    micro = make_spec(None, axes or None, None, None)
+    run = _pipeline(layer, mesh, axis, stages, m, v, manual_specs, entries)
+    micro = make_spec(None, *entries)
 
     def forward_loss(p: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
-        x = jax.lax.with_sharding_constraint(rm.embed(p, inputs, spec, cdt), sharding(residual))  # type: ignore[no-untyped-call]
+        x = rm.embed(p, inputs, spec, cdt)
+        x = jax.lax.with_sharding_constraint(x, sharding(residual))  # type: ignore[no-untyped-call]
         # Micro-batch i is the sequences i, i + m, i + 2m, ...: the batch split over its axes in blocks of
         # batch/ways sequences is then each micro-batch split the same way, with no data moved (a contiguous
         # split would give each device whole micro-batches, to be re-split by an all-to-all), and the
