@@ -401,7 +401,11 @@ def pipeline_step(
     micro = make_spec(None, *entries)
 
     def forward_loss(p: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+        # The batch split first, then the hidden dim's (a local slice): straight from the embedding gather's
+        # layout (hidden over fsdp) to the residual's, XLA:GPU's partitioner replicates the whole batch's
+        # embeddings ("involuntary full rematerialization", bf16[64,4096,8192] for llama3-70b).
         x = rm.embed(p, inputs, spec, cdt)
+        x = jax.lax.with_sharding_constraint(x, sharding(make_spec(*bspec, None)))  # type: ignore[no-untyped-call]
         x = jax.lax.with_sharding_constraint(x, sharding(residual))  # type: ignore[no-untyped-call]
         # Micro-batch i is the sequences i, i + m, i + 2m, ...: the batch split over its axes in blocks of
         # batch/ways sequences is then each micro-batch split the same way, with no data moved (a contiguous
