@@ -23,7 +23,17 @@ hence ``m >= P``). The last stage writes the final repeat's outputs into an
 output buffer; the head and loss run after the pipeline, outside the
 ``shard_map``, as in MaxText. Only ``pp`` is manual inside the ``shard_map``;
 the other mesh axes (``dp``, ``fsdp``, ``tp``) stay with the compiler, so the
-batch and the weights inside a stage keep their planned shardings.
+weights inside a stage keep their planned shardings and are gathered per layer
+as the unpipelined step gathers them. The activations are pinned, not left to
+the compiler: every micro-batch-shaped value of the loop (stage input, the
+ring's send, the store and output buffers) and the layers' residual stream are
+laid out as the search lays out a stage's residual stream
+(:func:`~meshplan.pure.specs.activation_layout`: the micro-batch over the batch
+axes ``dp``, ``fsdp``, ``ep``, the hidden dim over ``tp``), and the heads and
+MLP width over ``tp`` as ``reference_step`` pins them; without them XLA kept
+each micro-batch whole on every device of a stage.
+Micro-batch ``i`` is the sequences ``i, i + m, i + 2m, ...``, so the batch's
+own split is each micro-batch's split, with no data moved either way.
 
 Reverse-mode autodiff of this forward pass is the backward pipeline (the
 transpose of a ``ppermute`` is the reverse ``ppermute``), so the gradients are
@@ -58,6 +68,7 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.mesh._pipeline_axis import pipeline_axis
 from meshplan.pure.presets import ModelSpec, build_params
 from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.specs._activation import activation_layout, layer_activation_specs
 from meshplan.pure.specs._training import optimizer_state_specs
 
 __all__ = ["PipelineStep", "from_stages", "pipeline_step", "to_stages"]
@@ -190,11 +201,34 @@ def _check(spec: ModelSpec, sizes: dict[str, int], axis: str | None, batch: int,
         raise PlanError(f"pipelined step for {spec.name!r}: " + "; ".join(problems) + ".")
 
 
+def _pin(spec: PartitionSpec) -> Callable[[jax.Array], jax.Array]:
+    """A sharding constraint by a bare PartitionSpec, for use inside the ``shard_map``.
+
+    jax resolves a bare spec against the mesh in context; inside the ``shard_map`` that is its mesh with
+    ``pp`` manual, so the spec may name only the other (auto) axes, and does: the batch axes, ``tp``.
+    """
+    def apply(x: jax.Array) -> jax.Array:
+        out: jax.Array = jax.lax.with_sharding_constraint(x, spec)  # type: ignore[no-untyped-call]
+        return out
+
+    return apply
+
+
 def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: str, stages: int, m: int, v: int,
-              weight_specs: Any) -> Callable[[Any, jax.Array], jax.Array]:
-    """``run(stage_weights, x) -> y``: ``x``/``y`` are ``(m, micro_batch, seq, d)``, the schedule of the docstring."""
+              weight_specs: Any, residual: tuple[Any, ...]) -> Callable[[Any, jax.Array], jax.Array]:
+    """``run(stage_weights, x) -> y``: ``x``/``y`` are ``(m, micro_batch, seq, d)``, the schedule of the docstring.
+
+    Every micro-batch-shaped value (the input, the store and output buffers, each iteration's stage input and
+    output) is kept as ``residual`` (the three entries of a ``(batch, seq, d)`` spec) lays out the residual
+    stream: the micro-batch dim over the batch axes, as the unpipelined step keeps its batch. The loop's
+    ``where``/``dynamic_update`` selects and the ``ppermute`` otherwise leave XLA free to hold a whole
+    micro-batch on every device (it did: a stage's attention scores and its layer inputs were the
+    micro-batch's whole on each device, split over ``fsdp`` on the hidden dim instead, if at all).
+    """
     ring = [(i, (i + 1) % stages) for i in range(stages)]
     iterations = v * m + stages - 1
+    one = _pin(make_spec(*residual))              # (micro_batch, seq, d)
+    every = _pin(make_spec(None, *residual))      # (m, micro_batch, seq, d)
 
     def stage_layers(x: jax.Array, w: Any) -> jax.Array:
         y, _ = jax.lax.scan(lambda h, p: (layer(h, p), None), x, w)
@@ -212,28 +246,29 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
     def per_device(w: Any, x: jax.Array) -> jax.Array:
         # w: (v, 1, per_stage, ...) this stage's layers for every repeat; x: (1, m, ...) all m micro-batches.
         w = jax.tree.map(lambda a: a[:, 0], w)
-        x = x[0]
+        x = every(x[0])
         s = jax.lax.axis_index(axis)
         # x is this stage's own copy (varying over pp), so are the buffers made from it.
-        zero = jnp.zeros_like(x[0])
-        store, out = jnp.zeros_like(x), jnp.zeros_like(x)
+        zero = one(jnp.zeros_like(x[0]))
+        store, out = every(jnp.zeros_like(x)), every(jnp.zeros_like(x))
 
         def body(carry: tuple[jax.Array, jax.Array, jax.Array], t: jax.Array) -> Any:
             incoming, store, out = carry
+            incoming = one(incoming)
             # Stage 0 keeps what the last stage sent (item t - P) until it is due (item t - P + m).
             back = t - stages
-            store = jnp.where((s == 0) & (back >= 0),
-                              jax.lax.dynamic_update_index_in_dim(store, incoming, back % m, 0), store)
+            store = every(jnp.where((s == 0) & (back >= 0),
+                                    jax.lax.dynamic_update_index_in_dim(store, incoming, back % m, 0), store))
             fresh = jax.lax.dynamic_index_in_dim(x, jnp.minimum(t, m - 1), 0, keepdims=False)
             again = jax.lax.dynamic_index_in_dim(store, t % m, 0, keepdims=False)
             first_in = jnp.where(t < m, fresh, again)
-            inp = jnp.where(s == 0, first_in, incoming)
+            inp = one(jnp.where(s == 0, first_in, incoming))
             w_item = t - s
             repeat = jnp.clip(w_item // m, 0, v - 1)
-            y = this_repeat(w, inp, repeat)
+            y = one(this_repeat(w, inp, repeat))
             done = (s == stages - 1) & (w_item >= (v - 1) * m) & (w_item < v * m)
-            out = jnp.where(done, jax.lax.dynamic_update_index_in_dim(out, y, w_item % m, 0), out)
-            sent = jax.lax.ppermute(y, axis, ring)  # type: ignore[no-untyped-call]  # jax leaves it unannotated
+            out = every(jnp.where(done, jax.lax.dynamic_update_index_in_dim(out, y, w_item % m, 0), out))
+            sent = one(jax.lax.ppermute(y, axis, ring))  # type: ignore[no-untyped-call]  # unannotated in jax
             return (sent, store, out), None
 
         (_, _, out), _ = jax.lax.scan(body, (zero, store, out), jnp.arange(iterations))
@@ -249,7 +284,10 @@ def _pipeline(layer: Callable[[jax.Array, Any], jax.Array], mesh: Mesh, axis: st
         # a psum inside the shard_map, which XLA:CPU fails to compile in bf16 (its all-reduce promotion meets
         # the reducer's sharding constraint: "Invalid binary instruction opcode copy"). Per device it is the
         # same one copy of x either way; the sum of the copies' gradients is the partitioner's.
-        return run(w, jnp.broadcast_to(x[None], (stages, *x.shape)))[-1]
+        copies = jnp.broadcast_to(x[None], (stages, *x.shape))
+        copies = jax.lax.with_sharding_constraint(  # type: ignore[no-untyped-call]
+            copies, NamedSharding(mesh, make_spec(axis, None, *residual)))
+        return run(w, copies)[-1]
 
     return apply
 
@@ -340,20 +378,44 @@ def pipeline_step(
     state_abstract = jax.tree.map(lambda s, sh: make_struct(s.shape, s.dtype, sharding=sh),
                                   (params, opt_state), state_shardings)
     bspec = make_spec(axes or None, None)
+    # The residual stream (batch, seq, d) as the search lays out a stage's (activation_layout, what its memory
+    # model charges): the batch over its axes and the hidden dim over tp (else the sequence, where tp divides
+    # it), so each iteration's saved stage inputs are split over tp too.
+    layout = activation_layout(inner_sizes, batch=batch, seq=seq, hidden=spec.hidden_size, vocab=spec.vocab_size,
+                               batch_axes=axes, seq_axes=())
+    entries = (*tuple(layout.specs["residual"]), None, None, None)[:3]
+    residual = make_spec(*entries)
     tokens = make_struct((batch, seq), jnp.int32, sharding=sharding(bspec))
     batch_abstract = {"inputs": tokens, "targets": tokens}
 
+    # Inside a stage the layer is constrained as reference_step constrains a planned one: its residual stream as
+    # above, its heads and MLP width over tp; bare specs, as the shard_map's mesh has pp manual.
+    inner_specs = layer_activation_specs(inner_sizes, bspec, heads=spec.num_heads,
+                                         kv_heads=spec.num_heads if spec.mla is not None else spec.num_kv_heads,
+                                         mlp=spec.intermediate_size)
     layer = ref._remat(rm.layer_fn(spec, moe_layer=False, dtype=cdt, attention_kind=config.attention,
-                                   capacity_factor=config.capacity_factor, constrain=rm.same,
-                                   constrain_experts=rm.same), config.remat, scan=True)
-    run = _pipeline(layer, mesh, axis, stages, m, v, manual_specs)
-    micro = make_spec(None, axes or None, None, None)
+                                   capacity_factor=config.capacity_factor, constrain=_pin(residual),
+                                   constrain_experts=rm.same,
+                                   inner={name: _pin(p) for name, p in inner_specs.items()}), config.remat, scan=True)
+    run = _pipeline(layer, mesh, axis, stages, m, v, manual_specs, entries)
+    micro = make_spec(None, *entries)
 
     def forward_loss(p: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+        # The batch split first, then the hidden dim's (a local slice): straight from the embedding gather's
+        # layout (hidden over fsdp) to the residual's, XLA:GPU's partitioner replicates the whole batch's
+        # embeddings ("involuntary full rematerialization", bf16[64,4096,8192] for llama3-70b).
         x = rm.embed(p, inputs, spec, cdt)
-        x = x.reshape(m, batch // m, seq, x.shape[-1])
+        x = jax.lax.with_sharding_constraint(x, sharding(make_spec(*bspec, None)))  # type: ignore[no-untyped-call]
+        x = jax.lax.with_sharding_constraint(x, sharding(residual))  # type: ignore[no-untyped-call]
+        # Micro-batch i is the sequences i, i + m, i + 2m, ...: the batch split over its axes in blocks of
+        # batch/ways sequences is then each micro-batch split the same way, with no data moved (a contiguous
+        # split would give each device whole micro-batches, to be re-split by an all-to-all), and the
+        # pipeline's output goes back to the batch's own split for the head and loss by the inverse reshape.
+        # The loss is a sum over sequences, so which sequence runs in which micro-batch changes nothing else.
+        x = x.reshape(batch // m, m, seq, x.shape[-1]).swapaxes(0, 1)
         x = jax.lax.with_sharding_constraint(x, sharding(micro))  # type: ignore[no-untyped-call]
-        y = run(_layers(p, spec), x).reshape(batch, seq, -1)
+        y = run(_layers(p, spec), x).swapaxes(0, 1).reshape(batch, seq, -1)
+        y = jax.lax.with_sharding_constraint(y, sharding(residual))  # type: ignore[no-untyped-call]
         y = rm.final_norm(p, y, spec)
         total = rm.loss_from_hidden(y, targets, rm.head_weight(p, spec), cdt, vocab_tiles=1,
                                     constrain_chunk=rm.same)

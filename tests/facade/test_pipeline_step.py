@@ -205,3 +205,37 @@ def test_autodiff_keeps_what_the_circular_schedule_model_charges(repeats):
                         weight_bytes=nbytes(layers) // 4, schedule="circular", virtual=repeats)[0]
     assert (kept["saved"] // 4, kept["weights"] // 4) == (k.saved, k.weights)
     assert k.saved > 4 * (8 // 4) * one_input  # the bubble's iterations are kept too, not only m micro-batches
+
+
+@pytest.mark.parametrize("sizes, m", [({"pp": 2, "fsdp": 4}, 2), ({"pp": 2, "dp": 2, "tp": 2}, 4)])
+def test_a_stage_keeps_the_micro_batch_split_over_the_batch_axes(sizes, m):
+    # The compiled step's every buffer with a sequence dim (activations, attention scores, logits: the per-device
+    # HLO shapes) holds micro_batch / ways sequences in the stage, batch / ways outside it: none the whole
+    # micro-batch or the whole batch. Before the stage pinned its batch split, XLA kept the micro-batch whole in
+    # the stage and split the hidden dim over fsdp instead (f32[2,2,12,40,8] layer inputs) or nothing over dp
+    # (f32[2,2,6,40,32]), as it did at full size with the whole batch's logits for the loss (llama3-70b on
+    # pp=4 x fsdp=8 x tp=2: f32[64,4096,64128] per device). Sizes are picked so that the micro-batch, the batch
+    # and the sequence are no other dim (m differs from the batch ways, so batch / ways is not the micro-batch).
+    import re
+
+    batch, seq = 24, 40
+    ways = sizes.get("fsdp", 1) * sizes.get("dp", 1)
+    step = pipeline_step(TINY, _mesh(sizes), batch=batch, seq=seq, micro_batches=m, repeats=2)
+    hlo = step.lower().compile().as_text()
+    shapes = {tuple(int(d) for d in dims.split(",")) for dims in re.findall(r"\b[a-z]+\d*\[([\d,]+)\]", hlo)}
+    with_seq = {s for s in shapes if seq in s}
+    whole = sorted(s for s in with_seq if batch // m in s or batch in s)
+    assert not whole, f"buffers with the whole micro-batch ({batch // m}) or batch ({batch}): {whole[:8]}"
+    assert any(batch // m // ways in s[:s.index(seq)] for s in with_seq)  # the stage's split micro-batch is there
+
+
+def test_stages_split_over_fsdp_or_dp_and_tp_give_the_same_loss(pipelined):
+    # The batch and residual constraints inside the stage move data, never change it: the forward loss on
+    # pp=2 stages split over fsdp=4, or over dp=2 x tp=2 (the hidden dim of the stage inputs over tp), is the
+    # pp=4 x dp=2 step's (itself checked against the unpipelined step above).
+    params, data = _params(7), _batch(8)
+    want = pipelined.loss(to_stages(params, TINY, stages=4, repeats=2), data)
+    for sizes in ({"pp": 2, "fsdp": 4}, {"pp": 2, "dp": 2, "tp": 2}):
+        step = pipeline_step(TINY, _mesh(sizes), batch=BATCH, seq=SEQ, micro_batches=2, repeats=2, config=FP32_SGD)
+        got = step.loss(to_stages(params, TINY, stages=2, repeats=2), data)
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=str(sizes))
