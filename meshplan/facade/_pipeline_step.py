@@ -377,12 +377,13 @@ def pipeline_step(
     state_shardings = jax.tree.map(sharding, (param_specs, opt_specs), is_leaf=is_spec)
     state_abstract = jax.tree.map(lambda s, sh: make_struct(s.shape, s.dtype, sharding=sh),
                                   (params, opt_state), state_shardings)
-    bspec = make_spec(axes or None, None)
+    seq_axis = "sp" if inner_sizes.get("sp", 1) > 1 else None
+    bspec = make_spec(axes or None, seq_axis)  # the tokens: batch over its axes, the sequence over sp
     # The residual stream (batch, seq, d) as the search lays out a stage's (activation_layout, what its memory
     # model charges): the batch over its axes and the hidden dim over tp (else the sequence, where tp divides
     # it), so each iteration's saved stage inputs are split over tp too.
     layout = activation_layout(inner_sizes, batch=batch, seq=seq, hidden=spec.hidden_size, vocab=spec.vocab_size,
-                               batch_axes=axes, seq_axes=())
+                               batch_axes=axes, seq_axes=(seq_axis,) if seq_axis else ())
     entries = (*tuple(layout.specs["residual"]), None, None, None)[:3]
     residual = make_spec(*entries)
     tokens = make_struct((batch, seq), jnp.int32, sharding=sharding(bspec))

@@ -231,11 +231,12 @@ def test_a_stage_keeps_the_micro_batch_split_over_the_batch_axes(sizes, m):
 
 def test_stages_split_over_fsdp_or_dp_and_tp_give_the_same_loss(pipelined):
     # The batch and residual constraints inside the stage move data, never change it: the forward loss on
-    # pp=2 stages split over fsdp=4, or over dp=2 x tp=2 (the hidden dim of the stage inputs over tp), is the
-    # pp=4 x dp=2 step's (itself checked against the unpipelined step above).
+    # pp=2 stages split over fsdp=4, over dp=2 x tp=2 (the hidden dim of the stage inputs over tp), or over
+    # sp=2 x tp=2 (the sequence over sp), is the pp=4 x dp=2 step's (itself checked against the unpipelined
+    # step above).
     params, data = _params(7), _batch(8)
     want = pipelined.loss(to_stages(params, TINY, stages=4, repeats=2), data)
-    for sizes in ({"pp": 2, "fsdp": 4}, {"pp": 2, "dp": 2, "tp": 2}):
+    for sizes in ({"pp": 2, "fsdp": 4}, {"pp": 2, "dp": 2, "tp": 2}, {"pp": 2, "sp": 2, "tp": 2}):
         step = pipeline_step(TINY, _mesh(sizes), batch=BATCH, seq=SEQ, micro_batches=2, repeats=2, config=FP32_SGD)
         got = step.loss(to_stages(params, TINY, stages=2, repeats=2), data)
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=str(sizes))

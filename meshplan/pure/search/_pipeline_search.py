@@ -186,9 +186,15 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
                                    weight_bytes=round(layers_here * layer_b * scale), schedule=schedule, virtual=v),
                    key=lambda k: k.total)
         # The circular loop accumulates the stage's gradients in the weights' dtype: no fp32 accumulator.
-        accum = parts["accumulator"] if schedule == "circular" and c.memory.phase == "backward" else 0
+        backward = schedule == "circular" and c.memory.phase == "backward"
+        accum = parts["accumulator"] if backward else 0
+        # Its head and loss run once, after the pipeline, on the whole local batch (as MaxText's): the fp32
+        # gradient of those logits (batch / batch ways x seq / sp x vocab / tp) stays live through the
+        # pipeline's backward, where the stage's peak is (XLA:GPU, llama3-70b on 8x8xH100: f32[4,4096,64128]).
+        logits = ((batch // ways) * (seq // sizes.get("sp", 1)) * -(-spec.vocab_size // sizes.get("tp", 1)) * 4
+                  if backward else 0)
         # activations=False (the fit counts the state only) adds none.
-        more = kept.total - saved - accum if o.activations else 0
+        more = kept.total - saved - accum + logits if o.activations else 0
         mem = dataclasses.replace(c.memory, activations=max(0, c.memory.activations + more))
         mem = _schedule_state(_zero_state(mem, c.mesh_shape, o.zero), schedule)
         if not mem.fits or c.step is None:

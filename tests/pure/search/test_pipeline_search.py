@@ -248,3 +248,4 @@ def test_only_the_schedules_asked_for_are_priced(wanted):
 def test_schedules_the_search_does_not_price_are_typed_errors(bad, error):
     with pytest.raises(error, match="schedules"):
         search_pipelines("llama3-8b", "4x8xH100", batch=64, seq=4096, schedules=bad)
+
