@@ -237,6 +237,9 @@ def _show_pipelines(found: Any, result: Any, spec: Any, args: argparse.Namespace
                          "compiles, fits the budget)", markup=False)
         return
     verified = verify_pipelines_for_plan(runnable, result, spec, args, top=top, spent_s=checked.seconds)
+    layouts = "layouts" if top > 1 else "layout"
+    _console().print(f"Compiled: the best circular {layouts} (the schedule meshplan's pipelined step and MaxText "
+                     "run; Megatron's 1F1B has no JAX step to compile):", markup=False)
     render_pipeline_verification(verified, _console())
 
 

@@ -89,11 +89,12 @@ def render_pipeline_verification(checked: Any, console: Any) -> None:
         est = "-" if r.analytic_bytes is None else fmt_bytes(r.analytic_bytes)
         head = f"pipeline {r.mesh} ({r.schedule})"
         if r.status in ("exact", "over budget") and r.peak_bytes is not None:
-            run = "" if r.run_high_bytes is None else f" (a run on the GPU up to {fmt_bytes(r.run_high_bytes)})"
+            run = "" if r.run_high_bytes is None else f"; a run on the GPU up to {fmt_bytes(r.run_high_bytes)}"
             over = f"{run}; over the {fmt_bytes(r.budget_bytes)} budget" if r.fits is False else run
-            what = f"; {r.note}" if r.note else ""
-            console.print(f"{head}: {r.status}: compiled peak {fmt_bytes(r.peak_bytes)} against the estimate {est} "
-                          f"(compiled: {r.compiled_schedule}){over}{what}", markup=False)
+            # Name the compiled schedule only where it is not the row's own (a Megatron row compiled as circular).
+            what = f" (compiled: {r.compiled_schedule}){over}; {r.note}" if r.note else over
+            console.print(f"{head}: {r.status}: compiled peak {fmt_bytes(r.peak_bytes)} against the estimate {est}"
+                          f"{what}", markup=False)
         else:
             console.print(f"{head}: {r.summary()}", markup=False)
     if checked.compiler and any(r.peak_bytes is not None for r in checked.rows):

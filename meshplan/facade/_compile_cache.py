@@ -4,8 +4,9 @@ An entry is keyed by everything that changes the compiled program: the model's
 dims, the cluster, the mesh and its DCN split, the plan's parameter and batch
 specs, the reference config (remat, attention, optimizer, micro-batches, ...),
 batch and sequence, the target, the compiler versions (jax, jaxlib, libtpu, the
-CUDA plugin) and, for a GPU with no GPU, the target description's text. The
-key is the SHA-256 of that JSON; the entry is JSON (no pickles: the directory is
+CUDA plugin), for a GPU with no GPU the target description's text, and a
+digest of meshplan's own source (which builds the step). The key is the
+SHA-256 of that JSON; the entry is JSON (no pickles: the directory is
 the user's, and a file there must never run code).
 
 Where: ``$MESHPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/meshplan``, else
@@ -18,6 +19,7 @@ ignored and rewritten by the next compile.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -71,6 +73,19 @@ def _plan_facts(plan: Any) -> Any:
     return data
 
 
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """SHA-256 of meshplan's own Python source: the step a job compiles is built by it (the reference and
+    pipelined steps, the rules that lay out its parameters), so a changed meshplan never reads figures
+    compiled by another. Read once per process (about 150 files)."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def job_key(job: CompileJob) -> str:
     """The SHA-256 (hex) of everything in ``job`` and the installed compilers that changes the program.
 
@@ -101,6 +116,7 @@ def job_key(job: CompileJob) -> str:
         "config": dataclasses.asdict(job.config),
         "target": job.target, "target_description": target_text,
         "compilers": _versions(),
+        "meshplan": _source_digest(),
     }
     if job.pipeline is not None:  # the pipelined step (m, v); unpipelined jobs keep the keys they had
         facts["pipeline"] = list(job.pipeline)
