@@ -85,7 +85,6 @@ def deviceless(index: int, tiny: bool, gpu: str) -> dict[str, Any]:
 def device(index: int, tiny: bool) -> dict[str, Any]:
     """Compile case ``index`` for the local device, then run it: XLA's figures, the allocator's peak, the step."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import AxisType, Mesh
 
@@ -112,21 +111,10 @@ def device(index: int, tiny: bool) -> dict[str, Any]:
     mem = meshplan.compiled_memory(ref.fn, *ref.args, top_buffers=0)
     out.update(_mem(mem))
     try:
-        state_abs, batch_abs = ref.args
-        zeros = jax.jit(lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (state_abs, batch_abs)),
-                        out_shardings=jax.tree.map(lambda s: s.sharding, (state_abs, batch_abs)))
-        state, data = zeros()
-        compiled = ref.fn.lower(*ref.args).compile()
-        state, _ = compiled(state, data)  # warm-up
-        jax.block_until_ready(state)
-        start = time.perf_counter()
-        for _ in range(3):
-            state, metrics = compiled(state, data)
-        jax.block_until_ready((state, metrics))
-        out["step_s"] = (time.perf_counter() - start) / 3
-        stats = dev.memory_stats() or {}
-        out["real_peak"] = stats.get("peak_bytes_in_use")
-        out["bytes_limit"] = stats.get("bytes_limit")
+        from bench_compiled import run_real  # the same run: zeros, a warm-up, 3 timed steps, the allocator's peak
+
+        out["real_peak"], out["step_s"] = run_real(ref)
+        out["bytes_limit"] = (dev.memory_stats() or {}).get("bytes_limit")
     except Exception as err:  # noqa: BLE001 -- the allocator's own out-of-memory is this case's answer
         out["run_error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
         stats = dev.memory_stats() or {}
@@ -184,7 +172,7 @@ def drive(tiny: bool, gpu: str, jsonl: str | None, timeout: float) -> None:
             if out:
                 out.write(json.dumps({"device": d, "deviceless": dl}) + "\n")
                 out.flush()
-            real = d.get("real_peak") if "run_error" not in d else None
+            real = (d.get("real_peak") or None) if "run_error" not in d else None  # 0: no allocator (CPU)
             real_text = _gib(real) if real else ("fails: " + d["run_error"][:60] if "run_error" in d else "-")
             print("| " + " | ".join([
                 d.get("model", "?"), d.get("batch_seq", "?"), d.get("config", "?"), _gib(d.get("estimate")),
