@@ -5,7 +5,7 @@ Run (on a machine with one NVIDIA GPU): ``python benchmarks/bench_step_time_gpu.
 For every case (model, batch x seq, remat, attention) it
 
 - asks the search for the one-device mesh (``search_meshes(..., fixed={"fsdp": 1})`` on
-  ``1x1xH200``): the *predicted* step is the candidate's ``step.step_s`` (FLOPs at the device's
+  ``1x1x<the local GPU>``, H200 or H100): the *predicted* step is the candidate's ``step.step_s`` (FLOPs at the device's
   peak bf16 FLOP/s times the default efficiency; one device, so no communication);
 - builds the reference train step (:func:`meshplan.facade._reference.reference_step`: scanned
   layers, donated state, AdamW with fp32 state, bf16 weights and compute) and runs it on zeros:
@@ -35,7 +35,12 @@ from meshplan.pure import search_meshes
 from meshplan.pure.search import DEVICE_SPECS
 from meshplan.pure.cost._recipe import TrainingRecipe
 
-CLUSTER = "1x1xH200"
+
+
+def local_gpu() -> str:
+    """The catalogue name of this process's GPU (the step runs on it; the prediction is for it)."""
+    kind = jax.devices()[0].device_kind
+    return "H200" if "H200" in kind else "H100" if "H100" in kind else "H200"  # (H200: the rows recorded so far)
 
 # (model, layers or None for full size, batch, seq, remat, attention)
 CASES: tuple[tuple[str, int | None, int, int, str, str], ...] = (
@@ -70,14 +75,15 @@ def run_case(name: str, layers: int | None, batch: int, seq: int, remat: str, at
     spec = scaled(name, layers)
     fixed = {"fsdp": 1, "ep": 1} if spec.is_moe else {"fsdp": 1}
     recipe = TrainingRecipe(remat=remat, attention=attention, backend="gpu", residual_split=False)
-    cand = search_meshes(spec, CLUSTER, axes=tuple(fixed), fixed=fixed, batch=batch, seq=seq, recipe=recipe,
+    gpu = local_gpu()
+    cand = search_meshes(spec, f"1x1x{gpu}", axes=tuple(fixed), fixed=fixed, batch=batch, seq=seq, recipe=recipe,
                          headroom=0.0, top_k=1, micro_batches=1).best
     assert cand.step is not None
     mesh = jax.make_mesh(tuple(fixed.values()), tuple(fixed), axis_types=(jax.sharding.AxisType.Auto,) * len(fixed))
     ref = reference_step(spec, mesh, batch=batch, seq=seq, plan=cand,
                          config=ReferenceConfig(remat=remat, attention=attention))
     measured = measure(ref)
-    peak = DEVICE_SPECS["H200"].peak_bf16_flops
+    peak = DEVICE_SPECS[gpu].peak_bf16_flops
     return {"model": spec.name, "batch": batch, "seq": seq, "remat": remat, "attention": attention,
             "predicted_s": cand.step.step_s, "measured_s": measured, "ratio": cand.step.step_s / measured,
             "flops": cand.step.flops, "efficiency": cand.step.efficiency,
