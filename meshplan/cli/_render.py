@@ -114,15 +114,18 @@ def render_footer(result: SearchResult, console: Any, *, pipelines: bool = False
 def render_pipeline_summary(found: Any, result: SearchResult, console: Any) -> None:
     """One line for the pipeline layouts (a :class:`~meshplan.pure.search.PipelineSearch`): the fastest one
     against the best unpipelined mesh; ``--detail`` prints their table (:mod:`meshplan.cli._pipeline`)."""
-    top = next((c for c in found.candidates if c.step is not None and c.pipeline is not None), None)
-    if top is None:
+    from meshplan.pure.search._pipeline_summary import pipeline_layouts, pipeline_rows
+
+    layouts = pipeline_layouts(found)
+    if not layouts:
         console.print("\n[bold]Pipelined[/bold] (pp outermost): no layout fits"
                       + (f" ({found.left_out[0]})" if found.left_out else ""))
         return
-    best = result.best.step
-    versus = "" if best is None else f", {top.step.step_s / best.step_s:.2f}x the best unpipelined step"
-    console.print(f"\n[bold]Pipelined[/bold] (pp outermost): best {top.text}, {seconds(top.step.step_s)} "
-                  f"(estimate), bubble {top.pipeline.bubble:.1%}{versus}; --detail lists "
+    # The table's own cells (the same step, bubble and ratio the --detail table and the reports show).
+    row = pipeline_rows(found, result)[0]
+    versus = f", {row['versus']} the best unpipelined step" if row["versus"] else ""
+    console.print(f"\n[bold]Pipelined[/bold] (pp outermost): best {layouts[0].text}, {row['step']} "
+                  f"(estimate), bubble {row['bubble']}{versus}; --detail lists "
                   f"{len(found.candidates)} layout{'s' if len(found.candidates) != 1 else ''}.")
 
 

@@ -73,6 +73,25 @@ def test_plan_verify_compiles_the_best_circular_layout_against_its_own_estimate(
     assert "compiling the pipelined step of" in err and f"on {circular.text} (circular" in err
 
 
+def test_plan_says_why_no_pipeline_is_compiled_when_no_circular_layout_exists(capsys, tmp_path, monkeypatch) -> None:
+    # 7 layers: no pp in 2, 4 divides them, so Megatron's 1F1B layouts are shown but the circular step (pp x v
+    # dividing the layers) has none to compile; the plan says so instead of compiling a schedule it does not run.
+    import json
+
+    monkeypatch.setenv("MESHPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_TINY_LLAMA, "num_hidden_layers": 7}))
+    code = cli.main(["plan", "--model", str(path), "--cluster", "1x8xH100", "--batch", "8", "--seq", "8",
+                     "--verify", "1", "--target", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "Pipelined (pp outermost): best pp=" in text
+    assert "pipeline memory: not verified (no circular layout, the schedule meshplan's step compiles, fits the " \
+           "budget)" in text
+    assert "compiling the pipelined step" not in err
+
+
 def test_plan_compiles_no_pipeline_without_pipelines_or_verification(capsys, tmp_path, monkeypatch) -> None:
     from meshplan.facade import _verify_pipeline
 
