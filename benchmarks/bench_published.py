@@ -365,6 +365,29 @@ class PipelineComparison:
     ranked: int
     best_text: str
     best_step_s: float | None
+    peak_bytes: int | None = None  # the fullest stage's estimated peak per device (fitting or not)
+    budget_bytes: int | None = None  # HBM less the search's headroom
+
+
+def stage_peak(run: PipelineRun, kwargs: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The fullest stage's estimated peak per device and the budget it is held to, fitting or not.
+
+    An "over" verdict alone hides whether the layout misses by a gigabyte or by half the HBM. The
+    layout is priced again on the same device with four times the HBM (so the stage search keeps it) and
+    its memory read back: the state the peak phase holds plus the activations; the budget is the real
+    device's HBM less the search's 10% headroom. ``None`` where even that prices nothing.
+    """
+    from meshplan.pure.search import price_pipeline
+
+    spec, cluster = PIPELINE_MODELS[run.model], _cluster(run.cluster)
+    roomy = dataclasses.replace(cluster, device=dataclasses.replace(cluster.device,
+                                                                    hbm_bytes=4 * cluster.device.hbm_bytes))
+    try:
+        m = price_pipeline(spec, roomy, **kwargs).memory
+    except PlanError:
+        return None
+    peak = m.params + (m.grads if m.grads_live else 0) + m.optimizer + m.activations
+    return peak, round(cluster.device.hbm_bytes * 0.9)
 
 
 def _pipeline_recipe(run: PipelineRun, cluster: Cluster) -> TrainingRecipe:
@@ -408,12 +431,26 @@ def compare_pipeline(run: PipelineRun) -> PipelineComparison:
     rank = None
     if pinned is not None and pinned.step is not None and mem == "fits":
         rank = 1 + sum(1 for s, _ in steps if s < pinned.step.step_s)
-    return PipelineComparison(run, mem, pinned, reason, rank, len(steps), best_text, best_step)
+    peak = stage_peak(run, kwargs)
+    return PipelineComparison(run, mem, pinned, reason, rank, len(steps), best_text, best_step,
+                              *(peak if peak is not None else (None, None)))
 
 
 PIPELINE_COLUMNS: tuple[str, ...] = (
     "run", "cluster", "batch x seq", "published layout", "schedule priced", "mem", "m", "bubble", "pred step",
-    "pub step", "pred/pub tok/s", "implied eff", "rank", "meshplan best", "best step")
+    "pub step", "pred/pub tok/s", "implied eff", "rank", "alt remat", "meshplan best", "best step")
+
+
+def alt_remat_cell(run: PipelineRun) -> str:
+    """The run under the other reading of its recompute (:data:`ALT_REMAT`): fit, pred/pub tok/s, rank."""
+    alt = ALT_REMAT[run.remat]
+    c = compare_pipeline(dataclasses.replace(run, remat=alt))
+    p = c.pinned
+    if p is None or p.step is None:
+        return f"{alt}: {c.mem}"
+    pub_step = run.batch * run.seq / (run.tokens_per_s * _cluster(run.cluster).num_devices)
+    rank = "" if c.rank is None else f", {c.rank}/{c.ranked}"
+    return f"{alt}: {c.mem}, {pub_step / p.step.step_s:.2f}{rank}"
 
 
 def implied_efficiency(p: MeshCandidate, pub_step: float) -> float | None:
@@ -432,6 +469,12 @@ def implied_efficiency(p: MeshCandidate, pub_step: float) -> float | None:
     return p.step.efficiency * c / room if room > 0 else None
 
 
+def _mem_cell(c: PipelineComparison) -> str:
+    if c.peak_bytes is None or c.budget_bytes is None:
+        return c.mem
+    return f"{c.mem} ({c.peak_bytes / 1e9:.1f} of {c.budget_bytes / 1e9:.1f} GB)"
+
+
 def pipeline_row(c: PipelineComparison) -> tuple[str, ...]:
     """One row of the pipeline table, in :data:`PIPELINE_COLUMNS` order."""
     run, p = c.run, c.pinned
@@ -440,14 +483,14 @@ def pipeline_row(c: PipelineComparison) -> tuple[str, ...]:
     layout = f"pp={run.pp}," + ",".join(f"{a}={n}" for a, n in run.stage_layout.items())
     sched = run.schedule + (f" v={run.virtual}" if run.virtual > 1 else "")
     if p is None or p.step is None or p.pipeline is None:
-        return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, c.mem, "-", "-", "-",
-                f"{pub_step:.2f} s", "-", "-", "-", c.best_text,
+        return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, _mem_cell(c), "-", "-", "-",
+                f"{pub_step:.2f} s", "-", "-", "-", alt_remat_cell(run), c.best_text,
                 "-" if c.best_step_s is None else f"{c.best_step_s:.2f} s")
-    return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, c.mem, str(p.pipeline.micro_batches),
+    return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, _mem_cell(c), str(p.pipeline.micro_batches),
             f"{p.pipeline.bubble:.1%}", f"{p.step.step_s:.2f} s", f"{pub_step:.2f} s",
             f"{pub_step / p.step.step_s:.2f}",
             "-" if (e := implied_efficiency(p, pub_step)) is None else f"{e:.2f}",
-            "-" if c.rank is None else f"{c.rank}/{c.ranked}", c.best_text,
+            "-" if c.rank is None else f"{c.rank}/{c.ranked}", alt_remat_cell(run), c.best_text,
             "-" if c.best_step_s is None else f"{c.best_step_s:.2f} s")
 
 
@@ -457,8 +500,10 @@ PIPELINE_LEGEND = (
     " step / predicted step (> 1: meshplan predicts faster); implied eff = the efficiency at which the predicted"
     " step equals the published one, bubble, exposed communication and sends as priced (priced: the default,"
     " 0.49-0.60 by hidden size); rank among search_pipelines' layouts (best per pp and placement) and"
-    " search_meshes' fitting meshes, by predicted step; mem 'over': meshplan's memory model"
-    " rejects the published layout, priced with the state only (no rank).")
+    " search_meshes' fitting meshes, by predicted step; mem: the fullest stage's estimated peak per device against"
+    " HBM less 10% (stage_peak); 'over': meshplan's memory model rejects the published layout, whose step is then"
+    " priced with the state only (no rank); alt remat: the same under the other reading of the run's recompute"
+    " (ALT_REMAT: fit, pred/pub tok/s, rank).")
 
 
 def _print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[str]) -> None:
