@@ -365,6 +365,7 @@ class PipelineComparison:
     ranked: int
     best_text: str
     best_step_s: float | None
+    steps: tuple[float, ...] = ()  # every ranked layout's predicted step, fastest first
 
 
 def _pipeline_recipe(run: PipelineRun, cluster: Cluster) -> TrainingRecipe:
@@ -372,11 +373,14 @@ def _pipeline_recipe(run: PipelineRun, cluster: Cluster) -> TrainingRecipe:
     return TrainingRecipe(remat=run.remat, attention="flash", backend=backend)
 
 
-def compare_pipeline(run: PipelineRun) -> PipelineComparison:
-    """Price ``run``'s published pipeline layout and rank it among meshplan's layouts (pipelined or not)."""
+def compare_pipeline(run: PipelineRun, *, models: Mapping[str, ModelSpec] = PIPELINE_MODELS) -> PipelineComparison:
+    """Price ``run``'s published pipeline layout and rank it among meshplan's layouts (pipelined or not).
+
+    ``models`` maps ``run.model`` to its :class:`ModelSpec` (another script's models: Table 2's GPTs).
+    """
     from meshplan.pure.search import price_pipeline, search_pipelines
 
-    spec, cluster = PIPELINE_MODELS[run.model], _cluster(run.cluster)
+    spec, cluster = models[run.model], _cluster(run.cluster)
     recipe = _pipeline_recipe(run, cluster)
     kwargs: dict[str, Any] = {"pp": run.pp, "stage_layout": run.stage_layout, "batch": run.batch, "seq": run.seq,
                               "schedule": run.schedule, "virtual": run.virtual, "micro_batches": run.micro_batches,
@@ -408,7 +412,8 @@ def compare_pipeline(run: PipelineRun) -> PipelineComparison:
     rank = None
     if pinned is not None and pinned.step is not None and mem == "fits":
         rank = 1 + sum(1 for s, _ in steps if s < pinned.step.step_s)
-    return PipelineComparison(run, mem, pinned, reason, rank, len(steps), best_text, best_step)
+    return PipelineComparison(run, mem, pinned, reason, rank, len(steps), best_text, best_step,
+                              tuple(s for s, _ in steps))
 
 
 PIPELINE_COLUMNS: tuple[str, ...] = (
