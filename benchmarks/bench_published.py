@@ -367,9 +367,11 @@ class PipelineComparison:
     best_step_s: float | None
     peak_bytes: int | None = None  # the fullest stage's estimated peak per device (fitting or not)
     budget_bytes: int | None = None  # HBM less the search's headroom
+    steps: tuple[float, ...] = ()  # every ranked layout's predicted step, fastest first
 
 
-def stage_peak(run: PipelineRun, kwargs: Mapping[str, Any]) -> tuple[int, int] | None:
+def stage_peak(run: PipelineRun, kwargs: Mapping[str, Any],
+               models: Mapping[str, ModelSpec] | None = None) -> tuple[int, int] | None:
     """The fullest stage's estimated peak per device and the budget it is held to, fitting or not.
 
     An "over" verdict alone hides whether the layout misses by a gigabyte or by half the HBM. The
@@ -379,7 +381,7 @@ def stage_peak(run: PipelineRun, kwargs: Mapping[str, Any]) -> tuple[int, int] |
     """
     from meshplan.pure.search import price_pipeline
 
-    spec, cluster = PIPELINE_MODELS[run.model], _cluster(run.cluster)
+    spec, cluster = (PIPELINE_MODELS if models is None else models)[run.model], _cluster(run.cluster)
     roomy = dataclasses.replace(cluster, device=dataclasses.replace(cluster.device,
                                                                     hbm_bytes=4 * cluster.device.hbm_bytes))
     try:
@@ -395,11 +397,14 @@ def _pipeline_recipe(run: PipelineRun, cluster: Cluster) -> TrainingRecipe:
     return TrainingRecipe(remat=run.remat, attention="flash", backend=backend)
 
 
-def compare_pipeline(run: PipelineRun) -> PipelineComparison:
-    """Price ``run``'s published pipeline layout and rank it among meshplan's layouts (pipelined or not)."""
+def compare_pipeline(run: PipelineRun, *, models: Mapping[str, ModelSpec] = PIPELINE_MODELS) -> PipelineComparison:
+    """Price ``run``'s published pipeline layout and rank it among meshplan's layouts (pipelined or not).
+
+    ``models`` maps ``run.model`` to its :class:`ModelSpec` (another script's models: Table 2's GPTs).
+    """
     from meshplan.pure.search import price_pipeline, search_pipelines
 
-    spec, cluster = PIPELINE_MODELS[run.model], _cluster(run.cluster)
+    spec, cluster = models[run.model], _cluster(run.cluster)
     recipe = _pipeline_recipe(run, cluster)
     kwargs: dict[str, Any] = {"pp": run.pp, "stage_layout": run.stage_layout, "batch": run.batch, "seq": run.seq,
                               "schedule": run.schedule, "virtual": run.virtual, "micro_batches": run.micro_batches,
@@ -431,9 +436,9 @@ def compare_pipeline(run: PipelineRun) -> PipelineComparison:
     rank = None
     if pinned is not None and pinned.step is not None and mem == "fits":
         rank = 1 + sum(1 for s, _ in steps if s < pinned.step.step_s)
-    peak = stage_peak(run, kwargs)
+    peak = stage_peak(run, kwargs, models)
     return PipelineComparison(run, mem, pinned, reason, rank, len(steps), best_text, best_step,
-                              *(peak if peak is not None else (None, None)))
+                              *(peak if peak is not None else (None, None)), tuple(s for s, _ in steps))
 
 
 PIPELINE_COLUMNS: tuple[str, ...] = (
