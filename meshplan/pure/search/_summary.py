@@ -33,8 +33,8 @@ from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.search._export import maxtext_settings
 from meshplan.pure.search._result import SearchResult
 
-__all__ = ["RANK_COLUMNS", "Column", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags", "memory_range",
-           "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
+__all__ = ["RANK_COLUMNS", "Column", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
+           "memory_range", "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
 
 
 class Column(NamedTuple):
