@@ -13,17 +13,17 @@ experts, their recompute and tp repeats) and everything else at bf16, as the FP8
 
 So the attention core (``Q K^T``, ``P V``), the output head (the logits) and the MoE dispatch/combine einsums
 stay at the bf16 peak. The MoE router (gating) is counted with the weight matmuls, though DeepSeek keeps it in
-bf16: it is ``hidden x experts`` per token, 0.3% of DeepSeek-V3's active weights, not worth a FLOPs term of
-its own.
+bf16: it is ``hidden x experts`` per token, 0.3% of a DeepSeek-V3 MoE layer's weight matmuls (Mixtral's:
+0.01%), not worth a FLOPs term of its own.
 
 The FP8 matmuls run at ``peak_fp8_flops x efficiency x`` :data:`FP8_EFFICIENCY_RATIO`, ``efficiency`` being the
 bf16 one in effect (the default curve or ``--efficiency``). MFU stays defined against the bf16 peak (the
-model's FLOPs over ``step x devices x peak_bf16_flops``), as torchtitan and DeepSeek report it, so an FP8 step
-can show an MFU above what bf16 could sustain.
+model's FLOPs over ``step x devices x peak_bf16_flops``), as torchtitan computes it for its Float8 runs too, so
+an FP8 step can show an MFU above what bf16 could sustain.
 
 **Saved activations are unchanged.** DeepSeek-V3 caches a Linear's input in FP8 for its weight gradient and
-Transformer Engine does too, but torchao's ``Float8Linear`` saves the high-precision input and casts it again in
-the backward (``matmul_with_hp_or_float8_args``). Either way the memory model does not hold those inputs apart:
+Transformer Engine does too, but torchao's ``Float8Linear`` (today's ``matmul_with_hp_or_float8_args``) saves
+the high-precision input and casts it again in the backward. Either way the memory model does not hold those inputs apart:
 remat ``full`` saves the layer's bf16 input (a norm's input, no matmul's), ``offload`` nothing, and ``none`` /
 ``dots`` price their saved tensors as one fitted multiple of named pieces
 (:func:`~meshplan.pure.cost._step_memory.activation_parts`). Charging 1 byte for the matmul inputs among them
