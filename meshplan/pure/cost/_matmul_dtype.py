@@ -23,9 +23,9 @@ an FP8 step can show an MFU above what bf16 could sustain.
 
 **Saved activations are unchanged.** DeepSeek-V3 caches a Linear's input in FP8 for its weight gradient and
 Transformer Engine does too, but torchao's ``Float8Linear`` (today's ``matmul_with_hp_or_float8_args``) saves
-the high-precision input and casts it again in the backward. Either way the memory model does not hold those inputs apart:
-remat ``full`` saves the layer's bf16 input (a norm's input, no matmul's), ``offload`` nothing, and ``none`` /
-``dots`` price their saved tensors as one fitted multiple of named pieces
+the high-precision input and casts it again in the backward. Either way the memory model does not hold those
+inputs apart: remat ``full`` saves the layer's bf16 input (a norm's input, no matmul's), ``offload`` nothing,
+and ``none`` / ``dots`` price their saved tensors as one fitted multiple of named pieces
 (:func:`~meshplan.pure.cost._step_memory.activation_parts`). Charging 1 byte for the matmul inputs among them
 would need those pieces split and the coefficients refitted on FP8 compiles.
 
@@ -51,8 +51,8 @@ FP8_EFFICIENCY_RATIO: float = 0.75
 """The fraction of its peak an FP8 weight matmul sustains, over the fraction a bf16 one does: an FP8 step's weight
 matmuls run at ``peak_fp8_flops x FP8_EFFICIENCY_RATIO x`` the bf16 efficiency. Placeholder, to be measured:
 calibrated on nothing yet; the figure is to come from FP8 against bf16 GEMM throughput measured on an H100 at
-the shapes of the presets' projections. (FP8 GEMMs sustain a smaller share of a peak twice as high: the
-casts and scales, and the shapes that fill the bf16 units leave the FP8 ones partly idle.)"""
+the shapes of the presets' projections. (Expected below 1, not measured: the scaling casts cost time, and a
+shape that keeps the bf16 units busy can leave the twice-as-fast FP8 units waiting on memory.)"""
 
 
 def fp8_peak(device: DeviceSpec, matmul_dtype: str) -> float | None:
@@ -97,4 +97,3 @@ dense FP8 peak (DeviceSpec(..., peak_fp8_flops=...)).
 def _fp8_devices() -> list[str]:
     """The names in :data:`DEVICE_SPECS` with an FP8 peak, sorted."""
     return sorted(name for name, spec in DEVICE_SPECS.items() if spec.peak_fp8_flops is not None)
-
