@@ -130,3 +130,15 @@ def test_an_fp8_pipeline_stage_is_priced_faster() -> None:
     assert a.step is not None and b.step is not None
     assert b.step.compute_s < a.step.compute_s and b.step.step_s < a.step.step_s
     assert b.memory == a.memory and b.pipeline == a.pipeline
+
+
+@settings(max_examples=examples(8), deadline=None)
+@given(st.sampled_from(MODELS), st.sampled_from(("2x8xH100", "4x8xH200")), st.integers(1, 4),
+       st.sampled_from(("none", "full")))
+def test_an_fp8_search_shows_the_head_of_its_full_ranking(model: str, cluster: str, k: int, remat: str) -> None:
+    # The search prices only the meshes whose compute-only floor can still rank; with FP8 weight matmuls
+    # the floor falls with the step, so the pruned search must still agree with pricing every mesh.
+    kw = dict(batch=32, seq=1024, recipe=TrainingRecipe(remat=remat, matmul_dtype="float8"))
+    full = search_meshes(model, cluster, top_k=10_000, **kw)  # type: ignore[arg-type]
+    few = search_meshes(model, cluster, top_k=k, **kw)  # type: ignore[arg-type]
+    assert few.candidates == full.candidates[:k]
