@@ -14,7 +14,9 @@ parallelism layout, what was measured, where it was published) the script asks
 
 Nothing is fitted to these runs: every prediction uses the documented default
 efficiency (``meshplan.pure.cost._flops.default_efficiency``: on GPU a curve in the
-hidden size fit on single-H200 steps only, 0.41 at 4096 and 0.50 at 8192; 0.5 on TPU). Axis names map data -> dp, fsdp -> fsdp, tensor -> tp,
+hidden size fit on single-H200 steps only, 0.41 at 4096 and 0.50 at 8192; 0.5 on TPU). Runs whose sources
+say their GEMMs are FP8 (``matmul_dtype="float8"``) have their weight matmuls priced at the FP8 peak, at
+``FP8_EFFICIENCY_RATIO`` times that efficiency. Axis names map data -> dp, fsdp -> fsdp, tensor -> tp,
 expert -> ep, context/sequence -> sp. Runs that use pipeline parallelism are in
 :data:`PIPELINE_RUNS` (a second table, ``--pipeline-only`` prints it alone): their
 published layout is priced by :func:`meshplan.pure.search.price_pipeline` and
@@ -53,7 +55,7 @@ from meshplan.pure.cost._flops import DEFAULT_EFFICIENCY
 from meshplan.pure.presets import MODEL_SPECS, ModelSpec
 from meshplan.pure.search import DEVICE_SPECS, TrainingRecipe
 
-# H800: the export H100 (same SXM compute, 989 TFLOP/s dense bf16) with NVLink cut to 400 GB/s
+# H800: the export H100 (same SXM compute, 989 TFLOP/s dense bf16, 1979 dense FP8) with NVLink cut to 400 GB/s
 # bidirectional, i.e. 200 GB/s per direction where meshplan's H100 has 450 GB/s (NVIDIA H800
 # product brief); the InfiniBand per GPU in DeepSeek's cluster is 400 Gb/s = 50 GB/s, as for H100.
 H800 = dataclasses.replace(DEVICE_SPECS["H100"], name="H800", intra_bandwidth=200e9)
@@ -82,6 +84,8 @@ class PublishedRun:
       mfu: published MFU, if stated.
       notes: precision, remat and layout details that meshplan does not model.
       source: URL and commit the numbers come from.
+      matmul_dtype: what the run's weight matmuls ran in, as the source says: ``"float8"`` (priced at the
+        FP8 peak) or ``"bfloat16"``.
     """
 
     key: str
@@ -95,6 +99,7 @@ class PublishedRun:
     mfu: float | None
     notes: str
     source: str
+    matmul_dtype: str = "bfloat16"
 
 
 _TT = ("https://github.com/pytorch/torchtitan/blob/820504e20d1149fbf0b98c567af24c4b0433b22d/"
@@ -112,13 +117,13 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     PublishedRun("tt-8b-128xH100", "llama3-8b", "16x8xH100", 256, 8192, {"fsdp": 128}, "dots", 5605.0, None,
                  "torchtitan FSDP2 eager bf16, selective AC, 500 W H100", _TT + " Table 3"),
     PublishedRun("tt-70b-256xH100", "llama3-70b", "32x8xH100", 512, 8192, {"fsdp": 32, "tp": 8}, "full", 829.0,
-                 None, "torchtitan FSDP 32 x TP 8, torch.compile + Float8 linears, full AC, 500 W H100",
-                 _TT + " Table 4"),
+                 None, "torchtitan FSDP 32 x TP 8, torch.compile + Float8 linears (priced fp8), full AC, 500 W H100",
+                 _TT + " Table 4", "float8"),
     PublishedRun("trainy-8b-32xH200", "llama3-8b", "4x8xH200", 64, 8192, {"fsdp": 32}, "dots", 10938.0, None,
-                 "torchtitan FSDP, torch.compile + Float8 (fp8 all-gather), AC per llama3_8b.toml (selective)",
-                 _TRAINY),
+                 "torchtitan FSDP, torch.compile + Float8 (priced fp8; its fp8 all-gather is priced bf16), AC per "
+                 "llama3_8b.toml (selective)", _TRAINY, "float8"),
     PublishedRun("trainy-8b-64xH200", "llama3-8b", "8x8xH200", 128, 8192, {"fsdp": 64}, "dots", 10753.0, None,
-                 "as above on 8 nodes", _TRAINY),
+                 "as above on 8 nodes", _TRAINY, "float8"),
     PublishedRun("mt-8b-v6e-256", "llama3-8b", "v6e-256", 1024, 8192, {"fsdp": 256}, "offload", 7207.0, 0.4546,
                  "MaxText bf16, per-device batch 4, custom remat (offloads layer input and q/k/v/out "
                  "projections to host), flash attention", _MT_TIERS + "; layout " + _MT_CFG),
@@ -130,10 +135,11 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
                  "(offload), all 256 chips fsdp (no ep)", _MT_TIERS + "; layout " + _MT_CFG
                  + " mixtral_8x7b_dropped"),
     PublishedRun("dsv3-2048xH800", "deepseek-v3", "256x8xH800", 15360, 4096, None, "dots", 1543.0, None,
-                 "DeepSeek-V3: PP 16 x EP 64 (across 8 nodes) x ZeRO-1 DP, FP8 GEMMs, DualPipe; "
+                 "DeepSeek-V3: PP 16 x EP 64 (across 8 nodes) x ZeRO-1 DP, FP8 GEMMs (priced fp8), DualPipe; "
                  "180K H800 GPU-hours per trillion tokens = 1543 tokens/s/GPU; batch ramps 3072 -> 15360, "
                  "priced at 15360; recompute of RMSNorm and MLA up-projections only",
-                 "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, 4.2, Table 1)"),
+                 "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, 4.2, Table 1)",
+                 "float8"),
 )
 """Published runs with the measured tokens/s per device. Pipeline runs carry ``layout=None`` here and are priced in :data:`PIPELINE_RUNS`."""
 
@@ -171,7 +177,8 @@ def _search(run: PublishedRun, fixed: Mapping[str, int] | None, activations: boo
     cluster = _cluster(run.cluster)
     backend = "tpu" if cluster.device.ici_scope == "slice" else "gpu"
     # Every published run uses a flash-attention kernel (torchtitan SDPA, MaxText splash).
-    recipe = TrainingRecipe(remat=remat or run.remat, attention="flash", backend=backend)
+    recipe = TrainingRecipe(remat=remat or run.remat, attention="flash", backend=backend,
+                            matmul_dtype=run.matmul_dtype)
     return search_meshes(run.model, cluster, batch=run.batch, seq=run.seq, axes=_axes(run.model),
                          fixed=fixed, recipe=recipe, activations=activations, top_k=top_k)
 
@@ -302,6 +309,7 @@ class PipelineRun:
       micro_batches: the published micro-batch count, or ``None`` when not stated (meshplan chooses).
       tokens_per_s: published (or derived from published TFLOP/s) tokens/s per device.
       zero: the run's optimizer sharding over ``dp`` (``price_pipeline``'s ``zero``: 0, 1 or 2).
+      matmul_dtype: as :class:`PublishedRun`.
     """
 
     key: str
@@ -319,6 +327,7 @@ class PipelineRun:
     notes: str
     source: str
     zero: int = 0
+    matmul_dtype: str = "bfloat16"
 
 
 PIPELINE_RUNS: tuple[PipelineRun, ...] = (
@@ -345,10 +354,10 @@ PIPELINE_RUNS: tuple[PipelineRun, ...] = (
     PipelineRun("dsv3-pp16-2048xH800", "deepseek-v3", "256x8xH800", 15360, 4096, 16, {"dp": 2, "ep": 64},
                 "dualpipe", 1, None, "dots", 1e12 / (180e3 * 3600),
                 "PP 16 x EP 64 (8 nodes) x ZeRO-1 DP 2 per stage, DualPipe (its bubble, 2x parameters, PP+1 "
-                "activations and all-to-alls hidden under the paired chunk's compute), FP8 GEMMs (priced bf16); "
+                "activations and all-to-alls hidden under the paired chunk's compute), FP8 GEMMs (priced fp8); "
                 "180K H800 GPU-hours per trillion tokens; micro-batch size not published (m chosen)",
                 "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, Table 1); "
-                "github.com/deepseek-ai/DualPipe README (3da1bbe)", 1),
+                "github.com/deepseek-ai/DualPipe README (3da1bbe)", 1, "float8"),
 )
 """Published pipeline-parallel runs (layout, batch, measured throughput, source)."""
 
@@ -394,7 +403,7 @@ def stage_peak(run: PipelineRun, kwargs: Mapping[str, Any],
 
 def _pipeline_recipe(run: PipelineRun, cluster: Cluster) -> TrainingRecipe:
     backend = "tpu" if cluster.device.ici_scope == "slice" else "gpu"
-    return TrainingRecipe(remat=run.remat, attention="flash", backend=backend)
+    return TrainingRecipe(remat=run.remat, attention="flash", backend=backend, matmul_dtype=run.matmul_dtype)
 
 
 def compare_pipeline(run: PipelineRun, *, models: Mapping[str, ModelSpec] = PIPELINE_MODELS) -> PipelineComparison:
@@ -504,7 +513,8 @@ PIPELINE_LEGEND = (
     " the stage mesh pinned, m = the fastest of pp x (1, 2, 4, 8) unless published); pred/pub tok/s = published"
     " step / predicted step (> 1: meshplan predicts faster); implied eff = the efficiency at which the predicted"
     " step equals the published one, bubble, exposed communication and sends as priced (priced: the default,"
-    " 0.49-0.60 by hidden size); rank among search_pipelines' layouts (best per pp and placement) and"
+    " 0.49-0.60 by hidden size; an fp8 run's weight matmuls at FP8_EFFICIENCY_RATIO x it of the FP8 peak);"
+    " rank among search_pipelines' layouts (best per pp and placement) and"
     " search_meshes' fitting meshes, by predicted step; mem: the fullest stage's estimated peak per device against"
     " HBM less 10% (stage_peak); 'over': meshplan's memory model rejects the published layout, whose step is then"
     " priced with the state only (no rank); alt remat: the same under the other reading of the run's recompute"

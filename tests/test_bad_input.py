@@ -344,6 +344,12 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("TrainingRecipe.from_dict unknown key", lambda: search.TrainingRecipe.from_dict({"remat_": "full"}), E.PlanError,
      "unknown keys ['remat_']"),
     ("TrainingRecipe remat array", lambda: search.TrainingRecipe(remat=ARR), E.PlanError, "remat=array"),
+    ("TrainingRecipe matmul_dtype array", lambda: search.TrainingRecipe(matmul_dtype=ARR), E.PlanError,
+     "matmul_dtype=array"),
+    ("search_meshes float8 on A100", lambda: search.search_meshes(
+        "gpt2", "8xA100", batch=8, seq=256, recipe=search.TrainingRecipe(matmul_dtype="float8")), E.PlanError,
+     "'A100-80GB' has no peak_fp8_flops"),
+    ("fp8_peak device None", lambda: pure.cost.fp8_peak(None, "float8"), E.MeshplanTypeError, "device=None"),
     ("layer_dims model None", lambda: search.layer_dims(None), E.MeshplanTypeError, "model=None"),
     ("layer_dims capacity_factor nan", lambda: search.layer_dims(presets.MODEL_SPECS["gpt2"],
                                                                  capacity_factor=float("nan")), E.PlanError,

@@ -105,3 +105,17 @@ def test_the_implied_efficiency_reprices_the_run_to_its_published_step() -> None
     assert e is not None and 0.4 < e < 1
     again = price_pipeline(spec, cluster, efficiency=e, **kw)
     assert again.step is not None and again.step.step_s == pytest.approx(pub, rel=0.01)
+
+
+@pytest.mark.parametrize("run", RUNS + PIPELINE_RUNS, ids=[r.key for r in RUNS + PIPELINE_RUNS])
+def test_a_run_whose_source_says_fp8_is_priced_fp8_on_a_device_that_has_it(run) -> None:
+    from meshplan.pure.cost import MATMUL_DTYPES, fp8_peak
+
+    assert run.matmul_dtype in MATMUL_DTYPES
+    says_fp8 = "fp8 gemm" in run.notes.lower() or "float8 linears" in run.notes.lower() or (
+        "float8" in run.notes.lower() and "without float8" not in run.notes.lower())
+    trainy = run.source == bench_published._TRAINY  # "as above on 8 nodes": the 32-GPU run's recipe
+    assert (run.matmul_dtype == "float8") == (says_fp8 or trainy), run.notes
+    if run.matmul_dtype == "float8":
+        assert "(priced bf16)" not in run.notes
+        assert fp8_peak(bench_published._cluster(run.cluster).device, "float8") is not None

@@ -413,6 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--efficiency", type=_args.fraction("peak FLOP/s"), metavar="F",
                       help="fraction of peak bf16 FLOP/s the matmuls sustain (default: 0.5 on TPU; on GPU "
                            "0.662 x h / (h + 2587), h the hidden size: 0.15 at 768, 0.41 at 4096, 0.50 at 8192)")
+    from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO, MATMUL_DTYPES
+
+    plan.add_argument("--matmul-dtype", default="bfloat16", choices=MATMUL_DTYPES,
+                      help="what the weight matmuls run in: bfloat16 (default) or float8, priced at the device's "
+                           f"FP8 peak at {FP8_EFFICIENCY_RATIO:g} x the bf16 efficiency (torchao Float8Linear, "
+                           "DeepSeek-V3, Transformer Engine; attention and the output head stay bf16); a device "
+                           "with no FP8 peak (A100, TPUs) refuses float8")
     plan.add_argument("--rank", default="time", choices=("time", "comm"),
                       help="order meshes by predicted step time (default) or by communication seconds alone")
     plan.add_argument("--dtype", "--weight-dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),

@@ -15,7 +15,7 @@ from meshplan.pure import Cluster, MeshCandidate, SearchResult
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
 from meshplan.pure.search import Spread, describe_spread, peak_bounds
-from meshplan.pure.search._summary import seconds, spread_of
+from meshplan.pure.search._summary import compute_rate, seconds, spread_of
 
 __all__ = ["render_detail"]
 
@@ -33,7 +33,7 @@ def render_detail(result: SearchResult, console: Any) -> None:
                  f"rule {req.rule}")),
         ("priced", (f"{req.recipe.describe()}; params, grads and optimizer exact, activations calibrated against "
                    f"{CALIBRATIONS[calibration_key(req.recipe)].source} (set with --remat, --attention, "
-                   "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles)")),
+                   "--optimizer, --weight-dtype, --micro-batches, --vocab-tiles, --matmul-dtype)")),
         ("spread", describe_spread(req.recipe)),
     ))
     console.print("\n[bold]Verdicts[/bold]")
@@ -52,7 +52,7 @@ def render_detail(result: SearchResult, console: Any) -> None:
         for r in result.rejections:
             what = "mesh" if r.count == 1 else "meshes"
             console.print(f"  - {r.example} [dim]({r.count} {what}, {r.kind})[/dim]")
-    _chosen_detail(result.best, req.cluster, console, spread)
+    _chosen_detail(result.best, req.cluster, console, spread, req.recipe.matmul_dtype)
 
 
 def _facts(console: Any, rows: tuple[tuple[str, str], ...]) -> None:
@@ -67,7 +67,8 @@ def _facts(console: Any, rows: tuple[tuple[str, str], ...]) -> None:
     console.print(grid)
 
 
-def _chosen_detail(best: MeshCandidate, cluster: Cluster, console: Any, spread: Spread | None) -> None:
+def _chosen_detail(best: MeshCandidate, cluster: Cluster, console: Any, spread: Spread | None,
+                   matmul_dtype: str = "bfloat16") -> None:
     from rich.table import Table
 
     unit = cluster.ici_domain_name
@@ -102,8 +103,9 @@ def _chosen_detail(best: MeshCandidate, cluster: Cluster, console: Any, spread: 
                       f"(no peak FLOP/s for {cluster.device.name!r}: DeviceSpec(peak_bf16_flops=...))")
     elif best.step is not None:
         st = best.step
+        rate = compute_rate(st.efficiency, matmul_dtype)
         console.print(f"Predicted step: {seconds(st.step_s)} = compute {seconds(st.compute_s)} "
-                      f"({st.flops:.3g} FLOPs/device at {st.efficiency:.0%} of peak) + exposed communication "
+                      f"({st.flops:.3g} FLOPs/device{rate}) + exposed communication "
                       f"{seconds(st.exposed_s)}; {st.tokens_per_s:,.0f} tokens/s/device, MFU {st.mfu:.1%} "
                       "(set with --efficiency; --rank comm orders by communication alone)")
     comm = Table(title=f"Step communication (alpha-beta estimate): {seconds(best.step_comm_s)}")

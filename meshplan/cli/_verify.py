@@ -45,10 +45,12 @@ def training_recipe(args: Any, *, backend: str | None = None) -> Any:
     ``backend`` ``None``: the cluster's compiler, which the search fills in."""
     from meshplan.pure.search import TrainingRecipe
 
+    # --matmul-dtype is plan's alone: check compiles the reference step, whose matmuls are bf16.
     return TrainingRecipe(weight_dtype=args.dtype, optimizer=args.optimizer,
                           master_weights=getattr(args, "master_weights", False), remat=args.remat,
                           attention=args.attention, micro_batches=args.micro_batches or 1,
-                          vocab_tiles=args.vocab_tiles, backend=backend)
+                          vocab_tiles=args.vocab_tiles, backend=backend,
+                          matmul_dtype=getattr(args, "matmul_dtype", "bfloat16"))
 
 
 def reference_config(args: Any, param_dtype: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from meshplan import cli
 from meshplan.pure import SearchResult, search_meshes
+from meshplan.pure.cost import FP8_EFFICIENCY_RATIO
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,3 +154,38 @@ def test_plan_states_the_recorded_spread_and_which_ranked_meshes_it_would_push_o
     # A plan with room to spare at the high end names no mesh.
     roomy = _run("plan", "--model", "gpt2", "--cluster", "v6e-8", "--detail", "--no-verify").stdout
     assert "peak at the recorded spread" in roomy and "highest recorded ratio" not in roomy
+
+
+def test_plan_matmul_dtype_float8_prices_fp8_weight_matmuls_and_says_so(capsys) -> None:
+    base = ["plan", "--model", "llama3-8b", "--cluster", "2x8xH100", "--batch", "32", "--seq", "4096",
+            "--no-verify", "--no-pipeline"]
+    assert cli.main([*base, "--matmul-dtype", "float8", "--json"]) == 0
+    fp8 = SearchResult.from_json(capsys.readouterr().out)
+    assert cli.main([*base, "--json"]) == 0
+    bf16 = SearchResult.from_json(capsys.readouterr().out)
+    assert fp8.request.recipe.matmul_dtype == "float8" and bf16.request.recipe.matmul_dtype == "bfloat16"
+    # The flag is the recipe field: the same result as the library call, and only the step time moves.
+    assert fp8 == search_meshes("llama3-8b", "2x8xH100", batch=32, seq=4096, headroom=0.25,
+                                recipe=dataclasses.replace(bf16.request.recipe, backend=None, device=None,
+                                                           matmul_dtype="float8"))
+    assert fp8.best.step.step_s < bf16.best.step.step_s and fp8.best.memory == bf16.best.memory
+    # The summary's header says what the time was priced at.
+    assert cli.main([*base, "--matmul-dtype", "float8"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    eff = fp8.best.step.efficiency
+    assert f"FLOPs at {eff:.0%} of peak bf16, weight matmuls at {eff * FP8_EFFICIENCY_RATIO:.0%} of peak fp8 +" in text
+    assert "fp8 weight matmuls" in text
+    assert cli.main(base) == 0
+    assert "fp8" not in capsys.readouterr().out
+
+
+def test_plan_refuses_float8_on_a_device_without_fp8_units(capsys) -> None:
+    args = ["plan", "--model", "gpt2", "--cluster", "8xA100", "--matmul-dtype", "float8", "--no-verify"]
+    assert cli.main(args) == 1
+    assert "'A100-80GB' has no peak_fp8_flops. Devices with one: ['H100', 'H200']" in capsys.readouterr().err
+    assert cli.main([*args, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["type"] == "PlanError"
+    with pytest.raises(SystemExit) as info:  # argparse: not one of the choices
+        cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--matmul-dtype", "fp8"])
+    assert info.value.code == 2
+    assert "invalid choice: 'fp8'" in capsys.readouterr().err

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meshplan import cli
 from meshplan.pure import search_meshes
 from meshplan.pure.search import plan_html, plan_markdown, search_pipelines
-from meshplan.pure.search._summary import RANK_COLUMNS, header_facts
+from meshplan.pure.cost import FP8_EFFICIENCY_RATIO, MATMUL_DTYPES
+from meshplan.pure.search._summary import RANK_COLUMNS, compute_rate, header_facts
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +226,25 @@ def test_the_renderers_refuse_pipelines_that_are_not_a_pipeline_search(result, b
         plan_markdown(result, pipelines=bad)
     with pytest.raises(MeshplanTypeError, match="must be a PipelineSearch"):
         plan_html(result, pipelines=bad)
+
+
+@given(st.floats(0.01, 1.0), st.sampled_from(MATMUL_DTYPES))
+def test_the_time_fact_states_the_bf16_efficiency_and_only_an_fp8_recipe_its_fp8_share(eff: float,
+                                                                                      dtype: str) -> None:
+    text = compute_rate(eff, dtype)
+    assert text.startswith(f" at {eff:.0%} of peak bf16")
+    assert ("fp8" in text) == (dtype == "float8")
+    if dtype == "float8":
+        assert text.endswith(f", weight matmuls at {eff * FP8_EFFICIENCY_RATIO:.0%} of peak fp8")
+    assert ("fp8" in compute_rate(None, dtype)) == (dtype == "float8")
+
+
+def test_an_fp8_plan_says_so_in_every_report() -> None:
+    from meshplan.pure.search import TrainingRecipe
+
+    r = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=2048, top_k=2,
+                      recipe=TrainingRecipe(matmul_dtype="float8"))
+    facts = dict(header_facts(r))
+    assert "weight matmuls at" in facts["time"] and facts["step"].endswith("fp8 weight matmuls")
+    assert f"- **time**: {facts['time']}" in plan_markdown(r)
+    assert "of peak fp8" in plan_html(r)

@@ -48,6 +48,9 @@ class DeviceSpec:
       peak_bf16_flops: dense bf16 FLOP/s per device, if known.
       ici_scope: ``"node"`` when the fast link ends at the host (GPUs),
         ``"slice"`` when it joins a whole slice across hosts (TPUs).
+      peak_fp8_flops: dense FP8 tensor-core FLOP/s per device, if it has FP8 matmul units (``None``:
+        it has none, or none is known). Only read with ``peak_bf16_flops`` (the FP8 recipe prices its
+        other work at that), so it needs one.
 
     Raises:
       ClusterError: a value out of range (every problem listed at once).
@@ -68,6 +71,8 @@ class DeviceSpec:
     devices_per_node: int = 8
     peak_bf16_flops: float | None = None
     ici_scope: Literal["node", "slice"] = "node"
+    # Last, so positional construction of the fields above keeps working.
+    peak_fp8_flops: float | None = None
 
     def __post_init__(self) -> None:
         type_errors: list[str] = []
@@ -87,6 +92,13 @@ class DeviceSpec:
         if self.peak_bf16_flops is not None:
             canonical["peak_bf16_flops"] = collect(type_errors, value_errors, as_real, self.peak_bf16_flops,
                                                    "peak_bf16_flops", error=ClusterError)
+        if self.peak_fp8_flops is not None:
+            canonical["peak_fp8_flops"] = collect(type_errors, value_errors, as_real, self.peak_fp8_flops,
+                                                  "peak_fp8_flops", error=ClusterError)
+            fp8 = canonical["peak_fp8_flops"]
+            if self.peak_bf16_flops is None and fp8 is not None:
+                value_errors.append(f"peak_fp8_flops={fp8:g} needs peak_bf16_flops (an FP8 recipe runs "
+                                    "everything but its weight matmuls at the bf16 peak); give both")
         collect(type_errors, value_errors, as_choice, self.ici_scope, "ici_scope", ("node", "slice"), error=ClusterError)
         _raise_collected(f"DeviceSpec {self.name!r}", type_errors, value_errors)
         for field, checked in canonical.items():
@@ -165,6 +177,8 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 #  - HBM: the datasheet capacity in decimal GB (H100 SXM 80 GB, H200 141 GB, A100 80 GB); the
 #    runtime reserves some of it, so usable memory is lower still.
 #  - bf16: dense Tensor Core peak (the datasheets' 1,979 TFLOPS for H100/H200 is with sparsity).
+#  - fp8: dense FP8 Tensor Core peak, 1,979 TFLOPS for H100/H200 SXM (the datasheets' 3,958 TFLOPS
+#    is with sparsity). A100: None (Ampere's tensor cores take bf16/fp16/tf32/int8, no FP8).
 #
 # TPU figures: Google Cloud TPU docs, cloud.google.com/tpu/docs/{v4,v5e,v5p,v6e} (system
 # architecture tables). v4's per-link figure is from the TPU v4 ISCA 2023 paper (Jouppi et al.) as
@@ -181,15 +195,17 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 #    chip. v4: no per-chip DCN figure found in Google's docs; ASSUMED equal to v5p's 6.25 GB/s.
 #  - HBM as the docs print it: v4 "32 GiB", v5p "95 GiB", v5e "16 GB", v6e "32 GB" (read as
 #    decimal GB, the smaller reading).
+#  - No fp8 peak (peak_fp8_flops None): the v5e / v5p / v6e docs give a bf16 and an int8 peak, no
+#    fp8 one (v4: bf16 and int8 only), so an FP8 recipe is refused there rather than guessed.
 #  - Chips per host: v4 and v5p 4 (a 2x2x1 host), v5e and v6e 8. (v6e multi-host slices on GKE
 #    run two 4-chip VMs per host; if each process sees 4 devices, build Cluster(..., 4) directly.)
 DEVICE_SPECS: Mapping[str, DeviceSpec] = types.MappingProxyType({
     "H100": DeviceSpec("H100", hbm_bytes=80 * _GB, intra_bandwidth=450e9, inter_bandwidth=50e9,
                        intra_latency_s=3e-6, inter_latency_s=1e-5, devices_per_node=8,
-                       peak_bf16_flops=989e12),
+                       peak_bf16_flops=989e12, peak_fp8_flops=1979e12),
     "H200": DeviceSpec("H200", hbm_bytes=141 * _GB, intra_bandwidth=450e9, inter_bandwidth=50e9,
                        intra_latency_s=3e-6, inter_latency_s=1e-5, devices_per_node=8,
-                       peak_bf16_flops=989e12),
+                       peak_bf16_flops=989e12, peak_fp8_flops=1979e12),
     "A100-80GB": DeviceSpec("A100-80GB", hbm_bytes=80 * _GB, intra_bandwidth=300e9,
                             inter_bandwidth=25e9, intra_latency_s=3e-6, inter_latency_s=1e-5,
                             devices_per_node=8, peak_bf16_flops=312e12),

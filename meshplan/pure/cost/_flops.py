@@ -335,6 +335,11 @@ class StepFlops:
       head: executed FLOPs of the output head on one device (forward + backward).
       elementwise: executed elementwise FLOPs on one device (norms, softmax, activations, the optimizer
         update; :data:`ELEMENTWISE`), included in ``per_device``, never in ``model``.
+      weight_matmuls: of ``per_device``, the matmuls of the layers' weights: forward, both gradients, their
+        recompute, their tp repeats and the MoE experts' empty capacity slots; not the attention core
+        (``Q K^T``, ``P V``), the output head, the MoE dispatch/combine einsums or the elementwise work. An FP8
+        recipe runs these in FP8 (:mod:`meshplan.pure.cost._matmul_dtype`).
+      weight_forward, weight_backward: of ``layer_forward`` and ``layer_backward``, the weight matmuls.
     """
 
     model: float
@@ -345,6 +350,9 @@ class StepFlops:
     layer_backward: float
     head: float
     elementwise: float = 0.0
+    weight_matmuls: float = 0.0
+    weight_forward: float = 0.0
+    weight_backward: float = 0.0
 
     @property
     def executed(self) -> float:
@@ -413,8 +421,14 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
     layers = max(model.num_layers, 1)
     layer_fwd = (fwd + sum(c * f.forward_overhead for c, f in parts)) / layers / n
     body = (per_device - head / n) / layers
+    # The weight matmuls among those: forward and both gradients, the recompute less the layers' last matmuls
+    # (the tail less its combine einsum), the experts' empty slots (forward, recompute, two gradients) and
+    # the tp repeats; never the attention core, the head, the dispatch/combine einsums or the elementwise.
+    weights = sum(c * (3 * f.weights + r * (f.weights - (f.tail - f.einsum)) + (3 + r) * f.padding)
+                  for c, f in parts) / n + replicated / n
+    weight_fwd = sum(c * (f.weights + f.padding) for c, f in parts) / layers / n
     return StepFlops(model_flops, recompute, overhead, per_device, layer_fwd, body - layer_fwd, head / n,
-                     elementwise)
+                     elementwise, weights, weight_fwd, weights / layers - weight_fwd)
 
 
 def _elementwise(model: Any, sizes: Mapping[str, int], n: int, batch: int, seq: int, rerun: float) -> float:

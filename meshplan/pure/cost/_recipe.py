@@ -43,6 +43,11 @@ moves the peak, with defaults of a MaxText-style bf16 step:
   (``CALIBRATIONS["tpu-v5p"]``) selects them; ``None`` (or a device without its
   own) takes the backend's. The search fills ``device`` from the cluster when it
   is ``None``.
+- ``matmul_dtype`` (:data:`~meshplan.pure.cost._matmul_dtype.MATMUL_DTYPES`): ``"bfloat16"`` (every
+  matmul at the device's bf16 peak) or ``"float8"``: the weight matmuls (projections, MLP, MoE experts) at
+  its FP8 peak, the attention core and the output head still at bf16, as torchao's ``Float8Linear``,
+  DeepSeek-V3 and Transformer Engine run them (:mod:`meshplan.pure.cost._matmul_dtype`). It moves the step
+  time only; a device with no FP8 peak refuses it where the device is known (the search).
 """
 
 from __future__ import annotations
@@ -55,9 +60,10 @@ from typing import Any
 from meshplan.pure._check import as_count, as_record
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cluster._devices import DEVICE_SPECS
+from meshplan.pure.cost._matmul_dtype import MATMUL_DTYPES
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 
-__all__ = ["ATTENTION_KINDS", "BACKENDS", "OPTIMIZER_COPIES", "REMAT_POLICIES", "TrainingRecipe"]
+__all__ = ["ATTENTION_KINDS", "BACKENDS", "MATMUL_DTYPES", "OPTIMIZER_COPIES", "REMAT_POLICIES", "TrainingRecipe"]
 
 REMAT_POLICIES: tuple[str, ...] = ("none", "dots", "full", "offload")
 """Remat policies, from most to least HBM kept per layer."""
@@ -97,6 +103,8 @@ class TrainingRecipe:
       (2, 2, 4)
       >>> r.describe()
       'weights float32, compute bfloat16, grads float32, adamw (2 x float32), remat offload, flash attention'
+      >>> TrainingRecipe(matmul_dtype="float8").describe().split(", ")[-1]
+      'fp8 weight matmuls'
     """
 
     weight_dtype: str = "bfloat16"
@@ -114,6 +122,7 @@ class TrainingRecipe:
     backend: str | None = None
     # Last, so positional construction of the fields above keeps working.
     device: str | None = None
+    matmul_dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
         problems = [p for p in (
@@ -122,7 +131,8 @@ class TrainingRecipe:
             None if self.backend is None else _choice(self.backend, "backend", BACKENDS),
             None if self.device is None or isinstance(self.device, str) and self.device in DEVICE_SPECS else
             f"device={self.device!r}: use one of {list(DEVICE_SPECS)} or None",
-            _choice(self.optimizer, "optimizer", tuple(sorted(OPTIMIZER_COPIES)))) if p]
+            _choice(self.optimizer, "optimizer", tuple(sorted(OPTIMIZER_COPIES))),
+            _choice(self.matmul_dtype, "matmul_dtype", MATMUL_DTYPES)) if p]
         for name in ("weight_dtype", "compute_dtype", "grad_dtype", "optimizer_dtype"):
             value = getattr(self, name)
             if value is not None:
@@ -173,6 +183,7 @@ class TrainingRecipe:
         extra += [f"{self.vocab_tiles} vocab tiles"] if self.vocab_tiles > 1 else []
         extra += ["fp32 master weights"] if self.master_weights else []
         extra += [f"calibrated for {self.compiler}"] if self.compiler != "tpu" else []
+        extra += ["fp8 weight matmuls"] if self.matmul_dtype == "float8" else []
         return ", ".join([f"weights {self.weight_dtype}", f"compute {self.compute_dtype}",
                           f"grads {self.grad_dtype or self.weight_dtype}", state, f"remat {self.remat}",
                           f"{self.attention} attention", *extra])

@@ -32,9 +32,15 @@ forward gathers out of the loop; that is said by
 (XLA:CPU is a check, not a target). The windows are the same layers' compute,
 summed over the micro-batches.
 
+**FP8 weight matmuls** (``fp8_peak_flops`` given: a ``matmul_dtype="float8"`` recipe,
+:mod:`meshplan.pure.cost._matmul_dtype`): the weight matmuls of the step and of each window
+(:attr:`~meshplan.pure.cost._flops.StepFlops.weight_matmuls`, ``weight_forward``, ``weight_backward``) run at
+``fp8_peak_flops x efficiency x FP8_EFFICIENCY_RATIO``, the rest at ``peak_flops x efficiency``.
+
 Within a window, what exceeds the compute is exposed, shared among the
 collectives in proportion to their seconds. ``step = compute + exposed``;
-MFU = model FLOPs (no recompute, no MoE padding) / (step x devices x peak).
+MFU = model FLOPs (no recompute, no MoE padding) / (step x devices x peak), the bf16 peak
+even when the weight matmuls run in FP8 (so MFU compares with bf16 runs and published figures).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from typing import Any
 from meshplan.pure._check import as_choice, as_count
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cost._flops import StepFlops
+from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
 
 __all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_seconds", "step_time"]
 
@@ -120,7 +127,7 @@ class StepTime:
       exposed_s: seconds of communication not hidden under compute.
       step_s: ``compute_s + exposed_s``.
       tokens_per_s: tokens per second per device.
-      mfu: model FLOPs utilisation (0 when the device's peak is unknown).
+      mfu: model FLOPs utilisation against the bf16 peak, FP8 steps too (0 when the device's peak is unknown).
       terms: hidden and exposed seconds per collective term, in the terms' order.
     """
 
@@ -145,7 +152,8 @@ def _share(seconds: Sequence[float], window: float) -> list[float]:
 
 
 def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, layers: int, tokens: int,
-              devices: int, peak_flops: float | None, efficiency: float) -> StepTime:
+              devices: int, peak_flops: float | None, efficiency: float,
+              fp8_peak_flops: float | None = None) -> StepTime:
     """Step time of one mesh from its FLOPs and its priced collectives.
 
     Args:
@@ -155,6 +163,8 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
       tokens: global tokens per step; devices: devices in the mesh.
       peak_flops: the device's dense bf16 FLOP/s (``None``: unknown, compute counts 0 s).
       efficiency: fraction of the peak the matmuls sustain.
+      fp8_peak_flops: the device's dense FP8 FLOP/s when the weight matmuls run in FP8 (the module
+        docstring); ``None``: every matmul at ``peak_flops``.
 
     Returns:
       A :class:`StepTime`.
@@ -166,8 +176,14 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
       ...               layers=80, tokens=2**20, devices=8, peak_flops=1e15, efficiency=0.5)
       >>> round(t.compute_s, 3), round(t.exposed_s, 4), [round(x.exposed, 4) for x in t.terms]
       (2.0, 0.1025, [0.0025, 0.1])
+      >>> f8 = StepFlops(6e15, 0.0, 0.0, 1e15, 4e12, 8e12, 4e13, weight_matmuls=6e14, weight_forward=2e12,
+      ...                weight_backward=5e12)
+      >>> step_time(f8, [], layers=80, tokens=2**20, devices=8, peak_flops=1e15, efficiency=0.5,
+      ...           fp8_peak_flops=2e15).compute_s  # 4e14 / 5e14 + 6e14 / (2e15 x 0.5 x 0.75)
+      1.6
     """
-    compute, exposed = _exposure(flops, terms, [t[2] for t in terms], layers, peak_flops, efficiency)
+    compute, exposed = _exposure(flops, terms, [t[2] for t in terms], layers, peak_flops, efficiency,
+                                 fp8_peak_flops)
     out = tuple(CommExposure(t[0], max(0.0, t[2] - e), e) for t, e in zip(terms, exposed, strict=True))
     exp = float(sum(exposed))
     step = compute + exp
@@ -176,7 +192,7 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
 
 
 def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], *, layers: int,
-                 peak_flops: float | None, efficiency: float) -> float:
+                 peak_flops: float | None, efficiency: float, fp8_peak_flops: float | None = None) -> float:
     """``step_time(...).step_s`` (the same float) without the per-term records.
 
     The search ranks a few hundred meshes by their step and shows a few: the records of the
@@ -186,7 +202,7 @@ def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequ
       terms: per collective term, a tuple starting ``(what, kind, ...)`` (the search's unpriced
         terms, :func:`accumulate`'s items).
       seconds: each term's seconds (Python floats).
-      layers, peak_flops, efficiency: as for :func:`step_time`.
+      layers, peak_flops, efficiency, fp8_peak_flops: as for :func:`step_time`.
 
     Example:
       >>> f = StepFlops(6e15, 0.0, 0.0, 1e15, 4e12, 8e12, 4e13)
@@ -195,18 +211,28 @@ def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequ
       >>> step_seconds(f, terms, [0.2], **kw) == step_time(f, terms, tokens=2**20, devices=8, **kw).step_s
       True
     """
-    compute, exposed = _exposure(flops, terms, seconds, layers, peak_flops, efficiency)
+    compute, exposed = _exposure(flops, terms, seconds, layers, peak_flops, efficiency, fp8_peak_flops)
     return compute + float(sum(exposed))
 
 
+def _seconds(total: float, fp8: float, rate: float, fp8_rate: float) -> float:
+    """Seconds of ``total`` FLOPs at ``rate`` FLOP/s, the ``fp8`` of them at ``fp8_rate`` instead (0: none;
+    then exactly ``total / rate``, so a bf16 step's figures do not move by a rounding)."""
+    if not rate:
+        return 0.0
+    return total / rate if not fp8_rate else (total - fp8) / rate + fp8 / fp8_rate
+
+
 def _exposure(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], layers: int,
-              peak_flops: float | None, efficiency: float) -> tuple[float, list[float]]:
+              peak_flops: float | None, efficiency: float,
+              fp8_peak_flops: float | None = None) -> tuple[float, list[float]]:
     """(compute seconds, exposed seconds of each term): the overlap of the module docstring; ``terms[k]``
     starts ``(what, kind)`` and takes ``seconds[k]``."""
     rate = 0.0 if not peak_flops else peak_flops * efficiency
-    compute = flops.per_device / rate if rate else 0.0
-    fwd = flops.layer_forward / rate if rate else 0.0
-    bwd = flops.layer_backward / rate if rate else 0.0
+    fast = 0.0 if not fp8_peak_flops else fp8_peak_flops * efficiency * FP8_EFFICIENCY_RATIO
+    compute = _seconds(flops.per_device, flops.weight_matmuls, rate, fast)
+    fwd = _seconds(flops.layer_forward, flops.weight_forward, rate, fast)
+    bwd = _seconds(flops.layer_backward, flops.weight_backward, rate, fast)
     n = max(layers, 1)
     exposed = [0.0] * len(terms)
     gathers: list[int] = []

@@ -68,6 +68,7 @@ from meshplan.pure.cost._pipeline import (
     schedule_memory,
     stage_layers,
 )
+from meshplan.pure.cost._matmul_dtype import fp8_peak
 from meshplan.pure.cost._recipe import TrainingRecipe
 from meshplan.pure.cost._step_memory import layer_dims, step_memory
 from meshplan.pure.errors import MeshplanTypeError, PlanError
@@ -305,7 +306,8 @@ def search_pipelines(
       A :class:`PipelineSearch`: the fastest fitting layout per ``pp`` and placement, fastest first.
 
     Raises:
-      PlanError, ClusterError, MeshplanTypeError: bad options, as :func:`~meshplan.pure.search_meshes`.
+      PlanError, ClusterError, MeshplanTypeError: bad options (an FP8 recipe on a device with no FP8 peak
+        among them), as :func:`~meshplan.pure.search_meshes`.
 
     Example:
       >>> found = search_pipelines("llama3-8b", "4x8xH100", batch=64, seq=4096, top_k=2)
@@ -331,6 +333,7 @@ def search_pipelines(
         raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe or None.")
     if as_real(headroom, "headroom", allow_zero=True, error=PlanError) >= 1:
         raise PlanError(f"headroom={headroom!r} must be a fraction in [0, 1).")
+    _check_fp8(recipe, clus)
     opts = _Options(b, s, recipe, efficiency, _param_split(spec), headroom=float(headroom))
     wanted = _SEARCHED if schedules is None else _wanted(schedules)
     found: list[MeshCandidate] = []
@@ -344,6 +347,13 @@ def search_pipelines(
     found.sort(key=_key)
     ranked = tuple(dataclasses.replace(c, rank=i + 1) for i, c in enumerate(found[:k_top]))
     return PipelineSearch(ranked, tuple(left))
+
+
+def _check_fp8(recipe: TrainingRecipe | None, clus: Cluster) -> None:
+    """Refuse an FP8 recipe on a device with no FP8 peak up front: each stage search's PlanError would
+    otherwise be read as "this option does not fit"."""
+    if isinstance(recipe, TrainingRecipe):
+        fp8_peak(clus.device, recipe.matmul_dtype)
 
 
 def _m_text(m: int, pp: int) -> str:
@@ -427,7 +437,8 @@ def price_pipeline(
 
     Raises:
       PlanError: the layout does not fit, does not divide, or ``pp`` does not divide the domains; a
-        ``zero`` other than 0, 1, 2; a DualPipe ``micro_batches`` that is odd or under ``2 pp``.
+        ``zero`` other than 0, 1, 2; a DualPipe ``micro_batches`` that is odd or under ``2 pp``; an FP8
+        recipe on a device with no FP8 peak.
       MeshplanTypeError: a ``zero`` that is not an int.
 
     Example:
@@ -442,6 +453,7 @@ def price_pipeline(
     clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
     if not isinstance(clus, Cluster):
         raise MeshplanTypeError(f"cluster={cluster!r:.80} must be a Cluster or a string such as '8x8xH100'.")
+    _check_fp8(recipe, clus)
     stages = as_count(pp, "pp", maximum=spec.num_layers, error=PlanError)
     options = [o for o in _placements(clus, spec.num_layers) if o[0] == stages and o[1] == "dcn"]
     if not options:

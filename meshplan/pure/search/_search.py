@@ -30,7 +30,8 @@ parallelism is not modelled), prices each mesh and ranks those that fit.
    the largest such leaf: it would only replicate while paying the axis's
    collectives, and must never be ranked silently.
 5. **Price** a training step's collectives (:mod:`meshplan.pure.cost._step_collectives`)
-   and its compute (:mod:`meshplan.pure.cost._flops`), overlap them
+   and its compute (:mod:`meshplan.pure.cost._flops`; an FP8 recipe's weight matmuls at the FP8
+   peak, :mod:`meshplan.pure.cost._matmul_dtype`), overlap them
    (:mod:`meshplan.pure.cost._step_time`) and rank by predicted step time
    (``rank="comm"``: by communication seconds alone), then by memory, then by
    the axis sizes (a total, deterministic order). Only meshes that can be
@@ -118,6 +119,7 @@ from meshplan.pure.cost._step_memory import (
 )
 from meshplan.pure.cluster._topology import tpu_topology
 from meshplan.pure.cost._flops import StepFlops, default_efficiency, fsdp_read, step_flops
+from meshplan.pure.cost._matmul_dtype import fp8_peak
 from meshplan.pure.cost._step_time import StepTime, accumulate, overlap_class, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 from meshplan.pure.specs._geometry import spec_axes
@@ -236,6 +238,8 @@ class _Search:
         device = req.cluster.device
         self.efficiency = (default_efficiency(device.ici_scope, model.hidden_size) if req.efficiency is None
                            else req.efficiency)
+        # The FP8 peak the weight matmuls run at (None: bf16; search_meshes refused a device without one).
+        self.fp8_peak = fp8_peak(device, req.recipe.matmul_dtype)
         self.recipes: dict[int, TrainingRecipe] = {req.recipe.micro_batches: req.recipe}
         # (tp, sp, dp*fsdp*ep, micro-batches) -> the activation floor: price_step reads the mesh only
         # through those, and a 4096-device search bounds ~1000 meshes with a few dozen distinct keys.
@@ -287,13 +291,15 @@ class _Search:
             terms = [(p[0], p[1], float(t)) for p, t in zip(s.pending, s.term_seconds, strict=True)]
             s.time = step_time(self._flops(s), terms, layers=max(self.model.num_layers, 1),
                                tokens=req.batch * req.seq, devices=req.cluster.num_devices,
-                               peak_flops=req.cluster.device.peak_bf16_flops, efficiency=self.efficiency)
+                               peak_flops=req.cluster.device.peak_bf16_flops, efficiency=self.efficiency,
+                               fp8_peak_flops=self.fp8_peak)
         return s.time
 
     def _step_seconds(self, s: _Scored, terms: Sequence[Pending], seconds: Sequence[float]) -> float:
         """``timed(s).step_s`` of ``s`` with these collectives and their seconds, without the records."""
         return step_seconds(self._flops(s), terms, seconds, layers=max(self.model.num_layers, 1),
-                            peak_flops=self.req.cluster.device.peak_bf16_flops, efficiency=self.efficiency)
+                            peak_flops=self.req.cluster.device.peak_bf16_flops, efficiency=self.efficiency,
+                            fp8_peak_flops=self.fp8_peak)
 
     def plan(self, sizes: dict[str, int]) -> tuple[tuple[Any, ...], PlanEval]:
         key = tuple(sizes.items()) if self.reads is None else tuple([sizes.get(a, 1) for a in self.reads])
@@ -943,7 +949,9 @@ def search_meshes(
         copies, master weights and gradient/optimizer dtypes replace ``dtype``,
         ``optimizer_copies``, ``master_weights``, ``grad_dtype`` and ``optimizer_dtype``.
       efficiency: fraction of the device's peak bf16 FLOP/s the step's matmuls sustain (default
-        per device kind and hidden size, :func:`~meshplan.pure.cost._flops.default_efficiency`).
+        per device kind and hidden size, :func:`~meshplan.pure.cost._flops.default_efficiency`); with a
+        ``recipe`` whose ``matmul_dtype`` is ``"float8"`` the weight matmuls sustain
+        :data:`~meshplan.pure.cost._matmul_dtype.FP8_EFFICIENCY_RATIO` times it of the FP8 peak.
       rank: ``"time"`` ranks by predicted step time (compute + exposed communication, see
         :mod:`meshplan.pure.cost._step_time`); ``"comm"`` by communication seconds alone.
       micro_batches: gradient-accumulation steps. ``None`` (default) chooses per mesh the fewest
@@ -957,7 +965,8 @@ def search_meshes(
 
     Raises:
       PlanError: nothing fits (with how much is missing and a cluster that
-        fits), no mesh meets the constraints, or bad options.
+        fits), no mesh meets the constraints, bad options, or an FP8 recipe on a
+        device with no FP8 peak.
       ClusterError: a cluster text that does not parse.
       MeshplanTypeError: options of the wrong type.
 
@@ -1015,6 +1024,7 @@ def search_meshes(
         recipe = dataclasses.replace(recipe, weight_dtype=weights)
     if recipe.backend is None:  # the cluster's compiler: its lowering and its calibration
         recipe = dataclasses.replace(recipe, backend="tpu" if clus.device.ici_scope == "slice" else "gpu")
+    fp8_peak(clus.device, recipe.matmul_dtype)  # an FP8 recipe needs FP8 units: refused before any mesh
     if recipe.device is None and clus.device.name in DEVICE_SPECS:
         # The accelerator picks its generation's memory coefficients where it has some (calibration_key).
         recipe = dataclasses.replace(recipe, device=clus.device.name)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from meshplan.pure._format import fmt_bytes
+from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
 from meshplan.pure.cost._memory_spread import Spread, calibration_spread, peak_bounds
 from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
 from meshplan.pure.errors import MeshplanTypeError
@@ -32,8 +33,8 @@ from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.search._export import maxtext_settings
 from meshplan.pure.search._result import SearchResult
 
-__all__ = ["RANK_COLUMNS", "Column", "create_mesh_call", "header_facts", "maxtext_flags", "memory_range",
-           "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
+__all__ = ["RANK_COLUMNS", "Column", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
+           "memory_range", "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
 
 
 class Column(NamedTuple):
@@ -124,6 +125,24 @@ def range_text(bounds: tuple[int, int] | None) -> str:
     return f"{lo}-{hi}"
 
 
+def compute_rate(efficiency: float | None, matmul_dtype: str) -> str:
+    """How the step's FLOPs were timed, to follow ``"FLOPs"``: the bf16 efficiency, and for an FP8 recipe the
+    weight matmuls' share of the FP8 peak (:data:`~meshplan.pure.cost.FP8_EFFICIENCY_RATIO` times it).
+
+    Example:
+      >>> compute_rate(0.5, "bfloat16"), compute_rate(None, "bfloat16")
+      (' at 50% of peak bf16', '')
+      >>> compute_rate(0.5, "float8")
+      ' at 50% of peak bf16, weight matmuls at 38% of peak fp8'
+    """
+    if efficiency is None:
+        return " (weight matmuls in fp8)" if matmul_dtype == "float8" else ""
+    at = f" at {efficiency:.0%} of peak bf16"
+    if matmul_dtype == "float8":
+        at += f", weight matmuls at {efficiency * FP8_EFFICIENCY_RATIO:.0%} of peak fp8"
+    return at
+
+
 def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> tuple[tuple[str, str], ...]:
     """The summary's header, one fact per ``(label, text)``: model, cluster, budget, step, memory, time.
 
@@ -140,6 +159,8 @@ def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> 
         step.append(f"{recipe.micro_batches} micro-batches")
     if recipe.master_weights:
         step.append("fp32 master weights")
+    if recipe.matmul_dtype == "float8":
+        step.append("fp8 weight matmuls")
     found = calibration_spread(recipe)
     source = CALIBRATIONS[calibration_key(recipe)].source.split(" (")[0].split(" peak_memory")[0]
     if found is None:
@@ -152,8 +173,8 @@ def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> 
         time = f"estimated: exposed communication only (no peak FLOP/s known for {c.device.name})"
     else:
         eff = result.best.step.efficiency if result.best.step is not None else req.efficiency
-        at = "" if eff is None else f" at {eff:.0%} of peak bf16"
-        time = f"estimated: FLOPs{at} + alpha-beta collectives not hidden under compute"
+        time = f"estimated: FLOPs{compute_rate(eff, recipe.matmul_dtype)} + alpha-beta collectives not hidden " \
+               "under compute"
     budget = (f"{fmt_bytes(req.budget)} per device = HBM {fmt_bytes(c.hbm_bytes, style='exact')} less "
               f"{req.headroom:.0%} headroom ({budget_source})")
     return (

@@ -49,6 +49,27 @@ def test_nvlink_figures_are_one_direction_halves_of_the_bidirectional_totals() -
     assert DEVICE_SPECS["A100-80GB"].inter_bandwidth == 200e9 / 8
 
 
+def test_fp8_peaks_are_the_dense_halves_of_the_sparse_datasheet_figures() -> None:
+    # H100 / H200 SXM: "3,958 TFLOPS" FP8 with sparsity, so 1,979 dense.
+    for name in ("H100", "H200"):
+        assert DEVICE_SPECS[name].peak_fp8_flops == 3958e12 / 2
+    # A100 has no FP8 tensor cores; the TPU datasheets give int8, not fp8.
+    assert {DEVICE_SPECS[t].peak_fp8_flops for t in ("A100-80GB", *TPUS)} == {None}
+
+
+@given(st.floats(1e9, 1e18), st.floats(1e9, 1e18))
+def test_a_device_keeps_its_fp8_peak_through_a_dict(bf16: float, fp8: float) -> None:
+    spec = _custom(peak_bf16_flops=bf16, peak_fp8_flops=fp8)
+    assert spec.peak_fp8_flops == fp8
+    assert DeviceSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_a_device_dict_from_before_fp8_peaks_still_loads() -> None:
+    data = DEVICE_SPECS["H100"].to_dict()
+    del data["peak_fp8_flops"]
+    assert DeviceSpec.from_dict(data).peak_fp8_flops is None
+
+
 def test_every_device_has_a_faster_fast_link_than_network() -> None:
     for spec in DEVICE_SPECS.values():
         assert spec.intra_bandwidth > spec.inter_bandwidth
@@ -83,6 +104,9 @@ def test_device_links_are_cost_model_links() -> None:
         ({"devices_per_node": 0}, ClusterError, "devices_per_node"),
         ({"devices_per_node": True}, MeshplanTypeError, "devices_per_node"),
         ({"peak_bf16_flops": 0.0}, ClusterError, "peak_bf16_flops"),
+        ({"peak_bf16_flops": 1e15, "peak_fp8_flops": -1.0}, ClusterError, "peak_fp8_flops=-1.0"),
+        ({"peak_bf16_flops": 1e15, "peak_fp8_flops": "2e15"}, MeshplanTypeError, "peak_fp8_flops"),
+        ({"peak_fp8_flops": 2e15}, ClusterError, "peak_fp8_flops=2e\\+15 needs peak_bf16_flops"),
         ({"ici_scope": "rack"}, ClusterError, "ici_scope"),
         ({"name": ""}, ClusterError, "name"),
         ({"name": 3}, MeshplanTypeError, "name"),

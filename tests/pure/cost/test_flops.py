@@ -136,6 +136,53 @@ def test_elementwise_is_executed_not_model_work(case, remat, attention):
             spec, flat, batch=b, seq=s, remat=remat, attention=attention).elementwise * math.prod(flat.values())
 
 
+@given(cases(), REMAT, ATTENTION)
+def test_weight_matmuls_are_a_part_of_every_total_they_belong_to(case, remat, attention):
+    spec, sizes, b, s = case
+    f = step_flops(spec, sizes, batch=b, seq=s, remat=remat, attention=attention)
+    assert 0 < f.weight_matmuls <= (f.per_device - f.head - f.elementwise) * (1 + 1e-12)
+    assert 0 < f.weight_forward < f.layer_forward  # the attention core is never a weight matmul
+    assert 0 < f.weight_backward < f.layer_backward
+    # The per-layer split adds back up to the device's weight matmuls (the head is none of them).
+    assert (f.weight_forward + f.weight_backward) * spec.num_layers == pytest.approx(f.weight_matmuls, rel=1e-9)
+
+
+@given(cases(), REMAT)
+def test_the_attention_kernel_moves_no_weight_matmul(case, remat):
+    spec, sizes, b, s = case
+    by = {a: step_flops(spec, sizes, batch=b, seq=s, remat=remat, attention=a) for a in ("plain", "flash")}
+    assert by["flash"].per_device < by["plain"].per_device  # flash skips the masked half of the scores
+    for name in ("weight_matmuls", "weight_forward", "weight_backward"):
+        assert getattr(by["flash"], name) == getattr(by["plain"], name), name
+
+
+@given(cases(), REMAT, ATTENTION)
+def test_the_output_head_is_not_a_weight_matmul(case, remat, attention):
+    # FP8 recipes keep the logits matmul in bf16 (torchtitan, DeepSeek-V3, MaxText): a wider vocabulary
+    # adds FLOPs, none of them to the weight matmuls.
+    spec, sizes, b, s = case
+    wider = dataclasses.replace(spec, vocab_size=2 * spec.vocab_size, num_params=None)
+    kw = dict(batch=b, seq=s, remat=remat, attention=attention)
+    f, g = step_flops(spec, sizes, **kw), step_flops(wider, sizes, **kw)
+    assert g.head > f.head
+    assert (g.weight_matmuls, g.weight_forward, g.weight_backward) == (f.weight_matmuls, f.weight_forward,
+                                                                      f.weight_backward)
+
+
+@given(model_specs(family=("gpt2", "llama")), st.sampled_from((1, 2, 4)), st.integers(1, 4),
+       st.sampled_from((16, 64)), ATTENTION)
+def test_dense_weight_matmuls_are_the_model_less_head_and_attention(spec, fsdp, b, s, attention):
+    # Without tp nothing repeats: the weight matmuls are 6 x weights x tokens, spread over the devices, and
+    # remat full adds its recompute less the attention core's.
+    n, kw = fsdp, dict(batch=b, seq=s, attention=attention)
+    none = step_flops(spec, {"fsdp": fsdp}, remat="none", **kw)
+    full = step_flops(spec, {"fsdp": fsdp}, remat="full", **kw)
+    attn = spec.num_layers * layer_flops(spec, moe_layer=False, **kw).attention
+    head = 6.0 * b * s * spec.vocab_size * spec.hidden_size
+    assert none.weight_matmuls * n == pytest.approx(none.model - head - 3 * attn, rel=1e-9)
+    assert (full.weight_matmuls - none.weight_matmuls) * n == pytest.approx(full.recompute - attn, rel=1e-9)
+
+
 def test_published_sizes():
     """Llama-3-70B, 64 x 4096 tokens: ~6 x 70B x 262k = 1.1e17 FLOPs before attention (the issue's 1.2e17)."""
     f = step_flops(MODEL_SPECS["llama3-70b"], {"fsdp": 8, "tp": 8}, batch=64, seq=4096, remat="none",

@@ -15,7 +15,7 @@ from meshplan.pure import estimate_training_memory, search_meshes
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import MODEL_SPECS, get_preset
 from meshplan.pure.cluster._devices import DEVICE_SPECS
-from meshplan.pure.cost._recipe import ATTENTION_KINDS, BACKENDS, REMAT_POLICIES, TrainingRecipe
+from meshplan.pure.cost._recipe import ATTENTION_KINDS, BACKENDS, MATMUL_DTYPES, REMAT_POLICIES, TrainingRecipe
 from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key, layer_dims, lower_bound, step_memory
 
 MODELS = sorted(MODEL_SPECS)
@@ -218,7 +218,8 @@ def test_fp32_weights_double_the_exact_parameter_bytes() -> None:
                                        ({"optimizer": "adagrad"}, "optimizer"), ({"backend": "npu"}, "backend"),
                                        ({"micro_batches": 0}, "micro_batches"), ({"device": "v7x"}, "device"),
                                        ({"device": "V5P"}, "device"), ({"device": ["v5p"]}, "device"),
-                                       ({"device": 5}, "device")])
+                                       ({"device": 5}, "device"), ({"matmul_dtype": "fp8"}, "matmul_dtype='fp8'"),
+                                       ({"matmul_dtype": "float16"}, r"\['bfloat16', 'float8'\]")])
 def test_a_bad_recipe_names_the_field_and_what_is_valid(bad: dict, word: str) -> None:
     with pytest.raises(PlanError, match=word):
         TrainingRecipe(**bad)
@@ -226,15 +227,35 @@ def test_a_bad_recipe_names_the_field_and_what_is_valid(bad: dict, word: str) ->
 
 @settings(max_examples=examples(25))
 @given(st.sampled_from(REMAT_POLICIES), st.sampled_from(ATTENTION_KINDS), st.sampled_from(["float32", "bfloat16"]),
-       st.integers(1, 8), st.sampled_from([None, *DEVICE_SPECS]))
+       st.integers(1, 8), st.sampled_from([None, *DEVICE_SPECS]), st.sampled_from(MATMUL_DTYPES))
 def test_a_recipe_round_trips_through_a_dict(remat: str, attention: str, weights: str, micro: int,
-                                             device: str | None) -> None:
-    r = TrainingRecipe(weight_dtype=weights, remat=remat, attention=attention, micro_batches=micro, device=device)
+                                             device: str | None, matmul: str) -> None:
+    r = TrainingRecipe(weight_dtype=weights, remat=remat, attention=attention, micro_batches=micro, device=device,
+                       matmul_dtype=matmul)
     assert TrainingRecipe.from_dict(r.to_dict()) == r
-    # A dict written before recipes named their device still loads (as no device).
-    old = {k: v for k, v in r.to_dict().items() if k != "device"}
-    assert TrainingRecipe.from_dict(old) == dataclasses.replace(r, device=None)
+    # A dict written before recipes named their device or their matmul dtype still loads (as none, as bf16).
+    old = {k: v for k, v in r.to_dict().items() if k not in ("device", "matmul_dtype")}
+    assert TrainingRecipe.from_dict(old) == dataclasses.replace(r, device=None, matmul_dtype="bfloat16")
     assert remat in r.describe() and attention in r.describe()
+    # Only an FP8 recipe says so: a bf16 recipe's line is what it was before the field existed.
+    assert ("fp8" in r.describe()) == (matmul == "float8")
+
+
+@settings(max_examples=examples(10))
+@given(st.sampled_from(REMAT_POLICIES), st.sampled_from(ATTENTION_KINDS), st.sampled_from(["4x8xH100", "v5p-32"]))
+def test_fp8_matmuls_leave_the_memory_estimate_alone(remat: str, attention: str, cluster: str) -> None:
+    # The memory model holds no saved matmul input apart (docs: _matmul_dtype's module docstring), so an FP8
+    # recipe prices the same bytes; on a TPU the same recipe is refused (no FP8 peak) before any mesh.
+    kw = dict(batch=32, seq=1024, top_k=3)
+    bf16 = TrainingRecipe(remat=remat, attention=attention)
+    if cluster.startswith("v5p"):
+        with pytest.raises(PlanError, match="'v5p' has no peak_fp8_flops"):
+            search_meshes("llama3-8b", cluster, recipe=dataclasses.replace(bf16, matmul_dtype="float8"), **kw)
+        return
+    want = {c.text: c.memory for c in search_meshes("llama3-8b", cluster, recipe=bf16, **kw).candidates}
+    got = search_meshes("llama3-8b", cluster, recipe=dataclasses.replace(bf16, matmul_dtype="float8"), **kw)
+    assert all(c.memory == want[c.text] for c in got.candidates if c.text in want)
+    assert any(c.text in want for c in got.candidates)
 
 
 def _stacked_groups(spec: object) -> list[int]:

@@ -1,12 +1,15 @@
 """Properties of the overlap model (meshplan.pure.cost._step_time) and the search's ranking by it."""
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplan.pure import search_meshes
 from meshplan.pure.cost._flops import StepFlops
-from meshplan.pure.cost._step_time import overlap_class, step_time
+from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
+from meshplan.pure.cost._step_time import overlap_class, step_seconds, step_time
 
 WHATS = (("fsdp all-gather of params (fwd + bwd)", "all-gather"), ("fsdp reduce-scatter of grads", "reduce-scatter"),
          ("dp all-reduce of grads", "all-reduce"), ("tp all-reduce of activations", "all-reduce"),
@@ -85,3 +88,49 @@ def test_a_device_without_a_peak_prices_no_compute_and_claims_no_mfu():
     assert "compute not priced" in best.verdict and "MFU" not in best.verdict
     with_peak = search_meshes("gpt2", "1x8xH100", batch=8, seq=256).best
     assert "MFU" in with_peak.verdict and "not priced" not in with_peak.verdict
+
+
+# --- FP8 weight matmuls (fp8_peak_flops) ---------------------------------------------------------------------
+
+
+@st.composite
+def fp8_inputs(draw):
+    """``inputs()`` with a weight-matmul share of each total: of the whole step, of a layer's forward and of its
+    backward (the head and the elementwise work are never weight matmuls: at most ``per_device - head``)."""
+    flops, terms, layers = draw(inputs())
+    share = st.floats(0.0, 1.0)
+    wf, wb = draw(share) * flops.layer_forward, draw(share) * flops.layer_backward
+    flops = dataclasses.replace(flops, weight_matmuls=(wf + wb) * layers, weight_forward=wf, weight_backward=wb)
+    return flops, terms, layers
+
+
+@given(fp8_inputs(), st.floats(0.05, 1.0), st.floats(1.0, 4.0))
+def test_fp8_weight_matmuls_never_slow_a_step_when_they_run_faster(case, efficiency, speedup):
+    # An FP8 rate at least the bf16 one (an H100's: 1979e12 x 0.75 > 989e12) takes compute off every window;
+    # exposure can grow, by at most what the windows lost.
+    flops, terms, layers = case
+    kw = dict(layers=layers, tokens=1 << 20, devices=8, peak_flops=1e15, efficiency=efficiency)
+    bf16 = step_time(flops, terms, **kw)
+    fp8 = step_time(flops, terms, fp8_peak_flops=speedup * 1e15 / FP8_EFFICIENCY_RATIO, **kw)
+    assert fp8.step_s <= bf16.step_s * (1 + 1e-12) + 1e-12
+    assert fp8.compute_s <= bf16.compute_s * (1 + 1e-12)
+    saved = flops.weight_matmuls / (1e15 * efficiency) * (1 - 1 / speedup)
+    assert bf16.compute_s - fp8.compute_s == pytest.approx(saved, rel=1e-6, abs=1e-9)
+    # MFU is against the bf16 peak whatever the matmuls run in: the same model FLOPs over a shorter step.
+    assert fp8.mfu == pytest.approx(flops.model / 8 / (fp8.step_s * 1e15), rel=1e-12)
+    assert fp8.mfu >= bf16.mfu * (1 - 1e-12)
+
+
+@given(inputs(), st.floats(0.05, 1.0), st.sampled_from((None, 2e15)))
+def test_a_step_without_weight_matmuls_is_priced_as_before_bit_for_bit(case, efficiency, fp8):
+    # No weight matmuls (StepFlops' defaults), or no FP8 peak: exactly the bf16 arithmetic, per_device / rate.
+    flops, terms, layers = case
+    kw = dict(layers=layers, tokens=1 << 20, devices=8, peak_flops=1e15, efficiency=efficiency)
+    t = step_time(flops, terms, fp8_peak_flops=fp8, **kw)
+    assert t == step_time(flops, terms, **kw)
+    assert t.compute_s == flops.per_device / (1e15 * efficiency)
+    split = dataclasses.replace(flops, weight_matmuls=flops.per_device / 2, weight_forward=flops.layer_forward / 2,
+                                weight_backward=flops.layer_backward / 2)
+    assert step_time(split, terms, **kw) == t  # no FP8 peak: the split is not read
+    seconds = [x for *_, x in terms]
+    assert step_seconds(split, terms, seconds, layers=layers, peak_flops=1e15, efficiency=efficiency) == t.step_s
