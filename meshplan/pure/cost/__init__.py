@@ -3,7 +3,7 @@ times (:func:`collective_time`), the collectives a sharded step runs and their b
 (:func:`xla_collectives`), its FLOPs (:func:`step_flops`), the fullest device's bytes at the step's peak
 (:func:`step_memory`) with the spread XLA's compiles showed around it (:func:`calibration_spread`), and the step
 time with the communication left exposed (:func:`step_time`), an FP8 recipe's weight matmuls at the FP8 peak
-(:func:`fp8_peak`). Every figure is an estimate; the
+(:func:`fp8_peak`), an MoE layer's dispatch as the recipe runs it (:class:`MoeDispatch`). Every figure is an estimate; the
 ``meshplan.facade`` compiles the step when the exact one is wanted.
 
 Example:
@@ -24,6 +24,7 @@ from meshplan.pure.cost._collective_time import (
 from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
 from meshplan.pure.cost._flops import LayerFlops, StepFlops, layer_flops, step_flops
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO, MATMUL_DTYPES, fp8_peak
+from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MOE_DISPATCHES, MoeDispatch
 from meshplan.pure.cost._memory_spread import (
     SPREADS,
     Spread,
@@ -93,6 +94,8 @@ __all__ = [
 ]
 # FP8 weight matmuls: the recipe's choices, the peak they run at, their efficiency over bf16's
 __all__ += ["FP8_EFFICIENCY_RATIO", "MATMUL_DTYPES", "fp8_peak"]
+# MoE dispatch: GShard's capacity einsums or dropless grouped GEMMs, and what each costs
+__all__ += ["CAPACITY_FACTOR", "MOE_DISPATCHES", "MoeDispatch"]
 # pipeline parallelism: layers per stage, the bubble, the stage-boundary sends
 __all__ += ["SCHEDULES", "PipelinePlan", "PipelineTime", "ScheduleMemory", "bubble_fraction", "in_flight",
             "pipeline_time", "plan_stages", "schedule_memory", "send_bytes", "send_time", "stage_layers"]

@@ -21,12 +21,15 @@ only, the elementwise ops XLA counts (last item). For ``T`` tokens:
   and the shared experts' down projection; measured); ``dots`` (``dots_saveable``, as the reference step
   writes it) keeps every matmul output, so nothing is recomputed; ``none``
   keeps everything. The head is outside the remat and never recomputed;
-- **MoE execution overhead** (executed, not model FLOPs): capacity-based
-  dispatch (GShard / MaxText, capacity factor ``cf``) runs every expert on
-  ``capacity = ceil(top_k x s x cf / E)`` slots per sequence, i.e. ``E x
-  capacity / (top_k x s)`` times the routed work, and its dispatch and combine
-  einsums cost ``2 x T x E x capacity x hidden`` each (1 + 1 matmuls for
-  dispatch, whose 0/1 tensor has no gradient; 1 + 2 for combine).
+- **MoE execution overhead** (executed, not model FLOPs), as the recipe's
+  dispatch runs it (:class:`~meshplan.pure.cost._moe_dispatch.MoeDispatch`):
+  capacity-based dispatch (``"einsum"``: GShard / MaxText's ``sparse_matmul:
+  False``, capacity factor ``cf``) runs every expert on ``capacity = ceil(top_k
+  x s x cf / E)`` slots per sequence, i.e. ``E x capacity / (top_k x s)`` times
+  the routed work, and its dispatch and combine einsums cost ``2 x T x E x
+  capacity x hidden`` each (1 + 1 matmuls for dispatch, whose 0/1 tensor has
+  no gradient; 1 + 2 for combine). A ``"dropless"`` dispatch (grouped GEMMs over
+  the routed tokens) has neither: no overhead.
 
 ``model`` FLOPs (the MFU numerator) exclude recompute and the MoE overhead;
 ``executed`` includes them. **Per device**: the batch axes (``dp, fsdp, ep``)
@@ -87,6 +90,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshplan.pure._check import as_count
+from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import build_params
 from meshplan.pure.rules import DEFAULT_MIN_SHARD_SIZE
@@ -282,12 +286,14 @@ def _attention_weights(model: Any, tp: int, shards: int, place: tuple[int, int, 
 
 
 def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention: str = "flash",
-                capacity_factor: float = 1.25, tp: int = 1, shards: int = 1, fsdp: int = 1,
-                dp: int = 1) -> LayerFlops:
+                capacity_factor: float = CAPACITY_FACTOR, tp: int = 1, shards: int = 1, fsdp: int = 1,
+                dp: int = 1, moe_dispatch: str = "einsum") -> LayerFlops:
     """Forward FLOPs of one layer of ``model`` for ``batch`` sequences of ``seq`` tokens (see the module docstring).
 
     ``tp``, ``shards`` (the weights' split over the batch axes other than dp), ``fsdp`` and ``dp`` only
-    place the replicated work (``replicated``, ``replicated_forward``, ``replicated_grad``).
+    place the replicated work (``replicated``, ``replicated_forward``, ``replicated_grad``). ``moe_dispatch``
+    and ``capacity_factor`` say how an MoE layer reaches its experts (:class:`~meshplan.pure.cost.
+    _moe_dispatch.MoeDispatch`): a ``"dropless"`` layer has no ``padding`` and no ``einsum``.
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
@@ -312,10 +318,11 @@ def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention:
     active = attn_w + h * e + expert * (k + model.num_shared_experts)
     router = _replicated(e, h, tp, place)
     forward, replicated, grad = forward + router[0], replicated + router[1], grad + router[2]
-    capacity = max(1, math.ceil(k * seq * capacity_factor / e))
-    slots = batch * e * capacity  # expert rows actually computed
+    dispatch = MoeDispatch(moe_dispatch, capacity_factor)
+    rows = dispatch.rows(top_k=k, seq=seq, experts=e)  # per sequence: E x capacity slots, or the routed tokens
+    slots = batch * rows  # expert rows actually computed
     padding = 2.0 * expert * (slots - tokens * k)
-    einsum = 2.0 * tokens * e * capacity * h  # one dispatch or combine einsum
+    einsum = 2.0 * tokens * rows * h * dispatch.einsums  # one dispatch or combine einsum (none: dropless)
     shared_down = 2.0 * tokens * h * f * model.num_shared_experts
     return LayerFlops(2.0 * tokens * active, attn, padding, einsum, 2.0 * tokens * replicated, shared_down + einsum,
                       2.0 * tokens * grad, 2.0 * tokens * forward)
@@ -328,7 +335,8 @@ class StepFlops:
     Attributes:
       model: matmul FLOPs of forward + backward, no recompute, no MoE overhead (MFU's numerator), whole step.
       recompute: forward FLOPs rerun by the remat policy, whole step.
-      overhead: MoE capacity padding and dispatch/combine einsums (forward + backward), whole step.
+      overhead: MoE capacity padding and dispatch/combine einsums (forward + backward), whole step; 0 for a
+        dropless dispatch.
       per_device: executed FLOPs on one device.
       layer_forward: executed forward FLOPs of one (average) layer on one device.
       layer_backward: executed backward FLOPs of one (average) layer on one device, recompute included.
@@ -361,7 +369,8 @@ class StepFlops:
 
 
 def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, remat: str = "full",
-               attention: str = "flash", capacity_factor: float = 1.25) -> StepFlops:
+               attention: str = "flash", capacity_factor: float = CAPACITY_FACTOR,
+               moe_dispatch: str = "einsum") -> StepFlops:
     """FLOPs of one training step of ``model`` on a mesh of ``sizes`` (see the module docstring).
 
     Args:
@@ -370,22 +379,29 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
       batch: global batch in sequences; seq: tokens per sequence.
       remat: ``"none"``, ``"dots"``, ``"full"`` or ``"offload"``.
       attention: ``"plain"``, ``"dot_product"`` or ``"flash"``.
-      capacity_factor: MoE expert capacity over the even share of tokens.
+      capacity_factor: MoE expert capacity over the even share of tokens (einsum dispatch).
+      moe_dispatch: ``"einsum"`` (GShard's capacity dispatch) or ``"dropless"`` (grouped GEMMs over the
+        routed tokens: no ``overhead``); :mod:`meshplan.pure.cost._moe_dispatch`.
 
     Returns:
       A :class:`StepFlops`.
 
     Raises:
-      PlanError: an unknown remat policy or a non-positive size.
+      PlanError: an unknown remat policy or MoE dispatch, or a non-positive size.
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
       >>> f = step_flops(MODEL_SPECS["llama3-70b"], {"fsdp": 8, "tp": 8}, batch=64, seq=4096)
       >>> f"{f.model:.2e}", f"{f.per_device:.2e}"
       ('1.14e+17', '2.21e+15')
+      >>> ds = MODEL_SPECS["deepseek-v3"]
+      >>> [f"{step_flops(ds, {'dp': 2, 'ep': 64}, batch=960, seq=4096, remat='dots', moe_dispatch=d).overhead:.2e}"
+      ...  for d in ("einsum", "dropless")]
+      ['7.90e+17', '0.00e+00']
     """
     if remat not in RECOMPUTE:
         raise PlanError(f"remat={remat!r}: use one of {list(RECOMPUTE)}.")
+    MoeDispatch(moe_dispatch, capacity_factor)  # refused by name here, for dense models too
     b, s = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
     n = math.prod(as_count(v, f"sizes[{k!r}]", error=PlanError) for k, v in sizes.items())
     tp = sizes.get("tp", 1)
@@ -401,7 +417,8 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
     if model.num_moe_layers:
         parts.append((model.num_moe_layers, layer_flops(model, moe_layer=True, batch=b, seq=s,
                                                         attention=attention, capacity_factor=capacity_factor,
-                                                        tp=tp, shards=shards, fsdp=fsdp, dp=dp)))
+                                                        tp=tp, shards=shards, fsdp=fsdp, dp=dp,
+                                                        moe_dispatch=moe_dispatch)))
     head = 6.0 * b * s * model.vocab_size * model.hidden_size
     r = RECOMPUTE[remat]
     fwd = sum(c * (f.weights + f.attention) for c, f in parts)

@@ -31,9 +31,10 @@ head's choice in its loss phase (:mod:`meshplan.pure.cost._step_memory`), the co
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
+
+from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 
 __all__ = ["HeadLayout", "gathers_hidden", "gathers_tokens", "head_layout", "vocab_batch_axes"]
 
@@ -125,21 +126,25 @@ def gathers_hidden(head: HeadLayout | None, *, tokens: float, vocab: int) -> boo
 
 
 def gathers_tokens(*, batch: int, seq: int, top_k: int, experts: int, width: int,
-                   capacity_factor: float = 1.25) -> bool:
+                   capacity_factor: float = CAPACITY_FACTOR, moe_dispatch: str = "einsum") -> bool:
     """Whether XLA gathers an MoE layer's dispatched tokens rather than its experts' weights, where a plan
     splits both over batch axes (the weights on their intermediate dim): the dispatched tokens of the
     ``batch`` sequences of ``seq`` tokens (per micro-batch), ``experts x batch x capacity x hidden`` with
     GShard's ``capacity = ceil(top_k x seq x capacity_factor / experts)``, are the smaller tensor than one
     expert matrix, ``experts x width x hidden`` (a tie keeps the tokens' split, the dot's first operand).
+    A ``"dropless"`` ``moe_dispatch`` compares its routed tokens, ``batch x seq x top_k x hidden``, the same
+    way (read on the einsum step's dots only; :class:`~meshplan.pure.cost._moe_dispatch.MoeDispatch`).
 
     Example:
       >>> gathers_tokens(batch=16, seq=2048, top_k=2, experts=8, width=14336)  # Mixtral-8x7B, 16 x 2048
       True
       >>> gathers_tokens(batch=24, seq=2048, top_k=2, experts=8, width=14336)
       False
+      >>> gathers_tokens(batch=24, seq=2048, top_k=2, experts=8, width=14336, moe_dispatch="dropless")
+      True
     """
-    capacity = max(1, math.ceil(top_k * seq * capacity_factor / experts))
-    return batch * capacity < width
+    rows = MoeDispatch(moe_dispatch, capacity_factor).rows(top_k=top_k, seq=seq, experts=experts)
+    return batch * rows < width * experts
 
 
 def _entry_axes(entry: Any) -> tuple[str, ...]:

@@ -48,6 +48,14 @@ moves the peak, with defaults of a MaxText-style bf16 step:
   its FP8 peak, the attention core and the output head still at bf16, as torchao's ``Float8Linear``,
   DeepSeek-V3 and Transformer Engine run them (:mod:`meshplan.pure.cost._matmul_dtype`). It moves the step
   time only; a device with no FP8 peak refuses it where the device is known (the search).
+- ``moe_dispatch`` (:data:`~meshplan.pure.cost._moe_dispatch.MOE_DISPATCHES`): how an MoE layer reaches its
+  experts. ``"einsum"`` (the default) is GShard's capacity dispatch, the reference step's and MaxText's
+  ``sparse_matmul: False``: padded capacity slots, one-hot dispatch/combine einsums, fp32 ``s x s`` routing
+  tensors. ``"dropless"`` is grouped GEMMs over exactly the routed tokens (DeepSeek-V3, MaxText's
+  ``sparse_matmul: True``, Megatron-LM, MegaBlocks): none of those, priced at the mean expert load. It moves
+  the FLOPs, the activation memory and the expert collectives of MoE models (dense ones are unchanged);
+  :mod:`meshplan.pure.cost._moe_dispatch` says what each costs. The memory coefficients were fitted on einsum
+  compiles: a dropless figure is the same model with the routing terms removed, not a dropless fit.
 """
 
 from __future__ import annotations
@@ -61,9 +69,11 @@ from meshplan.pure._check import as_count, as_record
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cluster._devices import DEVICE_SPECS
 from meshplan.pure.cost._matmul_dtype import MATMUL_DTYPES
+from meshplan.pure.cost._moe_dispatch import MOE_DISPATCHES
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 
-__all__ = ["ATTENTION_KINDS", "BACKENDS", "MATMUL_DTYPES", "OPTIMIZER_COPIES", "REMAT_POLICIES", "TrainingRecipe"]
+__all__ = ["ATTENTION_KINDS", "BACKENDS", "MATMUL_DTYPES", "MOE_DISPATCHES", "OPTIMIZER_COPIES", "REMAT_POLICIES",
+           "TrainingRecipe"]
 
 REMAT_POLICIES: tuple[str, ...] = ("none", "dots", "full", "offload")
 """Remat policies, from most to least HBM kept per layer."""
@@ -105,6 +115,8 @@ class TrainingRecipe:
       'weights float32, compute bfloat16, grads float32, adamw (2 x float32), remat offload, flash attention'
       >>> TrainingRecipe(matmul_dtype="float8").describe().split(", ")[-1]
       'fp8 weight matmuls'
+      >>> TrainingRecipe(moe_dispatch="dropless").describe().split(", ")[-1]
+      'dropless MoE dispatch'
     """
 
     weight_dtype: str = "bfloat16"
@@ -123,6 +135,7 @@ class TrainingRecipe:
     # Last, so positional construction of the fields above keeps working.
     device: str | None = None
     matmul_dtype: str = "bfloat16"
+    moe_dispatch: str = "einsum"
 
     def __post_init__(self) -> None:
         problems = [p for p in (
@@ -132,7 +145,8 @@ class TrainingRecipe:
             None if self.device is None or isinstance(self.device, str) and self.device in DEVICE_SPECS else
             f"device={self.device!r}: use one of {list(DEVICE_SPECS)} or None",
             _choice(self.optimizer, "optimizer", tuple(sorted(OPTIMIZER_COPIES))),
-            _choice(self.matmul_dtype, "matmul_dtype", MATMUL_DTYPES)) if p]
+            _choice(self.matmul_dtype, "matmul_dtype", MATMUL_DTYPES),
+            _choice(self.moe_dispatch, "moe_dispatch", MOE_DISPATCHES)) if p]
         for name in ("weight_dtype", "compute_dtype", "grad_dtype", "optimizer_dtype"):
             value = getattr(self, name)
             if value is not None:
@@ -184,6 +198,7 @@ class TrainingRecipe:
         extra += ["fp32 master weights"] if self.master_weights else []
         extra += [f"calibrated for {self.compiler}"] if self.compiler != "tpu" else []
         extra += ["fp8 weight matmuls"] if self.matmul_dtype == "float8" else []
+        extra += ["dropless MoE dispatch"] if self.moe_dispatch == "dropless" else []
         return ", ".join([f"weights {self.weight_dtype}", f"compute {self.compute_dtype}",
                           f"grads {self.grad_dtype or self.weight_dtype}", state, f"remat {self.remat}",
                           f"{self.attention} attention", *extra])

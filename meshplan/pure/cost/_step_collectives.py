@@ -104,7 +104,12 @@ hidden size, ``a`` the activation itemsize (2 for bf16).
   tokens ``(experts, b, capacity, h)`` to the experts' devices and back:
   2 all-to-alls forward, 2 backward, 2 more in the recompute under remat
   ``full`` / ``offload``, ``B = b * E * capacity * h * a`` with
-  ``capacity = ceil(top_k * s * cf / E)`` (empty slots travel too).
+  ``capacity = ceil(top_k * s * cf / E)`` (empty slots travel too). A
+  ``"dropless"`` dispatch moves exactly the routed tokens, ``B = b * s * top_k
+  * h * a`` (the mean load: :mod:`~meshplan.pure.cost._moe_dispatch` says what
+  an imbalanced router adds and why it is not priced); so do the tp and
+  XLA:TPU expert terms below, which move the same buffer. The counts are the
+  einsum step's, read from its HLO; no dropless step was compiled.
 
 **Links.** A device group whose axes all lie inside ICI domains
 (``dcn == 1`` for each) runs on the fast link; one that lies wholly across
@@ -144,6 +149,7 @@ from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.cost._estimates import CommTerm
 from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.cost._collective_time import CollectiveKind, collective_time
+from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.cost._slice_reshard import slice_reshard
 from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
@@ -667,7 +673,8 @@ TOKEN_REMATS: tuple[str, ...] = ("none", "full", "offload")
 
 def expert_token_terms(
     model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
-    axes: tuple[str, ...], remat: str = "full", capacity_factor: float = 1.25,
+    axes: tuple[str, ...], remat: str = "full", capacity_factor: float = CAPACITY_FACTOR,
+    moe_dispatch: str = "einsum",
 ) -> list[Pending]:
     """What XLA:TPU moves instead of the routed experts' weights when it gathers the dispatched tokens, not yet
     priced (``axes``: the batch axes the experts are stored over; ``()``: it gathers the weights).
@@ -682,7 +689,8 @@ def expert_token_terms(
     sums of ``w2``'s output (forward, recompute) and of the tokens' gradient (backward) are reduce-scattered: 3
     per MoE layer. Remat none: 5 gathers per MoE layer less 1, and per layer the forward's sum an all-reduce,
     the backward's a reduce-scatter. Each moves the whole dispatched buffer of the group, ``rows x ways x
-    experts x capacity x hidden``. Other policies (``dots``) were not read: no terms.
+    experts x capacity x hidden`` (a ``"dropless"`` ``moe_dispatch``: its routed tokens, ``rows x ways x seq x
+    top_k x hidden``; not read from a compile). Other policies (``dots``) were not read: no terms.
 
     Example:
       >>> from meshplan.pure import parse_cluster
@@ -700,9 +708,9 @@ def expert_token_terms(
     if not shown or not moe or policy not in TOKEN_REMATS:
         return []
     b, s = _local_batch(sizes, batch, seq)
-    e = model.num_experts
-    capacity = max(1, math.ceil(model.num_experts_per_tok * s * capacity_factor / e))
-    nbytes = b * math.prod(sizes[a] for a in shown) * e * capacity * model.hidden_size * itemsize
+    rows = MoeDispatch(moe_dispatch, capacity_factor).rows(top_k=model.num_experts_per_tok, seq=s,
+                                                          experts=model.num_experts)
+    nbytes = b * math.prod(sizes[a] for a in shown) * rows * model.hidden_size * itemsize
     i, d = placement.split(shown)
     group = "+".join(shown)
     gathers = f"{group} all-gather of the dispatched tokens for the experts (XLA:TPU)"
@@ -805,7 +813,8 @@ def _gpu_dense_gathers(dense: int, r: int, alone: bool) -> int:
 
 def activation_terms(
     model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
-    remat: str = "full", residual_split: bool = True, backend: str = "tpu", capacity_factor: float = 1.25,
+    remat: str = "full", residual_split: bool = True, backend: str = "tpu", capacity_factor: float = CAPACITY_FACTOR,
+    moe_dispatch: str = "einsum",
 ) -> list[Pending]:
     """The tp, sp and ep activation collectives of one step, not yet priced (see the module docstring).
 
@@ -819,7 +828,10 @@ def activation_terms(
       residual_split: the residual stream is stored split over ``tp`` (gathers + reduce-scatters)
         rather than whole (all-reduces).
       backend: one of :data:`TP_BACKENDS`: whose XLA's tp, sp and ep collectives to count.
-      capacity_factor: MoE expert capacity over the even share of tokens.
+      capacity_factor: MoE expert capacity over the even share of tokens (einsum dispatch).
+      moe_dispatch: how MoE layers reach their experts (:class:`~meshplan.pure.cost._moe_dispatch.
+        MoeDispatch`): the expert buffers hold ``E x capacity`` slots per sequence (``"einsum"``) or the
+        routed tokens (``"dropless"``).
 
     Returns:
       The pending collectives (none when tp, sp and ep are all 1).
@@ -837,6 +849,7 @@ def activation_terms(
     backend = as_choice(backend, "backend", TP_BACKENDS, error=PlanError)
     recompute = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError) in RECOMPUTING
     residual_split = as_flag(residual_split, "residual_split")
+    dispatch = MoeDispatch(moe_dispatch, capacity_factor)
     b, s = _local_batch(sizes, batch, seq)
     tp, sp, ep = (sizes.get(a, 1) for a in ("tp", "sp", "ep"))
     h, layers = model.hidden_size, model.num_layers
@@ -1031,8 +1044,8 @@ def activation_terms(
             add(f"tp {lookup} of the vocab-split embedding lookup", lookup, "tp", x, 1)
         if (cpu or tpu or mla_gpu) and moe:
             # The experts' MLP split over tp works on the dispatched buffer, not the residual stream.
-            e, k = model.num_experts, model.num_experts_per_tok
-            buffer = b * e * max(1, math.ceil(k * s * capacity_factor / e)) * h * itemsize
+            rows = dispatch.rows(top_k=model.num_experts_per_tok, seq=s, experts=model.num_experts)
+            buffer = b * rows * h * itemsize
             name = "CPU" if cpu else "TPU"
             if (tpu or mla_gpu) and ep == 1 and split:
                 # The experts whole on every device: XLA:TPU reduce-scatters the forward's and the backward's
@@ -1065,10 +1078,9 @@ def activation_terms(
         else:
             add("sp reduce-scatter of dK,dV (bwd)", "reduce-scatter", "sp", nbytes, layers)
     if ep > 1 and model.num_moe_layers:
-        e, k = model.num_experts, model.num_experts_per_tok
-        capacity = max(1, math.ceil(k * s * capacity_factor / e))
+        rows = dispatch.rows(top_k=model.num_experts_per_tok, seq=s, experts=model.num_experts)
         add(f"ep all-to-all of dispatched tokens (dispatch + combine, fwd + bwd{' + recompute' if recompute else ''})",
-            "all-to-all", "ep", b * e * capacity * h * itemsize, (6 if recompute else 4) * model.num_moe_layers)
+            "all-to-all", "ep", b * rows * h * itemsize, (6 if recompute else 4) * model.num_moe_layers)
     if backend == "cpu" and model.num_moe_layers:
         # XLA:CPU does not partition top_k over the batch: it gathers the fp32 router scores of every token.
         ways = tuple(a for a in BATCH_AXES if sizes.get(a, 1) > 1)

@@ -38,7 +38,14 @@ v and the attention output; ``mlp`` = gate, up and their product (dense widths
 split over tp; MoE expert widths ``top_k x capacity_factor`` split by token);
 ``scores`` = one fp32 ``b x heads/tp x s x s`` buffer (plain and XLA's
 dot_product attention; none with flash) plus MoE's dispatch/combine tensors
-``b x s x s x top_k x capacity_factor``, which grow like scores. Remat ``full``
+``b x s x s x top_k x capacity_factor``, which grow like scores. The recipe's
+MoE dispatch decides the last two (:class:`~meshplan.pure.cost._moe_dispatch.
+MoeDispatch`): a ``"dropless"`` recipe (grouped GEMMs over the routed tokens)
+prices the experts at exactly ``top_k`` rows per token and keeps no routing
+tensor (the router's ``b x s x top_k`` indices and weights are not priced).
+That figure is this model with the routing terms removed, **not calibrated on a
+dropless compile**: the coefficients below were fitted to compiles of the
+reference step, which runs the einsum dispatch only. Remat ``full``
 saves ``x``; ``dots`` ``x``, the matmul outputs without batch dims; ``none``
 everything (``none_scale`` x the pieces, plus ``score_buffers`` scores);
 ``offload`` nothing.
@@ -79,6 +86,7 @@ from meshplan.pure.cost._gathered_operand import (
     gathers_hidden,
     head_layout,
 )
+from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.cost._recipe import TrainingRecipe
 
 __all__ = ["CALIBRATIONS", "ActivationParts", "Calibration", "HeadLayout", "LayerDims", "StepMemory",
@@ -226,15 +234,8 @@ class LayerDims:
       heads: query heads; ``kv_heads``: key/value heads.
       q_width: ``heads * q_head_dim``; ``kv_width``: ``kv_heads * head_dim`` (k and v each).
       mlp_width: dense MLP width averaged over layers (split over tp).
-      expert_width: MoE layers' expert width per token averaged over layers (routed ``top_k x
-        capacity_factor`` plus shared experts); priced split over the expert axis by token and
-        not over tp. (XLA:TPU does split them over tp, as the plan splits the experts' weights; the
-        remat-none coefficients were fitted with the unsplit count, and the split alone moves eight
-        scaled-down grid rows out of band: docs/design-notes.md, step memory.)
       vocab: vocabulary size.
       head: elements of the output head (``vocab x hidden``).
-      routing: MoE dispatch/combine elements per token per token of its sequence, averaged
-        over layers (GShard's ``(b, s, experts, capacity)`` tensors: ``top_k x capacity_factor``).
       top_k: routed experts per token (0 without MoE layers); GShard's one-hot slot tensor
         ``(b, s, top_k, experts, capacity)`` is ``top_k`` routing tensors.
       largest_share: the largest stacked parameter leaf's share of the parameter elements
@@ -247,6 +248,9 @@ class LayerDims:
         Mixtral, DeepSeek), 1 for GPT-2. Remat ``dots`` saves their outputs. (The activations
         with remat ``none`` stay 3 pieces for both: GPT-2's tanh GELU keeps as many
         MLP-width intermediates as SiLU x up, 5 stacked bf16 buffers on the H200 16 x 256 row.)
+      moe_layers: MoE layers (0 without); moe_width: a routed expert's intermediate width;
+        shared_experts: shared experts per MoE layer.
+      capacity_factor: the einsum dispatch's capacity factor (:meth:`moe_widths` reads it).
     """
 
     layers: int
@@ -256,24 +260,50 @@ class LayerDims:
     q_width: int
     kv_width: int
     mlp_width: float
-    expert_width: float
     vocab: int
     head: int
-    routing: float = 0.0
     top_k: int = 0
     largest_share: float = 0.0
     mlp_inputs: int = 2
     layer_share: float = 1.0
+    moe_layers: int = 0
+    moe_width: int = 0
+    shared_experts: int = 0
+    capacity_factor: float = CAPACITY_FACTOR
+
+    def moe_widths(self, dispatch: MoeDispatch) -> tuple[float, float]:
+        """``(expert_width, routing)`` per token, averaged over the layers, as ``dispatch`` runs the MoE layers.
+
+        ``expert_width``: the experts' width per token (routed ``top_k x`` the dispatch's width factor, plus
+        the shared experts); priced split over the expert axis by token and not over tp. (XLA:TPU does split
+        them over tp, as the plan splits the experts' weights; the remat-none coefficients were fitted with
+        the unsplit count, and the split alone moves eight scaled-down grid rows out of band:
+        docs/design-notes.md, step memory.) ``routing``: fp32 dispatch/combine elements per token per token
+        of its sequence (GShard's ``(b, s, experts, capacity)`` tensors: ``top_k x capacity_factor``; none
+        for a dropless dispatch).
+
+        Example:
+          >>> from meshplan.pure.presets import MODEL_SPECS
+          >>> d = layer_dims(MODEL_SPECS["mixtral-8x7b"])
+          >>> d.moe_widths(MoeDispatch()), d.moe_widths(MoeDispatch("dropless"))
+          ((35840.0, 2.5), (28672.0, 0.0))
+        """
+        if not self.moe_layers:
+            return 0.0, 0.0
+        width = (self.top_k * dispatch.width_factor + self.shared_experts) * self.moe_width
+        return (self.moe_layers * width / self.layers,
+                dispatch.routing(self.top_k) * self.moe_layers / self.layers)
 
 
-def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
-    """The widths :func:`step_memory` needs from a :class:`~meshplan.pure.ModelSpec`.
+def layer_dims(model: Any, *, capacity_factor: float = CAPACITY_FACTOR) -> LayerDims:
+    """The widths :func:`step_memory` needs from a :class:`~meshplan.pure.ModelSpec` (``capacity_factor``:
+    the einsum dispatch's; the recipe priced says which dispatch, :meth:`LayerDims.moe_widths`).
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
       >>> d = layer_dims(MODEL_SPECS["llama3-8b"])
-      >>> d.q_width, d.kv_width, d.mlp_width, d.expert_width
-      (4096, 1024, 14336.0, 0.0)
+      >>> d.q_width, d.kv_width, d.mlp_width, d.moe_widths(MoeDispatch())
+      (4096, 1024, 14336.0, (0.0, 0.0))
     """
     if not isinstance(model, ModelSpec):
         raise MeshplanTypeError(f"model={model!r:.80} must be a ModelSpec (MODEL_SPECS['llama3-8b']), "
@@ -283,20 +313,18 @@ def layer_dims(model: Any, *, capacity_factor: float = 1.25) -> LayerDims:
     q_head = mla.qk_head_dim if mla is not None else model.head_dim
     layers = max(model.num_layers, 1)
     dense = model.intermediate_size
-    moe = 0.0
-    if model.num_experts:
-        moe = (model.num_experts_per_tok * capacity_factor + model.num_shared_experts) * model.moe_intermediate_size
     n_moe = model.num_moe_layers if model.num_experts else 0
     leaves = _stacked_leaves(model)
     return LayerDims(layers, model.hidden_size, model.num_heads, model.num_kv_heads, model.num_heads * q_head,
-                     model.num_kv_heads * model.head_dim, (layers - n_moe) * dense / layers, n_moe * moe / layers,
+                     model.num_kv_heads * model.head_dim, (layers - n_moe) * dense / layers,
                      model.vocab_size,
                      model.vocab_size * model.hidden_size,
-                     model.num_experts_per_tok * capacity_factor * n_moe / layers if n_moe else 0.0,
                      model.num_experts_per_tok if n_moe else 0,
                      max(leaves) / sum(leaves),
                      1 if model.family == "gpt2" else 2,
-                     sum(leaves[_outside_layers(model):]) / sum(leaves))
+                     sum(leaves[_outside_layers(model):]) / sum(leaves),
+                     n_moe, model.moe_intermediate_size if n_moe else 0,
+                     model.num_shared_experts if n_moe else 0, capacity_factor)
 
 
 def _outside_layers(model: ModelSpec) -> int:
@@ -480,6 +508,7 @@ def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: in
     """
     cal = CALIBRATIONS[calibration_key(recipe)]
     a = recipe.compute_itemsize
+    expert_width, routing_width = dims.moe_widths(MoeDispatch(recipe.moe_dispatch, dims.capacity_factor))
     b = max(batch // ways, 1) / recipe.micro_batches
     s = seq // sp
     t = b * s
@@ -493,14 +522,14 @@ def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: in
     q = heads * q_head
     kv = dims.kv_heads / _split(dims.kv_heads, tp) * _padded(dims.kv_width / dims.kv_heads, cal.lane_pad)
     proj = t * a * (2 * q + 2 * kv)
-    mlp = 3 * t * a * (dims.mlp_width / tp + dims.expert_width)
+    mlp = 3 * t * a * (dims.mlp_width / tp + expert_width)
     scores = 0.0
     if recipe.attention != "flash":
         # XLA's jax.nn.dot_product_attention materialises fp32 scores like the plain form
         # (measured on CPU, TPU and H200: the same peak).
         scores = b * heads * s * seq * 4
-    # MoE routing tensors grow with the sequence like scores, whatever the attention.
-    routing = b * s * s * dims.routing * 4  # one fp32 dispatch/combine tensor
+    # MoE routing tensors grow with the sequence like scores, whatever the attention (none when dropless).
+    routing = b * s * s * routing_width * 4  # one fp32 dispatch/combine tensor
     scores += routing * (max(dims.top_k, 1) if cal.routing_per_choice else 1)
     none_layer = 5 * x + proj + mlp
     flash = lanes = 0.0
@@ -513,7 +542,7 @@ def activation_parts(dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: in
         lanes = 3 * b * heads * s * _FLASH_LANES * 4
     saved_layer = {"none": cal.none_scale * none_layer + cal.score_buffers * scores + flash,
                    "dots": 3 * x + proj - t * a * q + t * a * (dims.mlp_inputs * dims.mlp_width / tp
-                                                               + 2 * dims.expert_width),
+                                                               + 2 * expert_width),
                    "full": x, "offload": 0.0}[recipe.remat]
     saved = dims.layers * saved_layer
     logits, gathered_head = _loss_phase(dims, cal, head, tp=tp, t=t, itemsize=a, vocab_tiles=recipe.vocab_tiles,

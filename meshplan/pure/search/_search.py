@@ -281,7 +281,8 @@ class _Search:
             req = self.req
             found = self.flops[key] = step_flops(self.model, dict(zip(req.axes, s.sizes, strict=True)),
                                                  batch=req.batch, seq=req.seq, remat=req.recipe.remat,
-                                                 attention=req.recipe.attention)
+                                                 attention=req.recipe.attention,
+                                                 moe_dispatch=req.recipe.moe_dispatch)
         return found
 
     def timed(self, s: _Scored) -> StepTime:
@@ -638,7 +639,8 @@ class _Search:
                                           itemsize=self.act_itemsize, head_axes=head_axes, embed_axes=embed_axes)
         if expert_axes:
             pending += expert_token_terms(self.model, mesh, placement, batch=self.req.batch, seq=self.req.seq,
-                                          itemsize=self.act_itemsize, axes=expert_axes, remat=recipe.remat)
+                                          itemsize=self.act_itemsize, axes=expert_axes, remat=recipe.remat,
+                                          moe_dispatch=recipe.moe_dispatch)
         if self.slice_chips is not None:
             pending = whole_slice_sums(pending, mesh, chips=self.slice_chips)
         return accumulate(pending, s.micro_batches, backend=recipe.compiler)
@@ -688,7 +690,7 @@ class _Search:
             return ()
         return axes if gathers_tokens(batch=self.req.batch // s.micro_batches, seq=self.req.seq,
                                       top_k=model.num_experts_per_tok, experts=model.num_experts,
-                                      width=model.moe_intermediate_size) else ()
+                                      width=model.moe_intermediate_size, moe_dispatch=recipe.moe_dispatch) else ()
 
     def _expert_split(self, plan: PlanEval) -> tuple[str, ...] | None:
         """The batch axes every routed expert's leaf splits its intermediate dim over, and no other dim
@@ -737,7 +739,8 @@ class _Search:
         recipe = self.req.recipe
         pending = activation_terms(self.model, dict(zip(self.req.axes, s.sizes, strict=True)), placement,
                                    batch=self.req.batch, seq=self.req.seq, itemsize=self.act_itemsize,
-                                   remat=recipe.remat, residual_split=recipe.residual_split, backend=recipe.compiler)
+                                   remat=recipe.remat, residual_split=recipe.residual_split, backend=recipe.compiler,
+                                   moe_dispatch=recipe.moe_dispatch)
         return accumulate(pending, s.micro_batches, backend=recipe.compiler)
 
     def _leanest(self, over: list[_Scored]) -> list[_Scored]:
