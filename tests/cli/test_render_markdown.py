@@ -248,3 +248,20 @@ def test_an_fp8_plan_says_so_in_every_report() -> None:
     assert "weight matmuls at" in facts["time"] and facts["step"].endswith("fp8 weight matmuls")
     assert f"- **time**: {facts['time']}" in plan_markdown(r)
     assert "of peak fp8" in plan_html(r)
+
+
+@pytest.mark.parametrize("model, moe", [("mixtral-8x7b", True), ("llama3-8b", False)])
+@pytest.mark.parametrize("dispatch", ["einsum", "dropless"])
+def test_an_moe_plan_states_its_dispatch_in_every_report_and_a_dense_one_none(model: str, moe: bool,
+                                                                            dispatch: str) -> None:
+    from meshplan.pure.search import SearchResult, TrainingRecipe
+
+    r = search_meshes(model, "4x8xH100", batch=32, seq=2048, top_k=2, recipe=TrainingRecipe(moe_dispatch=dispatch))
+    assert (r.request.moe_layers > 0) == moe
+    step = dict(header_facts(r))["step"]
+    said = {"einsum": "MoE einsum dispatch (capacity factor 1.25, as the reference step)",
+            "dropless": "MoE dropless dispatch (grouped GEMMs over the routed tokens)"}[dispatch]
+    assert step.endswith(said) if moe else "dispatch" not in step
+    assert (said in plan_markdown(r)) == moe and (said in plan_html(r)) == moe
+    # A result read back from JSON still knows it searched an MoE model.
+    assert dict(header_facts(SearchResult.from_json(r.to_json())))["step"] == step

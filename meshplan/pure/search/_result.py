@@ -56,7 +56,11 @@ class Rejection:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SearchRequest:
-    """What was asked: model, cluster, axes, constraints and the training step priced."""
+    """What was asked: model, cluster, axes, constraints and the training step priced.
+
+    ``moe_layers``: the model's MoE layers (0 for a dense model), so that a result says which of its
+    recipe's choices it read (the MoE dispatch).
+    """
 
     model: str
     cluster: Cluster
@@ -78,6 +82,7 @@ class SearchRequest:
     efficiency: float | None = None
     rank_by: str = "time"
     choose_micro_batches: bool = False  # True: micro-batches chosen per mesh (the recipe's count is the first try)
+    moe_layers: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.rank_by, str) or self.rank_by not in RANK_BY:  # an array compares elementwise
@@ -88,7 +93,7 @@ class SearchRequest:
             "optimizer_copies": as_nonneg, "optimizer_dtype": as_text, "activations": as_bool,
             "headroom": _headroom, "tp_within_domain": as_bool, "ep_within_domain": as_bool, "rule": as_text,
             "top_k": _count, "recipe": instance_of(TrainingRecipe), "efficiency": optional(_efficiency),
-            "choose_micro_batches": as_bool,
+            "choose_micro_batches": as_bool, "moe_layers": as_nonneg,
         })
 
     @property

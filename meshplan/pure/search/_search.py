@@ -1043,7 +1043,8 @@ def search_meshes(
         optimizer_copies=copies + int(flags["master_weights"]), optimizer_dtype=str(opt_dt),
         activations=flags["activations"], headroom=float(headroom), tp_within_domain=flags["tp_within_domain"],
         ep_within_domain=flags["ep_within_domain"], rule=rule_name(rule), top_k=_positive(top_k, "top_k"),
-        recipe=recipe, efficiency=efficiency, rank_by=rank, choose_micro_batches=choose)
+        recipe=recipe, efficiency=efficiency, rank_by=rank, choose_micro_batches=choose,
+        moe_layers=spec.num_moe_layers)
     why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
     if why is not None:
         raise PlanError(why)

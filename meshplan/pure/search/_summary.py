@@ -27,6 +27,7 @@ from typing import NamedTuple
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
 from meshplan.pure.cost._memory_spread import Spread, calibration_spread, peak_bounds
+from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
 from meshplan.pure.errors import MeshplanTypeError
 from meshplan.pure.search._candidate import MeshCandidate
@@ -34,7 +35,7 @@ from meshplan.pure.search._export import maxtext_settings
 from meshplan.pure.search._result import SearchResult
 
 __all__ = ["RANK_COLUMNS", "Column", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
-           "memory_range", "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
+           "memory_range", "moe_dispatch_text", "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
 
 
 class Column(NamedTuple):
@@ -143,6 +144,20 @@ def compute_rate(efficiency: float | None, matmul_dtype: str) -> str:
     return at
 
 
+def moe_dispatch_text(moe_dispatch: str) -> str:
+    """How an MoE plan's header says the dispatch it priced (:class:`~meshplan.pure.cost.MoeDispatch`).
+
+    Example:
+      >>> moe_dispatch_text("einsum")
+      'MoE einsum dispatch (capacity factor 1.25, as the reference step)'
+      >>> moe_dispatch_text("dropless")
+      'MoE dropless dispatch (grouped GEMMs over the routed tokens)'
+    """
+    if MoeDispatch(moe_dispatch).einsums:
+        return f"MoE einsum dispatch (capacity factor {CAPACITY_FACTOR:g}, as the reference step)"
+    return "MoE dropless dispatch (grouped GEMMs over the routed tokens)"
+
+
 def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> tuple[tuple[str, str], ...]:
     """The summary's header, one fact per ``(label, text)``: model, cluster, budget, step, memory, time.
 
@@ -161,6 +176,8 @@ def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> 
         step.append("fp32 master weights")
     if recipe.matmul_dtype == "float8":
         step.append("fp8 weight matmuls")
+    if req.moe_layers:  # a dense model has no dispatch to state
+        step.append(moe_dispatch_text(recipe.moe_dispatch))
     found = calibration_spread(recipe)
     source = CALIBRATIONS[calibration_key(recipe)].source.split(" (")[0].split(" peak_memory")[0]
     if found is None:

@@ -347,17 +347,17 @@ def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
 # speed-up must not change a single candidate, its order, memory or step time. When the priced model
 # itself changes on purpose (memory calibration, collective or FLOP model), regenerate them with
 # ``python -c "from tests.pure.search.test_search import print_fingerprints; print_fingerprints()"``
-# and say so in the commit. (Regenerated when the recipe gained ``moe_dispatch``: the JSON without that field
-# was byte-identical to the old code's for every case.)
+# and say so in the commit. (Regenerated when the request gained ``moe_layers`` and the recipe ``moe_dispatch``:
+# the JSON without those two fields was byte-identical to the old code's for every case.)
 FINGERPRINT_CASES = {
-    ("llama3-70b", "512x8xH100", ()): "8bf1f84a164c7edc",
-    ("mixtral-8x7b", "512x8xH100", ()): "232aafcadf324c77",
-    ("deepseek-v3", "512x8xH100", ()): "685c30e4c2d1ffb4",
-    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "9c87238d6e8387b9",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "bad54aca5c815b19",
-    ("gpt2", "2x8xH100", (("batch", 64),)): "f8930a8d96df3f5e",
-    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "39b5baa7b5ed7c62",
-    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "4b75855cb52ee56f",
+    ("llama3-70b", "512x8xH100", ()): "7bae5417b14b0f42",
+    ("mixtral-8x7b", "512x8xH100", ()): "2fc81e08187fa325",
+    ("deepseek-v3", "512x8xH100", ()): "1c2f06d52702e33a",
+    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "32e32137f6494fca",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "fb88a25f8ad67830",
+    ("gpt2", "2x8xH100", (("batch", 64),)): "aade8f26576c67cd",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "040f836da6bcce9d",
+    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "0a21ae1aff8edbe8",
     ("deepseek-v3", "8x8xH100", ()): "3fbe69e0ba5c9fdb",  # nothing fits: the message and its larger-cluster suggestion
 }
 
