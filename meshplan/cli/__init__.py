@@ -413,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--efficiency", type=_args.fraction("peak FLOP/s"), metavar="F",
                       help="fraction of peak bf16 FLOP/s the matmuls sustain (default: 0.5 on TPU; on GPU "
                            "0.662 x h / (h + 2587), h the hidden size: 0.15 at 768, 0.41 at 4096, 0.50 at 8192)")
+    from meshplan.cli import _verify
     from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO, MATMUL_DTYPES
 
     plan.add_argument("--matmul-dtype", default="bfloat16", choices=MATMUL_DTYPES,
@@ -420,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
                            f"FP8 peak at {FP8_EFFICIENCY_RATIO:g} x the bf16 efficiency (torchao Float8Linear, "
                            "DeepSeek-V3, Transformer Engine; attention and the output head stay bf16); a device "
                            "with no FP8 peak (A100, TPUs) refuses float8")
+    _verify.add_moe_dispatch(plan)
     plan.add_argument("--rank", default="time", choices=("time", "comm"),
                       help="order meshes by predicted step time (default) or by communication seconds alone")
     plan.add_argument("--dtype", "--weight-dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
@@ -450,8 +452,6 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--no-verify", action="store_true", help="show the estimates only; compile nothing")
     plan.add_argument("--verify-time", type=_positive, default=300, metavar="S",
                       help="stop starting compiles after S seconds (default 300); the rest stay estimates")
-    from meshplan.cli import _verify
-
     _verify.add_mem_fraction(plan)
     _verify.add_reference_flags(plan)
     plan.set_defaults(func=_plan)

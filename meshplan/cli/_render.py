@@ -164,8 +164,12 @@ def _margin(result: SearchResult, spread: Spread | None) -> str:
              if c.memory.fits and peak_bounds(c.memory, spread)[1] > c.memory.budget]
     if not tight:
         return ""
+    req = result.request
+    check = ("the reference step runs the einsum MoE dispatch only, so a dropless plan has no compiled check"
+             if req.moe_layers and req.recipe.moe_dispatch != "einsum" else
+             "--verify K compiles the top K for XLA's own peak")
     return (f"tight: at the highest recorded ratio ({spread.high:.2f}x), {', '.join(tight)} would not fit the "
-            f"{fmt_bytes(result.request.budget)} budget; --verify K compiles the top K for XLA's own peak.")
+            f"{fmt_bytes(req.budget)} budget; {check}.")
 
 
 def _render_chosen(result: SearchResult, console: Any, compiled: Mapping[str, tuple[int, str]]) -> None:

@@ -45,12 +45,14 @@ def training_recipe(args: Any, *, backend: str | None = None) -> Any:
     ``backend`` ``None``: the cluster's compiler, which the search fills in."""
     from meshplan.pure.search import TrainingRecipe
 
-    # --matmul-dtype is plan's alone: check compiles the reference step, whose matmuls are bf16.
+    # --matmul-dtype is plan's alone: check compiles the reference step, whose matmuls are bf16. check takes
+    # --moe-dispatch only to refuse dropless for an MoE model (run_check).
     return TrainingRecipe(weight_dtype=args.dtype, optimizer=args.optimizer,
                           master_weights=getattr(args, "master_weights", False), remat=args.remat,
                           attention=args.attention, micro_batches=args.micro_batches or 1,
                           vocab_tiles=args.vocab_tiles, backend=backend,
-                          matmul_dtype=getattr(args, "matmul_dtype", "bfloat16"))
+                          matmul_dtype=getattr(args, "matmul_dtype", "bfloat16"),
+                          moe_dispatch=getattr(args, "moe_dispatch", "einsum"))
 
 
 def reference_config(args: Any, param_dtype: str) -> Any:
@@ -190,6 +192,19 @@ def add_reference_flags(parser: Any) -> None:
 
 
 
+def add_moe_dispatch(parser: Any) -> None:
+    """``--moe-dispatch einsum|dropless``: how an MoE model's layers reach their experts (the recipe's
+    ``moe_dispatch``)."""
+    from meshplan.pure.cost import MOE_DISPATCHES
+
+    parser.add_argument("--moe-dispatch", default="einsum", choices=MOE_DISPATCHES,
+                        help="how MoE layers reach their experts: einsum (default: GShard's capacity dispatch, as "
+                             "meshplan's reference step and MaxText's sparse_matmul: False run it) or dropless "
+                             "(grouped GEMMs over the routed tokens, as DeepSeek-V3, MaxText's sparse_matmul: True "
+                             "and Megatron-LM run them; priced at the mean expert load); the reference step runs "
+                             "einsum only, so a dropless MoE plan is not compiled (check refuses it)")
+
+
 def add_mem_fraction(parser: Any) -> None:
     """``--mem-fraction F``: the share of each GPU jax's allocator takes, which is a GPU plan's budget."""
     parser.add_argument("--mem-fraction", type=fraction("GPU memory"), metavar="F",
@@ -216,6 +231,7 @@ def add_check_arguments(parser: Any, sizes: Any, positive: Any) -> None:
     parser.add_argument("--json", dest="format", action="store_const", const="json", default="table",
                         help="print the row as JSON only (XLA's figures, the estimate, the largest buffers)")
     add_reference_flags(parser)
+    add_moe_dispatch(parser)
 
 
 JAX_DEFAULT_MEM_FRACTION = 0.75
@@ -314,7 +330,8 @@ def render_plan_verification(checked: Any, result: Any, args: Any, console: Any)
                           + ", ".join(f"#{r.rank} {r.mesh}" for r in checked.removed), markup=False)
         for r in checked.rows:
             if r.status == "not verified":
-                console.print(f"#{r.rank} {r.mesh}: not verified ({r.error})", markup=False)
+                console.print(f"#{r.rank} {r.mesh}: not verified ({r.error.removeprefix('not verified: ')})",
+                              markup=False)
     if args.target == "cpu" and req.recipe.compiler != "cpu" and checked.compiler:
         # The plan priced the cluster's compiler; XLA:CPU lowers the same step differently (fp32 matmul
         # operands, whole-gradient all-reduces), so this ratio measures the lowering as well as the model.
@@ -356,8 +373,17 @@ def run_check(args: Any, console: Any) -> int:
     from meshplan.cli._models import load
     from meshplan.pure import parse_cluster, search_meshes
 
+    from meshplan.facade._verify_row import uncompiled_dispatch
+
     cluster = parse_cluster(args.cluster)
     spec = scaled_model(load(args.model).spec, args.layers)
+    why = uncompiled_dispatch(spec, training_recipe(args))
+    if why:  # nothing to compile: the einsum step's peak is not the dropless step's
+        raise PlanError(f"--moe-dispatch {args.moe_dispatch}: meshplan check compiles the reference step, which runs "
+                        "the einsum MoE dispatch only (capacity padding, s x s routing tensors), so its peak is not "
+                        f"that of a {args.moe_dispatch} step of {spec.name}. Leave --moe-dispatch out to check the "
+                        f"einsum step, or run 'meshplan plan --moe-dispatch {args.moe_dispatch} --no-verify' for the "
+                        f"{args.moe_dispatch} estimate.")
     total = math.prod(args.mesh.values())
     if total != cluster.num_devices:
         raise PlanError(f"--mesh {','.join(f'{a}={s}' for a, s in args.mesh.items())} has {total} devices; "

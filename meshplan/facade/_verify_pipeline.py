@@ -17,7 +17,8 @@ estimate. The stage's parameters are laid out by the default rule for the stage
 mesh (the search's stage plan is made for the stage model, whose tree differs).
 
 What cannot compile is that row's "not verified: <reason>", found before any
-worker starts (MoE models that mix layer kinds, ``pp * v`` not dividing the
+worker starts (a dropless MoE recipe, which the reference step cannot run;
+MoE models that mix layer kinds, ``pp * v`` not dividing the
 layers, flash attention, remat offload, a batch the stage axes and ``m`` do not
 divide); a crash or a timeout is that row's reason too. None is fatal to the plan.
 """
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from meshplan.facade._verify_plan import _config_for, compiler_problem
-from meshplan.facade._verify_row import PlanVerification, VerifyRow, compiled_fit
+from meshplan.facade._verify_row import PlanVerification, VerifyRow, compiled_fit, uncompiled_dispatch
 from meshplan.facade._worker import CompileJob, CompileOutcome, run_jobs
 from meshplan.pure._check import as_real
 from meshplan.pure._format import fmt_bytes
@@ -181,6 +182,10 @@ def verify_pipelines(found: Any, result: SearchResult, *, model: Any = None, top
     config = dataclasses.replace(config if config is not None else _config_for(result), micro_batches=1)
     cands: Sequence[Any] = tuple(getattr(found, "candidates", found))[:top]
     budget = req.budget
+    dispatch = uncompiled_dispatch(model, req.recipe)
+    if dispatch:  # a dropless MoE plan: the reference step is another step, whatever compiler is installed
+        return PlanVerification(tuple(_row(c, budget, "not verified", error=f"not verified: {dispatch}")
+                                      for c in cands), (), "", "", time.perf_counter() - start)
     compiler, problem = compiler_problem(req.cluster, target)
     if problem is not None:
         return PlanVerification(tuple(_row(c, budget, "estimate") for c in cands), (), "",

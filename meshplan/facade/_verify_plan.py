@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from meshplan.facade._verify_row import PlanVerification, VerifyRow, compiled_fit
+from meshplan.facade._verify_row import PlanVerification, VerifyRow, compiled_fit, uncompiled_dispatch
 from meshplan.facade._worker import CompileJob, CompileOutcome, run_jobs
 from meshplan.pure._check import as_count, as_real
 from meshplan.pure._format import fmt_bytes
@@ -140,7 +140,9 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
 
     Returns:
       A :class:`PlanVerification`; with no compiler installed for the target, every row is an estimate
-      and ``note`` says what to install.
+      and ``note`` says what to install. A plan of an MoE model priced with the dropless dispatch compiles
+      nothing: the reference step runs the einsum dispatch only, so each row is ``not verified`` and says
+      why (:func:`~meshplan.facade._verify_row.uncompiled_dispatch`).
 
     Raises:
       MeshplanTypeError: ``result`` is not a SearchResult.
@@ -180,6 +182,10 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
         model = resolve_model(req.model)  # a preset name or the model file the plan read
     config = config if config is not None else _config_for(result)
     ranked = list(result.candidates)
+    why = uncompiled_dispatch(model, req.recipe)
+    if why:  # a dropless MoE plan: the reference step is another step (each row says so; installing won't help)
+        rows = tuple(_row(c, result, config, "not verified", error=f"not verified: {why}") for c in ranked)
+        return PlanVerification(rows, (), "", "", time.perf_counter() - start)
     compiler, problem = compiler_problem(req.cluster, target)
     if problem is not None:
         rows = tuple(_row(c, result, config, "estimate") for c in ranked)

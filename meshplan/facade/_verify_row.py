@@ -11,7 +11,7 @@ from typing import Any
 
 from meshplan.pure._format import fmt_bytes
 
-__all__ = ["STATUSES", "PlanVerification", "VerifyRow", "compiled_fit"]
+__all__ = ["STATUSES", "PlanVerification", "VerifyRow", "compiled_fit", "uncompiled_dispatch"]
 
 STATUSES = ("exact", "estimate", "over budget", "not verified")
 
@@ -138,6 +138,30 @@ def compiled_fit(peak_bytes: int, budget_bytes: int, target: str) -> tuple[bool,
         return False, high, ""
     run = "" if high is None else f", a run up to {fmt_bytes(high)} on the GPU,"
     return True, high, f"compiled peak {fmt_bytes(peak_bytes)}{run} > the {fmt_bytes(budget_bytes)} budget"
+
+
+def uncompiled_dispatch(model: Any, recipe: Any) -> str:
+    """Why the reference step cannot check a plan of ``model`` priced with ``recipe``, or ``""`` when it can.
+
+    The reference step (:func:`meshplan.facade._reference_model.moe`) runs GShard's einsum dispatch only. A
+    plan priced with the dropless dispatch (``recipe.moe_dispatch``) has none of that step's capacity
+    padding or ``s x s`` routing tensors, so the einsum step's compiled peak is not its peak: comparing
+    them, or dropping a mesh because the einsum step is over the budget, would check a different step.
+    Such rows are not compiled and say so. A dense model has no dispatch: its step is the same either way.
+
+    Example:
+      >>> from meshplan.pure.presets import MODEL_SPECS
+      >>> from meshplan.pure.cost import TrainingRecipe
+      >>> uncompiled_dispatch(MODEL_SPECS["mixtral-8x7b"], TrainingRecipe(moe_dispatch="dropless"))[:53]
+      'not compiled: the plan priced the dropless MoE dispat'
+      >>> uncompiled_dispatch(MODEL_SPECS["llama3-8b"], TrainingRecipe(moe_dispatch="dropless"))
+      ''
+    """
+    if not model.num_moe_layers or recipe.moe_dispatch == "einsum":
+        return ""
+    return (f"not compiled: the plan priced the {recipe.moe_dispatch} MoE dispatch (grouped GEMMs over the routed "
+            "tokens) and meshplan's reference step runs the einsum dispatch only (capacity padding, s x s routing "
+            "tensors), whose compiled peak is not this plan's")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

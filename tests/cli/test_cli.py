@@ -179,6 +179,35 @@ def test_plan_matmul_dtype_float8_prices_fp8_weight_matmuls_and_says_so(capsys) 
     assert "fp8" not in capsys.readouterr().out
 
 
+def test_plan_moe_dispatch_dropless_prices_the_routed_tokens_and_says_so(capsys) -> None:
+    base = ["plan", "--model", "mixtral-8x7b", "--cluster", "4x8xH100", "--batch", "64", "--seq", "4096",
+            "--no-verify", "--no-pipeline"]
+    assert cli.main([*base, "--moe-dispatch", "dropless", "--json"]) == 0
+    dropless = SearchResult.from_json(capsys.readouterr().out)
+    assert cli.main([*base, "--json"]) == 0
+    einsum = SearchResult.from_json(capsys.readouterr().out)
+    assert dropless.request.recipe.moe_dispatch == "dropless" and einsum.request.recipe.moe_dispatch == "einsum"
+    # The flag is the recipe field: the same result as the library call; the step is faster and no fuller.
+    assert dropless == search_meshes("mixtral-8x7b", "4x8xH100", batch=64, seq=4096, headroom=0.25,
+                                     recipe=dataclasses.replace(einsum.request.recipe, backend=None, device=None,
+                                                                moe_dispatch="dropless"))
+    same = {c.text: c for c in einsum.candidates if c.text in {d.text for d in dropless.candidates}}
+    assert same and all(d.step.step_s < same[d.text].step.step_s and d.memory.total <= same[d.text].memory.total
+                        for d in dropless.candidates if d.text in same)
+    # The header says which dispatch an MoE plan priced, and that its memory is not a dropless fit.
+    assert cli.main([*base, "--moe-dispatch", "dropless"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "MoE dropless dispatch (grouped GEMMs over the routed tokens)" in text
+    assert "dropless: its routing terms removed, not fitted to a dropless compile" in text
+    assert cli.main(base) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "MoE einsum dispatch (capacity factor 1.25, as the reference step)" in text and "dropless" not in text
+    with pytest.raises(SystemExit) as info:  # argparse: not one of the choices
+        cli.main([*base, "--moe-dispatch", "sparse"])
+    assert info.value.code == 2
+    assert "--moe-dispatch: invalid choice: 'sparse'" in capsys.readouterr().err
+
+
 def test_plan_refuses_float8_on_a_device_without_fp8_units(capsys) -> None:
     args = ["plan", "--model", "gpt2", "--cluster", "8xA100", "--matmul-dtype", "float8", "--no-verify"]
     assert cli.main(args) == 1

@@ -225,3 +225,61 @@ def test_check_compiles_for_a_gpu_cluster_with_no_gpu(capsys):
     assert row["status"] == "exact" and row["compiler"].startswith("XLA:GPU (jax-cuda12-plugin ")
     assert row["peak_bytes"] >= row["argument_bytes"] > 0 and row["peak_source"] == "peak_memory_in_bytes"
     assert row["budget_bytes"] == int(80e9 * 0.75)  # jax's default preallocation on a GPU
+
+
+def test_a_dropless_moe_plan_compiles_nothing_and_each_row_says_why(capsys, monkeypatch):
+    # The reference step runs the einsum dispatch only: its compiled peak (capacity padding, s x s routing
+    # tensors) is not a dropless plan's, so no row is compiled, none is removed for it, and each says why.
+    monkeypatch.setenv("COLUMNS", "400")
+    args = ["plan", "--model", "mixtral-8x7b", "--cluster", "4x8xH100", "--seq", "64", "--batch", "32", "--top", "3",
+            "--verify", "2", "--target", "cpu", "--no-pipeline"]
+    code = cli.main([*args, "--moe-dispatch", "dropless"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "compiling" not in err
+    said = [ln for ln in out.splitlines() if "not verified (not compiled: the plan priced the dropless MoE" in ln]
+    assert [ln.split()[0] for ln in said] == ["#1", "#2", "#3"]
+    assert all("meshplan's reference step runs the einsum dispatch only" in ln for ln in said)
+
+
+def test_the_dropless_reason_is_per_row_in_the_library_and_never_for_einsum_or_a_dense_model():
+    import dataclasses
+    import io
+
+    from meshplan.cli._verify import scaled_model
+    from meshplan.facade._verify_pipeline import verify_pipelines
+    from meshplan.facade._verify_row import uncompiled_dispatch
+    from meshplan.pure import get_preset, search_meshes
+    from meshplan.pure.cost import TrainingRecipe
+    from meshplan.pure.search import search_pipelines
+
+    moe = scaled_model(get_preset("mixtral-8x7b").spec, 2)
+    dropless = TrainingRecipe(moe_dispatch="dropless")
+    found = search_meshes(moe, "1x8xH100", batch=8, seq=64, top_k=3, recipe=dropless)
+    checked = meshplan.verify_plan(found, model=moe, top=1, target="cpu", stream=io.StringIO())
+    assert len(checked.rows) == len(found.candidates) == 3 and not checked.removed and not checked.compiler
+    assert all(r.status == "not verified" and "dropless MoE dispatch" in r.error and r.peak_bytes is None
+               for r in checked.rows)
+    pipes = search_pipelines(moe, "2x8xH100", batch=8, seq=64, top_k=2, recipe=dropless)
+    rows = verify_pipelines(pipes, found, model=moe, top=2, target="cpu", stream=io.StringIO()).rows
+    assert rows and all(r.status == "not verified" and "dropless MoE dispatch" in r.error for r in rows)
+    # The einsum recipe, and any dense model, compile as before: nothing to say.
+    assert uncompiled_dispatch(moe, TrainingRecipe()) == ""
+    gpt2 = scaled_model(get_preset("gpt2").spec, 1)
+    assert uncompiled_dispatch(gpt2, dropless) == ""
+    assert uncompiled_dispatch(dataclasses.replace(moe, num_dense_layers=2), dropless) == ""  # no MoE layer left
+
+
+def test_check_refuses_a_dropless_moe_step_and_says_what_to_run(capsys):
+    args = ["check", "--model", "mixtral-8x7b", "--cluster", "1x8xH100", "--mesh", "fsdp=8", "--layers", "2",
+            "--seq", "64", "--target", "cpu", "--moe-dispatch", "dropless"]
+    assert cli.main(args) == 1
+    out, err = capsys.readouterr()
+    assert "compiling" not in err
+    assert ("--moe-dispatch dropless: meshplan check compiles the reference step, which runs the einsum MoE dispatch "
+            "only") in err
+    assert "'meshplan plan --moe-dispatch dropless --no-verify'" in err
+    assert cli.main([*args, "--json"]) == 1
+    import json
+
+    assert json.loads(capsys.readouterr().out)["error"]["type"] == "PlanError"

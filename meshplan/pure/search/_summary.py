@@ -186,6 +186,9 @@ def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> 
         s = found[1]
         memory = (f"params/grads/optimizer exact; activations estimated, {s.low:.2f}-{s.high:.2f}x on {s.rows} "
                   f"{source} compiles")
+    if req.moe_layers and not MoeDispatch(recipe.moe_dispatch).einsums:
+        # The coefficients and their spread come from compiles of the einsum step (the reference step's).
+        memory += " of the einsum MoE step; dropless: its routing terms removed, not fitted to a dropless compile"
     if c.device.peak_bf16_flops is None:
         time = f"estimated: exposed communication only (no peak FLOP/s known for {c.device.name})"
     else:
