@@ -86,6 +86,9 @@ class PublishedRun:
       source: URL and commit the numbers come from.
       matmul_dtype: what the run's weight matmuls ran in, as the source says: ``"float8"`` (priced at the
         FP8 peak) or ``"bfloat16"``.
+      moe_dispatch: how the run's MoE layers reach their experts, as the source says (``TrainingRecipe.
+        moe_dispatch``): ``"einsum"`` (GShard's capacity dispatch, a dropping MoE) or ``"dropless"`` (grouped
+        GEMMs over the routed tokens).
     """
 
     key: str
@@ -100,6 +103,7 @@ class PublishedRun:
     notes: str
     source: str
     matmul_dtype: str = "bfloat16"
+    moe_dispatch: str = "einsum"
 
 
 _TT = ("https://github.com/pytorch/torchtitan/blob/820504e20d1149fbf0b98c567af24c4b0433b22d/"
@@ -109,6 +113,15 @@ _TRAINY = ("https://github.com/pytorch/torchtitan/blob/b5bcd76c66d0acb1a08b176d9
 _MT_TIERS = ("https://github.com/AI-Hypercomputer/maxtext/blob/20a91e12a17cbaa7b786ac388b192b63392cd855/"
              "docs/reference/models/tiering.md")
 _MT_CFG = "benchmarks/maxtext_trillium_model_configs.py (MaxText; per_device_batch_size, ici_fsdp_parallelism=-1)"
+_DSV3 = "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 2.1.2, 3.2-3.3"
+# DeepSeek-V3's MoE is dropless ("DeepSeek-V3 does not drop any tokens during training", sec. 2.1.2; grouped
+# GEMMs over the routed tokens, DeepGEMM / DeepEP): priced moe_dispatch="dropless". Its precision (sec. 3.3: AdamW
+# moments in BF16, master weights and the gradients used for accumulation in FP32) is not written as a recipe:
+# TrainingRecipe prices a master copy as one more optimizer copy in optimizer_dtype, so optimizer_dtype="bfloat16"
+# with master_weights=True would price the master weights at 2 bytes, not 4. The default recipe holds the same
+# optimizer bytes (two fp32 moments = 8 bytes per parameter = one fp32 master copy + two bf16 moments), and with
+# micro-batches (every pipeline step) an fp32 gradient accumulator beside bf16 gradients (JAX's accumulation; the
+# run's fp32 accumulation buffer alone would be 2 bytes per parameter less).
 
 PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     PublishedRun("tt-8b-8xH100", "llama3-8b", "1x8xH100", 16, 8192, {"fsdp": 8}, "dots", 5762.0, None,
@@ -130,16 +143,17 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     PublishedRun("mt-70b-v6e-256", "llama3-70b", "v6e-256", 1024, 8192, {"fsdp": 256}, "offload", 960.0, 0.5033,
                  "MaxText bf16, per-device batch 4 (5 in a later revision of the config), custom remat "
                  "(offload layer input, q/k/v), flash attention", _MT_TIERS + "; layout " + _MT_CFG),
+    # MaxText's mixtral_8x7b_dropped sets megablox: False, sparse_matmul: False, capacity_factor: 1.25 (the dropping
+    # einsum path; its default, sparse_matmul: True, capacity_factor: -1, is dropless): priced "einsum".
     PublishedRun("mt-mixtral-v6e-256", "mixtral-8x7b", "v6e-256", 3072, 4096, {"fsdp": 256}, "offload", 3899.0,
-                 0.3523, "MaxText bf16, per-device batch 12, dropping MoE (capacity factor 1.25), custom remat "
-                 "(offload), all 256 chips fsdp (no ep)", _MT_TIERS + "; layout " + _MT_CFG
-                 + " mixtral_8x7b_dropped"),
+                 0.3523, "MaxText bf16, per-device batch 12, dropping MoE (capacity factor 1.25, sparse_matmul "
+                 "False: einsum dispatch), custom remat (offload), all 256 chips fsdp (no ep)",
+                 _MT_TIERS + "; layout " + _MT_CFG + " mixtral_8x7b_dropped"),
     PublishedRun("dsv3-2048xH800", "deepseek-v3", "256x8xH800", 15360, 4096, None, "dots", 1543.0, None,
-                 "DeepSeek-V3: PP 16 x EP 64 (across 8 nodes) x ZeRO-1 DP, FP8 GEMMs (priced fp8), DualPipe; "
-                 "180K H800 GPU-hours per trillion tokens = 1543 tokens/s/GPU; batch ramps 3072 -> 15360, "
-                 "priced at 15360; recompute of RMSNorm and MLA up-projections only",
-                 "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, 4.2, Table 1)",
-                 "float8"),
+                 "DeepSeek-V3: PP 16 x EP 64 (across 8 nodes) x ZeRO-1 DP, FP8 GEMMs (priced fp8), dropless MoE "
+                 "(priced dropless), DualPipe; 180K H800 GPU-hours per trillion tokens = 1543 tokens/s/GPU; batch "
+                 "ramps 3072 -> 15360, priced at 15360; recompute of RMSNorm and MLA up-projections only",
+                 _DSV3 + ", 4.2, Table 1)", "float8", "dropless"),
 )
 """Published runs with the measured tokens/s per device. Pipeline runs carry ``layout=None`` here and are priced in :data:`PIPELINE_RUNS`."""
 
@@ -178,7 +192,7 @@ def _search(run: PublishedRun, fixed: Mapping[str, int] | None, activations: boo
     backend = "tpu" if cluster.device.ici_scope == "slice" else "gpu"
     # Every published run uses a flash-attention kernel (torchtitan SDPA, MaxText splash).
     recipe = TrainingRecipe(remat=remat or run.remat, attention="flash", backend=backend,
-                            matmul_dtype=run.matmul_dtype)
+                            matmul_dtype=run.matmul_dtype, moe_dispatch=run.moe_dispatch)
     return search_meshes(run.model, cluster, batch=run.batch, seq=run.seq, axes=_axes(run.model),
                          fixed=fixed, recipe=recipe, activations=activations, top_k=top_k)
 
@@ -309,7 +323,7 @@ class PipelineRun:
       micro_batches: the published micro-batch count, or ``None`` when not stated (meshplan chooses).
       tokens_per_s: published (or derived from published TFLOP/s) tokens/s per device.
       zero: the run's optimizer sharding over ``dp`` (``price_pipeline``'s ``zero``: 0, 1 or 2).
-      matmul_dtype: as :class:`PublishedRun`.
+      matmul_dtype, moe_dispatch: as :class:`PublishedRun`.
     """
 
     key: str
@@ -328,6 +342,7 @@ class PipelineRun:
     source: str
     zero: int = 0
     matmul_dtype: str = "bfloat16"
+    moe_dispatch: str = "einsum"
 
 
 PIPELINE_RUNS: tuple[PipelineRun, ...] = (
@@ -354,10 +369,10 @@ PIPELINE_RUNS: tuple[PipelineRun, ...] = (
     PipelineRun("dsv3-pp16-2048xH800", "deepseek-v3", "256x8xH800", 15360, 4096, 16, {"dp": 2, "ep": 64},
                 "dualpipe", 1, None, "dots", 1e12 / (180e3 * 3600),
                 "PP 16 x EP 64 (8 nodes) x ZeRO-1 DP 2 per stage, DualPipe (its bubble, 2x parameters, PP+1 "
-                "activations and all-to-alls hidden under the paired chunk's compute), FP8 GEMMs (priced fp8); "
-                "180K H800 GPU-hours per trillion tokens; micro-batch size not published (m chosen)",
-                "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 3.2-3.3, Table 1); "
-                "github.com/deepseek-ai/DualPipe README (3da1bbe)", 1, "float8"),
+                "activations and all-to-alls hidden under the paired chunk's compute), FP8 GEMMs (priced fp8), "
+                "dropless MoE (priced dropless); 180K H800 GPU-hours per trillion tokens; micro-batch size not "
+                "published (m chosen)",
+                _DSV3 + ", Table 1); github.com/deepseek-ai/DualPipe README (3da1bbe)", 1, "float8", "dropless"),
 )
 """Published pipeline-parallel runs (layout, batch, measured throughput, source)."""
 
@@ -403,7 +418,8 @@ def stage_peak(run: PipelineRun, kwargs: Mapping[str, Any],
 
 def _pipeline_recipe(run: PipelineRun, cluster: Cluster) -> TrainingRecipe:
     backend = "tpu" if cluster.device.ici_scope == "slice" else "gpu"
-    return TrainingRecipe(remat=run.remat, attention="flash", backend=backend, matmul_dtype=run.matmul_dtype)
+    return TrainingRecipe(remat=run.remat, attention="flash", backend=backend, matmul_dtype=run.matmul_dtype,
+                          moe_dispatch=run.moe_dispatch)
 
 
 def compare_pipeline(run: PipelineRun, *, models: Mapping[str, ModelSpec] = PIPELINE_MODELS) -> PipelineComparison:

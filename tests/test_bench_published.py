@@ -119,3 +119,28 @@ def test_a_run_whose_source_says_fp8_is_priced_fp8_on_a_device_that_has_it(run) 
     if run.matmul_dtype == "float8":
         assert "(priced bf16)" not in run.notes
         assert fp8_peak(bench_published._cluster(run.cluster).device, "float8") is not None
+
+
+@pytest.mark.parametrize("run", RUNS + PIPELINE_RUNS, ids=[r.key for r in RUNS + PIPELINE_RUNS])
+def test_an_moe_run_is_priced_with_the_dispatch_its_source_states(run, monkeypatch) -> None:
+    from meshplan.pure.cost import MOE_DISPATCHES
+
+    assert run.moe_dispatch in MOE_DISPATCHES
+    notes = run.notes.lower()
+    # DeepSeek-V3 drops no token (report sec. 2.1.2); MaxText's mixtral_8x7b_dropped is the capacity-1.25 einsum.
+    assert (run.moe_dispatch == "dropless") == ("dropless moe" in notes), run.notes
+    assert "dropping moe" not in notes or run.moe_dispatch == "einsum"
+    spec = (bench_published.PIPELINE_MODELS[run.model] if isinstance(run, bench_published.PipelineRun)
+            else get_preset(run.model).spec)
+    assert spec.is_moe or run.moe_dispatch == "einsum"  # a dense model has nothing to dispatch
+    if spec.name == "deepseek-v3":
+        assert run.moe_dispatch == "dropless"
+    # The recipe the script prices carries it.
+    cluster = bench_published._cluster(run.cluster)
+    if isinstance(run, bench_published.PipelineRun):
+        assert bench_published._pipeline_recipe(run, cluster).moe_dispatch == run.moe_dispatch
+    else:
+        seen: dict = {}
+        monkeypatch.setattr(bench_published, "search_meshes", lambda *args, **kw: seen.update(kw))
+        bench_published._search(run, None, True, 1)
+        assert seen["recipe"].moe_dispatch == run.moe_dispatch
