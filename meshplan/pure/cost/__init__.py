@@ -3,8 +3,8 @@ times (:func:`collective_time`), the collectives a sharded step runs and their b
 (:func:`xla_collectives`), its FLOPs (:func:`step_flops`), the fullest device's bytes at the step's peak
 (:func:`step_memory`) with the spread XLA's compiles showed around it (:func:`calibration_spread`), and the step
 time with the communication left exposed (:func:`step_time`), an FP8 recipe's weight matmuls at the FP8 peak
-(:func:`fp8_peak`), an MoE layer's dispatch as the recipe runs it (:class:`MoeDispatch`). Every figure is an estimate; the
-``meshplan.facade`` compiles the step when the exact one is wanted.
+(:func:`fp8_peak`), an MoE layer's dispatch as the recipe runs it (:class:`MoeDispatch`). Every figure is an
+estimate; the ``meshplan.facade`` compiles the step when the exact one is wanted.
 
 Example:
   >>> from meshplan.pure.cluster import Link
