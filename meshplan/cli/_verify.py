@@ -328,10 +328,13 @@ def render_plan_verification(checked: Any, result: Any, args: Any, console: Any)
         if checked.removed:
             console.print("removed (compiled peak over the budget): "
                           + ", ".join(f"#{r.rank} {r.mesh}" for r in checked.removed), markup=False)
+        # Rows that share a reason (a dropless plan: every row) say it once, after their ranks and meshes.
+        why: dict[str, list[str]] = {}
         for r in checked.rows:
             if r.status == "not verified":
-                console.print(f"#{r.rank} {r.mesh}: not verified ({r.error.removeprefix('not verified: ')})",
-                              markup=False)
+                why.setdefault(r.error.removeprefix("not verified: "), []).append(f"#{r.rank} {r.mesh}")
+        for reason, rows in why.items():
+            console.print(f"{', '.join(rows)}: not verified ({reason})", markup=False)
     if args.target == "cpu" and req.recipe.compiler != "cpu" and checked.compiler:
         # The plan priced the cluster's compiler; XLA:CPU lowers the same step differently (fp32 matmul
         # operands, whole-gradient all-reduces), so this ratio measures the lowering as well as the model.
