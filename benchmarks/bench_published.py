@@ -116,12 +116,11 @@ _MT_CFG = "benchmarks/maxtext_trillium_model_configs.py (MaxText; per_device_bat
 _DSV3 = "https://arxiv.org/abs/2412.19437 (DeepSeek-V3 Technical Report, sections 2.1.2, 3.2-3.3"
 # DeepSeek-V3's MoE is dropless ("DeepSeek-V3 does not drop any tokens during training", sec. 2.1.2; grouped
 # GEMMs over the routed tokens, DeepGEMM / DeepEP): priced moe_dispatch="dropless". Its precision (sec. 3.3: AdamW
-# moments in BF16, master weights and the gradients used for accumulation in FP32) is not written as a recipe:
-# TrainingRecipe prices a master copy as one more optimizer copy in optimizer_dtype, so optimizer_dtype="bfloat16"
-# with master_weights=True would price the master weights at 2 bytes, not 4. The default recipe holds the same
-# optimizer bytes (two fp32 moments = 8 bytes per parameter = one fp32 master copy + two bf16 moments), and with
-# micro-batches (every pipeline step) an fp32 gradient accumulator beside bf16 gradients (JAX's accumulation; the
-# run's fp32 accumulation buffer alone would be 2 bytes per parameter less).
+# moments in BF16, master weights and the gradients used for accumulation in FP32) holds the bytes of the default
+# recipe: one fp32 master copy + two bf16 moments = 8 bytes per parameter = two fp32 moments
+# (TrainingRecipe(optimizer_dtype="bfloat16", master_weights=True) prices the same; a test holds master copies at
+# fp32), and with micro-batches (every pipeline step) an fp32 gradient accumulator beside bf16 gradients (JAX's
+# accumulation; the run's fp32 accumulation buffer alone would be 2 bytes per parameter less).
 
 PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
     PublishedRun("tt-8b-8xH100", "llama3-8b", "1x8xH100", 16, 8192, {"fsdp": 8}, "dots", 5762.0, None,

@@ -25,7 +25,9 @@ def render_detail(result: SearchResult, console: Any) -> None:
     from rich.table import Table
 
     req = result.request
-    opt = f"{req.optimizer_copies} {req.optimizer_dtype} optimizer copies"
+    moments = req.optimizer_copies - int(req.recipe.master_weights)
+    opt = f"{moments} {req.optimizer_dtype} optimizer copies" + (" + fp32 master weights"
+                                                                  if req.recipe.master_weights else "")
     grads = req.param_dtype if req.grad_dtype == "param" else req.grad_dtype
     console.print("\n[bold]Assumptions[/bold]")
     _facts(console, (

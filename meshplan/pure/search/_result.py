@@ -59,7 +59,8 @@ class SearchRequest:
     """What was asked: model, cluster, axes, constraints and the training step priced.
 
     ``moe_layers``: the model's MoE layers (0 for a dense model), so that a result says which of its
-    recipe's choices it read (the MoE dispatch).
+    recipe's choices it read (the MoE dispatch). ``optimizer_copies`` counts the recipe's master weights
+    among the copies; they are priced in fp32, the other copies in ``optimizer_dtype``.
     """
 
     model: str

@@ -190,8 +190,12 @@ class _Search:
         self.reads = reads_axes(rule)
         self.plans: dict[tuple[Any, ...], PlanEval] = {}
         self.act_itemsize = dtype_storage_bytes(canonical_dtype(req.param_dtype)) if req.param_dtype != "mixed" else 2
+        # req.optimizer_copies counts the master weights among the copies; they are fp32 whatever the
+        # moments' dtype (a bf16-moment optimizer's master copy is 4 bytes, not 2).
+        master = int(req.recipe.master_weights)
         self.state = TrainingState(None if req.grad_dtype == "param" else canonical_dtype(req.grad_dtype),
-                                   canonical_dtype(req.optimizer_dtype), req.optimizer_copies)
+                                   canonical_dtype(req.optimizer_dtype), req.optimizer_copies - master,
+                                   master_copies=master)
         self.state_total = state_bytes(self.groups, self.state)
         self.planner = Planner(self.groups, rule, state=self.state)
         self.dims = layer_dims(model)

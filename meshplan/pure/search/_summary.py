@@ -166,8 +166,8 @@ def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> 
     c, recipe = req.cluster, req.recipe
     hosts = f"{c.num_nodes} host{'s' if c.num_nodes != 1 else ''} x {c.devices_per_node}"
     hosts += f", {c.num_slices} slices" if c.num_slices > 1 else ""
-    optimizer = recipe.optimizer + (f" ({req.optimizer_copies} x {req.optimizer_dtype})"
-                                    if req.optimizer_copies else "")
+    moments = req.optimizer_copies - int(recipe.master_weights)  # the master copy is said below, in fp32
+    optimizer = recipe.optimizer + (f" ({moments} x {req.optimizer_dtype})" if moments else "")
     step = [f"batch {req.batch} x {req.seq} tokens", optimizer, f"remat {recipe.remat}",
             f"{recipe.attention} attention"]
     if recipe.micro_batches > 1:

@@ -50,21 +50,28 @@ def _is_inexact(dtype: Any) -> bool:
 class TrainingState:
     """What a training step keeps per parameter: itself, a gradient and optimizer copies.
 
-    Floating parameters get gradients in ``grad_dtype`` and ``optimizer_copies``
-    copies in ``optimizer_dtype`` (``None``: the parameter's own dtype);
-    integer/bool parameters get ``float0`` gradients and copies (0 bytes), as
-    ``jax.grad(..., allow_int=True)`` does. Dtypes must be canonical.
+    Floating parameters get gradients in ``grad_dtype``, ``optimizer_copies``
+    copies in ``optimizer_dtype`` (``None``: the parameter's own dtype) and
+    ``master_copies`` fp32 master copies (a mixed-precision optimizer's master
+    weights are fp32 whatever its moments are: DeepSeek-V3 keeps bf16 moments
+    beside fp32 masters); integer/bool parameters get ``float0`` gradients and
+    copies (0 bytes), as ``jax.grad(..., allow_int=True)`` does. Dtypes must be
+    canonical.
 
     Example:
       >>> import numpy as np
       >>> state = TrainingState(optimizer_dtype=np.dtype("float32"), optimizer_copies=2)
       >>> state.element_bytes(np.dtype("float16")), state.element_bytes(np.dtype("int32"))
       ((2, 2, 8), (4, 0, 0))
+      >>> TrainingState(optimizer_dtype=np.dtype("bfloat16"), optimizer_copies=2,
+      ...               master_copies=1).element_bytes(np.dtype("bfloat16"))
+      (2, 2, 8)
     """
 
     grad_dtype: Any = None
     optimizer_dtype: Any = None
     optimizer_copies: int = 0
+    master_copies: int = 0
     # dtype -> element_bytes: the search asks once per leaf group per mesh, and
     # dtype_bits is slow next to a multiplication. A memo, not state.
     _units: dict[Any, tuple[int, int, int]] = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -91,7 +98,8 @@ class TrainingState:
         if found is None:
             found = self._units[dtype] = (
                 array_bytes((1,), dtype), array_bytes((1,), self.grad_of(dtype)),
-                self.optimizer_copies * array_bytes((1,), self.optimizer_of(dtype)))
+                self.optimizer_copies * array_bytes((1,), self.optimizer_of(dtype))
+                + (self.master_copies * 4 if _is_inexact(dtype) else 0))
         return found
 
 

@@ -212,6 +212,28 @@ def test_master_weights_and_grad_dtype_are_counted_like_the_estimator() -> None:
     assert result.request.optimizer_copies == 3 and result.request.grad_dtype == "float32"
 
 
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from(["bfloat16", "float16", "float32"]), st.sampled_from(["gpt2", "llama3-8b"]))
+def test_master_weights_are_fp32_whatever_the_moments_dtype(moments: str, model: str) -> None:
+    # An fp32 master copy beside two moments in `moments`: per parameter 4 + 2 x itemsize(moments) bytes,
+    # the same split as the estimator's three copies only when the moments are fp32 too.
+    kw = dict(batch=16, seq=1024, top_k=50, activations=False)
+    plain = search_meshes(model, "2x8xH100", recipe=TrainingRecipe(optimizer_dtype=moments), **kw)
+    master = search_meshes(model, "2x8xH100", recipe=TrainingRecipe(optimizer_dtype=moments, master_weights=True),
+                           **kw)
+    item = {"bfloat16": 2, "float16": 2, "float32": 4}[moments]
+    by_mesh = {c.text: c.memory.optimizer for c in plain.candidates}
+    checked = 0
+    for cand in master.candidates:
+        if cand.text in by_mesh:
+            # the moments' bytes scale by (2 x item + 4) / (2 x item), to a byte per shard's rounding
+            assert cand.memory.optimizer == pytest.approx(by_mesh[cand.text] * (2 * item + 4) / (2 * item),
+                                                          rel=1e-6)
+            checked += 1
+    assert checked > 0
+    assert master.request.optimizer_copies == 3 and plain.request.optimizer_copies == 2
+
+
 def test_search_result_survives_a_json_round_trip() -> None:
     result = search_meshes("mixtral-8x7b", "4x8xH100", top_k=3)
     again = SearchResult.from_json(result.to_json())
