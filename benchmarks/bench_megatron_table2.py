@@ -63,6 +63,7 @@ from bench_published import (
     _megatron_flops_per_token,
     _print_table,
     compare_pipeline,
+    pp_rank_cell,
 )
 
 from meshplan.pure import MeshCandidate, search_meshes
@@ -284,7 +285,7 @@ def bandwidth_row(z: ZeroPrice) -> tuple[str, ...]:
 
 PTDP_COLUMNS: tuple[str, ...] = (
     "row", "GPUs", "batch x seq", "layout", "schedule", "m", "bubble", "pred step", "pub step", "pred/pub tok/s",
-    "compute", "comm", "exposed", "rank", "within 5/10/25%", "meshplan best", "best step")
+    "compute", "comm", "exposed", "rank", "rank among pp", "within 5/10/25%", "meshplan best", "best step")
 
 
 def within(c: PipelineComparison, fractions: Sequence[float] = (0.05, 0.10, 0.25)) -> tuple[int, ...]:
@@ -303,13 +304,14 @@ def ptdp_row(c: PipelineComparison) -> tuple[str, ...]:
     best = "-" if c.best_step_s is None else f"{c.best_step_s:.1f} s"
     if p is None or p.step is None or p.pipeline is None:
         return (run.key, str(gpus), f"{run.batch} x {run.seq}", layout, f"{run.schedule} v={run.virtual}", "-", "-",
-                "-", f"{pub:.1f} s", "-", "-", "-", "-", "-", "/".join(map(str, within(c))), c.best_text, best)
+                "-", f"{pub:.1f} s", "-", "-", "-", "-", "-", "-", "/".join(map(str, within(c))), c.best_text, best)
     comm = sum(t.seconds for t in p.comm)
     exposed = sum(t.exposed or 0.0 for t in p.comm)
     return (run.key, str(gpus), f"{run.batch} x {run.seq}", layout, f"{run.schedule} v={run.virtual}",
             str(p.pipeline.micro_batches), f"{p.pipeline.bubble:.1%}", f"{p.step.step_s:.1f} s", f"{pub:.1f} s",
             f"{pub / p.step.step_s:.2f}", f"{p.step.compute_s:.1f} s", f"{comm:.1f} s", f"{exposed:.2f} s",
-            "-" if c.rank is None else f"{c.rank}/{c.ranked}", "/".join(map(str, within(c))), c.best_text, best)
+            "-" if c.rank is None else f"{c.rank}/{c.ranked}", pp_rank_cell(c), "/".join(map(str, within(c))),
+            c.best_text, best)
 
 
 def speed_ratios(zeros: Sequence[ZeroPrice], ptdps: Sequence[PipelineComparison]) -> list[str]:

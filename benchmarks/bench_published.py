@@ -391,6 +391,8 @@ class PipelineComparison:
     peak_bytes: int | None = None  # the fullest stage's estimated peak per device (fitting or not)
     budget_bytes: int | None = None  # HBM less the search's headroom
     steps: tuple[float, ...] = ()  # every ranked layout's predicted step, fastest first
+    pp_rank: int | None = None  # the published layout's place among the pipeline layouts alone
+    pp_steps: tuple[float, ...] = ()  # search_pipelines' layouts' predicted steps, fastest first
 
 
 def stage_peak(run: PipelineRun, kwargs: Mapping[str, Any],
@@ -449,6 +451,7 @@ def compare_pipeline(run: PipelineRun, *, models: Mapping[str, ModelSpec] = PIPE
                   if c.step is not None]
     except PlanError:
         pass
+    pipelined = sorted(s for s, _ in steps)  # the pipeline layouts alone: the choice of pp, schedule and stage mesh
     try:
         steps += [(c.step.step_s, c.text) for c in search_meshes(spec, cluster, batch=run.batch, seq=run.seq,
                                                                  recipe=recipe, top_k=1000).candidates
@@ -457,17 +460,19 @@ def compare_pipeline(run: PipelineRun, *, models: Mapping[str, ModelSpec] = PIPE
         pass
     steps.sort()
     best_text, best_step = (steps[0][1], steps[0][0]) if steps else ("none fits", None)
-    rank = None
+    rank = pp_rank = None
     if pinned is not None and pinned.step is not None and mem == "fits":
         rank = 1 + sum(1 for s, _ in steps if s < pinned.step.step_s)
+        pp_rank = 1 + sum(1 for s in pipelined if s < pinned.step.step_s)
     peak = stage_peak(run, kwargs, models)
     return PipelineComparison(run, mem, pinned, reason, rank, len(steps), best_text, best_step,
-                              *(peak if peak is not None else (None, None)), tuple(s for s, _ in steps))
+                              *(peak if peak is not None else (None, None)), tuple(s for s, _ in steps),
+                              pp_rank, tuple(pipelined))
 
 
 PIPELINE_COLUMNS: tuple[str, ...] = (
     "run", "cluster", "batch x seq", "published layout", "schedule priced", "mem", "m", "bubble", "pred step",
-    "pub step", "pred/pub tok/s", "implied eff", "rank", "alt remat", "meshplan best", "best step")
+    "pub step", "pred/pub tok/s", "implied eff", "rank", "rank among pp", "alt remat", "meshplan best", "best step")
 
 
 def alt_remat_cell(run: PipelineRun) -> str:
@@ -498,6 +503,13 @@ def implied_efficiency(p: MeshCandidate, pub_step: float) -> float | None:
     return p.step.efficiency * c / room if room > 0 else None
 
 
+def pp_rank_cell(c: PipelineComparison) -> str:
+    """The published layout's rank among the pipeline layouts alone, and its step over the best of them."""
+    if c.pp_rank is None or c.pinned is None or c.pinned.step is None or not c.pp_steps:
+        return "-"
+    return f"{c.pp_rank}/{len(c.pp_steps)} ({c.pinned.step.step_s / c.pp_steps[0]:.2f}x)"
+
+
 def _mem_cell(c: PipelineComparison) -> str:
     if c.peak_bytes is None or c.budget_bytes is None:
         return c.mem
@@ -513,13 +525,13 @@ def pipeline_row(c: PipelineComparison) -> tuple[str, ...]:
     sched = run.schedule + (f" v={run.virtual}" if run.virtual > 1 else "")
     if p is None or p.step is None or p.pipeline is None:
         return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, _mem_cell(c), "-", "-", "-",
-                f"{pub_step:.2f} s", "-", "-", "-", alt_remat_cell(run), c.best_text,
+                f"{pub_step:.2f} s", "-", "-", "-", "-", alt_remat_cell(run), c.best_text,
                 "-" if c.best_step_s is None else f"{c.best_step_s:.2f} s")
     return (run.key, run.cluster, f"{run.batch} x {run.seq}", layout, sched, _mem_cell(c), str(p.pipeline.micro_batches),
             f"{p.pipeline.bubble:.1%}", f"{p.step.step_s:.2f} s", f"{pub_step:.2f} s",
             f"{pub_step / p.step.step_s:.2f}",
             "-" if (e := implied_efficiency(p, pub_step)) is None else f"{e:.2f}",
-            "-" if c.rank is None else f"{c.rank}/{c.ranked}", alt_remat_cell(run), c.best_text,
+            "-" if c.rank is None else f"{c.rank}/{c.ranked}", pp_rank_cell(c), alt_remat_cell(run), c.best_text,
             "-" if c.best_step_s is None else f"{c.best_step_s:.2f} s")
 
 
@@ -533,7 +545,8 @@ PIPELINE_LEGEND = (
     " search_meshes' fitting meshes, by predicted step; mem: the fullest stage's estimated peak per device against"
     " HBM less 10% (stage_peak); 'over': meshplan's memory model rejects the published layout, whose step is then"
     " priced with the state only (no rank); alt remat: the same under the other reading of the run's recompute"
-    " (ALT_REMAT: fit, pred/pub tok/s, rank).")
+    " (ALT_REMAT: fit, pred/pub tok/s, rank); rank among pp: among search_pipelines' layouts alone (pipelined"
+    " step / the best pipelined one).")
 
 
 def _print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[str]) -> None:

@@ -63,6 +63,19 @@ def test_pipeline_run_is_priceable(run: bench_published.PipelineRun) -> None:
     assert run.tokens_per_s > 0 and run.source.startswith("https://")
 
 
+def test_the_rank_among_pipeline_layouts_is_read_from_the_same_ranking() -> None:
+    # The pipelined layouts are a part of everything ranked: the published layout's place among them is at
+    # most its place overall, the cell states its step over the best of them, and an unpriced run has none.
+    c = bench_published.compare_pipeline(bench_published.PIPELINE_RUNS[0])
+    assert c.pp_rank is not None and c.rank is not None and 1 <= c.pp_rank <= c.rank
+    assert set(c.pp_steps) <= set(c.steps) and list(c.pp_steps) == sorted(c.pp_steps)
+    assert c.pinned is not None and c.pinned.step is not None
+    ratio = c.pinned.step.step_s / c.pp_steps[0]
+    assert bench_published.pp_rank_cell(c) == f"{c.pp_rank}/{len(c.pp_steps)} ({ratio:.2f}x)"
+    over = bench_published.compare_pipeline(bench_published.PIPELINE_RUNS[2])  # Llama 3: over the budget
+    assert over.mem == "over" and over.pp_rank is None and bench_published.pp_rank_cell(over) == "-"
+
+
 def test_pipeline_throughputs_follow_the_papers_formulas() -> None:
     runs = {r.key: r for r in PIPELINE_RUNS}
     # Narayanan et al. 2021: 502 PFLOP/s over 3072 GPUs is the 1T row's 163 TFLOP/s per GPU.
