@@ -265,3 +265,21 @@ def test_an_moe_plan_states_its_dispatch_in_every_report_and_a_dense_one_none(mo
     assert (said in plan_markdown(r)) == moe and (said in plan_html(r)) == moe
     # A result read back from JSON still knows it searched an MoE model.
     assert dict(header_facts(SearchResult.from_json(r.to_json())))["step"] == step
+
+
+def test_a_master_weights_plan_states_its_moments_and_its_fp32_master_apart() -> None:
+    import io
+
+    from rich.console import Console
+
+    from meshplan.cli._detail import render_detail
+    from meshplan.pure.search import TrainingRecipe
+
+    r = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=2048, top_k=2,
+                      recipe=TrainingRecipe(optimizer_dtype="bfloat16", master_weights=True))
+    assert r.request.optimizer_copies == 3  # the request counts the master among the copies
+    step = dict(header_facts(r))["step"]
+    assert "adamw (2 x bfloat16)" in step and "fp32 master weights" in step and "3 x" not in step
+    out = io.StringIO()
+    render_detail(r, Console(file=out, width=400))
+    assert "2 bfloat16 optimizer copies + fp32 master weights" in out.getvalue()
