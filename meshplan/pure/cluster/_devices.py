@@ -51,6 +51,9 @@ class DeviceSpec:
       peak_fp8_flops: dense FP8 tensor-core FLOP/s per device, if it has FP8 matmul units (``None``:
         it has none, or none is known). Only read with ``peak_bf16_flops`` (the FP8 recipe prices its
         other work at that), so it needs one.
+      hbm_bandwidth: bytes/s one device reads or writes its HBM at, the datasheet peak (``None``: not
+        known). What a memory-bound op (an elementwise fusion, a decode step's weight and KV reads) is
+        priced at.
 
     Raises:
       ClusterError: a value out of range (every problem listed at once).
@@ -73,6 +76,7 @@ class DeviceSpec:
     ici_scope: Literal["node", "slice"] = "node"
     # Last, so positional construction of the fields above keeps working.
     peak_fp8_flops: float | None = None
+    hbm_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
         type_errors: list[str] = []
@@ -99,6 +103,9 @@ class DeviceSpec:
             if self.peak_bf16_flops is None and fp8 is not None:
                 value_errors.append(f"peak_fp8_flops={fp8:g} needs peak_bf16_flops (an FP8 recipe runs "
                                     "everything but its weight matmuls at the bf16 peak); give both")
+        if self.hbm_bandwidth is not None:
+            canonical["hbm_bandwidth"] = collect(type_errors, value_errors, as_real, self.hbm_bandwidth,
+                                                 "hbm_bandwidth", error=ClusterError)
         collect(type_errors, value_errors, as_choice, self.ici_scope, "ici_scope", ("node", "slice"), error=ClusterError)
         _raise_collected(f"DeviceSpec {self.name!r}", type_errors, value_errors)
         for field, checked in canonical.items():
@@ -177,6 +184,8 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 #  - HBM: the datasheet capacity in decimal GB (H100 SXM 80 GB, H200 141 GB, A100 80 GB); the
 #    runtime reserves some of it, so usable memory is lower still.
 #  - bf16: dense Tensor Core peak (the datasheets' 1,979 TFLOPS for H100/H200 is with sparsity).
+#  - HBM bandwidth: the datasheets' peak, H100 SXM 3.35 TB/s, H200 4.8 TB/s, A100 80GB SXM 2,039 GB/s
+#    (sustained copies reach roughly 85-90% of it).
 #  - fp8: dense FP8 Tensor Core peak, 1,979 TFLOPS for H100/H200 SXM (the datasheets' 3,958 TFLOPS
 #    is with sparsity). A100: None (Ampere's tensor cores take bf16/fp16/tf32/int8, no FP8).
 #
@@ -195,6 +204,8 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 #    chip. v4: no per-chip DCN figure found in Google's docs; ASSUMED equal to v5p's 6.25 GB/s.
 #  - HBM as the docs print it: v4 "32 GiB", v5p "95 GiB", v5e "16 GB", v6e "32 GB" (read as
 #    decimal GB, the smaller reading).
+#  - HBM bandwidth per chip as the docs print it: v4 1,200 GB/s, v5e 819 GB/s, v5p 2,765 GB/s,
+#    v6e 1,640 GB/s.
 #  - No fp8 peak (peak_fp8_flops None): the v5e / v5p / v6e docs give a bf16 and an int8 peak, no
 #    fp8 one (v4: bf16 and int8 only), so an FP8 recipe is refused there rather than guessed.
 #  - Chips per host: v4 and v5p 4 (a 2x2x1 host), v5e and v6e 8. (v6e multi-host slices on GKE
@@ -202,25 +213,32 @@ def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 DEVICE_SPECS: Mapping[str, DeviceSpec] = types.MappingProxyType({
     "H100": DeviceSpec("H100", hbm_bytes=80 * _GB, intra_bandwidth=450e9, inter_bandwidth=50e9,
                        intra_latency_s=3e-6, inter_latency_s=1e-5, devices_per_node=8,
-                       peak_bf16_flops=989e12, peak_fp8_flops=1979e12),
+                       peak_bf16_flops=989e12, peak_fp8_flops=1979e12,
+                    hbm_bandwidth=3.35e12),
     "H200": DeviceSpec("H200", hbm_bytes=141 * _GB, intra_bandwidth=450e9, inter_bandwidth=50e9,
                        intra_latency_s=3e-6, inter_latency_s=1e-5, devices_per_node=8,
-                       peak_bf16_flops=989e12, peak_fp8_flops=1979e12),
+                       peak_bf16_flops=989e12, peak_fp8_flops=1979e12,
+                    hbm_bandwidth=4.8e12),
     "A100-80GB": DeviceSpec("A100-80GB", hbm_bytes=80 * _GB, intra_bandwidth=300e9,
                             inter_bandwidth=25e9, intra_latency_s=3e-6, inter_latency_s=1e-5,
-                            devices_per_node=8, peak_bf16_flops=312e12),
+                            devices_per_node=8, peak_bf16_flops=312e12,
+                    hbm_bandwidth=2.039e12),
     "v4": DeviceSpec("v4", hbm_bytes=32 * _GIB, intra_bandwidth=100e9, inter_bandwidth=6.25e9,
                      intra_latency_s=1e-6, inter_latency_s=1e-5, devices_per_node=4,
-                     peak_bf16_flops=275e12, ici_scope="slice"),
+                     peak_bf16_flops=275e12, ici_scope="slice",
+                    hbm_bandwidth=1.2e12),
     "v5e": DeviceSpec("v5e", hbm_bytes=16 * _GB, intra_bandwidth=100e9, inter_bandwidth=3.125e9,
                       intra_latency_s=1e-6, inter_latency_s=1e-5, devices_per_node=8,
-                      peak_bf16_flops=197e12, ici_scope="slice"),
+                      peak_bf16_flops=197e12, ici_scope="slice",
+                    hbm_bandwidth=819e9),
     "v5p": DeviceSpec("v5p", hbm_bytes=95 * _GIB, intra_bandwidth=200e9, inter_bandwidth=6.25e9,
                       intra_latency_s=1e-6, inter_latency_s=1e-5, devices_per_node=4,
-                      peak_bf16_flops=459e12, ici_scope="slice"),
+                      peak_bf16_flops=459e12, ici_scope="slice",
+                    hbm_bandwidth=2.765e12),
     "v6e": DeviceSpec("v6e", hbm_bytes=32 * _GB, intra_bandwidth=200e9, inter_bandwidth=12.5e9,
                       intra_latency_s=1e-6, inter_latency_s=1e-5, devices_per_node=8,
-                      peak_bf16_flops=918e12, ici_scope="slice"),
+                      peak_bf16_flops=918e12, ici_scope="slice",
+                    hbm_bandwidth=1.64e12),
 })
 
 # Extra spellings people type, lower-case -> DEVICE_SPECS key.

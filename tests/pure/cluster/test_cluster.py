@@ -70,6 +70,22 @@ def test_a_device_dict_from_before_fp8_peaks_still_loads() -> None:
     assert DeviceSpec.from_dict(data).peak_fp8_flops is None
 
 
+def test_hbm_bandwidths_are_the_datasheet_peaks() -> None:
+    # NVIDIA datasheets (SXM parts) and the Cloud TPU system-architecture tables, bytes per second.
+    expected = {"H100": 3.35e12, "H200": 4.8e12, "A100-80GB": 2.039e12, "v4": 1.2e12, "v5e": 819e9,
+                "v5p": 2.765e12, "v6e": 1.64e12}
+    assert {name: spec.hbm_bandwidth for name, spec in DEVICE_SPECS.items()} == expected
+
+
+@given(st.floats(1e9, 1e15))
+def test_a_device_keeps_its_hbm_bandwidth_through_a_dict(bandwidth: float) -> None:
+    spec = _custom(hbm_bandwidth=bandwidth)
+    assert DeviceSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    data = spec.to_dict()
+    del data["hbm_bandwidth"]
+    assert DeviceSpec.from_dict(data).hbm_bandwidth is None
+
+
 def test_every_device_has_a_faster_fast_link_than_network() -> None:
     for spec in DEVICE_SPECS.values():
         assert spec.intra_bandwidth > spec.inter_bandwidth
@@ -107,6 +123,8 @@ def test_device_links_are_cost_model_links() -> None:
         ({"peak_bf16_flops": 1e15, "peak_fp8_flops": -1.0}, ClusterError, "peak_fp8_flops=-1.0"),
         ({"peak_bf16_flops": 1e15, "peak_fp8_flops": "2e15"}, MeshplanTypeError, "peak_fp8_flops"),
         ({"peak_fp8_flops": 2e15}, ClusterError, "peak_fp8_flops=2e\\+15 needs peak_bf16_flops"),
+        ({"hbm_bandwidth": 0.0}, ClusterError, "hbm_bandwidth"),
+        ({"hbm_bandwidth": "3e12"}, MeshplanTypeError, "hbm_bandwidth"),
         ({"ici_scope": "rack"}, ClusterError, "ici_scope"),
         ({"name": ""}, ClusterError, "name"),
         ({"name": 3}, MeshplanTypeError, "name"),
