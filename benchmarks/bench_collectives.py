@@ -30,7 +30,7 @@ if __name__ == "__main__" and "--child" not in sys.argv:
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 
 from _table import cut_preset  # noqa: E402  (benchmarks/, the script's directory)
-from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF  # noqa: E402
+from meshplan.facade.verify._targets import TPU_WINDOWED_EINSUM_OFF
 
 Case = tuple[str, dict[str, int], str, int]
 CASES: tuple[Case, ...] = (

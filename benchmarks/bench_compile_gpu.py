@@ -30,9 +30,10 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the CUDA plugin with no GPU: compile only
 
-from meshplan.facade._gpu_targets import compiler_version  # noqa: E402
-from meshplan.facade._reference import ReferenceConfig  # noqa: E402
-from meshplan.facade._worker import CompileJob, run_jobs  # noqa: E402
+from meshplan.facade.verify._compilers import compiler_version
+from meshplan.facade.verify._reference import ReferenceConfig  # noqa: E402
+from meshplan.facade.verify._jobs import CompileJob
+from meshplan.facade.verify._worker import run_jobs
 from meshplan.pure import get_preset, parse_cluster, search_meshes  # noqa: E402
 from meshplan.pure._format import fmt_bytes  # noqa: E402
 from meshplan.pure.errors import PlanError  # noqa: E402
@@ -81,7 +82,7 @@ def _equality() -> None:
     import io
 
     import meshplan
-    from meshplan.facade._compiled import gpu_topology_mesh
+    from meshplan.facade.verify._targets import gpu_topology_mesh
 
     spec = get_preset("llama3-8b").spec
     found = search_meshes(spec, "1x8xH100", batch=16, seq=4096, top_k=1)

@@ -71,7 +71,8 @@ def deviceless(index: int, tiny: bool, gpu: str) -> dict[str, Any]:
     import jax
 
     import meshplan
-    from meshplan.facade._gpu_targets import compiler_version, gpu_target_config
+    from meshplan.facade.verify._compilers import compiler_version
+    from meshplan.facade.verify._gpu_targets import gpu_target_config
 
     spec, text, batch, seq, config = _case(index, tiny)
     # The shipped description even where a GPU is present: what a machine without one compiles for.

@@ -1,6 +1,6 @@
 """Analytic step FLOPs against XLA's own count, on unrolled reference train steps.
 
-For each case the reference step (``meshplan.facade._reference.reference_step``,
+For each case the reference step (``meshplan.facade.verify._reference.reference_step``,
 layers unrolled so XLA's ``cost_analysis()`` sees every layer once; remat with
 ``prevent_cse=True``) is compiled on 8 simulated CPU devices, and XLA's
 ``flops`` -- **per device**: the SPMD-partitioned module one device runs -- is
@@ -49,7 +49,7 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_
 
 import jax  # noqa: E402
 
-from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF  # noqa: E402
+from meshplan.facade.verify._targets import TPU_WINDOWED_EINSUM_OFF
 
 # Before the first compile: libtpu reads its flags once, when it starts.
 if "--tpu" in sys.argv:
@@ -57,7 +57,7 @@ if "--tpu" in sys.argv:
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 
 import meshplan  # noqa: E402
-from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step  # noqa: E402
 from meshplan.pure.presets import MODEL_SPECS, MLADims  # noqa: E402
 from meshplan.pure.cost._flops import step_flops  # noqa: E402
 

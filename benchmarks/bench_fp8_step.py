@@ -2,7 +2,7 @@
 
 ``matmul_dtype="float8"`` prices the weight matmuls of a step at the FP8 peak (the attention core, the
 head and the elementwise work stay bf16). This script measures what that buys a real step: the reference
-train step (:func:`meshplan.facade._reference.reference_step`) runs twice on the local GPU, once as it is
+train step (:func:`meshplan.facade.verify._reference.reference_step`) runs twice on the local GPU, once as it is
 and once with every ``torch.nn.Linear``-style projection swapped for an FP8 linear, as torchao's
 ``convert_to_float8_training`` swaps ``nn.Linear`` (and as torchtitan does, the output head is left in
 bf16): per-tensor dynamic scaling, e4m3 operands forward, e5m2 gradients backward, both weight and input
@@ -72,7 +72,7 @@ fp8_linear.defvjp(_fp8_forward, _fp8_backward)
 @contextlib.contextmanager
 def fp8_linears() -> Iterator[None]:
     """Within: the reference model's linears are FP8 linears (the module swap; the head is not a linear)."""
-    from meshplan.facade import _reference_model as rm
+    from meshplan.facade.verify import _reference_model as rm
 
     plain = rm._linear
     rm._linear = lambda x, weight, dtype: fp8_linear(x.astype(dtype), weight.astype(dtype))
@@ -85,7 +85,7 @@ def fp8_linears() -> Iterator[None]:
 def _build(name: str, layers: int, batch: int, seq: int) -> tuple[Any, Any]:
     from bench_compiled import scaled
 
-    from meshplan.facade._reference import ReferenceConfig, reference_step
+    from meshplan.facade.verify._reference import ReferenceConfig, reference_step
     from meshplan.pure import search_meshes
     from meshplan.pure.cost._recipe import TrainingRecipe
 

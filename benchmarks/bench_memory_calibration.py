@@ -11,7 +11,7 @@ For every case (family x mesh x remat x attention x shape) it
   *analytic* peak is the candidate's ``memory.total`` (params, grads and optimizer exact,
   activations calibrated, :mod:`meshplan.pure.cost._step_memory`);
 - builds the reference train step with the candidate's own parameter specs
-  (:func:`meshplan.facade._reference.reference_step`: scanned layers, donated state,
+  (:func:`meshplan.facade.verify._reference.reference_step`: scanned layers, donated state,
   AdamW with fp32 state, fp32-logits cross-entropy) and compiles it with
   :func:`meshplan.compiled_memory` on 8 XLA:CPU devices or for an 8-device TPU slice
   (``--tpu``; libtpu, ahead of time): the *exact* peak is XLA's (on CPU: argument +
@@ -42,8 +42,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from meshplan import compiled_memory  # noqa: E402
-from meshplan.facade._compiled import gpu_topology_mesh, libtpu_available, tpu_topology_mesh  # noqa: E402
-from meshplan.facade._reference import ReferenceConfig, reference_step  # noqa: E402
+from meshplan.facade.verify._compilers import libtpu_available
+from meshplan.facade.verify._targets import gpu_topology_mesh, tpu_topology_mesh
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step  # noqa: E402
 from meshplan.pure import MeshCandidate, search_meshes  # noqa: E402
 from meshplan.pure.cluster._cluster import Cluster, parse_cluster  # noqa: E402
 from meshplan.pure.cluster._devices import DEVICE_SPECS  # noqa: E402

@@ -63,7 +63,7 @@ def _search(model: Any) -> Callable[[], Any]:
 def flops() -> None:
     import jax
 
-    from meshplan.facade._reference import ReferenceConfig, reference_step
+    from meshplan.facade.verify._reference import ReferenceConfig, reference_step
     from meshplan.pure.cost._flops import step_flops
     from tests.facade.test_model_families_vs_xla import CASES, _matmul_flops
 

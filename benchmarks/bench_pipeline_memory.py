@@ -5,7 +5,7 @@ libtpu: the step is compiled ahead of time for a TPU v5e-8 topology; ``gpu`` nee
 ``JAX_PLATFORMS=cpu``: compiled ahead of time for a 1x8xH100 node with no GPU present; nothing runs on either).
 
 For each schedule (``pp`` stages over a ``pp x dp`` mesh, ``m`` micro-batches, ``v`` circular repeats) the
-script compiles :func:`meshplan.facade._pipeline_step.pipeline_step` and compares XLA's figures with the model:
+script compiles :func:`meshplan.facade.verify._pipeline_step.pipeline_step` and compares XLA's figures with the model:
 
 - **state**: :func:`meshplan.pure.cost.plan_stages`' fullest stage's parameters and Adam moments per device
   (``state_factor`` 5: bf16 weights and two fp32 moments), plus what the step keeps outside the pipeline on
@@ -34,8 +34,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax
 import numpy as np
 
-from meshplan.facade._compiled import compiled_memory, gpu_topology_mesh, libtpu_available, tpu_topology_mesh
-from meshplan.facade._pipeline_step import pipeline_step
+from meshplan.facade.verify._compiled import compiled_memory
+from meshplan.facade.verify._compilers import libtpu_available
+from meshplan.facade.verify._targets import gpu_topology_mesh, tpu_topology_mesh
+from meshplan.facade.verify._pipeline_step import pipeline_step
 from meshplan.pure.cost import TrainingRecipe, layer_dims, plan_stages, schedule_memory, step_memory
 from meshplan.pure.presets import MODEL_SPECS
 
@@ -94,7 +96,7 @@ def measure(target: str, pp: int, dp: int, m: int, v: int) -> dict[str, float]:
 def full_size(top: int = 5) -> None:
     """The plan's own check at full size: the best circular layouts of llama3-70b on 8x8xH100 (batch 64 x 4096,
     the jax allocator's 75% budget) compiled for the cluster with no GPU, against search_pipelines' charge."""
-    from meshplan.facade._verify_pipeline import verify_pipelines
+    from meshplan.facade.verify._pipelines import verify_pipelines
     from meshplan.pure import search_meshes
     from meshplan.pure.search import search_pipelines
 

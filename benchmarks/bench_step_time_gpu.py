@@ -7,7 +7,7 @@ For every case (model, batch x seq, remat, attention) it
 - asks the search for the one-device mesh (``search_meshes(..., fixed={"fsdp": 1})`` on
   ``1x1x<the local GPU>``, H200 or H100): the *predicted* step is the candidate's ``step.step_s`` (FLOPs at the device's
   peak bf16 FLOP/s times the default efficiency; one device, so no communication);
-- builds the reference train step (:func:`meshplan.facade._reference.reference_step`: scanned
+- builds the reference train step (:func:`meshplan.facade.verify._reference.reference_step`: scanned
   layers, donated state, AdamW with fp32 state, bf16 weights and compute) and runs it on zeros:
   the *measured* step is the mean of 5 steps after one warm-up, in the same process;
 - prints predicted, measured, their ratio and the efficiency the measurement implies
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from bench_compiled import scaled  # the compiled-memory table's scaled-down presets
 
-from meshplan.facade._reference import ReferenceConfig, reference_step
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step
 from meshplan.pure import search_meshes
 from meshplan.pure.search import DEVICE_SPECS
 from meshplan.pure.cost._recipe import TrainingRecipe

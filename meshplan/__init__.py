@@ -42,30 +42,31 @@ from meshplan.pure import (
     search_meshes,
     validate_specs,
 )
+from meshplan.pure.verify import PlanVerification, VerifyRow
+from meshplan.pure.xla import CompiledMemory
 
 __version__ = "0.1.0"
 
 # Facade name -> the module that defines it; read by __getattr__ on first use.
 _FACADE = {
-    "MeshConfig": "_config",
-    "cpu_context": "_cpu", "create_cpu_mesh": "_cpu", "force_cpu": "_cpu", "parse_mesh_from_string": "_cpu",
-    "calculate_host_mesh_shape": "_mesh", "clear_mesh_cache": "_mesh", "create_mesh": "_mesh",
-    "mesh_cache_info": "_mesh",
-    "ShardingAnalyzer": "_analyzer", "create_monitored_function": "_analyzer",
-    "MeshPartitionHelper": "_partition_helper",
-    "AutoShardingRule": "_rules", "CompositeShardingRule": "_rules", "MemoryConstrainedShardingRule": "_rules",
-    "ShapeBasedShardingRule": "_rules", "ShardingRule": "_rules",
-    "LogicalShardingRule": "_logical", "logical_names": "_logical",
-    "barrier_sync": "_distributed", "host_batch_slice": "_distributed", "host_mesh_shape": "_distributed",
-    "place": "_place",
-    "CompiledMemory": "_compiled", "compiled_memory": "_compiled", "tpu_topology_mesh": "_compiled",
-    "gpu_topology_mesh": "_compiled",
-    "ReferenceConfig": "_reference", "ReferenceStep": "_reference", "reference_step": "_reference",
-    "PipelineStep": "_pipeline_step", "pipeline_step": "_pipeline_step",
-    "load_model": "_model_file",
-    "compiled_collectives": "_hlo",
-    "PlanVerification": "_verify_row", "VerifyRow": "_verify_row", "verify_plan": "_verify_plan",
-    "verify_pipelines": "_verify_pipeline",
+    "MeshConfig": "meshplan.facade._config",
+    "cpu_context": "meshplan.facade._cpu", "create_cpu_mesh": "meshplan.facade._cpu",
+    "force_cpu": "meshplan.facade._cpu", "parse_mesh_from_string": "meshplan.facade._cpu",
+    "calculate_host_mesh_shape": "meshplan.facade._mesh", "clear_mesh_cache": "meshplan.facade._mesh",
+    "create_mesh": "meshplan.facade._mesh", "mesh_cache_info": "meshplan.facade._mesh",
+    "ShardingAnalyzer": "meshplan.facade._analyzer", "create_monitored_function": "meshplan.facade._analyzer",
+    "MeshPartitionHelper": "meshplan.facade._partition_helper",
+    "AutoShardingRule": "meshplan.facade._rules", "CompositeShardingRule": "meshplan.facade._rules",
+    "MemoryConstrainedShardingRule": "meshplan.facade._rules", "ShapeBasedShardingRule": "meshplan.facade._rules",
+    "ShardingRule": "meshplan.facade._rules",
+    "LogicalShardingRule": "meshplan.facade._logical", "logical_names": "meshplan.facade._logical",
+    "barrier_sync": "meshplan.facade._distributed", "host_batch_slice": "meshplan.facade._distributed",
+    "host_mesh_shape": "meshplan.facade._distributed",
+    "place": "meshplan.facade._place",
+    "load_model": "meshplan.facade._model_file",
+    **dict.fromkeys(("compiled_memory", "tpu_topology_mesh", "gpu_topology_mesh", "ReferenceConfig", "ReferenceStep",
+                     "reference_step", "PipelineStep", "pipeline_step", "compiled_collectives", "verify_plan",
+                     "verify_pipelines"), "meshplan.facade.verify"),
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -103,7 +104,7 @@ def __getattr__(name: str) -> Any:
     module = _FACADE.get(name)
     if module is None:
         raise AttributeError(f"module 'meshplan' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"meshplan.facade.{module}"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 
@@ -114,20 +115,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._analyzer import ShardingAnalyzer, create_monitored_function
-    from meshplan.facade._compiled import CompiledMemory, compiled_memory, gpu_topology_mesh, tpu_topology_mesh
-    from meshplan.facade._hlo import compiled_collectives
-    from meshplan.facade._verify_pipeline import verify_pipelines
-    from meshplan.facade._verify_plan import verify_plan
-    from meshplan.facade._verify_row import PlanVerification, VerifyRow
     from meshplan.facade._config import MeshConfig
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
     from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
     from meshplan.facade._logical import LogicalShardingRule, logical_names
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
-    from meshplan.facade._partition_helper import MeshPartitionHelper
-    from meshplan.facade._pipeline_step import PipelineStep, pipeline_step
-    from meshplan.facade._reference import ReferenceConfig, ReferenceStep, reference_step
     from meshplan.facade._model_file import load_model
+    from meshplan.facade._partition_helper import MeshPartitionHelper
     from meshplan.facade._place import place
     from meshplan.facade._rules import (
         AutoShardingRule,
@@ -135,4 +129,17 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         MemoryConstrainedShardingRule,
         ShapeBasedShardingRule,
         ShardingRule,
+    )
+    from meshplan.facade.verify import (
+        PipelineStep,
+        ReferenceConfig,
+        ReferenceStep,
+        compiled_collectives,
+        compiled_memory,
+        gpu_topology_mesh,
+        pipeline_step,
+        reference_step,
+        tpu_topology_mesh,
+        verify_pipelines,
+        verify_plan,
     )

@@ -53,7 +53,7 @@ def test_a_quantised_tensor_spans_the_format_and_scales_back() -> None:
 
 
 def test_the_swap_is_undone_after_the_block() -> None:
-    from meshplan.facade import _reference_model as rm
+    from meshplan.facade.verify import _reference_model as rm
 
     plain = rm._linear
     with bench_fp8_step.fp8_linears():

@@ -29,8 +29,9 @@ import jax
 from jax.sharding import AxisType
 
 import meshplan
-from meshplan.facade import _compiled
-from meshplan.facade._compiled import libtpu_available, tpu_topology_mesh
+from meshplan.facade.verify import _compiled
+from meshplan.facade.verify._compilers import libtpu_available
+from meshplan.facade.verify._targets import tpu_topology_mesh
 from meshplan.pure.presets import MODEL_SPECS
 
 

@@ -36,8 +36,8 @@ from bench_memory_calibration import (  # noqa: E402
 )
 
 import meshplan
-from meshplan.facade._compiled import _read_dump
-from meshplan.facade._reference import ReferenceConfig, reference_step
+from meshplan.facade.verify._compiled import _read_dump
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step
 from meshplan.pure.xla._buffer_report import BufferReport, parse_buffer_report
 
 CASES = ("llama:fsdp=8:full:plain:16x256@cpu", "llama:dp=2,fsdp=2,tp=2:none:plain:16x256@cpu",

@@ -6,7 +6,7 @@ Reads an optimized HLO module's text (``jax.jit(f).lower(...).compile().as_text(
 
 - pass: ``rec`` when its ``op_name`` lies in a ``rematted_computation``, ``bwd`` under ``transpose(``,
   else ``fwd``;
-- source: the innermost frame in ``meshplan/facade/_reference_model.py`` of its ``stack_frame_id`` (the
+- source: the innermost frame in ``meshplan/facade/verify/_reference_model.py`` of its ``stack_frame_id`` (the
   HLO's ``FileNames`` / ``FunctionNames`` / ``FileLocations`` / ``StackFrames`` tables), e.g.
   ``rms_norm:61`` (a norm's output), ``_linear:49`` (a projection), ``chunk_loss:314`` (the LM head).
 

@@ -329,7 +329,7 @@ def _show_mesh(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from meshplan.facade import _compile_cache
+    from meshplan.facade.verify import _cache as _compile_cache
 
     if args.action == "clear":
         removed = _compile_cache.clear_cache()

@@ -69,12 +69,12 @@ def render_pipelines(found: PipelineSearch, result: SearchResult, console: Any, 
 def render_pipeline_verification(checked: Any, console: Any) -> None:
     """One line per compiled pipeline layout: XLA's peak beside the estimate, which schedule compiled, or why
     it was not verified (a :class:`~meshplan.PlanVerification` from
-    :func:`~meshplan.facade._verify_pipeline.verify_pipelines`).
+    :func:`~meshplan.facade.verify._pipelines.verify_pipelines`).
 
     Example:
       >>> import io
       >>> from rich.console import Console
-      >>> from meshplan.facade._verify_row import PlanVerification, VerifyRow
+      >>> from meshplan.pure.verify._rows import PlanVerification, VerifyRow
       >>> row = VerifyRow("pp=2,fsdp=4", 1, 3 << 30, 8 << 30, "8 x XLA:CPU", peak_bytes=4 << 30,
       ...                 schedule="1f1b m=4", compiled_schedule="circular v=1 m=4", note="compiled as ...")
       >>> console = Console(width=200, record=True, file=io.StringIO())

@@ -23,17 +23,17 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from meshplan.cli._args import fraction
-from meshplan.errors import ClusterError, PlanError
+from meshplan.errors import PlanError
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.presets import ModelSpec
 from meshplan.pure.search import Cluster
 
 if TYPE_CHECKING:  # imported where used: importing meshplan.facade imports jax, which reads JAX_PLATFORMS
     # once, and `meshplan demo` sets it after the command line is parsed
-    from meshplan.facade._verify_row import VerifyRow
+    from meshplan.pure.verify import VerifyRow
 
 __all__ = ["compiled_peaks", "reference_config", "render_plan_verification", "run_check", "training_recipe",
            "verify_for_plan", "verify_pipelines_for_plan"]
@@ -57,70 +57,9 @@ def training_recipe(args: Any, *, backend: str | None = None) -> Any:
 
 def reference_config(args: Any, param_dtype: str) -> Any:
     """The :class:`~meshplan.ReferenceConfig` the command-line flags describe."""
-    from meshplan.facade._reference import ReferenceConfig
+    from meshplan.facade.verify import reference_config as from_recipe
 
-    return ReferenceConfig(remat=args.remat, attention=args.attention, optimizer=args.optimizer,
-                           micro_batches=args.micro_batches or 1, vocab_tiles=args.vocab_tiles,
-                           param_dtype=param_dtype, scan_layers=True)
-
-
-def _target_label(cluster: Cluster, target: str) -> str:
-    """Where a compile will run, as the progress line names it (the worker reports the same)."""
-    if target == "cpu":
-        return f"{cluster.num_devices} x XLA:CPU"
-    if cluster.device.ici_scope == "slice":
-        from meshplan.pure.search import tpu_topology
-
-        return f"{tpu_topology(cluster).topology_name} ({cluster.text})"
-    return f"{cluster.num_devices} x {cluster.device.name} (no GPU: meshplan's shipped description)"
-
-
-def _compile_one(spec: ModelSpec, cluster: Cluster, names: Sequence[str], sizes: Sequence[int],
-                 dcn: Sequence[int] | None, plan: Any, *, batch: int, seq: int, config: Any, target: str,
-                 analytic: int | None, budget: int, stream: TextIO) -> VerifyRow:
-    """Compile one layout in a worker subprocess; the row carries XLA's figures or why there are none."""
-    from meshplan.facade._compiled import libtpu_available
-    from meshplan.facade._gpu_targets import compiler_version, cuda_plugin_problem, gpu_target_config
-    from meshplan.facade._verify_row import VerifyRow, compiled_fit
-    from meshplan.facade._worker import CompileJob, run_jobs
-
-    job = CompileJob(spec, cluster, tuple(names), tuple(sizes), None if dcn is None else tuple(dcn), plan,
-                     batch=batch, seq=seq, config=config, target=target)
-    # The target's compiler must be here: refuse with what to install before starting a worker.
-    if target != "cpu" and cluster.device.ici_scope == "slice" and not libtpu_available():
-        raise ClusterError(f"compiling for {cluster.text} needs libtpu, which is not installed; "
-                           "pip install 'meshplan[tpu]' (or jax[tpu] matching your jax).")
-    if target != "cpu" and cluster.device.ici_scope != "slice":
-        gpu_target_config(cluster.device)  # ClusterError naming the GPUs meshplan can describe
-        problem = cuda_plugin_problem()
-        if problem is not None:
-            raise ClusterError(f"compiling for {cluster.text} with no GPU: {problem}; or compile for "
-                               "--target cpu (XLA:CPU lowers differently).")
-    where = _target_label(cluster, target)
-    stream.write(f"meshplan: compiling the reference step of {spec.name} on {job.mesh_text} for {where} ...\n")
-    stream.flush()
-    outcome = run_jobs([job], parallel=1)[0]
-    platform = "cpu" if target == "cpu" else "tpu" if cluster.device.ici_scope == "slice" else "gpu"
-    row = VerifyRow(job.mesh_text, None, analytic, budget, outcome.target, micro_batches=config.micro_batches,
-                    compile_seconds=outcome.seconds, compiler=compiler_version(platform))
-    if outcome.oom:
-        stream.write(f"meshplan:   does not fit ({outcome.seconds:.1f} s)\n")
-        need = (f"XLA needs {fmt_bytes(outcome.oom_required_bytes)} of {fmt_bytes(outcome.oom_available_bytes)}"
-                if outcome.oom_required_bytes and outcome.oom_available_bytes else "XLA ran out of memory")
-        return dataclasses.replace(row, peak_bytes=outcome.oom_required_bytes, error=f"does not fit: {need}",
-                                   status="over budget", peak_source="XLA's out-of-memory message")
-    mem = outcome.memory
-    if mem is None:
-        stream.write(f"meshplan:   not verified: {outcome.error}\n")
-        return dataclasses.replace(row, status="not verified", error=f"not verified: {outcome.error}")
-    stream.write(f"meshplan:   peak {fmt_bytes(mem.peak_bytes)} ({mem.compile_seconds:.1f} s)\n")
-    stream.flush()
-    over, run_high, _ = compiled_fit(mem.peak_bytes, budget, outcome.target)
-    return dataclasses.replace(row, argument_bytes=mem.argument_bytes, temp_bytes=mem.temp_bytes,
-                               peak_bytes=mem.peak_bytes, peak_source=mem.peak_source,
-                               compile_seconds=mem.compile_seconds, largest=mem.largest,
-                               largest_note=mem.largest_note, run_high_bytes=run_high,
-                               status="over budget" if over else "exact")
+    return from_recipe(training_recipe(args), param_dtype=param_dtype)
 
 
 def scaled_model(spec: ModelSpec, layers: int | None) -> ModelSpec:
@@ -287,7 +226,7 @@ def verification_wanted(args: Any) -> bool:
 def verify_for_plan(result: Any, spec: ModelSpec, args: Any) -> Any:
     """``plan``'s verification: compile the top ``--verify K`` (default 3) meshes; the
     :class:`~meshplan.PlanVerification` (rows exact, estimates, removed or not verified)."""
-    from meshplan.facade._verify_plan import verify_plan
+    from meshplan.facade.verify._plan import verify_plan
 
     req = result.request
     config = reference_config(args, req.param_dtype if req.param_dtype != "mixed" else "bfloat16")
@@ -299,7 +238,7 @@ def verify_pipelines_for_plan(found: Any, result: Any, spec: ModelSpec, args: An
                               spent_s: float) -> Any:
     """``plan``'s verification of its pipeline layouts: the best ``top`` compiled in what is left of
     ``--verify-time`` after the unpipelined meshes (``spent_s``); a :class:`~meshplan.PlanVerification`."""
-    from meshplan.facade._verify_pipeline import verify_pipelines
+    from meshplan.facade.verify._pipelines import verify_pipelines
 
     req = result.request
     config = reference_config(args, req.param_dtype if req.param_dtype != "mixed" else "bfloat16")
@@ -376,7 +315,7 @@ def run_check(args: Any, console: Any) -> int:
     from meshplan.cli._models import load
     from meshplan.pure import parse_cluster, search_meshes
 
-    from meshplan.facade._verify_row import uncompiled_dispatch
+    from meshplan.pure.verify import uncompiled_dispatch
 
     cluster = parse_cluster(args.cluster)
     spec = scaled_model(load(args.model).spec, args.layers)
@@ -415,14 +354,16 @@ def run_check(args: Any, console: Any) -> int:
     config = reference_config(args, args.dtype)
     names, sizes = tuple(mesh), tuple(mesh.values())
     dcn_shape = tuple(dcn.get(n, 1) for n in names) if dcn else None
-    row = _compile_one(spec, cluster, names, sizes, dcn_shape, plan, batch=batch, seq=seq, config=config,
+    from meshplan.facade.verify import check_layout
+
+    row = check_layout(spec, cluster, names, sizes, dcn_shape, plan, batch=batch, seq=seq, config=config,
                        target=args.target, analytic=analytic, budget=budget, stream=sys.stderr)
     if args.format == "json":
         sys.stdout.write(json.dumps({**row.to_dict(), "model": spec.name, "cluster": cluster.text, "batch": batch,
                                      "seq": seq, "config": config.text, "planner_note": note,
                                      "spread": None if plan is None else _spread_dict(plan.memory, recipe)})
                          + "\n")
-        return 0 if not row.error else 1
+        return 0 if row.status != "not verified" else 1
     render_rows([row], console, title=f"meshplan check: {spec.name} on {cluster.text}, batch {batch} x seq {seq} "
                                       f"({config.text})")
     render_largest(row, console)
@@ -430,7 +371,7 @@ def run_check(args: Any, console: Any) -> int:
         console.print(_against_spread(plan.memory, row.peak_bytes, recipe))
     if note:
         console.print(note)
-    return 0 if not row.error else 1
+    return 0 if row.status != "not verified" else 1
 
 
 def _spread_dict(memory: Any, recipe: Any) -> dict[str, Any] | None:

@@ -40,9 +40,10 @@ def use_cpu_devices(n: int) -> bool:
     """
     n = as_count(n, "n")
     import chex
-    from jax._src import xla_bridge  # the one place that knows whether backends are up
 
-    if xla_bridge.backends_are_initialized():
+    from meshplan.facade._jax_internals import backends_started
+
+    if backends_started():
         return False
     configured = int(getattr(jax.config, "jax_num_cpu_devices", -1))  # an untyped config attribute
     flags = os.environ.get("XLA_FLAGS", "")

@@ -32,7 +32,6 @@ from meshplan.pure.errors import (
     BarrierTimeoutError,
     DistributedArgumentError,
     DistributedError,
-    MeshplanTypeError,
 )
 from meshplan.pure.specs._batch import HostBatchSlice, host_batch_slices
 
@@ -53,21 +52,19 @@ def _next_barrier_id() -> str:
 
 
 def _wait_at_barrier(barrier_id: str, timeout_ms: int) -> None:
-    """Waits at a coordination-service barrier: the ONE private jax access.
+    """Waits at a coordination-service barrier through jax's distributed client.
 
-    Why private: the distributed client's ``wait_at_barrier`` is jax's only
-    barrier with a timeout, and jax exposes the client only as
-    ``jax._src.distributed.global_state.client``. Everything private stays in
-    this function, so a jax release that moves it breaks one place, loudly.
+    The client is private to jax (:func:`meshplan.facade._jax_internals.distributed_client` says why it
+    is used and reads it), so a jax release that moves it breaks here, loudly.
 
     Raises:
       DistributedError: the client is gone from jax, or not connected.
       jax.errors.JaxRuntimeError: whatever the barrier itself reports.
     """
-    try:
-        from jax._src import distributed as _jax_distributed  # private, see docstring
+    from meshplan.facade._jax_internals import distributed_client
 
-        client = _jax_distributed.global_state.client
+    try:
+        client = distributed_client()
         if client is None:  # jax.distributed.initialize() has not run (or shut down)
             raise AttributeError("jax._src.distributed.global_state.client is None")
         wait = client.wait_at_barrier

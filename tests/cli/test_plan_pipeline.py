@@ -93,7 +93,7 @@ def test_plan_says_why_no_pipeline_is_compiled_when_no_circular_layout_exists(ca
 
 
 def test_plan_compiles_no_pipeline_without_pipelines_or_verification(capsys, tmp_path, monkeypatch) -> None:
-    from meshplan.facade import _verify_pipeline
+    from meshplan.facade.verify import _pipelines as _verify_pipeline
 
     def refuse(*args, **kwargs):
         raise AssertionError("a pipeline layout was compiled")
@@ -115,7 +115,7 @@ def test_the_detail_table_puts_each_compiled_peak_on_its_own_rank() -> None:
     from rich.console import Console
 
     from meshplan.cli._pipeline import render_pipelines
-    from meshplan.facade._verify_row import PlanVerification, VerifyRow
+    from meshplan.pure.verify import PlanVerification, VerifyRow
     from meshplan.pure import search_meshes
     from meshplan.pure.presets import MODEL_SPECS
     from meshplan.pure.search import search_pipelines

@@ -12,7 +12,7 @@ import pytest
 
 import meshplan
 from meshplan import cli
-from meshplan.facade._compiled import libtpu_available
+from meshplan.facade.verify._compilers import libtpu_available
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ def test_check_compiles_one_layout_and_prints_xlas_figures(capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "compiling the reference step of gpt2 (1 layers) on dp=2,tp=4 for 8 x XLA:CPU" in err
-    assert re.search(r"peak [0-9.]+ [KMG]iB \([0-9.]+ s\)", err)
+    assert re.search(r"dp=2,tp=4: exact: peak [0-9.]+ [KMG]iB \(XLA:CPU .*\) in [0-9.]+ s", err)
     row = _table_row(out, "dp=2,tp=4")
     # columns: #, mesh, micro-batches, target, analytic, XLA argument, XLA temp, XLA peak, analytic/peak, fits,
     # compile
@@ -108,7 +108,7 @@ def test_verify_compiles_each_candidate_with_the_micro_batches_its_estimate_pric
     import io
 
     from meshplan.cli._verify import scaled_model
-    from meshplan.facade._reference import ReferenceConfig
+    from meshplan.facade.verify._reference import ReferenceConfig
     from meshplan.pure import get_preset, search_meshes
 
     spec = scaled_model(get_preset("gpt2").spec, 1)
@@ -122,10 +122,10 @@ def test_verify_compiles_each_candidate_with_the_micro_batches_its_estimate_pric
 
 def test_verify_without_the_cuda_plugin_shows_estimates_and_says_what_to_install(capsys, monkeypatch):
     # What a user without meshplan[gpu] sees: the plan, and one line saying how to get exact figures.
-    from meshplan.facade import _gpu_targets
+    from meshplan.facade.verify import _compilers
 
-    real = _gpu_targets._version
-    monkeypatch.setattr(_gpu_targets, "_version", lambda dist: None if dist.startswith("jax-cuda") else real(dist))
+    real = _compilers._version
+    monkeypatch.setattr(_compilers, "_version", lambda dist: None if dist.startswith("jax-cuda") else real(dist))
     monkeypatch.delenv("MESHPLAN_VERIFY", raising=False)  # the default: verify where the compiler is installed
     code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--seq", "64"])
     out, err = capsys.readouterr()
@@ -212,7 +212,7 @@ def test_a_gpu_plans_budget_is_what_jaxs_allocator_takes_and_says_so(capsys, mon
 def test_check_compiles_for_a_gpu_cluster_with_no_gpu(capsys):
     import json
 
-    from meshplan.facade._gpu_targets import cuda_plugin_problem
+    from meshplan.facade.verify._compilers import cuda_plugin_problem
 
     if cuda_plugin_problem() is not None:
         pytest.skip(f"needs the jax CUDA plugin: {cuda_plugin_problem()}")
@@ -248,8 +248,8 @@ def test_the_dropless_reason_is_per_row_in_the_library_and_never_for_einsum_or_a
     import io
 
     from meshplan.cli._verify import scaled_model
-    from meshplan.facade._verify_pipeline import verify_pipelines
-    from meshplan.facade._verify_row import uncompiled_dispatch
+    from meshplan.facade.verify._pipelines import verify_pipelines
+    from meshplan.pure.verify import uncompiled_dispatch
     from meshplan.pure import get_preset, search_meshes
     from meshplan.pure.cost import TrainingRecipe
     from meshplan.pure.search import search_pipelines

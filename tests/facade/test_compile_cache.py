@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshplan import cli
-from meshplan.facade import _compile_cache as cc
-from meshplan.facade._compiled import CompiledMemory
-from meshplan.facade._reference import ReferenceConfig
-from meshplan.facade._worker import CompileJob, CompileOutcome
+from meshplan.facade.verify import _cache as cc
+from meshplan.pure.xla import CompiledMemory
+from meshplan.facade.verify._reference import ReferenceConfig
+from meshplan.facade.verify._jobs import CompileJob
+from meshplan.pure.verify import CompileOutcome
 from meshplan.pure import get_preset, parse_cluster
 from meshplan.pure.xla._buffer_report import LiveBuffer
 

@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 import meshplan
 from meshplan.errors import CompiledOutOfMemoryError, MeshplanTypeError, PlanError
-from meshplan.facade._compiled import libtpu_available
+from meshplan.facade.verify._compilers import libtpu_available
 from meshplan.pure import AxisKindRule, estimate_training_memory, plan_tree
 from meshplan.pure.presets import MODEL_SPECS, build_params
 
@@ -84,7 +84,7 @@ def test_every_buffer_listed_adds_up_to_xlas_peak(cpu_llama):
 
 
 def test_a_dump_with_neither_live_ranges_nor_a_peak_lists_nothing_and_says_so(tmp_path):
-    from meshplan.facade._compiled import _largest
+    from meshplan.facade.verify._compiled import _largest
 
     (tmp_path / "module.jit_step-live-range.txt").write_text("HloLiveRange (max 0):\n")
     (tmp_path / "module.jit_step-buffer-assignment.txt").write_text("BufferAssignment:\n")
@@ -206,7 +206,7 @@ def test_tpu_mesh_needs_a_tpu_cluster_and_a_matching_shape():
 def test_gpu_mesh_without_the_cuda_plugin_says_what_to_install():
     # With no GPU, the shipped target description stands in for one; that needs the CUDA plugin
     # (tests/facade/test_compiled_gpu.py compiles with it).
-    from meshplan.facade._gpu_targets import cuda_plugin_problem
+    from meshplan.facade.verify._compilers import cuda_plugin_problem
 
     problem = cuda_plugin_problem()
     if problem is None:
@@ -258,21 +258,21 @@ def test_an_moe_spec_stacks_only_the_layer_groups_it_has(dense_layers):
 def test_either_cuda_plugin_is_the_compiler_and_a_mismatch_names_its_own_extra(monkeypatch, installed):
     # A CUDA 13 machine has jax[cuda13]'s plugin, not meshplan[gpu]'s cuda12 one: both compile for a
     # described GPU. "J" stands for this jax's own version; the cuda12 plugin is preferred when both are there.
-    from meshplan.facade import _gpu_targets
+    from meshplan.facade.verify import _compilers
 
-    real = _gpu_targets._version
+    real = _compilers._version
     jax_version = real("jax")
     versions = {name: (jax_version if v == "J" else v) for name, v in installed.items()}
-    monkeypatch.setattr(_gpu_targets, "_version",
+    monkeypatch.setattr(_compilers, "_version",
                         lambda dist: versions.get(dist) if dist.startswith("jax-cuda") else real(dist))
-    problem = _gpu_targets.cuda_plugin_problem()
+    problem = _compilers.cuda_plugin_problem()
     used = next((n for n in ("jax-cuda12-plugin", "jax-cuda13-plugin") if n in versions), None)
     if used is None:
         assert problem is not None and "not installed" in problem and "pip install 'meshplan[gpu]'" in problem
-        assert "no CUDA plugin" in _gpu_targets.compiler_version("gpu")
+        assert "no CUDA plugin" in _compilers.compiler_version("gpu")
     elif versions[used] == jax_version:
         assert problem is None
-        assert _gpu_targets.compiler_version("gpu").startswith(f"XLA:GPU ({used} {jax_version}, jax ")
+        assert _compilers.compiler_version("gpu").startswith(f"XLA:GPU ({used} {jax_version}, jax ")
     else:
         cuda = used.split("-")[1]
         assert problem == (f"{used} 0.0.1 does not match jax {jax_version}; "

@@ -13,13 +13,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import meshplan
-from meshplan.facade._gpu_targets import (
-    GPU_TARGETS_DIR,
-    compiler_version,
-    cuda_plugin_problem,
-    gpu_target_config,
-    known_gpu_targets,
-)
+from meshplan.facade.verify._compilers import compiler_version, cuda_plugin_problem
+from meshplan.facade.verify._gpu_targets import GPU_TARGETS_DIR, gpu_target_config, known_gpu_targets
 from meshplan.pure.search import DEVICE_SPECS, Cluster, DeviceSpec
 
 needs_plugin = pytest.mark.skipif(cuda_plugin_problem() is not None,
@@ -86,7 +81,7 @@ def test_a_given_target_config_replaces_the_shipped_one():
 def test_flash_attention_on_a_gpu_target_is_cudnns_fused_kernel():
     import dataclasses
 
-    from meshplan.facade._reference import ReferenceConfig
+    from meshplan.facade.verify._reference import ReferenceConfig
     from meshplan.pure import get_preset
 
     tiny = dataclasses.replace(get_preset("gpt2").spec, num_layers=1, num_params=None)

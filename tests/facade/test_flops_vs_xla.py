@@ -21,8 +21,9 @@ import sys
 import jax
 import pytest
 
-from meshplan.facade._compiled import TPU_WINDOWED_EINSUM_OFF, libtpu_available
-from meshplan.facade._reference import ReferenceConfig, reference_step
+from meshplan.facade.verify._compilers import libtpu_available
+from meshplan.facade.verify._targets import TPU_WINDOWED_EINSUM_OFF
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step
 from meshplan.pure.presets import MODEL_SPECS, MLADims
 from meshplan.pure.cost._flops import step_flops
 
@@ -89,7 +90,7 @@ def test_flops_match_xla_cost_analysis(spec, mesh_shape, remat, batch):
 _TPU_CASE = """
 import dataclasses, json, sys
 import meshplan
-from meshplan.facade._reference import ReferenceConfig, reference_step
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step
 from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.cost._flops import step_flops
 spec = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-small", num_layers=1, hidden_size=512, num_heads=4,

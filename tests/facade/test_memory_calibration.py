@@ -17,8 +17,9 @@ import jax
 import pytest
 
 from meshplan import compiled_memory
-from meshplan.facade._compiled import libtpu_available, tpu_topology_mesh
-from meshplan.facade._reference import ReferenceConfig, reference_step
+from meshplan.facade.verify._compilers import libtpu_available
+from meshplan.facade.verify._targets import tpu_topology_mesh
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step
 from meshplan.pure import search_meshes
 from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.search import TrainingRecipe

@@ -12,7 +12,7 @@ import pathlib
 import jax
 import pytest
 
-from meshplan.facade._reference import ReferenceConfig, reference_step
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step
 from meshplan.pure.cost._flops import step_flops
 from meshplan.pure.presets import MODEL_SPECS, MLADims, build_params, count_params
 

@@ -19,13 +19,11 @@ import pytest
 from jax.sharding import AxisType
 
 from meshplan.errors import MeshplanTypeError, PlanError
-from meshplan.facade._compiled import (
-    compiled_memory,
-    libtpu_available,
-    tpu_topology_mesh,
-)
-from meshplan.facade._pipeline_step import from_stages, pipeline_step, to_stages
-from meshplan.facade._reference import ReferenceConfig, reference_step, stacked_params
+from meshplan.facade.verify._compiled import compiled_memory
+from meshplan.facade.verify._compilers import libtpu_available
+from meshplan.facade.verify._targets import tpu_topology_mesh
+from meshplan.facade.verify._pipeline_step import from_stages, pipeline_step, to_stages
+from meshplan.facade.verify._reference import ReferenceConfig, reference_step, stacked_params
 from meshplan.pure.cost import bubble_fraction, plan_stages, schedule_memory
 from meshplan.pure.presets import MODEL_SPECS
 

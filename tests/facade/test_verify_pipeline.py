@@ -15,11 +15,12 @@ import math
 import jax
 import pytest
 
-from meshplan.facade import _verify_pipeline
-from meshplan.facade._compiled import compiled_memory
-from meshplan.facade._pipeline_step import pipeline_step
-from meshplan.facade._reference import ReferenceConfig
-from meshplan.facade._verify_pipeline import compiled_schedule, verify_pipelines
+from meshplan.facade.verify import _driver
+from meshplan.facade.verify import _pipelines as _verify_pipeline
+from meshplan.facade.verify._compiled import compiled_memory
+from meshplan.facade.verify._pipeline_step import pipeline_step
+from meshplan.facade.verify._reference import ReferenceConfig
+from meshplan.facade.verify._pipelines import compiled_schedule, verify_pipelines
 from meshplan.pure import search_meshes
 from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.search import search_pipelines
@@ -92,7 +93,7 @@ def test_rows_the_step_cannot_compile_say_why_and_start_no_worker(monkeypatch):
         assert not jobs, "a row the step cannot run started a worker"
         return []
 
-    monkeypatch.setattr(_verify_pipeline, "run_jobs", no_worker)
+    monkeypatch.setattr(_driver, "run_jobs", no_worker)
     moe = dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], num_layers=4, num_params=None)
     plan, found = _plan(moe)
     (row,) = verify_pipelines(found, plan, model=moe, target="cpu", cache=False, stream=io.StringIO()).rows
@@ -121,7 +122,7 @@ def test_no_time_left_leaves_the_rows_estimates():
 
 
 def test_a_pipeline_row_compiles_for_h100s_with_no_gpu():
-    from meshplan.facade._gpu_targets import cuda_plugin_problem
+    from meshplan.facade.verify._compilers import cuda_plugin_problem
 
     problem = cuda_plugin_problem()
     if problem is not None:

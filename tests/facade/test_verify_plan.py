@@ -11,9 +11,10 @@ import io
 import pytest
 
 import meshplan
-from meshplan.facade._gpu_targets import cuda_plugin_problem
-from meshplan.facade._reference import ReferenceConfig
-from meshplan.facade._worker import CompileJob, run_jobs
+from meshplan.facade.verify._compilers import cuda_plugin_problem
+from meshplan.facade.verify._reference import ReferenceConfig
+from meshplan.facade.verify._jobs import CompileJob
+from meshplan.facade.verify._worker import run_jobs
 from meshplan.pure import get_preset, parse_cluster, search_meshes
 from meshplan.pure.search import DEVICE_SPECS, Cluster
 

@@ -12,7 +12,6 @@ helpers (physical mesh, torus assignment, prime factors) are not meshplan behavi
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest

@@ -6,7 +6,7 @@ and the collectives (:mod:`meshplan.pure.cost._step_collectives`) read it throug
 by its name:
 
 - ``"einsum"`` (the default): GShard's capacity-based dispatch, what meshplan's reference step runs
-  (``meshplan.facade._reference_model.moe``) and MaxText with ``sparse_matmul: False`` (its
+  (``meshplan.facade.verify._reference_model.moe``) and MaxText with ``sparse_matmul: False`` (its
   ``mixtral_8x7b_dropped`` benchmark config sets ``megablox: False``, ``sparse_matmul: False``,
   ``capacity_factor: 1.25``). Each sequence's tokens fill ``capacity = ceil(top_k x s x cf / E)`` slots per
   expert (``cf`` = :data:`CAPACITY_FACTOR`; tokens past it are dropped) through a one-hot dispatch einsum and

@@ -5,7 +5,7 @@ group of devices along the ``pp`` mesh axis; a batch is split into ``m``
 micro-batches that flow through the stages. Everything here is shape
 arithmetic over plain numbers; every figure is an **estimate** (the exact
 memory of a pipelined step is the compiler's:
-:func:`meshplan.facade._pipeline_step.pipeline_step` compiles one).
+:func:`meshplan.facade.verify._pipeline_step.pipeline_step` compiles one).
 
 **Layers per stage.** ``L`` layers over ``pp`` stages: ``L // pp`` each, and
 the ``L % pp`` extra layers go to stages ``1, 2, ...`` in order, the first
@@ -53,7 +53,7 @@ one micro-batch's step). Megatron's schedules (gpipe, 1f1b, interleaved) and
 DualPipe keep their :func:`in_flight` micro-batches of saved activations and
 send one micro-batch at a time (DualPipe's second stage's state is
 :func:`plan_stages`' and the search's, not a buffer). The circular step
-(:func:`meshplan.facade._pipeline_step.pipeline_step`) also keeps, read off its
+(:func:`meshplan.facade.verify._pipeline_step.pipeline_step`) also keeps, read off its
 code: three whole-batch ``(m, micro_batch, seq, hidden)`` buffers (the loop reads
 the micro-batched input and carries the circular store and the output buffer
 whole; the backward carries their three cotangents) and two micro-batches of

@@ -55,7 +55,7 @@ compiler (and per TPU generation where XLA:TPU's schedule differs:
 :func:`calibration_key` picks ``"tpu-v5p"`` for a recipe whose ``device`` is a
 v5p; v4 and v5e, with no compiled grid, take ``"tpu"``, the v6e fit), fitted
 to the peaks XLA reports (``compiled.memory_analysis()``) for the reference
-train steps of ``meshplan.facade._reference`` (GPT-2, Llama, Mixtral; see
+train steps of ``meshplan.facade.verify._reference`` (GPT-2, Llama, Mixtral; see
 ``benchmarks/bench_memory_calibration.py`` and the table in
 ``benchmarks/RESULTS.md``). Compilers lower the same step differently, so the
 backend is part of the recipe: XLA:CPU upcasts bf16 matmul operands to fp32

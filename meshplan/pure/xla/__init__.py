@@ -1,8 +1,9 @@
 """How to read the compiler's own output: pure parsers of the text XLA writes. The collectives of an optimized
 HLO module with their bytes (:func:`parse_hlo_collectives`, :func:`collective_totals`) and the buffer
 assignment's live buffers at the peak (:func:`parse_buffer_report`). Text in, plain records out; the facade
-asks the compiler for the text. And what a compiled figure means for a run: a deviceless XLA:GPU peak's measured
-range on the GPU (:func:`deviceless_gpu_run_range`).
+asks the compiler for the text. XLA's memory figures for a compiled step as a record (:class:`CompiledMemory`),
+and what a compiled figure means for a run: a deviceless XLA:GPU peak's measured range on the GPU
+(:func:`deviceless_gpu_run_range`).
 
 Example:
   >>> hlo = '''ENTRY %main (p: bf16[4,8]) -> bf16[32,8] {
@@ -14,6 +15,7 @@ Example:
 """
 
 from meshplan.pure.xla._buffer_report import BUFFER_KINDS, BufferReport, LiveBuffer, parse_buffer_report
+from meshplan.pure.xla._compiled_memory import CompiledMemory
 from meshplan.pure.xla._hlo_collectives import (
     HLO_COLLECTIVE_KINDS,
     HloCollective,
@@ -24,6 +26,6 @@ from meshplan.pure.xla._hlo_collectives import (
 )
 from meshplan.pure.xla._run_range import DEVICELESS_GPU_RUN_RATIO, deviceless_gpu_run_range
 
-__all__ = ["BUFFER_KINDS", "DEVICELESS_GPU_RUN_RATIO", "BufferReport", "HLO_COLLECTIVE_KINDS", "HloCollective",
-           "LiveBuffer", "collective_shares", "collective_totals", "deviceless_gpu_run_range", "parse_buffer_report",
+__all__ = ["BUFFER_KINDS", "DEVICELESS_GPU_RUN_RATIO", "BufferReport", "CompiledMemory", "HLO_COLLECTIVE_KINDS",
+           "HloCollective", "LiveBuffer", "collective_shares", "collective_totals", "deviceless_gpu_run_range", "parse_buffer_report",
            "parse_hlo_collectives", "ratio_table"]

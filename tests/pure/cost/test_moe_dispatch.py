@@ -77,7 +77,7 @@ def test_dropless_rows_are_the_routed_tokens_and_never_more_than_the_capacity_sl
 
 
 def test_the_einsum_capacity_is_the_reference_steps() -> None:
-    # meshplan.facade._reference_model.moe: capacity = max(1, ceil(k x s x 1.25 / e)); 1 slot at the least.
+    # meshplan.facade.verify._reference_model.moe: capacity = max(1, ceil(k x s x 1.25 / e)); 1 slot at the least.
     assert CAPACITY_FACTOR == 1.25
     assert MoeDispatch().rows(top_k=2, seq=4096, experts=8) == 8 * 1280
     assert MoeDispatch().rows(top_k=1, seq=1, experts=64) == 64

@@ -123,7 +123,7 @@ def test_interleaving_keeps_more_than_1f1b_but_never_more_than_gpipe(case, v):
 
 
 def _run_circular_loop(pp: int, m: int, v: int) -> list[dict[str, float]]:
-    """Walk the circular step's loop (meshplan.facade._pipeline_step) and tally what autodiff keeps per stage.
+    """Walk the circular step's loop (meshplan.facade.verify._pipeline_step) and tally what autodiff keeps per stage.
 
     Each iteration ``t`` of stage ``s`` runs ``1/v`` of its layers on item ``t - s`` (a placeholder in the
     bubble); autodiff keeps that iteration's stage input (in units of one micro-batch through all the stage's

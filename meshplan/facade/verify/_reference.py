@@ -2,7 +2,7 @@
 
 :func:`reference_step` builds the step a production trainer would compile for a
 :class:`~meshplan.pure.ModelSpec` on a mesh (the forward pass is in
-:mod:`meshplan.facade._reference_model`): layers stacked and scanned (or
+:mod:`meshplan.facade.verify._reference_model`): layers stacked and scanned (or
 unrolled), a remat policy, an attention kind, fp32-logits cross-entropy
 (optionally tiled), an optax optimizer whose state is kept in the optimizer
 dtype, gradient accumulation over micro-batches, and every input sharded as the
@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from meshplan.facade import _reference_model as rm
+from meshplan.facade.verify import _reference_model as rm
 from meshplan.pure._check import as_real, collect
 from meshplan.pure._types import make_spec, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError

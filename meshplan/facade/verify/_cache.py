@@ -21,20 +21,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from meshplan.facade._compiled import CompiledMemory
-from meshplan.facade._worker import CompileJob, CompileOutcome
-from meshplan.pure.xla._buffer_report import LiveBuffer
+from meshplan.facade.verify._compilers import installed_versions
+from meshplan.facade.verify._gpu_targets import gpu_target_config, known_gpu_targets
+from meshplan.facade.verify._jobs import CompileJob
+from meshplan.pure.verify import CompileOutcome
+from meshplan.pure.xla import CompiledMemory, LiveBuffer
 
 __all__ = ["CacheInfo", "cache_dir", "cache_info", "clear_cache", "job_key", "load_outcome", "store_outcome"]
 
-_VERSION = 1  # the entry format; a change makes old entries misses
+_VERSION = 2  # the entry format; a change makes old entries misses
 _SUFFIX = ".json"
 
 
@@ -52,17 +53,6 @@ def cache_dir() -> Path:
     return Path(base) / "meshplan"
 
 
-def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for dist in ("jax", "jaxlib", "libtpu", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
-                 "jax-cuda13-pjrt"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
 def _plan_facts(plan: Any) -> Any:
     """The candidate's parts that shape the program (specs and layout), not its priced figures."""
     if plan is None:
@@ -78,7 +68,7 @@ def _source_digest() -> str:
     """SHA-256 of meshplan's own Python source: the step a job compiles is built by it (the reference and
     pipelined steps, the rules that lay out its parameters), so a changed meshplan never reads figures
     compiled by another. Read once per process (about 150 files)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode())
@@ -91,7 +81,7 @@ def job_key(job: CompileJob) -> str:
 
     Example:
       >>> from meshplan.pure import get_preset, parse_cluster
-      >>> from meshplan.facade._reference import ReferenceConfig
+      >>> from meshplan.facade.verify._reference import ReferenceConfig
       >>> job = CompileJob(get_preset("gpt2").spec, parse_cluster("1x8xH100"), ("dp",), (8,), None, None,
       ...                  batch=8, seq=64, config=ReferenceConfig())
       >>> job_key(job) == job_key(job) != job_key(dataclasses.replace(job, seq=128))
@@ -99,8 +89,6 @@ def job_key(job: CompileJob) -> str:
     """
     target_text = None
     if job.target != "cpu" and job.cluster.device.ici_scope != "slice":
-        from meshplan.facade._gpu_targets import known_gpu_targets, gpu_target_config
-
         if job.cluster.device.name in known_gpu_targets():
             target_text = gpu_target_config(job.cluster.device)
     facts = {
@@ -115,7 +103,7 @@ def job_key(job: CompileJob) -> str:
         "batch": job.batch, "seq": job.seq,
         "config": dataclasses.asdict(job.config),
         "target": job.target, "target_description": target_text,
-        "compilers": _versions(),
+        "compilers": installed_versions(),
         "meshplan": _source_digest(),
     }
     if job.pipeline is not None:  # the pipelined step (m, v); unpipelined jobs keep the keys they had
@@ -131,7 +119,7 @@ def _outcome_dict(outcome: CompileOutcome) -> dict[str, Any]:
         mem["largest"] = [dataclasses.asdict(b) for b in outcome.memory.largest]
     return {"format": _VERSION, "target": outcome.target, "memory": mem, "oom": outcome.oom,
             "oom_required_bytes": outcome.oom_required_bytes, "oom_available_bytes": outcome.oom_available_bytes,
-            "error": outcome.error, "seconds": outcome.seconds}
+            "error": outcome.error, "seconds": outcome.seconds, "deviceless": outcome.deviceless}
 
 
 def _outcome_from(data: Any) -> CompileOutcome | None:
@@ -147,7 +135,7 @@ def _outcome_from(data: Any) -> CompileOutcome | None:
         return CompileOutcome(str(data["target"]), memory, oom=bool(data["oom"]),
                               oom_required_bytes=data["oom_required_bytes"],
                               oom_available_bytes=data["oom_available_bytes"], error=str(data["error"]),
-                              seconds=float(data["seconds"]))
+                              seconds=float(data["seconds"]), deviceless=bool(data["deviceless"]))
     except (KeyError, TypeError, ValueError):  # a hand-edited or foreign file: a miss, rewritten later
         return None
 

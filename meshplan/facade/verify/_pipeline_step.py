@@ -1,6 +1,6 @@
 """A pipelined reference train step: stage-stacked weights over ``pp``, activations sent by ``ppermute``.
 
-The unpipelined step (:func:`meshplan.facade._reference.reference_step`) scans
+The unpipelined step (:func:`meshplan.facade.verify._reference.reference_step`) scans
 one stack of ``L`` identical layers. Here the same layers are laid out as
 MaxText's circular pipeline lays them out
 (``src/maxtext/layers/pipeline.py``): the stack ``(L, ...)`` is stored as
@@ -61,8 +61,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from meshplan.facade import _reference as ref
-from meshplan.facade import _reference_model as rm
+from meshplan.facade.verify import _reference as ref
+from meshplan.facade.verify import _reference_model as rm
 from meshplan.pure._types import make_spec, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.mesh._pipeline_axis import pipeline_axis
@@ -71,7 +71,7 @@ from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.specs._activation import activation_layout, layer_activation_specs
 from meshplan.pure.specs._training import optimizer_state_specs
 
-__all__ = ["PipelineStep", "from_stages", "pipeline_step", "to_stages"]
+__all__ = ["PipelineStep", "check_pipeline_layout", "from_stages", "pipeline_step", "to_stages"]
 
 PP_AXIS = "pp"
 
@@ -86,7 +86,7 @@ class PipelineStep:
       mesh: the mesh (it has a ``pp`` axis).
       param_specs: the stage-stacked parameters' PartitionSpecs.
       loss: ``loss(params, batch) -> scalar``, the pipelined forward pass and mean token loss (jitted).
-      model, config, batch, seq: as :class:`~meshplan.facade._reference.ReferenceStep`.
+      model, config, batch, seq: as :class:`~meshplan.facade.verify._reference.ReferenceStep`.
       stages, repeats, micro_batches: ``P``, ``v`` and ``m`` of the schedule.
       iterations: ``v*m + P - 1`` pipeline iterations per step.
     """
@@ -137,7 +137,7 @@ def to_stages(params: Any, spec: ModelSpec, *, stages: int, repeats: int = 1) ->
     Works on arrays and on ``ShapeDtypeStruct`` trees; :func:`from_stages` undoes it.
 
     Example:
-      >>> from meshplan.facade._reference import stacked_params
+      >>> from meshplan.facade.verify._reference import stacked_params
       >>> from meshplan.pure.presets import get_preset
       >>> t = to_stages(stacked_params("gpt2"), get_preset("gpt2").spec, stages=2, repeats=3)
       >>> t["transformer"]["h"]["dense"]["attn"]["c_attn"]["weight"].shape
@@ -156,7 +156,7 @@ def from_stages(params: Any, spec: ModelSpec) -> Any:
     """The inverse of :func:`to_stages`: the layer stack back as ``(L, ...)`` in layer order.
 
     Example:
-      >>> from meshplan.facade._reference import stacked_params
+      >>> from meshplan.facade.verify._reference import stacked_params
       >>> from meshplan.pure.presets import get_preset
       >>> s = get_preset("gpt2").spec
       >>> t = from_stages(to_stages(stacked_params("gpt2"), s, stages=4), s)
@@ -170,9 +170,10 @@ def from_stages(params: Any, spec: ModelSpec) -> Any:
     return _with_layers(params, spec, jax.tree.map(join, _layers(params, spec)))
 
 
-def _check(spec: ModelSpec, sizes: dict[str, int], axis: str | None, batch: int, ways: int, m: int, v: int,
-           config: ref.ReferenceConfig) -> None:
-    """Every reason the schedule cannot run, collected and raised once."""
+def check_pipeline_layout(spec: ModelSpec, sizes: dict[str, int], axis: str | None, batch: int, ways: int, m: int,
+                          v: int, config: ref.ReferenceConfig) -> None:
+    """Every reason the pipelined step cannot run this layout (``m`` micro-batches, ``v`` circular repeats, the
+    batch split ``ways`` ways), collected and raised once as a :class:`~meshplan.errors.PlanError`."""
     stages = 0 if axis is None else sizes[axis]
     problems = []
     if axis is None:
@@ -348,7 +349,7 @@ def pipeline_step(
     axes = tuple(a for a in ref.BATCH_AXES if sizes.get(a, 1) > 1)
     ways = math.prod(sizes[a] for a in axes)
     axis = pipeline_axis(tuple(sizes))
-    _check(spec, sizes, axis, batch, ways, micro_batches, repeats, config)
+    check_pipeline_layout(spec, sizes, axis, batch, ways, micro_batches, repeats, config)
     assert axis is not None  # _check refused a mesh without one
     stages, m, v = sizes[axis], micro_batches, repeats
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from meshplan.facade._compiled import jitted_step, lower_step
+from meshplan.facade.verify._compiled import jitted_step, lower_step
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.xla._hlo_collectives import HloCollective, parse_hlo_collectives
 

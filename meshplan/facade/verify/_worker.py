@@ -4,7 +4,7 @@ Compiling for a GPU with no GPU needs jax to run with ``JAX_PLATFORMS=cpu`` and
 the CUDA plugin loaded; compiling for a TPU loads libtpu; a full-size compile
 takes gigabytes and may take minutes. None of that belongs in the caller's
 process (their jax may already run on their own devices), so each
-:class:`CompileJob` runs in a fresh ``python -m meshplan.facade._worker``
+:class:`CompileJob` runs in a fresh ``python -m meshplan.facade.verify._worker``
 with ``JAX_PLATFORMS=cpu``, an address-space limit and a wall-clock timeout;
 several run side by side, one per core. A worker that crashes, runs out of
 its memory or time, or raises, gives a :class:`CompileOutcome` with the reason
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import math
 import os
 import pickle
 import re
@@ -27,201 +26,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from meshplan.facade._compiled import CompiledMemory
-from meshplan.pure.cluster._cluster import Cluster
-from meshplan.pure.errors import PlanError
-from meshplan.pure.presets import ModelSpec
+from meshplan.facade.verify._jobs import CompileJob
+from meshplan.facade.verify._targets import compile_target, hybrid_device_order
+from meshplan.pure.verify import CompileOutcome
 
-__all__ = ["CompileJob", "CompileOutcome", "compile_job", "default_parallel", "deviceless_gpu", "run_jobs",
-           "target_mesh"]
+__all__ = ["compile_job", "default_memory_limit", "default_parallel", "run_jobs"]
 
 _TOP_BUFFERS = 5  # buffers live at the peak kept per compiled mesh
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CompileJob:
-    """One reference step to compile: the model, the cluster, the mesh, the plan's specs and the recipe.
-
-    Attributes:
-      spec: the model's dims.
-      cluster: the cluster it trains on.
-      axis_names, axis_sizes, dcn_shape: the mesh (``dcn_shape`` each axis's part across hosts/slices).
-      plan: the search candidate whose parameter specs and batch layout the step uses (``None``: the
-        default rule's).
-      batch, seq: the global batch in sequences, tokens per sequence.
-      config: the :class:`~meshplan.ReferenceConfig`.
-      target: ``"auto"`` (the cluster's own compiler) or ``"cpu"`` (XLA:CPU, as many devices).
-      pipeline: ``(micro_batches, repeats)`` to compile the pipelined step
-        (:func:`~meshplan.facade._pipeline_step.pipeline_step`, the circular schedule) on a mesh whose
-        first axis is ``pp``; ``None``: the unpipelined reference step.
-
-    Example:
-      >>> from meshplan.pure import get_preset, parse_cluster
-      >>> from meshplan.facade._reference import ReferenceConfig
-      >>> job = CompileJob(get_preset("gpt2").spec, parse_cluster("1x8xH100"), ("fsdp",), (8,), None, None,
-      ...                  batch=8, seq=64, config=ReferenceConfig())
-      >>> job.mesh_text
-      'fsdp=8'
-    """
-
-    spec: ModelSpec
-    cluster: Cluster
-    axis_names: tuple[str, ...]
-    axis_sizes: tuple[int, ...]
-    dcn_shape: tuple[int, ...] | None
-    plan: Any
-    batch: int
-    seq: int
-    config: Any
-    target: str = "auto"
-    pipeline: tuple[int, int] | None = None
-
-    @property
-    def mesh_text(self) -> str:
-        """``"fsdp=4,tp=2"`` (axes of size 1 left out; ``"single device"`` when none is left)."""
-        return ",".join(f"{a}={s}" for a, s in zip(self.axis_names, self.axis_sizes, strict=True)
-                        if s > 1) or "single device"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CompileOutcome:
-    """What a compile gave: XLA's figures, or why there are none.
-
-    Attributes:
-      target: where it compiled (``"8 x NVIDIA H100 80GB HBM3 (no GPU: shipped description)"``).
-      memory: XLA's per-device figures (``None`` when the compile failed).
-      oom: the compiler refused the step as too big for the device (XLA:TPU's out-of-memory).
-      oom_required_bytes, oom_available_bytes: the figures of XLA's out-of-memory message, where given.
-      error: why there are no figures (``""`` when there are).
-      seconds: the wall time of the job, worker start included.
-
-    Example:
-      >>> CompileOutcome("8 x XLA:CPU", None, error="timed out after 1 s").ok
-      False
-    """
-
-    target: str
-    memory: CompiledMemory | None
-    oom: bool = False
-    oom_required_bytes: int | None = None
-    oom_available_bytes: int | None = None
-    error: str = ""
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Whether XLA gave figures."""
-        return self.memory is not None
-
-
-def _ensure_cpu_devices(n: int) -> None:
-    """Ask for ``n`` simulated CPU devices if jax has not started its backends yet (else keep what it has)."""
-    import jax
-    # Private: the one place that says whether backends are up (setting the device count after is ignored).
-    from jax._src import xla_bridge
-
-    current = int(getattr(jax.config, "jax_num_cpu_devices", -1))  # an untyped config attribute
-    if not xla_bridge.backends_are_initialized() and current < n:
-        jax.config.update("jax_num_cpu_devices", n)  # type: ignore[no-untyped-call]
-
-
-def _local_mesh(devices: Any, sizes: Sequence[int], names: Sequence[str]) -> Any:
-    """A mesh of local devices in the order given (Auto axes, as the reference step's constraints need)."""
-    import numpy as np
-    from jax.sharding import AxisType, Mesh
-
-    return Mesh(np.array(devices, dtype=object).reshape(tuple(sizes)), tuple(names),
-                axis_types=(AxisType.Auto,) * len(names))
-
-
-def target_mesh(cluster: Cluster, names: Sequence[str], sizes: Sequence[int], dcn: Sequence[int] | None,
-                target: str) -> tuple[Any, str]:
-    """The mesh to compile on and the target's name: XLA:CPU devices, a TPU topology, or GPUs (local or not).
-
-    Raises:
-      PlanError: ``--target cpu`` in a process that started jax with fewer CPU devices.
-      ClusterError: the target's compiler is missing (libtpu, the CUDA plugin) or the GPU unknown.
-
-    Example:
-      >>> from meshplan.pure import parse_cluster
-      >>> target_mesh(parse_cluster("1x8xH100"), ("dp",), (8,), None, "cpu")[1]
-      '8 x XLA:CPU'
-    """
-    import jax
-
-    n = cluster.num_devices
-    if target == "cpu":
-        _ensure_cpu_devices(n)
-        cpus = jax.devices("cpu")
-        if len(cpus) < n:
-            raise PlanError(f"--target cpu needs {n} CPU devices for {cluster.text}, this process has "
-                            f"{len(cpus)}; run with XLA_FLAGS=--xla_force_host_platform_device_count={n} (or "
-                            f"verify a smaller cluster).")
-        return _local_mesh(cpus[:n], sizes, names), f"{n} x XLA:CPU"
-    if cluster.device.ici_scope == "slice":
-        from meshplan.facade._compiled import tpu_topology_mesh
-        from meshplan.pure.search import tpu_topology
-
-        mesh = tpu_topology_mesh(cluster, names, sizes, dcn_shape=dcn)
-        return mesh, f"{tpu_topology(cluster).topology_name} ({cluster.text})"
-    from meshplan.facade._compiled import gpu_topology_mesh, local_gpus
-
-    gpus = [d for d in local_gpus() if cluster.device.matches_kind(d.device_kind)]
-    if len(gpus) >= n:
-        return _local_mesh(gpus[:n], sizes, names), f"{n} x {gpus[0].device_kind}"
-    mesh = gpu_topology_mesh(cluster, names, sizes)
-    how = _AHEAD_OF_TIME if gpus else _NO_GPU
-    return mesh, f"{n} x {mesh.devices.flat[0].device_kind} ({how})"
-
-
-_NO_GPU = "no GPU: meshplan's shipped description"
-_AHEAD_OF_TIME = "compiled ahead of time"
-
-
-def deviceless_gpu(target: str) -> bool:
-    """Whether a compile's ``target`` text (:func:`target_mesh`'s, or a cached outcome's) is XLA:GPU compiling
-    for GPUs it did not run on: no autotuning, so a run on the GPU may peak higher
-    (:func:`~meshplan.pure.xla.deviceless_gpu_run_range`).
-
-    Example:
-      >>> deviceless_gpu("8 x NVIDIA H100 80GB HBM3 (no GPU: meshplan's shipped description)")
-      True
-      >>> deviceless_gpu("8 x NVIDIA H100 80GB HBM3"), deviceless_gpu("8 x XLA:CPU")
-      (False, False)
-    """
-    return target.endswith((f"({_NO_GPU})", f"({_AHEAD_OF_TIME})"))
-
-
-def _hybrid(devices: Any, dcn: Sequence[int] | None, hosts: int) -> Any:
-    """``devices`` (a grid, hosts outermost in its flat order, as ``gpu_topology_mesh`` lays them) rearranged
-    so that axis ``i`` spans ``dcn[i]`` hosts and ``size_i / dcn[i]`` devices of each: ``pp`` placed inside
-    each node (ICI) stays inside it. The grid as it is where ``dcn`` does not split the hosts.
-
-    Example:
-      >>> import numpy as np
-      >>> _hybrid(np.arange(8).reshape(2, 4), (1, 2), 2).tolist()  # pp=2 in each of 2 nodes: stage 0 = 0,1,4,5
-      [[0, 1, 4, 5], [2, 3, 6, 7]]
-      >>> _hybrid(np.arange(8).reshape(2, 4), (2, 1), 2).tolist()  # pp=2 over the network: a node each
-      [[0, 1, 2, 3], [4, 5, 6, 7]]
-    """
-    import numpy as np
-
-    sizes = tuple(devices.shape)
-    if (dcn is None or len(dcn) != len(sizes) or math.prod(dcn) != hosts or hosts <= 1
-            or any(s % d for s, d in zip(sizes, dcn, strict=True))):
-        return devices
-    ici = tuple(s // d for s, d in zip(sizes, dcn, strict=True))
-    # Device (host h, local l): h ravels the axes' DCN parts, l their ICI parts; axis i's index is d_i * ici_i + c_i.
-    grid = np.asarray(devices).reshape(*dcn, *ici)
-    order = [k for i in range(len(sizes)) for k in (i, len(sizes) + i)]
-    return grid.transpose(order).reshape(sizes)
-
-
 def _pipelined(job: CompileJob, mesh: Any) -> tuple[Any, tuple[Any, ...]]:
     """The pipelined step of ``job`` on ``mesh``: its jitted function and abstract arguments."""
-    from meshplan.facade._pipeline_step import pipeline_step
+    from meshplan.facade.verify._pipeline_step import pipeline_step
 
     assert job.pipeline is not None
     m, v = job.pipeline
@@ -230,7 +49,7 @@ def _pipelined(job: CompileJob, mesh: Any) -> tuple[Any, tuple[Any, ...]]:
         # XLA:CPU take it as built (tpu_topology_mesh lays out the dcn shape itself).
         from jax.sharding import Mesh
 
-        mesh = Mesh(_hybrid(mesh.devices, job.dcn_shape, job.cluster.num_nodes), mesh.axis_names,
+        mesh = Mesh(hybrid_device_order(mesh.devices, job.dcn_shape, job.cluster.num_nodes), mesh.axis_names,
                     axis_types=mesh.axis_types)
     step = pipeline_step(job.spec, mesh, batch=job.batch, seq=job.seq, micro_batches=m, repeats=v, plan=job.plan,
                          config=job.config)
@@ -243,19 +62,21 @@ def compile_job(job: CompileJob) -> CompileOutcome:
 
     Example:
       >>> from meshplan.pure import get_preset, parse_cluster
-      >>> from meshplan.facade._reference import ReferenceConfig
+      >>> from meshplan.facade.verify._reference import ReferenceConfig
       >>> one_layer = dataclasses.replace(get_preset("gpt2").spec, num_layers=1, num_params=None)
       >>> job = CompileJob(one_layer, parse_cluster("1x8xH100"), ("dp",), (8,), None, None,
       ...                  batch=8, seq=32, config=ReferenceConfig(), target="cpu")
       >>> compile_job(job).memory.num_devices
       8
     """
-    from meshplan.facade._compiled import compiled_memory
-    from meshplan.facade._reference import reference_step
+    from meshplan.facade.verify._compiled import compiled_memory
+    from meshplan.facade.verify._reference import reference_step
+    from meshplan.pure._format import fmt_bytes
     from meshplan.pure.errors import CompiledOutOfMemoryError
 
     start = time.perf_counter()
-    mesh, where = target_mesh(job.cluster, job.axis_names, job.axis_sizes, job.dcn_shape, job.target)
+    where = compile_target(job.cluster, job.axis_names, job.axis_sizes, job.dcn_shape, job.target)
+    mesh = where.mesh
     if job.pipeline is not None:
         fn, args = _pipelined(job, mesh)
     else:
@@ -266,10 +87,12 @@ def compile_job(job: CompileJob) -> CompileOutcome:
     try:
         mem = compiled_memory(fn, *args, compiler_options=options, top_buffers=_TOP_BUFFERS)
     except CompiledOutOfMemoryError as err:
-        return CompileOutcome(where, None, oom=True, oom_required_bytes=err.required_bytes,
-                              oom_available_bytes=err.available_bytes, error="does not fit (XLA ran out of memory)",
-                              seconds=time.perf_counter() - start)
-    return CompileOutcome(where, mem, seconds=time.perf_counter() - start)
+        need = (f"XLA needs {fmt_bytes(err.required_bytes)} of {fmt_bytes(err.available_bytes)}"
+                if err.required_bytes and err.available_bytes else "XLA ran out of memory")
+        return CompileOutcome(where.label, None, oom=True, oom_required_bytes=err.required_bytes,
+                              oom_available_bytes=err.available_bytes, error=f"does not fit: {need}",
+                              seconds=time.perf_counter() - start, deviceless=where.deviceless)
+    return CompileOutcome(where.label, mem, seconds=time.perf_counter() - start, deviceless=where.deviceless)
 
 
 def default_parallel() -> int:
@@ -325,7 +148,7 @@ def _run_one(job: CompileJob, *, timeout_s: float, memory_limit: int, workdir: s
     with open(job_path, "wb") as f:
         pickle.dump(job, f)
     # The worker imports this very meshplan (an editable checkout or a source tree on sys.path included).
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = str(Path(__file__).resolve().parents[3])  # the directory holding the meshplan package
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": path}
     env.setdefault("TPU_SKIP_MDS_QUERY", "1")
@@ -334,7 +157,7 @@ def _run_one(job: CompileJob, *, timeout_s: float, memory_limit: int, workdir: s
     try:
         # The worker bounds its own address space first thing (no preexec_fn: forking a process that runs
         # jax's threads is unsafe, and without one subprocess spawns rather than forks).
-        proc = subprocess.run([sys.executable, "-m", "meshplan.facade._worker", job_path, out_path,
+        proc = subprocess.run([sys.executable, "-m", "meshplan.facade.verify._worker", job_path, out_path,
                                str(memory_limit)], env=env, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
     except subprocess.TimeoutExpired:
@@ -407,7 +230,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    # Run as the module's own name, so the outcome pickles as meshplan.facade._worker.CompileOutcome.
-    from meshplan.facade import _worker
+    # Run as the module's own name, so the job unpickles against the classes the caller pickled it with.
+    from meshplan.facade.verify import _worker
 
     sys.exit(_worker._main(sys.argv[1:]))

@@ -5,7 +5,7 @@ attention kinds, dense MLP, capacity-dispatched MoE, multi-head latent
 attention, the fp32 loss), over the Hugging Face weight layout of the presets
 (``torch.nn.Linear`` weights are ``(out, in)``; GPT-2's ``Conv1D`` weights are
 ``(in, out)``) with the layers *stacked*: every per-layer leaf gets a leading
-layer dimension, so one ``lax.scan`` runs them. :mod:`meshplan.facade._reference`
+layer dimension, so one ``lax.scan`` runs them. :mod:`meshplan.facade.verify._reference`
 builds the step around these; nothing here knows about meshes except the
 activation-sharding callbacks (``constrain`` for the residual stream, ``inner``
 for the heads, MLP widths and dispatched experts; the facade builds them from

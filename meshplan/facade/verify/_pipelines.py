@@ -1,8 +1,8 @@
 """Verify pipeline layouts as the unpipelined rows are: compile the pipelined step, show XLA's peak.
 
 :func:`verify_pipelines` takes the layouts :func:`~meshplan.pure.search.search_pipelines`
-ranked and compiles :func:`~meshplan.facade._pipeline_step.pipeline_step` for the
-best ``top`` of them in worker subprocesses (:mod:`meshplan.facade._worker`): the
+ranked and compiles :func:`~meshplan.facade.verify._pipeline_step.pipeline_step` for the
+best ``top`` of them in worker subprocesses (:mod:`meshplan.facade.verify._worker`): the
 mesh ``(pp, *stage axes)`` on the cluster's own compiler (a TPU topology, GPUs
 described with no GPU) or on XLA:CPU devices, with the row's ``m`` micro-batches
 and, for the interleaved and circular schedules, its ``v`` as the circular repeats.
@@ -32,13 +32,17 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from meshplan.facade._verify_plan import _config_for, compiler_problem
-from meshplan.facade._verify_row import PlanVerification, VerifyRow, compiled_fit, uncompiled_dispatch
-from meshplan.facade._worker import CompileJob, CompileOutcome, run_jobs
+from meshplan.facade._model_file import resolve_model
+from meshplan.facade.verify._compilers import COMPILE_TARGETS, compiler_for
+from meshplan.facade.verify._driver import Compile, compile_rows
+from meshplan.facade.verify._jobs import CompileJob, reference_config
+from meshplan.facade.verify._pipeline_step import check_pipeline_layout
+from meshplan.facade.verify._reference import BATCH_AXES, ReferenceConfig
 from meshplan.pure._check import as_real
-from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.search import SearchResult
+from meshplan.pure.presets import ModelSpec
+from meshplan.pure.search import MeshCandidate, SearchResult
+from meshplan.pure.verify import PlanVerification, VerifyRow, uncompiled_dispatch
 
 __all__ = ["compiled_schedule", "pipeline_problem", "verify_pipelines"]
 
@@ -75,15 +79,12 @@ def pipeline_problem(spec: Any, cand: Any, batch: int, config: Any) -> str | Non
       >>> import dataclasses
       >>> from meshplan.pure import get_preset
       >>> from meshplan.pure.search import search_pipelines
-      >>> from meshplan.facade._reference import ReferenceConfig
+      >>> from meshplan.facade.verify._reference import ReferenceConfig
       >>> mix = get_preset("mixtral-8x7b").spec
       >>> cand = search_pipelines(mix, "4x8xH100", batch=32, seq=1024, top_k=1).candidates[0]
       >>> "dense models only" in pipeline_problem(mix, cand, 32, ReferenceConfig())
       True
     """
-    from meshplan.facade._pipeline_step import _check
-    from meshplan.facade._reference import BATCH_AXES
-
     pipe = cand.pipeline
     if pipe is None:
         return f"{cand.text} is not a pipeline layout (its pipeline field is empty)"
@@ -93,42 +94,23 @@ def pipeline_problem(spec: Any, cand: Any, batch: int, config: Any) -> str | Non
     v, _, _ = compiled_schedule(pipe)
     ways = math.prod(sizes[a] for a in BATCH_AXES if sizes.get(a, 1) > 1)
     try:
-        _check(spec, sizes, "pp", batch, ways, pipe.micro_batches, v, dataclasses.replace(config, micro_batches=1))
+        check_pipeline_layout(spec, sizes, "pp", batch, ways, pipe.micro_batches, v,
+                              dataclasses.replace(config, micro_batches=1))
     except PlanError as err:
         return str(err).rstrip(".")
     return None
 
 
-def _row(cand: Any, budget: int, status: str, **figures: Any) -> VerifyRow:
+def _row(cand: MeshCandidate, budget: int, status: str, **figures: Any) -> VerifyRow:
     pipe = cand.pipeline
-    _, compiled, note = compiled_schedule(pipe)
-    compiled_ok = status in ("exact", "over budget")
     return VerifyRow(mesh=cand.text, rank=cand.rank, analytic_bytes=cand.memory.total, budget_bytes=budget,
-                     target=figures.pop("target", ""), status=status, micro_batches=pipe.micro_batches,
-                     schedule=_schedule_text(pipe), compiled_schedule=compiled if compiled_ok else "",
-                     note=note if compiled_ok else "", **figures)
+                     target="", status=status, micro_batches=pipe.micro_batches, schedule=_schedule_text(pipe),
+                     **figures)
 
 
-def _from_outcome(cand: Any, budget: int, outcome: CompileOutcome, compiler: str, cached: bool) -> VerifyRow:
-    if outcome.oom:
-        return _row(cand, budget, "over budget", target=outcome.target, peak_bytes=outcome.oom_required_bytes,
-                    peak_source="XLA's out-of-memory message", compile_seconds=outcome.seconds,
-                    error=outcome.error, compiler=compiler, cached=cached)
-    mem = outcome.memory
-    if mem is None:
-        return _row(cand, budget, "not verified", target=outcome.target, compile_seconds=outcome.seconds,
-                    error=f"not verified: {outcome.error}")
-    over, run_high, why = compiled_fit(mem.peak_bytes, budget, outcome.target)
-    return _row(cand, budget, "over budget" if over else "exact", target=outcome.target,
-                argument_bytes=mem.argument_bytes, temp_bytes=mem.temp_bytes, peak_bytes=mem.peak_bytes,
-                peak_source=mem.peak_source, compile_seconds=mem.compile_seconds, largest=mem.largest,
-                largest_note=mem.largest_note, compiler=compiler, cached=cached,
-                run_high_bytes=run_high, error=why)
-
-
-def verify_pipelines(found: Any, result: SearchResult, *, model: Any = None, top: int = 1, target: str = "auto",
-                     config: Any = None, time_budget_s: float = 300.0, timeout_s: float = 600.0,
-                     parallel: int | None = None, cache: bool = True,
+def verify_pipelines(found: Any, result: SearchResult, *, model: ModelSpec | None = None, top: int = 1,
+                     target: str = "auto", config: ReferenceConfig | None = None, time_budget_s: float = 300.0,
+                     timeout_s: float = 600.0, parallel: int | None = None, cache: bool = True,
                      stream: TextIO | None = None) -> PlanVerification:
     """Compile the pipelined step of the best ``top`` pipeline layouts; XLA's peak next to each estimate.
 
@@ -139,7 +121,7 @@ def verify_pipelines(found: Any, result: SearchResult, *, model: Any = None, top
         budget, the batch, the sequence and the recipe).
       model: the :class:`~meshplan.pure.ModelSpec` (default: the one ``result.request.model`` names).
       top: how many layouts to compile, best first (no replacement: a layout over the budget stays shown).
-      target, config, timeout_s, parallel, cache, stream: as :func:`~meshplan.facade._verify_plan.verify_plan`.
+      target, config, timeout_s, parallel, cache, stream: as :func:`~meshplan.facade.verify.verify_plan`.
       time_budget_s: the seconds left for these compiles; at 0 or below nothing compiles (rows are estimates).
 
     Returns:
@@ -163,73 +145,52 @@ def verify_pipelines(found: Any, result: SearchResult, *, model: Any = None, top
       >>> rows[0].status, "dense models only" in rows[0].error
       ('not verified', True)
     """
-    from meshplan.facade import _compile_cache
-
     if not isinstance(result, SearchResult):
         raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult (what search_meshes returns).")
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise PlanError(f"top={top!r:.40} must be an int >= 1: how many pipeline layouts to verify.")
-    if not isinstance(target, str) or target not in ("auto", "cpu"):
+    if not isinstance(target, str) or target not in COMPILE_TARGETS:
         raise PlanError(f"target={target!r:.40} must be 'auto' (the cluster's compiler) or 'cpu'.")
     timeout_s = as_real(timeout_s, "timeout_s", error=PlanError)
     out = stream if stream is not None else sys.stderr
     start = time.perf_counter()
     req = result.request
-    if model is None:
-        from meshplan.facade._model_file import resolve_model
-
-        model = resolve_model(req.model)
-    config = dataclasses.replace(config if config is not None else _config_for(result), micro_batches=1)
-    cands: Sequence[Any] = tuple(getattr(found, "candidates", found))[:top]
+    model = resolve_model(req.model) if model is None else model
+    config = config if config is not None else reference_config(req.recipe, param_dtype=req.param_dtype)
+    config = dataclasses.replace(config, micro_batches=1)
+    cands: Sequence[MeshCandidate] = tuple(getattr(found, "candidates", found))[:top]
     budget = req.budget
     dispatch = uncompiled_dispatch(model, req.recipe)
     if dispatch:  # a dropless MoE plan: the reference step is another step, whatever compiler is installed
         return PlanVerification(tuple(_row(c, budget, "not verified", error=f"not verified: {dispatch}")
                                       for c in cands), (), "", "", time.perf_counter() - start)
-    compiler, problem = compiler_problem(req.cluster, target)
-    if problem is not None:
+    compiler = compiler_for(req.cluster, target)
+    if not compiler.ready:
         return PlanVerification(tuple(_row(c, budget, "estimate") for c in cands), (), "",
-                                f"estimates only: {problem}.", time.perf_counter() - start)
+                                f"estimates only: {compiler.problem}.", time.perf_counter() - start)
     if time_budget_s <= 0:
-        return PlanVerification(tuple(_row(c, budget, "estimate") for c in cands), (), compiler,
+        return PlanVerification(tuple(_row(c, budget, "estimate") for c in cands), (), compiler.name,
                                 "the verification time budget ran out before the pipeline layouts; they are "
                                 "estimates", time.perf_counter() - start)
     rows: dict[int, VerifyRow] = {}
-    jobs: dict[int, CompileJob] = {}
+    items: dict[int, Compile] = {}
     for i, cand in enumerate(cands):
         why = pipeline_problem(model, cand, req.batch, config)
         if why is not None:
             rows[i] = _row(cand, budget, "not verified", error=f"not verified: {why}")
             out.write(f"meshplan: pipeline {cand.text}: {rows[i].summary()}\n")
             continue
-        v = compiled_schedule(cand.pipeline)[0]
-        jobs[i] = CompileJob(model, req.cluster, tuple(cand.axis_names), tuple(cand.axis_sizes),
-                             tuple(cand.dcn_shape), None, batch=req.batch, seq=req.seq, config=config,
-                             target=target, pipeline=(cand.pipeline.micro_batches, v))
-    keys = {i: _compile_cache.job_key(job) for i, job in jobs.items()} if cache else {}
-    todo = []
-    for i in sorted(jobs):
-        hit = _compile_cache.load_outcome(keys[i]) if cache else None
-        if hit is not None:
-            rows[i] = _from_outcome(cands[i], budget, hit, compiler, cached=True)
-            out.write(f"meshplan: pipeline {cands[i].text}: {rows[i].describe()} (cached)\n")
-        else:
-            todo.append(i)
-            out.write(f"meshplan: compiling the pipelined step of {model.name} on {cands[i].text} "
-                      f"({compiled_schedule(cands[i].pipeline)[1]}) for {req.cluster.text} ...\n")
-    out.flush()
-
-    def done(k: int, outcome: CompileOutcome) -> None:
-        row = _from_outcome(cands[todo[k]], budget, outcome, compiler, cached=False)
-        out.write(f"meshplan: pipeline {cands[todo[k]].text}: {row.describe()} in {outcome.seconds:.1f} s\n")
-        out.flush()
-
+        v, schedule, note = compiled_schedule(cand.pipeline)
+        job = CompileJob(model, req.cluster, tuple(cand.axis_names), tuple(cand.axis_sizes), tuple(cand.dcn_shape),
+                         None, batch=req.batch, seq=req.seq, config=config, target=target,
+                         pipeline=(cand.pipeline.micro_batches, v))
+        items[i] = Compile(job, _row(cand, budget, "estimate"), f"pipeline {cand.text}",
+                           f"compiling the pipelined step of {model.name} on {cand.text} ({schedule}) for "
+                           f"{req.cluster.text}", compiled_schedule=schedule, note=note)
     left = time_budget_s - (time.perf_counter() - start)
-    outcomes = run_jobs([jobs[i] for i in todo], parallel=parallel, timeout_s=min(timeout_s, max(left, 1.0)),
-                        on_done=done)
-    for i, outcome in zip(todo, outcomes, strict=True):
-        rows[i] = _from_outcome(cands[i], budget, outcome, compiler, cached=False)
-        if cache:
-            _compile_cache.store_outcome(keys[i], outcome)
-    return PlanVerification(tuple(rows[i] for i in range(len(cands))), (), compiler, "",
+    order = sorted(items)
+    compiled = compile_rows([items[i] for i in order], compiler=compiler.name, stream=out, cache=cache,
+                            parallel=parallel, timeout_s=min(timeout_s, max(left, 1.0)))
+    rows.update(zip(order, compiled, strict=True))
+    return PlanVerification(tuple(rows[i] for i in range(len(cands))), (), compiler.name, "",
                             time.perf_counter() - start)

@@ -1,7 +1,8 @@
 """The records a verified plan is made of: one :class:`VerifyRow` per mesh, a :class:`PlanVerification`.
 
-Plain data (no jax), so the command line, ``--json`` and a renderer can read
-them without starting a compiler; :mod:`meshplan.facade._verify_plan` fills them.
+Plain data (no jax), so the command line, ``--json`` and the report's renderers read them without starting
+a compiler; :mod:`meshplan.facade.verify` fills them, and :meth:`VerifyRow.from_dict` /
+:meth:`PlanVerification.from_dict` read a saved report back.
 """
 
 from __future__ import annotations
@@ -9,9 +10,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from meshplan.pure._check import as_choice, as_real
+from meshplan.pure._fields import (
+    as_bool,
+    as_nonneg,
+    as_rank,
+    as_text,
+    check_fields,
+    fields_of,
+    instance_of,
+    nested,
+    optional,
+    records,
+    tuple_of,
+)
 from meshplan.pure._format import fmt_bytes
+from meshplan.pure.errors import PlanError
+from meshplan.pure.xla._buffer_report import LiveBuffer
 
-__all__ = ["STATUSES", "PlanVerification", "VerifyRow", "compiled_fit", "uncompiled_dispatch"]
+__all__ = ["STATUSES", "PlanVerification", "VerifyRow"]
 
 STATUSES = ("exact", "estimate", "over budget", "not verified")
 
@@ -41,6 +58,7 @@ class VerifyRow:
       run_high_bytes: the most a run on the GPU peaks at, for a peak XLA:GPU compiled with no GPU
         (:func:`~meshplan.pure.xla.deviceless_gpu_run_range`: x 1.06, as measured on an H100); ``None``
         where the compiled peak is the run's (TPU, XLA:CPU, a local GPU).
+      deviceless: XLA:GPU compiled for GPUs it did not run on (no autotuning).
 
     Example:
       >>> row = VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125, status="exact")
@@ -71,6 +89,10 @@ class VerifyRow:
     compiled_schedule: str = ""
     note: str = ""
     run_high_bytes: int | None = None
+    deviceless: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, _ROW_CHECKS)
 
     @property
     def ratio(self) -> float | None:
@@ -114,54 +136,18 @@ class VerifyRow:
         out["analytic_over_exact"] = self.ratio
         return out
 
+    @classmethod
+    def from_dict(cls, data: Any) -> VerifyRow:
+        """Inverse of :meth:`to_dict` (the derived ``analytic_over_exact`` is read past).
 
-def compiled_fit(peak_bytes: int, budget_bytes: int, target: str) -> tuple[bool, int | None, str]:
-    """``(over the budget, the top of a GPU run's range or None, why it is over or "")`` for a compiled peak.
-
-    A peak XLA:GPU compiled with no GPU (``target`` as :func:`~meshplan.facade._worker.target_mesh` writes
-    it) is checked at the top of the range a run on the GPU peaked in (x 1.06, measured on an H100: the
-    autotuner's gemm workspaces); any other compiled peak is the run's own.
-
-    Example:
-      >>> gib = 2**30
-      >>> compiled_fit(50 * gib, 52 * gib, "8 x NVIDIA H100 80GB HBM3 (no GPU: meshplan's shipped description)")
-      (True, 56908316672, 'compiled peak 50.0 GiB, a run up to 53.0 GiB on the GPU, > the 52.0 GiB budget')
-      >>> compiled_fit(50 * gib, 52 * gib, "8 x XLA:CPU")
-      (False, None, '')
-    """
-    from meshplan.facade._worker import deviceless_gpu
-    from meshplan.pure.xla import deviceless_gpu_run_range
-
-    high = deviceless_gpu_run_range(peak_bytes)[1] if deviceless_gpu(target) else None
-    needs = peak_bytes if high is None else high
-    if needs <= budget_bytes:
-        return False, high, ""
-    run = "" if high is None else f", a run up to {fmt_bytes(high)} on the GPU,"
-    return True, high, f"compiled peak {fmt_bytes(peak_bytes)}{run} > the {fmt_bytes(budget_bytes)} budget"
-
-
-def uncompiled_dispatch(model: Any, recipe: Any) -> str:
-    """Why the reference step cannot check a plan of ``model`` priced with ``recipe``, or ``""`` when it can.
-
-    The reference step (:func:`meshplan.facade._reference_model.moe`) runs GShard's einsum dispatch only. A
-    plan priced with the dropless dispatch (``recipe.moe_dispatch``) has none of that step's capacity
-    padding or ``s x s`` routing tensors, so the einsum step's compiled peak is not its peak: comparing
-    them, or dropping a mesh because the einsum step is over the budget, would check a different step.
-    Such rows are not compiled and say so. A dense model has no dispatch: its step is the same either way.
-
-    Example:
-      >>> from meshplan.pure.presets import MODEL_SPECS
-      >>> from meshplan.pure.cost import TrainingRecipe
-      >>> uncompiled_dispatch(MODEL_SPECS["mixtral-8x7b"], TrainingRecipe(moe_dispatch="dropless"))[:53]
-      'not compiled: the plan priced the dropless MoE dispat'
-      >>> uncompiled_dispatch(MODEL_SPECS["llama3-8b"], TrainingRecipe(moe_dispatch="dropless"))
-      ''
-    """
-    if not model.num_moe_layers or recipe.moe_dispatch == "einsum":
-        return ""
-    return (f"not compiled: the plan priced the {recipe.moe_dispatch} MoE dispatch (grouped GEMMs over the routed "
-            "tokens) and meshplan's reference step runs the einsum dispatch only (capacity padding, s x s routing "
-            "tensors), whose compiled peak is not this plan's")
+        Raises:
+          PlanError: not a row; the message names the field.
+        """
+        fields = fields_of(cls, data, ignore=("analytic_over_exact",))
+        if "largest" in fields:
+            fields["largest"] = records("largest", lambda b: LiveBuffer(**fields_of(LiveBuffer, b)),
+                                        fields["largest"])
+        return cls(**fields)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -191,7 +177,46 @@ class PlanVerification:
         """The rows with a compiled peak within the budget."""
         return tuple(r for r in self.rows if r.status == "exact")
 
+    def __post_init__(self) -> None:
+        check_fields(self, {"rows": tuple_of(instance_of(VerifyRow)), "removed": tuple_of(instance_of(VerifyRow)),
+                            "compiler": as_text, "note": as_text, "seconds": _seconds})
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {"rows": [r.to_dict() for r in self.rows], "removed": [r.to_dict() for r in self.removed],
                 "compiler": self.compiler, "note": self.note, "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PlanVerification:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+          PlanError: not a verification; the message names the field path (``rows[0].peak_bytes``).
+        """
+        fields = fields_of(cls, data)
+        for name in ("rows", "removed"):
+            fields[name] = records(name, VerifyRow.from_dict, fields[name])
+        return nested("verification", lambda: cls(**fields))
+
+
+def _seconds(value: Any, what: str) -> float:
+    return as_real(value, what, allow_zero=True, error=PlanError)
+
+
+def _status(value: Any, what: str) -> str:
+    return as_choice(value, what, STATUSES, error=PlanError)
+
+
+def _bytes_or_none(value: Any, what: str) -> int | None:
+    return optional(as_nonneg)(value, what)
+
+
+_ROW_CHECKS = {
+    "mesh": as_text, "rank": optional(as_rank), "analytic_bytes": _bytes_or_none, "budget_bytes": as_nonneg,
+    "target": as_text, "argument_bytes": _bytes_or_none, "temp_bytes": _bytes_or_none,
+    "peak_bytes": _bytes_or_none, "peak_source": as_text, "compile_seconds": _seconds, "error": as_text,
+    "largest": tuple_of(instance_of(LiveBuffer)), "largest_note": as_text, "micro_batches": as_rank,
+    "status": _status, "compiler": as_text, "range_low_bytes": _bytes_or_none, "range_high_bytes": _bytes_or_none,
+    "cached": as_bool, "schedule": as_text, "compiled_schedule": as_text, "note": as_text,
+    "run_high_bytes": _bytes_or_none, "deviceless": as_bool,
+}

@@ -1,0 +1,23 @@
+"""The pure half of verification: the records a compiled plan is made of and the decisions made with them.
+
+The facade (:mod:`meshplan.facade.verify`) compiles reference steps ahead of time; what it returns and decides
+is plain data and pure functions here, so the report's renderers and ``--json`` read it without a compiler:
+each compile's :class:`CompileOutcome`, each mesh's :class:`VerifyRow` (exact, estimate, over budget, not
+verified), a plan's :class:`PlanVerification`, the verdict on a compiled peak (:func:`compiled_fit`), the one
+outcome-to-row conversion (:func:`outcome_row`) and which meshes a plan compiles (:func:`next_to_compile`).
+"""
+
+from meshplan.pure.verify._outcome import CompileOutcome
+from meshplan.pure.verify._rows import STATUSES, PlanVerification, VerifyRow
+from meshplan.pure.verify._verdict import (
+    OOM_SOURCE,
+    compiled_fit,
+    estimate_range,
+    estimate_row,
+    next_to_compile,
+    outcome_row,
+    uncompiled_dispatch,
+)
+
+__all__ = ["OOM_SOURCE", "STATUSES", "CompileOutcome", "PlanVerification", "VerifyRow", "compiled_fit",
+           "estimate_range", "estimate_row", "next_to_compile", "outcome_row", "uncompiled_dispatch"]
