@@ -213,7 +213,9 @@ def compare(family: str, sizes: dict[str, int], mesh: object, backend: str, rema
             micro_batches: int = 1, large: bool = False) -> list[tuple[str, int, int, float, int, int]]:
     """``(kind, analytic bytes, compiled bytes, ratio, analytic calls, compiled calls)`` per kind."""
     import meshplan
-    from meshplan.pure.search import TrainingRecipe, collective_totals, ratio_table, search_meshes, xla_collectives
+    from meshplan.pure.cost import TrainingRecipe, xla_collectives
+    from meshplan.pure.search import search_meshes
+    from meshplan.pure.xla import collective_totals, ratio_table
 
     # XLA:GPU (mocked devices) compiles the XLA:CPU cases' steps: the same models, so the two lowerings compare.
     # large: the TPU cases' models and shapes (XLA:GPU with --gpu-large).
@@ -241,7 +243,7 @@ def run_cases(backend: str, topology: str | None, only: str = "", large: bool = 
     from jax.sharding import AxisType
 
     import meshplan
-    from meshplan.pure.search import collective_shares
+    from meshplan.pure.xla import collective_shares
 
     rows: list[dict[str, object]] = []
     cases = FULL_WIDTH_CASES if full_width else TPU_CASES if backend == "tpu" or large else CASES

@@ -109,7 +109,7 @@ COVERAGE_MODELS = (("llama3-8b", "1x8x{gpu}", 16), ("llama3-70b", "8x8x{gpu}", 6
 
 def _coverage(top: int) -> None:
     """Stated range vs compiled peak on H100 and A100 (the GPU spread was recorded on an H200: held out)."""
-    from meshplan.pure.search import TrainingRecipe, calibration_spread, peak_bounds
+    from meshplan.pure.cost import TrainingRecipe, calibration_spread, peak_bounds
 
     print("| GPU | model | cluster | remat | mesh | estimate | stated range | compiled peak | inside |")
     print("|---|---|---|---|---|---|---|---|---|")

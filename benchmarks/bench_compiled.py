@@ -32,7 +32,7 @@ from jax.sharding import AxisType, Mesh  # noqa: E402
 import meshplan  # noqa: E402
 from meshplan.pure import search_meshes  # noqa: E402
 from meshplan.pure.presets import MODEL_SPECS, ModelSpec  # noqa: E402
-from meshplan.pure.search import Cluster, DEVICE_SPECS  # noqa: E402
+from meshplan.pure.cluster import Cluster, DEVICE_SPECS
 
 
 def scaled(name: str, layers: int | None) -> ModelSpec:

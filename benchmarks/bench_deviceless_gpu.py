@@ -193,7 +193,7 @@ def step_time_table(jsonl: str) -> None:
     """Measured step times of a recorded run against the predicted ones (default efficiency, and flat 0.4)."""
     from meshplan.pure import parse_cluster, search_meshes
     from meshplan.pure.cost import TrainingRecipe
-    from meshplan.pure.search import DEVICE_SPECS
+    from meshplan.pure.cluster import DEVICE_SPECS
 
     rows = [json.loads(line) for line in open(jsonl, encoding="utf-8")]
     print("| model | batch x seq | config | measured s | predicted s | predicted / measured | efficiency | "

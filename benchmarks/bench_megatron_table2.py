@@ -55,6 +55,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_published import (
+    HEADROOM,
     PIPELINE_RUNS,
     PipelineComparison,
     PipelineRun,
@@ -70,7 +71,7 @@ from meshplan.pure import MeshCandidate, search_meshes
 from meshplan.pure.cost import CommTerm, step_flops, step_time
 from meshplan.pure.cost._step_collectives import AxisPlacement, group_time
 from meshplan.pure.presets import ModelSpec, build_params
-from meshplan.pure.search import TrainingRecipe
+from meshplan.pure.cost import TrainingRecipe
 
 SEQ = 2048
 MODELS: Mapping[str, ModelSpec] = types.MappingProxyType({
@@ -207,7 +208,7 @@ def _mesh(spec: ModelSpec, gpus: int, batch: int) -> tuple[MeshCandidate, str]:
 
     recipe = TrainingRecipe(remat="full", attention="flash", backend="gpu")
     kw = dict(batch=batch, seq=SEQ, axes=("dp", "fsdp", "sp", "tp"), fixed={"dp": 1, "fsdp": gpus, "sp": 1, "tp": 1},
-              recipe=recipe, top_k=1, micro_batches=1)
+              recipe=recipe, top_k=1, micro_batches=1, headroom=HEADROOM)
     try:
         return search_meshes(spec, _cluster(f"{gpus // 8}x8xA100-80GB"), **kw).best, "fits"
     except PlanError:

@@ -179,7 +179,7 @@ CHECK_CLUSTERS = ("1x8xH100", "8x8xH100", "32x8xH100", "512x8xH100", "v5p-128", 
 
 
 def _check_options() -> list[tuple[str, dict[str, object]]]:
-    from meshplan.pure.search import TrainingRecipe
+    from meshplan.pure.cost import TrainingRecipe
 
     return [("default", {}), ("remat=full", {"recipe": TrainingRecipe(remat="full")}),
             ("remat=none", {"recipe": TrainingRecipe(remat="none", attention="flash")}),

@@ -32,7 +32,7 @@ from bench_compiled import scaled  # the compiled-memory table's scaled-down pre
 
 from meshplan.facade.verify._reference import ReferenceConfig, reference_step
 from meshplan.pure import search_meshes
-from meshplan.pure.search import DEVICE_SPECS
+from meshplan.pure.cluster import DEVICE_SPECS
 from meshplan.pure.cost._recipe import TrainingRecipe
 
 

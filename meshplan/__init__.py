@@ -21,20 +21,17 @@ from meshplan.pure import (
     DeviceSpec,
     HostBatchSlice,
     HybridMeshShape,
+    LogicalRule,
     MemoryEstimate,
     MeshCandidate,
     MeshShape,
     ModelSpec,
     Plan,
-    LogicalRule,
     SearchResult,
     TrainingMemoryEstimate,
     estimate_memory,
     estimate_training_memory,
-    export_plan,
     get_preset,
-    logical_export,
-    maxtext_settings,
     optimizer_state_specs,
     parse_cluster,
     plan_from_specs,
@@ -42,6 +39,7 @@ from meshplan.pure import (
     search_meshes,
     validate_specs,
 )
+from meshplan.pure.report import export_plan, logical_export, maxtext_settings
 from meshplan.pure.verify import PlanVerification, VerifyRow
 from meshplan.pure.xla import CompiledMemory
 

@@ -50,12 +50,13 @@ def test_pure_module_never_touches_devices_or_the_facade(path: pathlib.Path) -> 
     assert not bad, f"{path.name} imports {sorted(bad)}; imports flow facade -> pure, never back"
 
 
-# --- layers inside pure: search -> cost -> xla -> cluster -> presets -> rules -> specs -> mesh --------------------
-# (xla, the compiler-text parsers, sits below cost so that both cost and search may read it; it reads neither.)
+# --- layers inside pure: report -> verify -> search -> cost -> xla -> cluster -> presets -> rules -> specs -> mesh
+# (xla, the compiler-text parsers, sits below cost so that both cost and search may read it; it reads neither.
+# verify holds what a compiled plan is made of, report everything a reader sees: both sit above the search.)
 # Shared helpers sit below them all.
 
 # A module may import its own layer and any layer after it in this list, never one before it.
-_LAYERS = ("search", "cost", "xla", "cluster", "presets", "rules", "specs", "mesh")
+_LAYERS = ("report", "verify", "search", "cost", "xla", "cluster", "presets", "rules", "specs", "mesh")
 _SHARED = {"meshplan.pure._types", "meshplan.pure._check", "meshplan.pure._format", "meshplan.pure._fields",
            "meshplan.pure.errors"}
 
@@ -141,15 +142,122 @@ def test_the_top_level_names_the_facade_lazily_and_all_of_them_resolve() -> None
     assert run.returncode == 0, run.stdout + run.stderr[-500:]
 
 
-@pytest.mark.parametrize("package", ["meshplan", "meshplan.pure", "meshplan.pure.mesh", "meshplan.pure.specs",
-                                     "meshplan.pure.rules", "meshplan.pure.presets", "meshplan.pure.cluster",
-                                     "meshplan.pure.xla", "meshplan.pure.cost", "meshplan.pure.search",
-                                     "meshplan.facade"])
+PACKAGES = sorted(".".join(p.parent.relative_to(ROOT.parent).parts) for p in ROOT.rglob("__init__.py"))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_init_modules_only_re_export(package: str) -> None:
-    # An __init__ holds imports, __all__ and (top level only) the lazy loader: no logic of its own.
+    # An __init__ holds imports, __all__ and (top level only) the lazy loader: no logic of its own. The command
+    # line's keeps its entry point, main (the console script's target); each command is a module of its own.
     path = ROOT.parent / package.replace(".", "/") / "__init__.py"
     allowed = (ast.Import, ast.ImportFrom, ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.If)
-    extra = [type(n).__name__ for n in ast.parse(path.read_text()).body if not isinstance(n, allowed)]
-    if package == "meshplan":
-        extra = [e for e in extra if e != "FunctionDef"]  # __getattr__ / __dir__
+    body = ast.parse(path.read_text()).body
+    own = {"meshplan": {"__getattr__", "__dir__"}, "meshplan.cli": {"main"}}.get(package, set())
+    extra = [type(n).__name__ for n in body if not isinstance(n, allowed)
+             and not (isinstance(n, ast.FunctionDef) and n.name in own)]
     assert not extra, f"{package}/__init__.py defines {extra}; put code in a module and re-export it"
+
+
+# --- no import circle anywhere in the package ------------------------------------------------------------------
+# Every import statement counts, at module level or inside a function: a circle that only closes at call time
+# still ties two modules into one idea (and breaks the day someone moves the import up).
+
+MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _imports_of(module: str, tree: ast.AST, is_package: bool, known: set[str]) -> set[str]:
+    """The meshplan modules ``module`` imports: ``from pkg import sub`` is the submodule, ``from pkg import
+    name`` the package (whose ``__init__`` runs), relative imports resolved."""
+    found = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """Module -> the modules it imports, for ``{module: (source text, is a package)}``."""
+    known = set(sources)
+    return {m: _imports_of(m, ast.parse(text), pkg, known) for m, (text, pkg) in sorted(sources.items())}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted, in a stable order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circle_anywhere_in_meshplan() -> None:
+    graph = import_graph({m: (p.read_text(), p.name == "__init__.py") for m, p in MODULES.items()})
+    circles = import_circles(graph)
+    assert not circles, f"modules that import each other (function-level imports count): {circles}"
+
+
+def test_the_circle_test_catches_a_function_level_circle() -> None:
+    # The check above must be able to fail: a renderer imported inside a method of the record it renders.
+    sources = {
+        "pkg": ("", True),
+        "pkg._result": ("class R:\n    def html(self):\n        from pkg._html import render\n", False),
+        "pkg._html": ("from pkg._result import R\ndef render(r): ...\n", False),
+        "pkg._other": ("from pkg import _result\n", False),
+    }
+    assert import_circles(import_graph(sources)) == [["pkg._html", "pkg._result"]]
+
+
+# --- each public name has one home ------------------------------------------------------------------------------
+# A room's __init__ re-exports its own modules' names, never another room's: one public path per name. The front
+# doors (meshplan, meshplan.pure, meshplan.facade) re-export the headline names of the rooms below them.
+_FRONT_DOORS = {"meshplan", "meshplan.pure", "meshplan.facade"}
+ROOMS = [p for p in PACKAGES if p not in _FRONT_DOORS and p != "meshplan.cli"]
+
+
+@pytest.mark.parametrize("package", ROOMS)
+def test_a_room_re_exports_only_its_own_names(package: str) -> None:
+    path = ROOT.parent / package.replace(".", "/") / "__init__.py"
+    foreign = sorted(
+        f"{node.module}: {', '.join(a.name for a in node.names)}"
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.ImportFrom) and node.module and not node.module.startswith(package + ".")
+    )
+    assert not foreign, f"{package} re-exports another room's names ({foreign}); import them from their home"

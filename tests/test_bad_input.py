@@ -21,7 +21,8 @@ import meshplan
 from meshplan import errors as E
 from meshplan import pure
 from meshplan.pure import mesh as pmesh
-from meshplan.pure import presets, rules, search, specs
+from meshplan.pure import cluster, cost, presets, report, rules, search, specs, xla
+from meshplan.pure.cost import TrainingRecipe
 from tests.recursion import recursion_budget
 
 SDS = jax.ShapeDtypeStruct
@@ -85,10 +86,11 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("array_bytes flag array", lambda: specs.array_bytes((4,), "int4", packed_subbyte=ARR), E.MeshplanTypeError,
      "packed_subbyte=array"),
     ("get_preset dtype dict", lambda: pure.get_preset("gpt2", dtype={"a": 1}), E.MeshplanTypeError, "dtype={'a': 1}"),
-    ("search grad_dtype dict", lambda: pure.search_meshes("gpt2", "1xH100", grad_dtype={}), E.MeshplanTypeError,
-     "grad_dtype={}"),
-    ("search optimizer_dtype junk", lambda: pure.search_meshes("gpt2", "1xH100", optimizer_dtype="nope"),
-     E.MeshplanTypeError, "optimizer_dtype='nope'"),
+    ("recipe grad_dtype dict", lambda: TrainingRecipe(grad_dtype={}), E.MeshplanTypeError, "grad_dtype={}"),
+    ("recipe optimizer_dtype junk", lambda: TrainingRecipe(optimizer_dtype="nope"), E.MeshplanTypeError,
+     "optimizer_dtype='nope'"),
+    ("search recipe a name", lambda: pure.search_meshes("gpt2", "1xH100", recipe="adamw"), E.MeshplanTypeError,
+     "recipe='adamw' must be a TrainingRecipe"),
     ("training grad_dtype dict", lambda: pure.estimate_training_memory(TREE, SPECS, {"dp": 2}, grad_dtype={}),
      E.MeshplanTypeError, "grad_dtype={}"),
     ("leaf with a bad .dtype", lambda: pure.plan_tree({"a": [_BadDtype()]}, pure.AutoRule(), {"dp": 2}),
@@ -154,8 +156,7 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("search params {}", lambda: pure.search_meshes("gpt2", "1xH100", params={}), E.PlanError, "params={}"),
     ("search params object", lambda: pure.search_meshes("gpt2", "1xH100", params={"w": object()}), E.PlanError,
      "holds no arrays"),
-    ("search master_weights yes", lambda: pure.search_meshes("gpt2", "1xH100", master_weights="yes"),
-     E.MeshplanTypeError, "master_weights='yes'"),
+    ("recipe master_weights yes", lambda: TrainingRecipe(master_weights="yes"), E.PlanError, "master_weights='yes'"),
     ("search activations array", lambda: pure.search_meshes("gpt2", "1xH100", activations=ARR), E.MeshplanTypeError,
      "activations=array"),
     ("search headroom str", lambda: pure.search_meshes("gpt2", "1xH100", headroom="x"), E.MeshplanTypeError,
@@ -163,8 +164,7 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("search headroom 1", lambda: pure.search_meshes("gpt2", "1xH100", headroom=1), E.PlanError, "headroom=1"),
     ("search batch 10**400", lambda: pure.search_meshes("gpt2", "1xH100", batch=10**400), E.PlanError, "batch=1000"),
     ("search seq 10**400", lambda: pure.search_meshes("gpt2", "1xH100", seq=10**400), E.PlanError, "seq=1000"),
-    ("search optimizer_copies -1", lambda: pure.search_meshes("gpt2", "1xH100", optimizer_copies=-1), E.PlanError,
-     "optimizer_copies=-1"),
+    ("recipe optimizer unknown", lambda: TrainingRecipe(optimizer="adam9"), E.PlanError, "optimizer='adam9'"),
     ("search absurd cluster", lambda: pure.search_meshes("gpt2", "99999999999999999999x8xH100"), E.ClusterError,
      "99999999999999999999"),
     # --- clusters and hardware ---
@@ -174,7 +174,7 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      "devices=3"),
     ("parse_cluster 5000 digits", lambda: pure.parse_cluster("9" * 5000 + "xH100"), E.ClusterError,
      "at most 4194304"),
-    ("Cluster too large", lambda: pure.Cluster(search.DEVICE_SPECS["H100"], 2**22, 8), E.ClusterError,
+    ("Cluster too large", lambda: pure.Cluster(cluster.DEVICE_SPECS["H100"], 2**22, 8), E.ClusterError,
      "33554432 devices"),
     ("Cluster.from_dict({})", lambda: pure.Cluster.from_dict({}), E.ClusterError, "missing keys ['device'"),
     ("Cluster.from_dict(None)", lambda: pure.Cluster.from_dict(None), E.MeshplanTypeError, "input=None"),
@@ -189,14 +189,14 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("DeviceSpec latency nan", lambda: pure.DeviceSpec("x", 10**9, 1e9, 1e9, float("nan"), 1e-6), E.ClusterError,
      "intra_latency_s=nan"),
     # --- cost models ---
-    ("all_gather_time ragged", lambda: search.all_gather_time([[1], [1, 2]], 4, search.Link(1e9, 1e-6)),
+    ("all_gather_time ragged", lambda: cost.all_gather_time([[1], [1, 2]], 4, cluster.Link(1e9, 1e-6)),
      E.MeshplanTypeError, "nbytes=[[1], [1, 2]]"),
-    ("axis_domain_counts size None", lambda: search.axis_domain_counts(np.arange(8).reshape(2, 4), None),
+    ("axis_domain_counts size None", lambda: cost.axis_domain_counts(np.arange(8).reshape(2, 4), None),
      E.MeshplanTypeError, "ici_domain_size=None"),
     # --- search records (pure.search._fields.check_fields) ---
-    ("CommTerm None fields", lambda: search.CommTerm(None, None, None, None, None, None, None), E.MeshplanTypeError,
+    ("CommTerm None fields", lambda: cost.CommTerm(None, None, None, None, None, None, None), E.MeshplanTypeError,
      "CommTerm.what=None"),
-    ("CommTerm negative seconds", lambda: search.CommTerm("x", "all_gather", ("dp",), 1, 1, "intra", -1.0),
+    ("CommTerm negative seconds", lambda: cost.CommTerm("x", "all_gather", ("dp",), 1, 1, "intra", -1.0),
      E.PlanError, "CommTerm.seconds=-1.0"),
     ("ParamGroup str count", lambda: search.ParamGroup("w", (4,), "float32", "x", P(), "r", "why"),
      E.MeshplanTypeError, "ParamGroup.count='x'"),
@@ -206,12 +206,12 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("PlanRule.from_patterns unhashable key",
      lambda: rules.PlanRule.from_patterns([((["w"], (2,), "f32"), pure.Decision(P(), "why", "r"))], name="r"),
      E.MeshplanTypeError, "records[0]="),
-    ("collective_totals 0-d array", lambda: search.collective_totals(np.array("x")), E.MeshplanTypeError,
+    ("collective_totals 0-d array", lambda: xla.collective_totals(np.array("x")), E.MeshplanTypeError,
      "records=array('x'"),
-    ("MemoryBreakdown.label array", lambda: search.MemoryBreakdown(1, 1, 1, 1, 10).label(ARR), E.MeshplanTypeError,
+    ("MemoryBreakdown.label array", lambda: cost.MemoryBreakdown(1, 1, 1, 1, 10).label(ARR), E.MeshplanTypeError,
      "part=array([1, 2])"),
     ("reduce_scatter_time shapes that do not broadcast",
-     lambda: search.reduce_scatter_time([], ARR, search.Link(1e11, 1e-6)), E.PlanError, "do not broadcast"),
+     lambda: cost.reduce_scatter_time([], ARR, cluster.Link(1e11, 1e-6)), E.PlanError, "do not broadcast"),
     ("tpu_topology_mesh axis_sizes str", lambda: meshplan.tpu_topology_mesh("v5e-4", ("a",), "x"),
      E.MeshplanTypeError, "axis_sizes='x'"),
     ("tpu_topology_mesh axis_names None", lambda: meshplan.tpu_topology_mesh("v5e-4", None, (4,)),
@@ -229,7 +229,7 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("tpu_topology_mesh dcn_shape not dividing",
      lambda: meshplan.tpu_topology_mesh("v5e-4", ("a", "b"), (2, 2), dcn_shape=(3, 1)),
      E.PlanError, "dcn_shape=(3, 1) must have one entry per axis"),
-    ("MemoryBreakdown str params", lambda: search.MemoryBreakdown("x", 0, 0, 0, 1), E.MeshplanTypeError,
+    ("MemoryBreakdown str params", lambda: cost.MemoryBreakdown("x", 0, 0, 0, 1), E.MeshplanTypeError,
      "MemoryBreakdown.params='x'"),
     ("MeshCandidate None fields", lambda: search.MeshCandidate(None, None, None, None, None, None, None),
      E.MeshplanTypeError, "MeshCandidate.axis_names=None"),
@@ -310,16 +310,16 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         _mesh(), packed_subbyte=jax.ShapeDtypeStruct((), np.float32)),  # bool() of it was jax's raw TypeError
      E.MeshplanTypeError, "packed_subbyte=ShapeDtypeStruct"),
     # --- exports (pure.search._export), logical rules (pure.rules._logical, facade._logical) ---
-    ("export_plan result None", lambda: search.export_plan(None, "json"), E.MeshplanTypeError, "result=None"),
-    ("export_plan format array", lambda: search.export_plan(_result(), ARR), E.MeshplanTypeError, "format=array"),
-    ("export_plan rank str", lambda: search.export_plan(_result(), "maxtext", rank="1"), E.MeshplanTypeError,
+    ("export_plan result None", lambda: report.export_plan(None, "json"), E.MeshplanTypeError, "result=None"),
+    ("export_plan format array", lambda: report.export_plan(_result(), ARR), E.MeshplanTypeError, "format=array"),
+    ("export_plan rank str", lambda: report.export_plan(_result(), "maxtext", rank="1"), E.MeshplanTypeError,
      "rank='1'"),
-    ("logical_export plan None", lambda: search.logical_export(None), E.MeshplanTypeError, "plan=None"),
-    ("logical_export names tuple", lambda: search.logical_export(pure.plan_tree(TREE, pure.AutoRule(), {"dp": 2}),
+    ("logical_export plan None", lambda: report.logical_export(None), E.MeshplanTypeError, "plan=None"),
+    ("logical_export names tuple", lambda: report.logical_export(pure.plan_tree(TREE, pure.AutoRule(), {"dp": 2}),
                                                                  ("dp", "tp")), E.MeshplanTypeError, "names=('dp'"),
-    ("maxtext_settings candidate None", lambda: search.maxtext_settings(None), E.MeshplanTypeError,
+    ("maxtext_settings candidate None", lambda: report.maxtext_settings(None), E.MeshplanTypeError,
      "candidate=None"),
-    ("maxtext_settings axis_map list", lambda: search.maxtext_settings(_result().best, axis_map=["dp"]),
+    ("maxtext_settings axis_map list", lambda: report.maxtext_settings(_result().best, axis_map=["dp"]),
      E.MeshplanTypeError, "axis_map=['dp']"),
     ("logical_table_to_json None", lambda: rules.logical_table_to_json(None), E.MeshplanTypeError, "got None"),
     ("logical_table_to_json empty row", lambda: rules.logical_table_to_json([[]]), E.MeshplanTypeError,
@@ -339,16 +339,16 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("LeafLayout.dim array", lambda: pure.leaf_layout("q_proj/weight", (8, 4)).dim(ARR), E.MeshplanTypeError,
      "kind=array"),
     # --- recipe and step memory (pure.search._recipe, _step_memory) ---
-    ("TrainingRecipe.from_dict None", lambda: search.TrainingRecipe.from_dict(None), E.MeshplanTypeError,
+    ("TrainingRecipe.from_dict None", lambda: cost.TrainingRecipe.from_dict(None), E.MeshplanTypeError,
      "TrainingRecipe.from_dict=None"),
-    ("TrainingRecipe.from_dict unknown key", lambda: search.TrainingRecipe.from_dict({"remat_": "full"}), E.PlanError,
+    ("TrainingRecipe.from_dict unknown key", lambda: cost.TrainingRecipe.from_dict({"remat_": "full"}), E.PlanError,
      "unknown keys ['remat_']"),
-    ("TrainingRecipe remat array", lambda: search.TrainingRecipe(remat=ARR), E.PlanError, "remat=array"),
-    ("TrainingRecipe matmul_dtype array", lambda: search.TrainingRecipe(matmul_dtype=ARR), E.PlanError,
+    ("TrainingRecipe remat array", lambda: cost.TrainingRecipe(remat=ARR), E.PlanError, "remat=array"),
+    ("TrainingRecipe matmul_dtype array", lambda: cost.TrainingRecipe(matmul_dtype=ARR), E.PlanError,
      "matmul_dtype=array"),
-    ("TrainingRecipe moe_dispatch array", lambda: search.TrainingRecipe(moe_dispatch=ARR), E.PlanError,
+    ("TrainingRecipe moe_dispatch array", lambda: cost.TrainingRecipe(moe_dispatch=ARR), E.PlanError,
      "moe_dispatch=array"),
-    ("TrainingRecipe moe_dispatch unknown", lambda: search.TrainingRecipe(moe_dispatch="megablox"), E.PlanError,
+    ("TrainingRecipe moe_dispatch unknown", lambda: cost.TrainingRecipe(moe_dispatch="megablox"), E.PlanError,
      "moe_dispatch='megablox': use one of ['einsum', 'dropless']"),
     ("MoeDispatch kind array", lambda: pure.cost.MoeDispatch(ARR), E.MeshplanTypeError, "moe_dispatch=array"),
     ("MoeDispatch capacity_factor nan", lambda: pure.cost.MoeDispatch("einsum", float("nan")), E.PlanError,
@@ -357,17 +357,17 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
                                                                      batch=8, seq=8, moe_dispatch="sparse"),
      E.PlanError, "moe_dispatch='sparse' must be one of ('einsum', 'dropless')"),
     ("search_meshes float8 on A100", lambda: search.search_meshes(
-        "gpt2", "8xA100", batch=8, seq=256, recipe=search.TrainingRecipe(matmul_dtype="float8")), E.PlanError,
+        "gpt2", "8xA100", batch=8, seq=256, recipe=cost.TrainingRecipe(matmul_dtype="float8")), E.PlanError,
      "'A100-80GB' has no peak_fp8_flops"),
     ("fp8_peak device None", lambda: pure.cost.fp8_peak(None, "float8"), E.MeshplanTypeError, "device=None"),
-    ("layer_dims model None", lambda: search.layer_dims(None), E.MeshplanTypeError, "model=None"),
-    ("layer_dims capacity_factor nan", lambda: search.layer_dims(presets.MODEL_SPECS["gpt2"],
+    ("layer_dims model None", lambda: cost.layer_dims(None), E.MeshplanTypeError, "model=None"),
+    ("layer_dims capacity_factor nan", lambda: cost.layer_dims(presets.MODEL_SPECS["gpt2"],
                                                                  capacity_factor=float("nan")), E.PlanError,
      "capacity_factor=nan"),
-    ("step_memory dims None", lambda: search.step_memory(None, {}, search.TrainingRecipe(), batch=8, seq=8, params=0,
+    ("step_memory dims None", lambda: cost.step_memory(None, {}, cost.TrainingRecipe(), batch=8, seq=8, params=0,
                                                          grads=0, optimizer=0), E.MeshplanTypeError, "dims=None"),
-    ("step_memory batch 0", lambda: search.step_memory(search.layer_dims(presets.MODEL_SPECS["gpt2"]), {},
-                                                       search.TrainingRecipe(), batch=0, seq=8, params=0, grads=0,
+    ("step_memory batch 0", lambda: cost.step_memory(cost.layer_dims(presets.MODEL_SPECS["gpt2"]), {},
+                                                       cost.TrainingRecipe(), batch=0, seq=8, params=0, grads=0,
                                                        optimizer=0), E.PlanError, "batch=0"),
     # --- compiled programs (facade._compiled, facade._hlo) and the reference step (facade._reference) ---
     ("compiled_memory class as step", lambda: meshplan.compiled_memory(object, SDS((4,), np.float32)),
@@ -387,15 +387,15 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("compiled_memory top_buffers str", lambda: meshplan.compiled_memory(lambda a: a, SDS((4,), np.float32),
                                                                          top_buffers="5"),
      E.MeshplanTypeError, "top_buffers='5'"),
-    ("parse_buffer_report int text", lambda: search.parse_buffer_report(3, ""), E.MeshplanTypeError,
+    ("parse_buffer_report int text", lambda: xla.parse_buffer_report(3, ""), E.MeshplanTypeError,
      "live_range=3"),
-    ("LiveBuffer unknown kind", lambda: search.LiveBuffer("a", 4, "f32[]", "f32", "scratch"), E.PlanError,
+    ("LiveBuffer unknown kind", lambda: xla.LiveBuffer("a", 4, "f32[]", "f32", "scratch"), E.PlanError,
      "kind='scratch'"),
-    ("LiveBuffer negative bytes", lambda: search.LiveBuffer("a", -4, "f32[]", "f32", "temp"), E.PlanError,
+    ("LiveBuffer negative bytes", lambda: xla.LiveBuffer("a", -4, "f32[]", "f32", "temp"), E.PlanError,
      "bytes=-4"),
-    ("BufferReport buffers of str", lambda: search.BufferReport(0, ("a",)), E.MeshplanTypeError,
+    ("BufferReport buffers of str", lambda: xla.BufferReport(0, ("a",)), E.MeshplanTypeError,
      "buffers[0]='a'"),
-    ("BufferReport.largest -1", lambda: search.BufferReport(0, ()).largest(-1), E.PlanError, "n=-1"),
+    ("BufferReport.largest -1", lambda: xla.BufferReport(0, ()).largest(-1), E.PlanError, "n=-1"),
     ("compiled_collectives class as step", lambda: meshplan.compiled_collectives(object), E.MeshplanTypeError,
      "step=<class 'object'>"),
     ("compiled_collectives set argument", lambda: meshplan.compiled_collectives(lambda a: a, {1, 2}),
@@ -446,9 +446,9 @@ def test_an_absurd_cluster_is_answered_within_a_second(cluster: str) -> None:
 def test_the_largest_cluster_still_plans_and_one_more_device_is_refused() -> None:
     from meshplan.pure.cluster._cluster import MAX_DEVICES
 
-    assert pure.Cluster(search.DEVICE_SPECS["H100"], MAX_DEVICES // 8, 8).num_devices == MAX_DEVICES
+    assert pure.Cluster(cluster.DEVICE_SPECS["H100"], MAX_DEVICES // 8, 8).num_devices == MAX_DEVICES
     with pytest.raises(E.ClusterError, match=str(MAX_DEVICES + 1)):
-        pure.Cluster(search.DEVICE_SPECS["H100"], MAX_DEVICES + 1, 1)
+        pure.Cluster(cluster.DEVICE_SPECS["H100"], MAX_DEVICES + 1, 1)
 
 
 def test_a_2_to_the_80_element_leaf_is_counted_exactly() -> None:
@@ -496,5 +496,5 @@ def _replace(obj: Any, **changes: Any) -> Any:
 def test_a_domain_wider_than_any_device_id_is_one_domain() -> None:
     # 2**63 does not fit the ids' int64: numpy raised a raw OverflowError (found by the deep fuzz run).
     ids = np.arange(16).reshape(2, 8)
-    assert search.axis_domain_counts(ids, 2**63) == search.axis_domain_counts(ids, 16) == (1, 1)
-    assert search.axis_domain_counts(0, 2**63) == ()
+    assert cost.axis_domain_counts(ids, 2**63) == cost.axis_domain_counts(ids, 16) == (1, 1)
+    assert cost.axis_domain_counts(0, 2**63) == ()

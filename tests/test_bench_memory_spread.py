@@ -1,6 +1,6 @@
 """``benchmarks/bench_memory_spread.py``: the spread the CLI states is what the recorded compiles say today.
 
-:data:`meshplan.pure.search.SPREADS` is a literal the script prints; this holds the two equal, so a model
+:data:`meshplan.pure.cost.SPREADS` is a literal the script prints; this holds the two equal, so a model
 change that moves a recorded ratio fails here until the table is printed again (and RESULTS.md says so).
 """
 
@@ -14,7 +14,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks
 
 import bench_memory_spread as bench
 
-from meshplan.pure.search import SPREADS
+from meshplan.pure.cost import SPREADS
 
 
 def test_the_stated_spreads_are_the_recorded_compiles_repriced_today() -> None:

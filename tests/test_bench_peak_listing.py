@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "research"))
 
 import bench_peak_listing as bench
 
-from meshplan.pure.search import parse_buffer_report
+from meshplan.pure.xla import parse_buffer_report
 
 DATA = ROOT / "tests" / "pure" / "xla" / "data" / "buffer_report"
 FILES = ("live-range.txt", "buffer-assignment.txt", "buffer-assignment-values.txt", "memory-usage-report.txt")

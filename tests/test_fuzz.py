@@ -165,7 +165,7 @@ garbage = _nested(_DEPTH)
 def _plausible() -> dict[str, list[Any]]:
     """Valid-looking values per parameter name, so garbage in one argument reaches deeper checks."""
     from meshplan.pure import DeviceInfo, HybridMeshShape, MeshShape, parse_cluster
-    from meshplan.pure.search import DEVICE_SPECS, Link
+    from meshplan.pure.cluster import DEVICE_SPECS, Link
 
     sds = jax.ShapeDtypeStruct
     tree = {"w": sds((64, 32), np.float32), "b": sds((32,), np.float32)}

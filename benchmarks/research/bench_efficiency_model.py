@@ -48,7 +48,9 @@ from meshplan.errors import PlanError
 from meshplan.pure import search_meshes
 from meshplan.pure.cost._flops import step_flops
 from meshplan.pure.presets import ModelSpec
-from meshplan.pure.search import DEVICE_SPECS, TrainingRecipe, price_pipeline
+from meshplan.pure.cluster import DEVICE_SPECS
+from meshplan.pure.cost import TrainingRecipe
+from meshplan.pure.search import price_pipeline
 
 DATA = os.path.join(os.path.dirname(HERE), "data", "step_time_h200.jsonl")
 PEAK = DEVICE_SPECS["H200"].peak_bf16_flops

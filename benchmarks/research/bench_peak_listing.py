@@ -6,7 +6,7 @@ Run: ``python benchmarks/research/bench_peak_listing.py [--case FAMILY:MESH:REMA
 on v6e-8 (two meshes each, about a minute per TPU compile).
 
 Each case compiles the reference train step once, with XLA's buffer-assignment reports dumped, and
-parses them twice (:func:`meshplan.pure.search.parse_buffer_report`): as meshplan lists them (the step
+parses them twice (:func:`meshplan.pure.xla.parse_buffer_report`): as meshplan lists them (the step
 where device memory is fullest, from every value's live range) and as XLA's live-range report names its
 own peak (the report without its live ranges falls back to that listing). The baseline, from the same
 compile: ``memory_analysis()``'s peak (``CompiledMemory.peak_bytes``). Printed: each listing's device

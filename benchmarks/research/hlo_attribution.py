@@ -2,7 +2,7 @@
 
 Reads an optimized HLO module's text (``jax.jit(f).lower(...).compile().as_text()``, unrolled layers,
 ``prevent_cse=True`` so the recompute is its own region), parses its collectives with
-``meshplan.pure.search.parse_hlo_collectives`` and names each by its instruction's metadata:
+``meshplan.pure.xla.parse_hlo_collectives`` and names each by its instruction's metadata:
 
 - pass: ``rec`` when its ``op_name`` lies in a ``rematted_computation``, ``bwd`` under ``transpose(``,
   else ``fwd``;
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
-from meshplan.pure.search import parse_hlo_collectives  # noqa: E402
+from meshplan.pure.xla import parse_hlo_collectives
 
 MODEL_FILE = "_reference_model.py"
 

@@ -22,7 +22,7 @@ from meshplan._testing._meshes import mesh_shapes
 from meshplan._testing._specs import array_shapes_for, partition_specs
 from meshplan.pure.presets import MLADims, ModelSpec
 from meshplan.pure.errors import ClusterError
-from meshplan.pure.search import DEVICE_SPECS, Cluster, parse_cluster
+from meshplan.pure.cluster import Cluster, DEVICE_SPECS, parse_cluster
 
 __all__ = ["DTYPES", "FAMILIES", "PARAM_NAMES", "ShardedTree", "clusters", "model_specs",
            "shape_dtype_trees", "sharded_trees"]

@@ -17,11 +17,37 @@ Everything printed is computed live on real XLA CPU devices:
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 from typing import Any
 
-__all__ = ["run", "tiny_llama", "use_cpu_devices"]
+from meshplan.cli._args import positive
+
+__all__ = ["add_parser", "run", "run_command", "tiny_llama", "use_cpu_devices"]
+
+MAX_DEVICES = 1024
+"""The most simulated CPU devices the demo runs on: beyond this XLA's CPU client fails or takes minutes."""
+
+
+def _devices(text: str) -> int:
+    n = positive(text)
+    if n > MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"{n} simulated devices is more than the demo runs (at most {MAX_DEVICES})")
+    return n
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``meshplan demo`` on the command line's subparsers."""
+    demo = sub.add_parser("demo", help="plan a small model and place it on simulated CPU devices")
+    demo.add_argument("--devices", type=_devices, default=8,
+                      help=f"simulated CPU devices (default 8, at most {MAX_DEVICES})")
+    demo.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``meshplan demo``: :func:`run` on ``--devices`` simulated CPU devices."""
+    return run(num_devices=args.devices)
 
 _MIB = 2**20
 

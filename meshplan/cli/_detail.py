@@ -3,21 +3,24 @@
 The assumptions in full (the recipe, where the activation coefficients come from, the recorded spread),
 the meshes over the budget, every reason meshes were left out, and for the chosen mesh: each axis's
 ICI / DCN split, the batch and activation specs, the memory by part, the step time's terms, the
-collective table and the parameter groups. Every figure comes from the
-:class:`~meshplan.pure.SearchResult`; nothing here decides anything.
+collective table and the parameter groups; and the verification table (every compiled row, the removed
+ones, the note). Every figure comes from the :class:`~meshplan.pure.SearchResult` and its
+:class:`~meshplan.pure.verify.PlanVerification`; nothing here decides anything.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from meshplan.pure import Cluster, MeshCandidate, SearchResult
 from meshplan.pure._format import fmt_bytes
+from meshplan.pure.cluster import Cluster
+from meshplan.pure.cost import Spread, describe_spread, peak_bounds
 from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
-from meshplan.pure.search import Spread, describe_spread, peak_bounds
-from meshplan.pure.search._summary import compute_rate, seconds, spread_of
+from meshplan.pure.report._summary import compute_rate, seconds, spread_of
+from meshplan.pure.search import MeshCandidate, SearchResult
+from meshplan.pure.verify import PlanVerification
 
-__all__ = ["render_detail"]
+__all__ = ["render_detail", "render_verification"]
 
 
 def render_detail(result: SearchResult, console: Any) -> None:
@@ -126,3 +129,31 @@ def _chosen_detail(best: MeshCandidate, cluster: Cluster, console: Any, spread: 
         spec = "P(" + ", ".join(repr(e) for e in g.spec) + ")"
         groups.add_row(g.pattern, f"{g.shape} {g.dtype}", str(g.count), spec, g.reason)
     console.print(groups)
+
+
+def render_verification(checked: PlanVerification, console: Any, *, title: str) -> None:
+    """The verified rows (exact figures or estimates with their range), the removed ones, and the note.
+
+    A minimal table: the plan's own rendering is :mod:`meshplan.cli._render`'s; these rows are data
+    (:class:`~meshplan.VerifyRow`) that a richer renderer can take over.
+    """
+    from rich.table import Table
+
+    if checked.note and not checked.compiler:  # no compiler: one line says how to get exact figures
+        console.print(f"memory: {checked.note}", markup=False)
+        return
+    table = Table(title=title)
+    for col in ("#", "mesh", "memory per device", "target", "compile"):
+        table.add_column(col, justify="right" if col in ("#", "compile") else "left")
+    for r in (*checked.rows, *checked.removed):
+        seconds = "cached" if r.cached else f"{r.compile_seconds:.1f} s" if r.status != "estimate" else "-"
+        table.add_row("" if r.rank is None else str(r.rank), r.mesh, r.summary(), r.target or "-", seconds)
+    console.print(table)
+    if checked.compiler:
+        console.print(f"exact: peak per device from {checked.compiler}; estimate: the planner's figure and the "
+                      "range its calibration's recorded spread gives.", markup=False)
+    if checked.removed:
+        console.print("removed (compiled peak over the budget): "
+                      + ", ".join(f"#{r.rank} {r.mesh}" for r in checked.removed), markup=False)
+    if checked.note:
+        console.print(f"note: {checked.note}", markup=False)

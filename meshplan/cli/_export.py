@@ -17,7 +17,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from meshplan.pure import AxisKindRule, LogicalRule, ModelSpec, Rule, SearchResult, export_plan
+from meshplan.pure import AxisKindRule, LogicalRule, ModelSpec, Rule, SearchResult
+from meshplan.pure.report import export_plan
 from meshplan.pure.rules import logical_rule_from_json, path_rule_from_json
 from meshplan.pure.cost._step_collectives import AXIS_ORDER
 

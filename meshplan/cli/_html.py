@@ -1,5 +1,5 @@
-"""``--html FILE``: write the pure HTML renderings (:func:`meshplan.pure.search.plan_html`,
-:func:`~meshplan.pure.search.mesh_html`) to a file, and say where on stderr.
+"""``--html FILE``: write the pure HTML renderings (:func:`meshplan.pure.report.plan_html`,
+:func:`~meshplan.pure.report.mesh_html`) to a file, and say where on stderr.
 
 The pages are built in the pure core; this module only does the I/O, so a file that cannot be
 written is a clear error (exit 1), never a traceback.
@@ -8,10 +8,11 @@ written is a clear error (exit 1), never a traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from meshplan.pure import Cluster, HybridMeshShape, SearchResult
-from meshplan.pure.search import PipelineSearch, mesh_html, plan_html
+from meshplan.pure.cluster import Cluster
+from meshplan.pure.mesh import HybridMeshShape
+from meshplan.pure.report import PlanReport, mesh_html, plan_html
 
 __all__ = ["HtmlWriteError", "write_mesh_html", "write_plan_html"]
 
@@ -30,11 +31,10 @@ def _write(path: str, text: str) -> None:
     print(f"meshplan: wrote {path}", file=sys.stderr)
 
 
-def write_plan_html(path: str, result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
-                    budget_source: str = "--headroom", pipelines: PipelineSearch | None = None) -> None:
-    """Write the plan's report to ``path`` (``compiled``: the verified meshes' exact peaks; ``pipelines``: the
-    pipeline layouts found for the same request, shown after the ranked table)."""
-    _write(path, plan_html(result, compiled=compiled, budget_source=budget_source, pipelines=pipelines))
+def write_plan_html(path: str, report: PlanReport) -> None:
+    """Write the plan's report to ``path``: the same facts as the terminal, compiled peaks and pipeline
+    layouts included."""
+    _write(path, plan_html(report))
 
 
 def write_mesh_html(path: str, cluster: Cluster, names: Sequence[str], hybrid: HybridMeshShape) -> None:

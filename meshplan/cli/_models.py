@@ -8,6 +8,9 @@ a MaxText model yml (:func:`meshplan.load_model`). Either way the plan gets a
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from typing import Any, NamedTuple
 
 from meshplan.facade._model_file import is_model_file, load_model, maxtext_model_name
@@ -20,7 +23,7 @@ from meshplan.pure.presets import (
     pricing_notes,
 )
 
-__all__ = ["LoadedModel", "load", "model_rows", "model_specs", "render_models"]
+__all__ = ["LoadedModel", "add_parser", "load", "model_rows", "model_specs", "render_models", "run"]
 
 
 class LoadedModel(NamedTuple):
@@ -93,3 +96,24 @@ def render_models(specs: list[ModelSpec], *, titled_files: bool, console: Any) -
     console.print(table)
     for note in sorted({n for r in rows for n in r["notes"]}):
         console.print(f"note: {note}")
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``meshplan models`` on the command line's subparsers."""
+    models = sub.add_parser("models", help="list the model presets with exact parameter counts (or read config files)")
+    models.add_argument("files", nargs="*", metavar="FILE",
+                        help="Hugging Face config.json files or MaxText model ymls to read instead of the presets")
+    models.add_argument("--json", action="store_true", help="print the rows as JSON")
+    models.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``meshplan models``: the table (or ``--json`` rows) of the presets or of the given files."""
+    from meshplan.cli._console import make_console
+
+    specs = model_specs(list(args.files))
+    if args.json:
+        sys.stdout.write(json.dumps({"models": model_rows(specs)}, indent=2) + "\n")
+        return 0
+    render_models(specs, titled_files=bool(args.files), console=make_console())
+    return 0

@@ -1,7 +1,7 @@
 """``meshplan plan``'s pipeline section: the ranked ``pp`` layouts with their schedule and bubble.
 
 A small table of its own (the main ranking's renderer is :mod:`meshplan.cli._render`): its cells, the
-sentence under it and the left-out lines come from :mod:`meshplan.pure.search._pipeline_summary`, which the
+sentence under it and the left-out lines come from :mod:`meshplan.pure.report._pipeline_summary`, which the
 markdown and HTML reports lay out too; nothing here decides anything.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from meshplan.pure import SearchResult
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.search import PipelineSearch
-from meshplan.pure.search._pipeline_summary import (
+from meshplan.pure.report._pipeline_summary import (
     PIPELINE_COLUMNS,
     pipeline_headline,
     pipeline_layouts,

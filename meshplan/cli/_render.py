@@ -1,8 +1,10 @@
-"""Drawing search results and device grids for people: rich tables, and a PNG via matplotlib.
+"""Drawing plans and device grids for people in a terminal: rich tables, and a PNG via matplotlib.
 
 Nothing here decides anything: layouts come from
 :func:`meshplan.pure.layout_device_ids` (the same code ``create_mesh`` uses)
-and every figure from the :class:`~meshplan.pure.SearchResult`.
+and every figure and sentence from the :class:`~meshplan.pure.report.PlanReport` and its facts
+(:mod:`meshplan.pure.report._summary`, ``_verified``, ``_pipeline_summary``), which markdown and HTML lay out
+too.
 matplotlib is imported only inside :func:`write_png` (the optional ``png`` extra).
 """
 
@@ -15,16 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.pure import (
-    Cluster,
-    HybridMeshShape,
-    SearchResult,
-    layout_device_ids,
-)
 from meshplan.pure._format import fmt_bytes
-from meshplan.pure.search import Spread, axis_domain_counts, peak_bounds
-from meshplan.pure.search._summary import (
+from meshplan.pure.cluster import Cluster
+from meshplan.pure.mesh import HybridMeshShape, layout_device_ids
+from meshplan.pure.report import PlanReport
+from meshplan.pure.cost import Spread, axis_domain_counts, peak_bounds
+from meshplan.pure.report._summary import (
     RANK_COLUMNS,
+    chosen_mesh,
     create_mesh_call,
     header_facts,
     maxtext_flags,
@@ -34,8 +34,11 @@ from meshplan.pure.search._summary import (
     seconds,
     spread_of,
 )
+from meshplan.pure.report._verified import lowering_line, pipeline_verification_lines, verification_lines
+from meshplan.pure.search import SearchResult
 
-__all__ = ["device_grid", "ranked_table", "render_footer", "render_mesh", "render_pipeline_summary", "render_plan", "write_png"]
+__all__ = ["device_grid", "ranked_table", "render_footer", "render_mesh", "render_pipeline_summary", "render_plan",
+           "write_png"]
 
 _COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 _MAX_CELLS = 512
@@ -55,27 +58,25 @@ def device_grid(cluster: Cluster, hybrid: HybridMeshShape) -> np.ndarray:
     return layout_device_ids(cluster.device_infos(), hybrid)
 
 
-def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *, detail: bool = False,
-                compiled: Mapping[str, tuple[int, str]] | None = None, budget_source: str = "--headroom") -> None:
-    """Print a search result, summary first: the header facts, the ranked table, the chosen mesh and the lines
-    to type. ``detail=True`` adds the rest (:func:`meshplan.cli._detail.render_detail`).
-
-    ``notes`` are sentences about how the model is priced (``pricing_notes``), one header line each.
-    ``compiled`` maps a verified mesh's text to XLA's compiled peak and the compiler and version that gave it:
-    its range cell reads ``exact ...`` and a line under the table names the compiler.
+def render_plan(report: PlanReport, console: Any, *, detail: bool = False) -> None:
+    """Print a plan, summary first: the header facts, the ranked table (compiled peaks marked exact), the
+    chosen mesh and the lines to type; what verification removed or could not check; the pipeline layouts and
+    their compiled peaks; and the footer saying what ``--detail`` adds. ``detail=True`` prints the workings
+    (:func:`meshplan.cli._detail.render_detail`), the verification table and the pipeline table instead.
 
     No line is longer than the console: the ranked table drops its lowest-priority columns (see
-    :data:`~meshplan.pure.search._summary.RANK_COLUMNS`) until it fits instead of wrapping a cell.
+    :data:`~meshplan.pure.report._summary.RANK_COLUMNS`) until it fits instead of wrapping a cell.
     """
     from rich.table import Table
 
+    result, compiled = report.result, dict(report.compiled)
     console.print(f"[bold]meshplan plan[/bold]: {result.request.model} on {result.request.cluster.text}")
     head = Table.grid(padding=(0, 2))
     head.add_column(no_wrap=True, style="bold")
     head.add_column()
-    for label, fact in header_facts(result, budget_source=budget_source):
+    for label, fact in header_facts(result, budget_source=report.budget_source):
         head.add_row(label, fact)
-    for note in notes:
+    for note in report.notes:
         head.add_row("note", note)
     console.print(head, crop=False)
     req = result.request
@@ -83,22 +84,43 @@ def render_plan(result: SearchResult, console: Any, notes: Sequence[str] = (), *
                   f"top {len(result.candidates)} by predicted "
                   f"{'step time' if req.rank_by == 'time' else 'communication'}")
     console.print(ranked_table(result, console.width, compiled))
-    done = dict(compiled or {})
     by_source: dict[str, list[str]] = {}
     for cand in result.candidates:  # rank order; one line per compiler, not per mesh
-        if cand.text in done:
-            by_source.setdefault(done[cand.text][1], []).append(f"#{cand.rank}")
+        if cand.text in compiled:
+            by_source.setdefault(compiled[cand.text][1], []).append(f"#{cand.rank}")
     for source, ranks in sorted(by_source.items()):
         console.print(f"exact ({', '.join(ranks)}): XLA's compiled peak, {source}", markup=False)
     found = spread_of(result)
     margin = _margin(result, None if found is None else found[1])
     if margin:
         console.print(margin)
-    _render_chosen(result, console, done)
+    _render_chosen(result, console, compiled)
     if detail:
-        from meshplan.cli._detail import render_detail
+        from meshplan.cli._detail import render_detail, render_verification
 
         render_detail(result, console)
+        if report.verification is not None:  # the table lists what the summary's lines say, and more
+            render_verification(report.verification, console, title="Verified: the reference step compiled")
+            _print_lines(console, [line for line in (lowering_line(report),) if line])
+    else:
+        _print_lines(console, verification_lines(report))
+    if report.pipelines is None and report.pipeline_note:
+        console.print(f"pipeline layouts: {report.pipeline_note}", markup=False)
+    if report.pipelines is not None:
+        if detail:
+            from meshplan.cli._pipeline import render_pipelines
+
+            render_pipelines(report.pipelines, result, console)
+        else:  # the summary gives the fastest layout in one line; its table is part of --detail
+            render_pipeline_summary(report.pipelines, result, console)
+    _print_lines(console, pipeline_verification_lines(report))
+    if not detail:
+        render_footer(result, console, pipelines=report.pipelines is not None)
+
+
+def _print_lines(console: Any, lines: Sequence[str]) -> None:
+    for line in lines:
+        console.print(line, markup=False)
 
 
 def render_footer(result: SearchResult, console: Any, *, pipelines: bool = False) -> None:
@@ -114,7 +136,7 @@ def render_footer(result: SearchResult, console: Any, *, pipelines: bool = False
 def render_pipeline_summary(found: Any, result: SearchResult, console: Any) -> None:
     """One line for the pipeline layouts (a :class:`~meshplan.pure.search.PipelineSearch`): the fastest one
     against the best unpipelined mesh; ``--detail`` prints their table (:mod:`meshplan.cli._pipeline`)."""
-    from meshplan.pure.search._pipeline_summary import pipeline_layouts, pipeline_rows
+    from meshplan.pure.report._pipeline_summary import pipeline_layouts, pipeline_rows
 
     layouts = pipeline_layouts(found)
     if not layouts:
@@ -157,7 +179,7 @@ def ranked_table(result: SearchResult, width: int, compiled: Mapping[str, tuple[
 
 def _margin(result: SearchResult, spread: Spread | None) -> str:
     """Which ranked meshes that fit would not at the highest ratio recorded for these coefficients
-    (:func:`~meshplan.pure.search.peak_bounds`); ``""`` when every one would, or none is recorded."""
+    (:func:`~meshplan.pure.cost.peak_bounds`); ``""`` when every one would, or none is recorded."""
     if spread is None:
         return ""
     tight = [f"#{c.rank}" for c in result.candidates
@@ -173,9 +195,7 @@ def _margin(result: SearchResult, spread: Spread | None) -> str:
 
 
 def _render_chosen(result: SearchResult, console: Any, compiled: Mapping[str, tuple[int, str]]) -> None:
-    # The compiler decides: a mesh whose compiled peak is over the budget is not chosen, the next one is.
-    over = [c for c in result.candidates if c.text in compiled and compiled[c.text][0] > c.memory.budget]
-    best = next((c for c in result.candidates if c not in over), result.best)
+    best, over = chosen_mesh(result, compiled)
     c = result.request.cluster
     unit = c.ici_domain_name
     console.print(f"\n[bold]Chosen mesh[/bold]: {best.text}"

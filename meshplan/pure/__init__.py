@@ -13,7 +13,10 @@ Layers, each importing only the ones below it (``tests/test_architecture.py`` ho
 * :mod:`meshplan.pure.cluster`: what the machine is: accelerators, links, clusters, TPU topologies;
 * :mod:`meshplan.pure.xla`: pure parsers of the compiler's text (HLO collectives, buffer reports);
 * :mod:`meshplan.pure.cost`: what a step costs: collectives, FLOPs, memory, step time;
-* :mod:`meshplan.pure.search`: how to choose a mesh: the search, its ranked result, the exports.
+* :mod:`meshplan.pure.search`: how to choose a mesh: the search, its ranked result, the pipeline layouts;
+* :mod:`meshplan.pure.verify`: what a compiled plan is made of: rows, verdicts, which meshes to compile;
+* :mod:`meshplan.pure.report`: a plan for people: the report object, its facts, terminal facts, markdown,
+  HTML and SVG, and the exports to flax and MaxText.
 
 This module re-exports the headline names of each; the rest live in the
 subpackage that owns them.
@@ -54,17 +57,9 @@ from meshplan.pure.rules import (
     plan_from_specs,
     plan_tree,
 )
-from meshplan.pure.search import (
-    Cluster,
-    DeviceSpec,
-    MeshCandidate,
-    SearchResult,
-    export_plan,
-    logical_export,
-    maxtext_settings,
-    parse_cluster,
-    search_meshes,
-)
+from meshplan.pure.cluster import Cluster, DeviceSpec, parse_cluster
+from meshplan.pure.report import export_plan, logical_export, maxtext_settings
+from meshplan.pure.search import MeshCandidate, SearchResult, search_meshes
 from meshplan.pure.specs import (
     Finding,
     HostBatchSlice,

@@ -10,7 +10,7 @@ from flax import linen as nn
 
 from meshplan import cli
 from meshplan.pure import SearchResult, get_preset
-from meshplan.pure.search import MAXTEXT_MESH_AXES
+from meshplan.pure.report import MAXTEXT_MESH_AXES
 from meshplan.pure.specs import canonical_entries
 from tests.pure.rules.test_logical import HF_LOGICAL
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from meshplan import cli
-from meshplan.pure.search._svg import BUBBLE_COLOR, MEMORY_COLORS
+from meshplan.pure.report._svg import BUBBLE_COLOR, MEMORY_COLORS
 
 CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium for a real browser "
@@ -179,13 +179,14 @@ def pipeline_report(tmp_path_factory):
     """A plan's report with its pipeline layouts, written as ``--html`` writes it (:mod:`meshplan.cli._html`)."""
     from meshplan.cli._html import write_plan_html
     from meshplan.pure import search_meshes
+    from meshplan.pure.report import PlanReport
     from meshplan.pure.search import search_pipelines
 
     result = search_meshes("llama3-70b", "16x8xH100", batch=16, seq=4096, top_k=5)
     found = search_pipelines("llama3-70b", "16x8xH100", batch=16, seq=4096)
     assert len(found.candidates) == 5 and len(found.left_out) == 1
     page = tmp_path_factory.mktemp("pipelines") / "plan.html"
-    write_plan_html(str(page), result, pipelines=found)
+    write_plan_html(str(page), PlanReport(result, pipelines=found))
     return page, found
 
 

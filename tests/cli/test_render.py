@@ -10,7 +10,8 @@ import pytest
 
 from meshplan import cli
 from meshplan.pure import search_meshes
-from meshplan.pure.search._summary import RANK_COLUMNS
+from meshplan.pure.report._summary import RANK_COLUMNS
+from tests.cli.reports import report
 
 _ARGS = ["plan", "--model", "llama3-70b", "--cluster", "8x8xH100"]
 
@@ -119,7 +120,7 @@ def test_a_verified_mesh_reads_exact_with_its_compiler(result) -> None:
 
     console = Console(width=100, file=io.StringIO(), color_system=None)
     best = result.best.text
-    render_plan(result, console, compiled={best: (45 * 2**30, "XLA:GPU, jax 0.10.2")})
+    render_plan(report(result, {best: (45 * 2**30, "XLA:GPU, jax 0.10.2")}), console)
     text = console.file.getvalue()
     row = next(ln for ln in text.splitlines() if ln.startswith("1 ") and best in ln)
     assert "exact 45.0 GiB" in row and row.rstrip().endswith("best")
@@ -137,7 +138,7 @@ def test_a_mesh_compiled_over_the_budget_is_not_the_chosen_one(result) -> None:
 
     console = Console(width=100, file=io.StringIO(), color_system=None)
     first, second = result.candidates[0], result.candidates[1]
-    render_plan(result, console, compiled={first.text: (first.memory.budget + 1, "XLA:GPU"),
-                                           second.text: (second.memory.total, "XLA:GPU")})
+    render_plan(report(result, {first.text: (first.memory.budget + 1, "XLA:GPU"),
+                                second.text: (second.memory.total, "XLA:GPU")}), console)
     text = console.file.getvalue()
     assert f"Chosen mesh: {second.text} (compiled over the budget: {first.text})" in text

@@ -8,9 +8,11 @@ from hypothesis import strategies as st
 
 from meshplan import cli
 from meshplan.pure import search_meshes
-from meshplan.pure.search import plan_html, plan_markdown, search_pipelines
+from meshplan.pure.report import PlanReport, plan_html, plan_markdown, show
+from meshplan.pure.search import search_pipelines
 from meshplan.pure.cost import FP8_EFFICIENCY_RATIO, MATMUL_DTYPES
-from meshplan.pure.search._summary import RANK_COLUMNS, compute_rate, header_facts
+from meshplan.pure.report._summary import RANK_COLUMNS, compute_rate, header_facts
+from tests.cli.reports import report
 
 
 @pytest.fixture(scope="module")
@@ -19,17 +21,16 @@ def result():
 
 
 def test_format_markdown_prints_the_summary_ready_for_a_pull_request(capsys, result) -> None:
-    # --headroom 0.1: the pure search's default (the CLI's own GPU default is jax's allocator, 75% of HBM).
-    assert cli.main(["plan", "--model", "llama3-70b", "--cluster", "8x8xH100", "--format", "markdown",
-                     "--headroom", "0.1"]) == 0
+    # The library's default budget is the command line's (jax's GPU allocator takes 75% of HBM).
+    assert cli.main(["plan", "--model", "llama3-70b", "--cluster", "8x8xH100", "--format", "markdown"]) == 0
     out, err = capsys.readouterr()
     # The pipeline layouts of the same request follow the ranked table, as in the terminal.
     found = search_pipelines("llama3-70b", "8x8xH100", batch=result.request.batch, seq=result.request.seq,
-                             top_k=5, headroom=0.1)
-    assert out == plan_markdown(result, pipelines=found) and err == ""
+                             top_k=5)
+    assert out == plan_markdown(report(result, pipelines=found)) and err == ""
     assert "**Pipeline layouts**" in out
     assert cli.main(["plan", "--model", "llama3-70b", "--cluster", "8x8xH100", "--format", "markdown",
-                     "--headroom", "0.1", "--no-pipeline"]) == 0
+                     "--no-pipeline"]) == 0
     assert capsys.readouterr().out == plan_markdown(result)
     lines = plan_markdown(result).splitlines()
     assert lines[0] == "### meshplan plan: llama3-70b on 8x8xH100"
@@ -45,8 +46,9 @@ def test_format_markdown_prints_the_summary_ready_for_a_pull_request(capsys, res
 
 
 def test_the_notebook_reprs_are_the_markdown_and_an_html_fragment(result) -> None:
-    assert result._repr_markdown_() == plan_markdown(result)
-    fragment = result._repr_html_()
+    shown = show(result)
+    assert shown._repr_markdown_() == plan_markdown(result) == plan_markdown(PlanReport(result))
+    fragment = shown._repr_html_()
     assert fragment.startswith('<div class="meshplan"><style>') and fragment.endswith("</div>")
     assert "<html" not in fragment and "<script" not in fragment
     assert fragment.count('class="memory-bar"') == len(result.candidates)
@@ -55,7 +57,7 @@ def test_the_notebook_reprs_are_the_markdown_and_an_html_fragment(result) -> Non
 
 def test_a_verified_mesh_is_drawn_with_its_compiled_peak_as_exact(result) -> None:
     best = result.best.text
-    page = plan_html(result, compiled={best: (45 * 2**30, "XLA:GPU, jax 0.10.2")})
+    page = plan_html(report(result, {best: (45 * 2**30, "XLA:GPU, jax 0.10.2")}))
     assert page.count('class="compiled"') == 1
     assert f"#1 {best}: 44.7 GiB per device (compiled peak 45.0 GiB (exact, XLA:GPU, jax 0.10.2))" in page
     assert "#2 fsdp=64: 32.4 GiB per device (estimate, range 27.6-41.9 GiB)" in page
@@ -66,10 +68,12 @@ def test_a_verified_mesh_is_drawn_with_its_compiled_peak_as_exact(result) -> Non
 def test_the_renderers_refuse_what_is_not_a_result(bad) -> None:
     from meshplan.errors import MeshplanTypeError
 
-    with pytest.raises(MeshplanTypeError, match="must be a SearchResult"):
+    with pytest.raises(MeshplanTypeError, match="must be a PlanReport or a SearchResult"):
         plan_markdown(bad)
-    with pytest.raises(MeshplanTypeError, match="must be a SearchResult"):
+    with pytest.raises(MeshplanTypeError, match="must be a PlanReport or a SearchResult"):
         plan_html(bad)
+    with pytest.raises(MeshplanTypeError, match="must be a PlanReport or a SearchResult"):
+        show(bad)
 
 
 # --- the pipeline layouts (pp outermost) in the reports ------------------------------------------------------------
@@ -104,7 +108,7 @@ def _md_rows(section: str) -> list[list[str]]:
 def test_the_markdown_shows_each_pipeline_layouts_stages_schedule_and_bubble(pp_result, pp_found) -> None:
     from meshplan.pure._format import fmt_bytes
 
-    text = plan_markdown(pp_result, pipelines=pp_found)
+    text = plan_markdown(report(pp_result, pipelines=pp_found))
     section, _ = _section(text, "\n**Pipeline layouts**", "\n**Chosen mesh**")
     # After the ranked table, before the chosen mesh.
     assert text.index("**Ranked meshes**") < text.index("**Pipeline layouts**") < text.index("**Chosen mesh**")
@@ -139,10 +143,10 @@ def test_the_terminal_and_the_markdown_show_the_same_pipeline_cells(pp_result, p
     from rich.console import Console
 
     from meshplan.cli._pipeline import render_pipelines
-    from meshplan.pure.search._pipeline_summary import PIPELINE_COLUMNS, pipeline_rows
+    from meshplan.pure.report._pipeline_summary import PIPELINE_COLUMNS, pipeline_rows
 
     rows = pipeline_rows(pp_found, pp_result)
-    section, _ = _section(plan_markdown(pp_result, pipelines=pp_found), "\n**Pipeline layouts**",
+    section, _ = _section(plan_markdown(report(pp_result, pipelines=pp_found)), "\n**Pipeline layouts**",
                           "\n**Chosen mesh**")
     assert _md_rows(section) == [[row[c.key] for c in PIPELINE_COLUMNS] for row in rows]
     console = Console(width=250, record=True, file=io.StringIO())
@@ -155,19 +159,20 @@ def test_without_pipelines_the_reports_are_unchanged(pp_result, pp_found) -> Non
     # The section is the only difference: cut out, the report is byte-equal to one rendered without pipelines
     # (and pipelines=None is that report).
     plain = plan_markdown(pp_result)
-    assert plan_markdown(pp_result, pipelines=None) == plain and "Pipeline" not in plain
-    _, rest = _section(plan_markdown(pp_result, pipelines=pp_found), "\n**Pipeline layouts**", "\n**Chosen mesh**")
+    assert plan_markdown(report(pp_result, pipelines=None)) == plain and "Pipeline" not in plain
+    _, rest = _section(plan_markdown(report(pp_result, pipelines=pp_found)), "\n**Pipeline layouts**",
+                       "\n**Chosen mesh**")
     assert rest == plain
     for fragment in (False, True):
         page = plan_html(pp_result, fragment=fragment)
-        assert plan_html(pp_result, fragment=fragment, pipelines=None) == page and "Pipeline" not in page
-        _, rest = _section(plan_html(pp_result, fragment=fragment, pipelines=pp_found), '<h2 id="pipelines">',
-                           "<h2>Memory and step time per mesh</h2>")
+        assert plan_html(report(pp_result), fragment=fragment) == page and "Pipeline" not in page
+        _, rest = _section(plan_html(report(pp_result, pipelines=pp_found), fragment=fragment),
+                           '<h2 id="pipelines">', "<h2>Memory and step time per mesh</h2>")
         assert rest == page
 
 
 def test_the_html_shows_each_pipeline_layout_with_a_bubble_bar(pp_result, pp_found) -> None:
-    page = plan_html(pp_result, pipelines=pp_found)
+    page = plan_html(report(pp_result, pipelines=pp_found))
     section, _ = _section(page, '<h2 id="pipelines">', "<h2>Memory and step time per mesh</h2>")
     n = len(pp_found.candidates)
     assert section.count('<tr class="pipeline">') == n
@@ -184,10 +189,10 @@ def test_no_fitting_pipeline_layout_says_so_with_the_reasons(pp_result) -> None:
     from meshplan.pure.search import PipelineSearch
 
     found = PipelineSearch((), ("pp=2 over the network: no stage mesh fits",))
-    text = plan_markdown(pp_result, pipelines=found)
+    text = plan_markdown(report(pp_result, pipelines=found))
     assert "**Pipeline layouts**: No pipeline layout (pp outermost) fits; the left-out lines say why." in text
     assert "- pp=2 over the network: no stage mesh fits" in text and "| pp over |" not in text
-    page = plan_html(pp_result, pipelines=found)
+    page = plan_html(report(pp_result, pipelines=found))
     assert "No pipeline layout (pp outermost) fits" in page and 'class="bubble-bar"' not in page
     assert "<li>pp=2 over the network: no stage mesh fits</li>" in page
 
@@ -202,7 +207,7 @@ def test_hostile_text_in_the_pipeline_section_stays_text(pp_result, pp_found) ->
     names[next(i for i, n in enumerate(top.axis_sizes) if i and n > 1)] = "<b>x|y</b>"  # an axis the text shows
     evil = dataclasses.replace(top, axis_names=tuple(names), verdict="<script>alert(1)</script> | cell\n# heading")
     found = PipelineSearch((evil,), ("<img src=x onerror=alert(1)>\n| a | b |",))
-    text = plan_markdown(pp_result, pipelines=found)
+    text = plan_markdown(report(pp_result, pipelines=found))
     section, _ = _section(text, "\n**Pipeline layouts**", "\n**Chosen mesh**")
     for raw in ("<script", "<img", "<b>", "\n# heading", "\n| a | b |"):
         assert raw not in section, raw
@@ -210,7 +215,7 @@ def test_hostile_text_in_the_pipeline_section_stays_text(pp_result, pp_found) ->
     assert len(_md_rows(section)) == 1 and len(_md_rows(section)[0]) == 10
     assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| cell # heading" in section
     assert "- &lt;img src=x onerror=alert(1)&gt; \\| a \\| b \\|" in section
-    page = plan_html(pp_result, pipelines=found)
+    page = plan_html(report(pp_result, pipelines=found))
     assert "<script" not in page and "<img" not in page
     section, _ = _section(page, '<h2 id="pipelines">', "<h2>Memory and step time per mesh</h2>")
     assert "<b>" not in section  # the device grid's captions bold axis names; this section has none of its own
@@ -219,13 +224,11 @@ def test_hostile_text_in_the_pipeline_section_stays_text(pp_result, pp_found) ->
 
 
 @pytest.mark.parametrize("bad", ["pipelines", 3, ()])
-def test_the_renderers_refuse_pipelines_that_are_not_a_pipeline_search(result, bad) -> None:
+def test_a_report_refuses_pipelines_that_are_not_a_pipeline_search(result, bad) -> None:
     from meshplan.errors import MeshplanTypeError
 
-    with pytest.raises(MeshplanTypeError, match="must be a PipelineSearch"):
-        plan_markdown(result, pipelines=bad)
-    with pytest.raises(MeshplanTypeError, match="must be a PipelineSearch"):
-        plan_html(result, pipelines=bad)
+    with pytest.raises(MeshplanTypeError, match="PlanReport.pipelines"):
+        PlanReport(result, pipelines=bad)
 
 
 @given(st.floats(0.01, 1.0), st.sampled_from(MATMUL_DTYPES))
@@ -240,7 +243,7 @@ def test_the_time_fact_states_the_bf16_efficiency_and_only_an_fp8_recipe_its_fp8
 
 
 def test_an_fp8_plan_says_so_in_every_report() -> None:
-    from meshplan.pure.search import TrainingRecipe
+    from meshplan.pure.cost import TrainingRecipe
 
     r = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=2048, top_k=2,
                       recipe=TrainingRecipe(matmul_dtype="float8"))
@@ -254,7 +257,8 @@ def test_an_fp8_plan_says_so_in_every_report() -> None:
 @pytest.mark.parametrize("dispatch", ["einsum", "dropless"])
 def test_an_moe_plan_states_its_dispatch_in_every_report_and_a_dense_one_none(model: str, moe: bool,
                                                                             dispatch: str) -> None:
-    from meshplan.pure.search import SearchResult, TrainingRecipe
+    from meshplan.pure.cost import TrainingRecipe
+    from meshplan.pure.search import SearchResult
 
     r = search_meshes(model, "4x8xH100", batch=32, seq=2048, top_k=2, recipe=TrainingRecipe(moe_dispatch=dispatch))
     assert (r.request.moe_layers > 0) == moe
@@ -273,7 +277,7 @@ def test_a_master_weights_plan_states_its_moments_and_its_fp32_master_apart() ->
     from rich.console import Console
 
     from meshplan.cli._detail import render_detail
-    from meshplan.pure.search import TrainingRecipe
+    from meshplan.pure.cost import TrainingRecipe
 
     r = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=2048, top_k=2,
                       recipe=TrainingRecipe(optimizer_dtype="bfloat16", master_weights=True))

@@ -23,16 +23,14 @@ from jax.sharding import AxisType
 import meshplan
 from meshplan.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import MODEL_SPECS, MLADims
-from meshplan.pure.search import (
-    CommTerm,
+from meshplan.pure.cost import CommTerm, TrainingRecipe, xla_collectives
+from meshplan.pure.search import search_meshes
+from meshplan.pure.xla import (
     HLO_COLLECTIVE_KINDS,
-    TrainingRecipe,
     collective_shares,
     collective_totals,
     parse_hlo_collectives,
     ratio_table,
-    search_meshes,
-    xla_collectives,
 )
 
 TINY = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="tiny-llama", num_layers=2, hidden_size=128,

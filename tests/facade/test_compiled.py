@@ -146,7 +146,7 @@ def test_bad_arguments_are_typed_errors():
 
 @needs_libtpu
 def test_tpu_topology_devices_match_the_cluster():
-    from meshplan.pure.search import parse_cluster, tpu_topology
+    from meshplan.pure.cluster import parse_cluster, tpu_topology
 
     for text in ("v5e-4", "v5p-8", "2xv5e-4"):
         mesh = meshplan.tpu_topology_mesh(text, ("dp",), (parse_cluster(text).num_devices,))
@@ -223,7 +223,7 @@ def test_numpy_devices_stay_cpu():
 
 def test_a_search_candidate_brings_its_specs_and_layout():
     from meshplan.pure import search_meshes
-    from meshplan.pure.search import DEVICE_SPECS, Cluster
+    from meshplan.pure.cluster import Cluster, DEVICE_SPECS
 
     cluster = Cluster(DEVICE_SPECS["H100"], num_nodes=1, devices_per_node=8)
     for cand in search_meshes(TINY, cluster, batch=8, seq=32, top_k=3).candidates:

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 import meshplan
 from meshplan.facade.verify._compilers import compiler_version, cuda_plugin_problem
 from meshplan.facade.verify._gpu_targets import GPU_TARGETS_DIR, gpu_target_config, known_gpu_targets
-from meshplan.pure.search import DEVICE_SPECS, Cluster, DeviceSpec
+from meshplan.pure.cluster import Cluster, DEVICE_SPECS, DeviceSpec
 
 needs_plugin = pytest.mark.skipif(cuda_plugin_problem() is not None,
                                   reason=f"deviceless GPU compiles need the jax CUDA plugin: {cuda_plugin_problem()}")

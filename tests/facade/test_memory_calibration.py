@@ -22,7 +22,7 @@ from meshplan.facade.verify._targets import tpu_topology_mesh
 from meshplan.facade.verify._reference import ReferenceConfig, reference_step
 from meshplan.pure import search_meshes
 from meshplan.pure.presets import MODEL_SPECS
-from meshplan.pure.search import TrainingRecipe
+from meshplan.pure.cost import TrainingRecipe
 
 LLAMA = dataclasses.replace(MODEL_SPECS["llama3-8b"], name="llama-small4", num_layers=4, hidden_size=512,
                             num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=1408, vocab_size=4096,

@@ -16,7 +16,7 @@ from meshplan.facade.verify._reference import ReferenceConfig
 from meshplan.facade.verify._jobs import CompileJob
 from meshplan.facade.verify._worker import run_jobs
 from meshplan.pure import get_preset, parse_cluster, search_meshes
-from meshplan.pure.search import DEVICE_SPECS, Cluster
+from meshplan.pure.cluster import Cluster, DEVICE_SPECS
 
 TINY = dataclasses.replace(get_preset("gpt2").spec, name="gpt2 (1 layer)", num_layers=1, num_params=None)
 

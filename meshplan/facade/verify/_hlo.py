@@ -1,7 +1,7 @@
 """The collectives a compiled step runs, read from XLA's optimized HLO.
 
 Compiles (or takes) a program, hands ``compiled.as_text()`` to the pure parser
-:func:`meshplan.pure.search.parse_hlo_collectives` and returns its records:
+:func:`meshplan.pure.xla.parse_hlo_collectives` and returns its records:
 per device, per collective instruction, bytes defined as the cost model
 defines a collective's buffer. Instructions inside ``while`` loops are listed
 once (compare on unrolled steps: ``ReferenceConfig(scan_layers=False)``).
@@ -31,8 +31,8 @@ def compiled_collectives(step: Any, *abstract_args: Any, compiler_options: Mappi
       **abstract_kwargs: keyword arguments, likewise abstract.
 
     Returns:
-      The :class:`~meshplan.pure.search.HloCollective` records, in program order;
-      :func:`~meshplan.pure.search.collective_totals` sums them per kind.
+      The :class:`~meshplan.pure.xla.HloCollective` records, in program order;
+      :func:`~meshplan.pure.xla.collective_totals` sums them per kind.
 
     Raises:
       MeshplanTypeError: ``step`` is neither compiled nor callable.

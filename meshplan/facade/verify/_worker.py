@@ -230,7 +230,6 @@ def _main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    # Run as the module's own name, so the job unpickles against the classes the caller pickled it with.
-    from meshplan.facade.verify import _worker
-
-    sys.exit(_worker._main(sys.argv[1:]))
+    # The job and the outcome are classes of other modules (_jobs, meshplan.pure.verify), so running as
+    # __main__ pickles and unpickles them against the same classes the caller uses.
+    sys.exit(_main(sys.argv[1:]))

@@ -197,7 +197,7 @@ class Cluster:
         return self.device.inter_link
 
     def link(self, *, spans_domains: bool) -> Link:
-        """The link a collective runs at; see :func:`~meshplan.pure.search.select_link`.
+        """The link a collective runs at; see :func:`~meshplan.pure.cluster.select_link`.
 
         Args:
           spans_domains: whether the device group crosses ICI domains (nodes

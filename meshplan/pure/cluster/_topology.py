@@ -40,7 +40,7 @@ class TpuTopology:
       chips_per_slice: chips (= jax devices) in one slice.
 
     Example:
-      >>> from meshplan.pure.search import parse_cluster
+      >>> from meshplan.pure.cluster import parse_cluster
       >>> tpu_topology(parse_cluster("v5p-256")).topology_name
       'v5:4x4x8'
     """
@@ -103,7 +103,7 @@ def tpu_topology(cluster: Cluster) -> TpuTopology:
       MeshplanTypeError: ``cluster`` is not a Cluster.
 
     Example:
-      >>> from meshplan.pure.search import parse_cluster
+      >>> from meshplan.pure.cluster import parse_cluster
       >>> t = tpu_topology(parse_cluster("2xv5e-256"))
       >>> t.topology_name, t.chip_config_name, t.num_slices, t.wrap
       ('v5e:16x16', 'default', 2, (True, True, False))

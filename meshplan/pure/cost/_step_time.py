@@ -158,7 +158,7 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
 
     Args:
       flops: the step's FLOPs (:func:`~meshplan.pure.cost._flops.step_flops`).
-      terms: ``(what, kind, seconds)`` per collective term (as :class:`~meshplan.pure.search.CommTerm`).
+      terms: ``(what, kind, seconds)`` per collective term (as :class:`~meshplan.pure.cost.CommTerm`).
       layers: layers per step (the collectives are fused per layer).
       tokens: global tokens per step; devices: devices in the mesh.
       peak_flops: the device's dense bf16 FLOP/s (``None``: unknown, compute counts 0 s).

@@ -56,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from meshplan.pure._check import as_count, as_real
+from meshplan.pure.cluster._budget import default_headroom
 from meshplan.pure.cluster._cluster import Cluster, parse_cluster
 from meshplan.pure.cluster._link import Link
 from meshplan.pure.cost._estimates import CommTerm, MemoryBreakdown, StepEstimate
@@ -284,7 +285,7 @@ def search_pipelines(
     recipe: TrainingRecipe | None = None,
     efficiency: float | None = None,
     top_k: int = 5,
-    headroom: float = 0.1,
+    headroom: float | None = None,
     schedules: Sequence[str] | None = None,
 ) -> PipelineSearch:
     """Rank pipeline layouts (``pp`` outermost) of ``model`` on ``cluster`` (see the module docstring).
@@ -297,8 +298,9 @@ def search_pipelines(
       recipe: the training step priced (as :func:`~meshplan.pure.search_meshes`).
       efficiency: fraction of peak FLOP/s (as :func:`~meshplan.pure.search_meshes`).
       top_k: how many layouts to return.
-      headroom: fraction of HBM kept free, as :func:`~meshplan.pure.search_meshes` (``meshplan plan`` passes
-        the plan's own: 0.25 for a default jax GPU process), so a stage fits the budget the plan states.
+      headroom: fraction of HBM kept free, as :func:`~meshplan.pure.search_meshes` (default
+        :func:`~meshplan.pure.cluster.default_headroom`: 0.25 for a default jax GPU process, 0.1 on a TPU),
+        so a stage fits the budget the plan states.
       schedules: price only these of ``("1f1b", "interleaved", "circular")`` (default: all three). Only
         ``("circular",)`` gives the layouts meshplan's pipelined step and MaxText can run (and compile).
 
@@ -331,6 +333,7 @@ def search_pipelines(
     k_top = as_count(top_k, "top_k", maximum=10**6, error=PlanError)
     if recipe is not None and not isinstance(recipe, TrainingRecipe):
         raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe or None.")
+    headroom = default_headroom(clus)[0] if headroom is None else headroom
     if as_real(headroom, "headroom", allow_zero=True, error=PlanError) >= 1:
         raise PlanError(f"headroom={headroom!r} must be a fraction in [0, 1).")
     _check_fp8(recipe, clus)

@@ -159,19 +159,6 @@ class SearchResult:
             raise PlanError("no mesh fits; see .rejected and .rejections for why.")
         return self.candidates[0]
 
-    def _repr_markdown_(self) -> str:
-        """The summary as markdown (Jupyter calls this): see :func:`~meshplan.pure.search.plan_markdown`."""
-        from meshplan.pure.search._markdown import plan_markdown  # the renderer imports this module
-
-        return plan_markdown(self)
-
-    def _repr_html_(self) -> str:
-        """The plan as HTML with its bars and device grid (Jupyter calls this): see
-        :func:`~meshplan.pure.search.plan_html`."""
-        from meshplan.pure.search._html import plan_html  # the renderer imports this module
-
-        return plan_html(self, fragment=True)
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {
@@ -189,14 +176,18 @@ class SearchResult:
 
         Every field of the document is checked on load (by each record's
         ``__post_init__``), so a hand-edited file fails here, naming the
-        field path, rather than later inside ``.best.memory.fits``.
+        field path, rather than later inside ``.best.memory.fits``. A
+        ``meshplan plan --json`` document is a search result with one more
+        key, ``report`` (the verification and the pipeline layouts:
+        :meth:`meshplan.pure.report.PlanReport.from_json` reads it), which this
+        reads past.
 
         Raises:
           PlanError: ``data`` is not a search result; the message names the
             field path (``plan field candidates[0].memory: ...``).
         """
         try:
-            fields = nested("(document)", lambda: _fields(cls, data))
+            fields = nested("(document)", lambda: _fields(cls, data, ignore=("report",)))
             fields["request"] = nested("request", lambda: SearchRequest.from_dict(fields["request"]))
             for name, from_dict in (("candidates", MeshCandidate.from_dict), ("rejected", MeshCandidate.from_dict),
                                     ("rejections", Rejection.from_dict)):

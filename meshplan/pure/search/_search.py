@@ -53,7 +53,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jax.numpy as jnp
 
 from meshplan.pure._check import as_count, as_flag, as_int, as_real, as_sequence, as_str
 from meshplan.pure._format import fmt_bytes
@@ -65,6 +64,7 @@ from meshplan.pure.rules._base import Rule, reads_axes, rule_name
 from meshplan.pure.rules._check_tree import check_rule
 from meshplan.pure.cost._estimates import MemoryBreakdown, StepEstimate
 from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.cluster._budget import default_headroom
 from meshplan.pure.cluster._cluster import Cluster, parse_cluster
 from meshplan.pure.cluster._devices import DEVICE_SPECS
 from meshplan.pure.cost._gathered_operand import gathers_hidden, gathers_tokens, vocab_batch_axes
@@ -87,7 +87,7 @@ from meshplan.pure.search._space import (
     Placer,
     unit,
 )
-from meshplan.pure.cost._recipe import OPTIMIZER_COPIES, TrainingRecipe
+from meshplan.pure.cost._recipe import TrainingRecipe
 from meshplan.pure.cost._step_collectives import (
     AXIS_ORDER,
     BATCH_AXES,
@@ -909,17 +909,12 @@ def search_meshes(
     cluster: str | Cluster,
     *,
     params: PyTree = None,
-    dtype: Any = jnp.bfloat16,
     axes: Sequence[str] | None = None,
     fixed: Mapping[str, int] | None = None,
     rule: Rule | None = None,
     batch: int | None = None,
     seq: int | None = None,
-    headroom: float = 0.1,
-    optimizer_copies: int = 2,
-    master_weights: bool = False,
-    grad_dtype: Any = None,
-    optimizer_dtype: Any = jnp.float32,
+    headroom: float | None = None,
     activations: bool = True,
     tp_within_domain: bool = True,
     ep_within_domain: bool = False,
@@ -934,27 +929,25 @@ def search_meshes(
     Args:
       model: a preset name (``"llama3-70b"``) or a :class:`~meshplan.pure.ModelSpec`.
       cluster: a :class:`~meshplan.pure.Cluster` or its text (``"8x8xH100"``, ``"v5p-256"``).
-      params: the parameter shape tree (default: the preset / ``build_params(model)`` in ``dtype``).
-      dtype: parameter dtype when ``params`` is not given.
+      params: the parameter shape tree (default: the preset / ``build_params(model)`` in the recipe's
+        ``weight_dtype``).
       axes: the mesh axes to search, a subset of ``dp, fsdp, ep, sp, tp`` (default:
         all but ``ep`` for dense models); the mesh keeps them in that order.
       fixed: sizes to keep, e.g. ``{"tp": 8}``.
       rule: a pure rule for the parameter specs (default: ``AxisKindRule.for_model(model)``).
       batch: global batch in sequences (default: one per device).
       seq: tokens per sequence (default 4096, or the model's position limit).
-      headroom: fraction of HBM kept free for the runtime and temporaries.
-      optimizer_copies: fp32 parameter-shaped optimizer copies (Adam: 2).
-      master_weights: add an fp32 master copy of the weights.
-      grad_dtype: gradient dtype (default: the parameter's).
-      optimizer_dtype: dtype of the optimizer copies.
+      headroom: fraction of HBM kept free for the runtime (default
+        :func:`~meshplan.pure.cluster.default_headroom`, as ``meshplan plan``'s: on a GPU the 25% jax's
+        allocator leaves by default, on a TPU 10%).
       activations: price the step's peak (activations by phase, see
         :mod:`meshplan.pure.cost._step_memory`) in the fit; ``False`` counts the state only.
       tp_within_domain, ep_within_domain: keep tp / ep inside one ICI domain.
       top_k: how many fitting (and how many over-budget) meshes to return.
-      recipe: the training step priced (:class:`~meshplan.pure.search.TrainingRecipe`: remat,
-        attention, dtypes, optimizer, micro-batches); when given, its weight dtype, optimizer
-        copies, master weights and gradient/optimizer dtypes replace ``dtype``,
-        ``optimizer_copies``, ``master_weights``, ``grad_dtype`` and ``optimizer_dtype``.
+      recipe: the training step priced (:class:`~meshplan.pure.cost.TrainingRecipe`: the weight,
+        gradient and optimizer dtypes, the optimizer and its state copies, master weights, remat,
+        attention, micro-batches, the compiler; default ``TrainingRecipe()``, an AdamW bf16 step). The
+        weight dtype is the parameter tree's where ``params`` is given.
       efficiency: fraction of the device's peak bf16 FLOP/s the step's matmuls sustain (default
         per device kind and hidden size, :func:`~meshplan.pure.cost._flops.default_efficiency`); with a
         ``recipe`` whose ``matmul_dtype`` is ``"float8"`` the weight matmuls sustain
@@ -986,11 +979,8 @@ def search_meshes(
     """
     if recipe is not None and not isinstance(recipe, TrainingRecipe):
         raise MeshplanTypeError(f"recipe={recipe!r:.80} must be a TrainingRecipe or None.")
-    if recipe is not None:
-        # The recipe describes the whole step: its weight dtype, state copies and dtypes win.
-        dtype, optimizer_copies, master_weights = recipe.weight_dtype, OPTIMIZER_COPIES[recipe.optimizer], \
-            recipe.master_weights
-        grad_dtype, optimizer_dtype = recipe.grad_dtype, recipe.optimizer_dtype
+    recipe = TrainingRecipe() if recipe is None else recipe
+    dtype = recipe.weight_dtype
     if isinstance(model, str):
         preset = get_preset(model, dtype=dtype)
         spec = preset.spec
@@ -1004,14 +994,11 @@ def search_meshes(
     if not isinstance(clus, Cluster):
         raise MeshplanTypeError(f"cluster={cluster!r} must be a Cluster or a string such as '8x8xH100'.")
     names = _canonical_axes(axes, spec)
+    headroom = default_headroom(clus)[0] if headroom is None else headroom
     if as_real(headroom, "headroom", allow_zero=True, error=PlanError) >= 1:
         raise PlanError(f"headroom={headroom!r} must be a fraction in [0, 1).")
-    copies = as_count(optimizer_copies, "optimizer_copies", minimum=0, error=PlanError)
     flags = {name: as_flag(value, name) for name, value in (
-        ("master_weights", master_weights), ("activations", activations),
-        ("tp_within_domain", tp_within_domain), ("ep_within_domain", ep_within_domain))}
-    grad_dt = None if grad_dtype is None else canonical_dtype(grad_dtype, what="grad_dtype")
-    opt_dt = canonical_dtype(optimizer_dtype, what="optimizer_dtype")
+        ("activations", activations), ("tp_within_domain", tp_within_domain), ("ep_within_domain", ep_within_domain))}
     facts = tree_facts(params)
     dtypes = sorted({str(d) for d in {i.dtype for i in facts.infos if i is not None}})
     if not dtypes:
@@ -1022,13 +1009,7 @@ def search_meshes(
         raise MeshplanTypeError(f"rule={rule!r} is not a rule; pass a pure rule such as AxisKindRule() or None.")
     check_rule(rule, params, names)  # before any mesh: a wrong rule fails by name, not as "no mesh fits"
     weights = dtypes[0] if len(dtypes) == 1 else "bfloat16"
-    if recipe is None:
-        optimizer = {2: "adamw", 1: "sgd", 0: "adafactor"}.get(copies, "adamw")
-        recipe = TrainingRecipe(weight_dtype=weights, grad_dtype=None if grad_dt is None else str(grad_dt),
-                                optimizer=optimizer, optimizer_dtype=str(opt_dt),
-                                master_weights=flags["master_weights"])
-    else:
-        recipe = dataclasses.replace(recipe, weight_dtype=weights)
+    recipe = dataclasses.replace(recipe, weight_dtype=weights)
     if recipe.backend is None:  # the cluster's compiler: its lowering and its calibration
         recipe = dataclasses.replace(recipe, backend="tpu" if clus.device.ici_scope == "slice" else "gpu")
     fp8_peak(clus.device, recipe.matmul_dtype)  # an FP8 recipe needs FP8 units: refused before any mesh
@@ -1043,8 +1024,8 @@ def search_meshes(
         batch=clus.num_devices if batch is None else _positive(batch, "batch"),
         seq=min(4096, spec.max_position_embeddings or 4096) if seq is None else _positive(seq, "seq"),
         param_dtype=dtypes[0] if len(dtypes) == 1 else "mixed",
-        grad_dtype="param" if grad_dt is None else str(grad_dt),
-        optimizer_copies=copies + int(flags["master_weights"]), optimizer_dtype=str(opt_dt),
+        grad_dtype="param" if recipe.grad_dtype is None else recipe.grad_dtype,
+        optimizer_copies=recipe.optimizer_copies, optimizer_dtype=recipe.optimizer_dtype,
         activations=flags["activations"], headroom=float(headroom), tp_within_domain=flags["tp_within_domain"],
         ep_within_domain=flags["ep_within_domain"], rule=rule_name(rule), top_k=_positive(top_k, "top_k"),
         recipe=recipe, efficiency=efficiency, rank_by=rank, choose_micro_batches=choose,

@@ -236,7 +236,7 @@ def collective_totals(records: Iterable[HloCollective] | Iterable[object]) -> di
     inside loops counts ``trips`` times). Kinds with no record are left out.
 
     Example:
-      >>> from meshplan.pure.search import CommTerm
+      >>> from meshplan.pure.cost import CommTerm
       >>> collective_totals([CommTerm("x", "all-reduce", ("tp",), 100, 4, "intra", 0.0)])
       {'all-reduce': (400, 4)}
     """

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplan.errors import ClusterError, MeshplanTypeError
-from meshplan.pure.search import parse_cluster, tpu_topology
+from meshplan.pure.cluster import parse_cluster, tpu_topology
 
 # A sample of MaxText's accelerator_to_spec_map (name -> topology, chip config, wrap).
 MAXTEXT = {

@@ -20,14 +20,9 @@ from hypothesis import strategies as st
 
 from meshplan.pure import get_preset, parse_cluster
 from meshplan.pure.presets import MODEL_SPECS, MLADims
-from meshplan.pure.search import (
-    TrainingRecipe,
-    collective_shares,
-    collective_totals,
-    ratio_table,
-    search_meshes,
-    xla_collectives,
-)
+from meshplan.pure.cost import TrainingRecipe, xla_collectives
+from meshplan.pure.search import search_meshes
+from meshplan.pure.xla import collective_shares, collective_totals, ratio_table
 from meshplan.pure.cost._step_collectives import AxisPlacement, activation_terms
 
 MINOR = 0.02  # kinds under 2% of the step's compiled and priced bytes are not checked (as in bench_collectives)

@@ -14,12 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.search import (
-    SPREADS,
+from meshplan.pure.cost import (
     MemoryBreakdown,
+    SPREADS,
     Spread,
-    calibration_spread,
     attention_class,
+    calibration_spread,
     describe_spread,
     peak_bounds,
 )

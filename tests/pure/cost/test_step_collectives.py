@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from meshplan.pure import Cluster, DeviceInfo, get_preset, layout_device_ids, parse_cluster
 from meshplan.pure.mesh import split_mesh_shape
-from meshplan.pure.search import all_gather_time, all_reduce_time, axis_domain_counts
+from meshplan.pure.cost import all_gather_time, all_reduce_time, axis_domain_counts
 from meshplan.errors import PlanError
 from meshplan.pure.search._groups import LeafGroups, evaluate_plan
 from meshplan.pure.specs._training import TrainingState
@@ -68,7 +68,7 @@ def test_two_level_time_is_an_ici_ring_plus_a_dcn_ring(i: int, d: int, nbytes: f
     cluster = Cluster(H100x2.device, num_nodes=d, devices_per_node=max(i, 1))
     p = AxisPlacement(("x",), (i,), (d,), cluster)
     seconds, _ = group_time(kind, nbytes, ("x",), p)
-    from meshplan.pure.search import collective_time
+    from meshplan.pure.cost import collective_time
 
     outer = nbytes if kind == "all-to-all" else nbytes / i
     expected = collective_time(kind, nbytes, i, cluster.intra_link) + collective_time(kind, outer, d, cluster.inter_link)
@@ -461,7 +461,9 @@ TPU_REMAT_NONE_ALL_GATHERS = {
 
 @pytest.mark.parametrize("case", sorted(TPU_REMAT_NONE_ALL_GATHERS))
 def test_xla_tpu_remat_none_all_gathers_match_the_compiled_steps(case: tuple) -> None:
-    from meshplan.pure.search import TrainingRecipe, collective_totals, search_meshes, xla_collectives
+    from meshplan.pure.cost import TrainingRecipe, xla_collectives
+    from meshplan.pure.search import search_meshes
+    from meshplan.pure.xla import collective_totals
 
     family, mesh, layers, micro_batches, batch = case
     sizes = {k: int(v) for k, v in (p.split("=") for p in mesh.split(","))}
@@ -503,7 +505,9 @@ TPU_GRADIENT_REDUCTIONS = {
 
 @pytest.mark.parametrize("case", sorted(TPU_GRADIENT_REDUCTIONS))
 def test_xla_tpu_gradient_reductions_match_the_compiled_steps(case: tuple) -> None:
-    from meshplan.pure.search import TrainingRecipe, collective_totals, search_meshes, xla_collectives
+    from meshplan.pure.cost import TrainingRecipe, xla_collectives
+    from meshplan.pure.search import search_meshes
+    from meshplan.pure.xla import collective_totals
 
     family, mesh, layers, remat = case
     sizes = {k: int(v) for k, v in (p.split("=") for p in mesh.split(","))}

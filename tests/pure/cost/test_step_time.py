@@ -78,7 +78,7 @@ def test_plan_json_round_trip_keeps_step_times():
 
 def test_a_device_without_a_peak_prices_no_compute_and_claims_no_mfu():
     # The demo's simulated CPU has no peak FLOP/s: the verdict must not print "compute 0 s, MFU 0%".
-    from meshplan.pure.search import Cluster, DeviceSpec
+    from meshplan.pure.cluster import Cluster, DeviceSpec
 
     device = DeviceSpec("no-peak", hbm_bytes=80 * 2**30, intra_bandwidth=100e9, inter_bandwidth=10e9,
                         intra_latency_s=5e-6, inter_latency_s=2e-5, devices_per_node=8)

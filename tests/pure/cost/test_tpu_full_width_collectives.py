@@ -16,14 +16,9 @@ import dataclasses
 import pytest
 
 from meshplan.pure.presets import MODEL_SPECS
-from meshplan.pure.search import (
-    TrainingRecipe,
-    collective_shares,
-    collective_totals,
-    ratio_table,
-    search_meshes,
-    xla_collectives,
-)
+from meshplan.pure.cost import TrainingRecipe, xla_collectives
+from meshplan.pure.search import search_meshes
+from meshplan.pure.xla import collective_shares, collective_totals, ratio_table
 
 MINOR = 0.02  # as bench_collectives: kinds under 2% of the step's compiled and priced bytes are not held
 

@@ -16,12 +16,9 @@ from hypothesis import strategies as st
 
 from meshplan.pure import parse_cluster
 from meshplan.pure.presets import MODEL_SPECS
-from meshplan.pure.search import (
-    TrainingRecipe,
-    collective_totals,
-    search_meshes,
-    xla_collectives,
-)
+from meshplan.pure.cost import TrainingRecipe, xla_collectives
+from meshplan.pure.search import search_meshes
+from meshplan.pure.xla import collective_totals
 from meshplan.pure.cost._step_collectives import (
     AxisPlacement,
     ParamTraffic,

@@ -12,18 +12,10 @@ from flax import linen as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshplan.pure import (
-    PlanError,
-    SearchResult,
-    export_plan,
-    get_preset,
-    logical_export,
-    maxtext_settings,
-    plan_from_specs,
-    search_meshes,
-)
+from meshplan.pure import PlanError, SearchResult, get_preset, plan_from_specs, search_meshes
+from meshplan.pure.report import export_plan, logical_export, maxtext_settings
 from meshplan.pure.rules import logical_rule_from_json
-from meshplan.pure.search import MAXTEXT_MESH_AXES
+from meshplan.pure.report import MAXTEXT_MESH_AXES
 from meshplan.pure.specs import canonical_entries, spec_from_entries
 from tests.pure.rules.test_logical import HF_LOGICAL
 

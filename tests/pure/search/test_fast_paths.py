@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplan.pure import get_preset, search_meshes
-from meshplan.pure.search import SearchRequest, TrainingRecipe
+from meshplan.pure.cost import TrainingRecipe
+from meshplan.pure.search import SearchRequest
 from meshplan.pure.search._space import Placer
 from meshplan.pure.cost._step_time import overlap_class, step_seconds, step_time
 from meshplan.pure.specs._tree import _plain_paths, path_str, path_strs, tree_facts

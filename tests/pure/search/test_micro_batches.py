@@ -5,7 +5,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from meshplan.pure import PlanError, search_meshes
-from meshplan.pure.search import SearchResult, TrainingRecipe
+from meshplan.pure.cost import TrainingRecipe
+from meshplan.pure.search import SearchResult
 from meshplan.pure.search._space import divisors
 from meshplan.pure.cost._step_collectives import price
 from meshplan.pure.cost._step_time import accumulate, overlap_class

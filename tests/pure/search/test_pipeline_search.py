@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from meshplan.pure.cost._pipeline import bubble_fraction, in_flight, stage_layers
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search._candidate import MeshCandidate
-from meshplan.pure.search._export import maxtext_settings
+from meshplan.pure.report._export import maxtext_settings
 from meshplan.pure.search._pipeline_search import price_pipeline, search_pipelines
 
 

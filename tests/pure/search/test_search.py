@@ -27,7 +27,7 @@ from meshplan.pure import (
     search_meshes,
 )
 from meshplan.pure.presets import build_params, preset_names
-from meshplan.pure.search import TrainingRecipe
+from meshplan.pure.cost import TrainingRecipe
 from meshplan.pure.cost._step_collectives import BATCH_AXES, STORAGE_AXES
 from meshplan.pure.cost._step_memory import head_layout, layer_dims, step_memory
 from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
@@ -203,7 +203,8 @@ def test_memory_figures_equal_the_pure_estimator_of_the_planned_specs(name: str,
 
 def test_master_weights_and_grad_dtype_are_counted_like_the_estimator() -> None:
     preset = get_preset("llama3-8b")
-    result = search_meshes("llama3-8b", "2x8xH100", master_weights=True, grad_dtype=F32, top_k=2)
+    recipe = TrainingRecipe(master_weights=True, grad_dtype="float32")
+    result = search_meshes("llama3-8b", "2x8xH100", recipe=recipe, top_k=2)
     for cand in result.candidates:
         est = estimate_training_memory(preset.params, cand.specs_for(preset.params), cand.mesh_shape,
                                        optimizer_copies=3, optimizer_dtype=F32, grad_dtype=F32)

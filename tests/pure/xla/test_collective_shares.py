@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplan.pure.errors import MeshplanTypeError
-from meshplan.pure.search import HLO_COLLECTIVE_KINDS, collective_shares, ratio_table
+from meshplan.pure.xla import HLO_COLLECTIVE_KINDS, collective_shares, ratio_table
 
 _totals = st.dictionaries(st.sampled_from(HLO_COLLECTIVE_KINDS),
                           st.tuples(st.integers(0, 10**12), st.integers(0, 10**4)), max_size=5)

@@ -1,8 +1,9 @@
-"""A search result's summary as GitHub-flavoured markdown, ready to paste into a pull request.
+"""A plan's summary as GitHub-flavoured markdown, ready to paste into a pull request.
 
-The same facts as the terminal summary (:mod:`meshplan.pure.search._summary`): the header, the ranked
-table, the pipeline layouts when given (:mod:`meshplan.pure.search._pipeline_summary`), the chosen mesh and
-the lines to type.
+The same facts as the terminal summary (:mod:`meshplan.pure.report._summary`): the header, the ranked
+table with its compiled peaks, what verification adds (:mod:`meshplan.pure.report._verified`), the pipeline
+layouts when searched (:mod:`meshplan.pure.report._pipeline_summary`) and their compiled peaks, the chosen
+mesh and the lines to type.
 
 Example:
   >>> from meshplan.pure import search_meshes
@@ -16,20 +17,16 @@ Example:
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
 
 from meshplan.pure._format import fmt_bytes
-from meshplan.pure.errors import MeshplanTypeError
-from meshplan.pure.search._pipeline_search import PipelineSearch
-from meshplan.pure.search._pipeline_summary import (
+from meshplan.pure.report._pipeline_summary import (
     PIPELINE_COLUMNS,
-    check_pipelines,
     pipeline_headline,
     pipeline_rows,
     pipelines_intro,
 )
-from meshplan.pure.search._result import SearchResult
-from meshplan.pure.search._summary import (
+from meshplan.pure.report._report import PlanReport, as_report
+from meshplan.pure.report._summary import (
     RANK_COLUMNS,
     create_mesh_call,
     header_facts,
@@ -39,6 +36,8 @@ from meshplan.pure.search._summary import (
     ranked_rows,
     seconds,
 )
+from meshplan.pure.report._verified import pipeline_verification_lines, verification_lines
+from meshplan.pure.search import PipelineSearch, SearchResult
 
 __all__ = ["plan_markdown"]
 
@@ -70,20 +69,21 @@ def _pipelines(found: PipelineSearch, result: SearchResult) -> list[str]:
     return lines
 
 
-def plan_markdown(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
-                  budget_source: str = "--headroom", pipelines: PipelineSearch | None = None) -> str:
-    """The summary as markdown: a heading, the facts as a list, the ranked table, the pipeline layouts (when
-    ``pipelines`` is given: what :func:`~meshplan.pure.search.search_pipelines` found for the same request),
-    the chosen mesh and a python block with the ``create_mesh`` call. ``compiled``: mesh text -> (XLA's
-    compiled peak, which compiler and version) for the meshes verified, shown as exact. Without
-    ``pipelines`` the text is exactly what it was before pipelines were shown."""
-    if not isinstance(result, SearchResult):
-        raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult (search_meshes(...)), not "
-                                f"{type(result).__name__}.")
-    found = None if pipelines is None else check_pipelines(pipelines)
+def plan_markdown(report: PlanReport | SearchResult) -> str:
+    """The summary as markdown: a heading, the facts as a list, the ranked table (compiled peaks marked
+    exact), what verification removed or could not check, the pipeline layouts and their compiled peaks (when
+    the report has them), the chosen mesh and a python block with the ``create_mesh`` call.
+
+    Raises:
+      MeshplanTypeError: ``report`` is neither a :class:`~meshplan.pure.report.PlanReport` nor a search result.
+    """
+    report = as_report(report)
+    result, compiled, found = report.result, report.compiled, report.pipelines
     req, best = result.request, result.best
     lines = [f"### meshplan plan: {req.model} on {req.cluster.text}", ""]
-    lines += [f"- **{label}**: {_cell(fact)}" for label, fact in header_facts(result, budget_source=budget_source)]
+    lines += [f"- **{label}**: {_cell(fact)}" for label, fact in header_facts(result,
+                                                                            budget_source=report.budget_source)]
+    lines += [f"- **note**: {_cell(note)}" for note in report.notes]
     by = "step time" if req.rank_by == "time" else "communication"
     lines += ["", (f"**Ranked meshes**: {result.num_fitting} of {result.num_candidates} fit; top "
                   f"{len(result.candidates)} by predicted {by}."), ""]
@@ -91,10 +91,14 @@ def plan_markdown(result: SearchResult, *, compiled: Mapping[str, tuple[int, str
     lines.append("|" + "|".join("--:" if c.numeric else ":--" for c in RANK_COLUMNS) + "|")
     for row in ranked_rows(result, compiled):
         lines.append("| " + " | ".join(_cell(row[c.key]) for c in RANK_COLUMNS) + " |")
-    for mesh, (_, source) in sorted((compiled or {}).items()):
+    for mesh, (_, source) in sorted(compiled.items()):
         lines.append(f"\n`{mesh}`: exact = XLA's compiled peak ({_cell(source)}).")
+    lines += [f"\n{_inline(line)}" for line in verification_lines(report)]
     if found is not None:
         lines += ["", *_pipelines(found, result)]
+    elif report.pipeline_note:
+        lines += ["", f"Pipeline layouts: {_inline(report.pipeline_note)}."]
+    lines += [f"\n{_inline(line)}" for line in pipeline_verification_lines(report)]
     bounds = memory_range(result, best)
     mem = f"{fmt_bytes(best.memory.total)} of the {fmt_bytes(best.memory.budget)} budget (estimate" + (
         ")" if bounds is None else f", range {range_text(bounds)})")

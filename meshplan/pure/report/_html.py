@@ -1,13 +1,14 @@
-"""A search result as one self-contained HTML page (or a notebook fragment): inline CSS and SVG only.
+"""A plan as one self-contained HTML page (or a notebook fragment): inline CSS and SVG only.
 
 No scripts, no external fonts, images or styles: the page opens the same from a pull request attachment,
 a chat upload or a laptop with no network. It shows the summary's facts
-(:mod:`meshplan.pure.search._summary`): the header, the ranked table, per ranked mesh a memory bar
+(:mod:`meshplan.pure.report._summary`): the header, the ranked table, per ranked mesh a memory bar
 (params, grads, optimizer, activations against the budget, the estimate's range, the compiled peak where
-verified) and a step-time bar (compute, then each collective's exposed seconds), the pipeline layouts when
-given (:mod:`meshplan.pure.search._pipeline_summary`'s table, each row with a bar of its step and bubble
-against the best unpipelined step, the left-out lines collapsed), the chosen mesh's device grid coloured by
-axis group with hosts (and slices) outlined, and the lines to type.
+verified) and a step-time bar (compute, then each collective's exposed seconds), what verification adds
+(:mod:`meshplan.pure.report._verified`: the meshes removed, the rows not verified and why), the pipeline
+layouts when searched (:mod:`meshplan.pure.report._pipeline_summary`'s table, each row with a bar of its step
+and bubble against the best unpipelined step, the left-out lines collapsed) and their compiled peaks, the
+chosen mesh's device grid coloured by axis group with hosts (and slices) outlined, and the lines to type.
 
 Example:
   >>> from meshplan.pure import search_meshes
@@ -23,20 +24,17 @@ from collections.abc import Mapping, Sequence
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster._cluster import Cluster
-from meshplan.pure.errors import MeshplanTypeError
 from meshplan.pure.mesh._hybrid import HybridMeshShape
-from meshplan.pure.search._pipeline_search import PipelineSearch
-from meshplan.pure.search._pipeline_summary import (
+from meshplan.pure.report._pipeline_summary import (
     PIPELINE_COLUMNS,
     best_unpipelined_s,
-    check_pipelines,
     pipeline_headline,
     pipeline_layouts,
     pipeline_rows,
     pipelines_intro,
 )
-from meshplan.pure.search._result import SearchResult
-from meshplan.pure.search._summary import (
+from meshplan.pure.report._report import PlanReport, as_report
+from meshplan.pure.report._summary import (
     RANK_COLUMNS,
     create_mesh_call,
     header_facts,
@@ -45,7 +43,7 @@ from meshplan.pure.search._summary import (
     range_text,
     ranked_rows,
 )
-from meshplan.pure.search._svg import (
+from meshplan.pure.report._svg import (
     BUBBLE_COLOR,
     MEMORY_COLORS,
     bubble_bar,
@@ -54,6 +52,8 @@ from meshplan.pure.search._svg import (
     memory_bar,
     step_bar,
 )
+from meshplan.pure.report._verified import pipeline_verification_lines, verification_lines
+from meshplan.pure.search import PipelineSearch, SearchResult
 
 __all__ = ["CSS", "mesh_html", "plan_html"]
 
@@ -93,13 +93,6 @@ CSS = """
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _check(result: object) -> SearchResult:
-    if not isinstance(result, SearchResult):
-        raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult (search_meshes(...)), not "
-                                f"{type(result).__name__}.")
-    return result
 
 
 def _ranked_table(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -> str:
@@ -191,22 +184,33 @@ def _snippets(result: SearchResult) -> str:
             f"{layout}")
 
 
-def _body(result: SearchResult, compiled: Mapping[str, tuple[int, str]], budget_source: str,
-          pipelines: PipelineSearch | None = None) -> str:
+def _notes(lines: Sequence[str], cls: str) -> str:
+    return "".join(f'<p class="note {cls}">{_e(line)}</p>' for line in lines)
+
+
+def _body(report: PlanReport) -> str:
+    result, compiled, pipelines = report.result, dict(report.compiled), report.pipelines
     req, best = result.request, result.best
-    facts = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in header_facts(result, budget_source=budget_source))
+    facts = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>"
+                    for k, v in (*header_facts(result, budget_source=report.budget_source),
+                                 *(("note", n) for n in report.notes)))
     left = sum(r.count for r in result.rejections)
     over = "".join(f"<li>{_e(c.text)}: {_e(c.verdict)}</li>" for c in result.rejected)
     reasons = "".join(f"<li>{_e(r.example)} ({r.count} mesh{'es' if r.count != 1 else ''}, {_e(r.kind)})</li>"
                       for r in result.rejections)
+    exact = "".join(f'<p class="note exact">{_e(mesh)}: exact = XLA\'s compiled peak ({_e(source)}).</p>'
+                    for mesh, (_, source) in sorted(compiled.items()))
+    no_pipelines = (f'<h2 id="pipelines">Pipeline layouts</h2><p class="note">{_e(report.pipeline_note)}.</p>'
+                    if pipelines is None and report.pipeline_note else "")
     by = "step time" if req.rank_by == "time" else "communication"
     return "".join([
         f"<h1>meshplan plan: {_e(req.model)} on {_e(req.cluster.text)}</h1>",
         f'<dl class="facts">{facts}</dl>',
         (f"<h2>Ranked meshes</h2><p>{result.num_fitting} of {result.num_candidates} meshes fit; the top "
         f"{len(result.candidates)} by predicted {by}.</p>"),
-        _ranked_table(result, compiled),
-        "" if pipelines is None else _pipelines(pipelines, result),
+        _ranked_table(result, compiled), exact, _notes(verification_lines(report), "verification"),
+        _pipelines(pipelines, result) if pipelines is not None else no_pipelines,
+        _notes(pipeline_verification_lines(report), "pipeline-verification"),
         "<h2>Memory and step time per mesh</h2>", _legend(result), _candidates(result, compiled),
         f"<h2>Chosen mesh: {_e(best.text)}</h2>",
         device_grid_svg(req.cluster, best.axis_names, best.hybrid),
@@ -222,29 +226,25 @@ def _page(title: str, body: str) -> str:
             f'<body><main class="meshplan">{body}</main></body></html>\n')
 
 
-def plan_html(result: SearchResult, *, compiled: Mapping[str, tuple[int, str]] | None = None,
-              fragment: bool = False, budget_source: str = "--headroom",
-              pipelines: PipelineSearch | None = None) -> str:
-    """The search result as HTML.
+def plan_html(report: PlanReport | SearchResult, *, fragment: bool = False) -> str:
+    """The plan as HTML.
 
     Args:
-      result: what :func:`~meshplan.pure.search_meshes` returned.
-      compiled: mesh text (``"dp=2,fsdp=32"``) -> (XLA's compiled peak bytes, which compiler and version), for
-        the meshes verified; they are drawn as exact next to the estimate.
+      report: a :class:`~meshplan.pure.report.PlanReport` (the ranked meshes, their compiled peaks, the
+        pipeline layouts and theirs), or a bare search result (its estimates alone).
       fragment: a ``<div>`` with its own scoped ``<style>`` (for a notebook) instead of a whole page.
-      budget_source: where the headroom came from, as the header says.
-      pipelines: what :func:`~meshplan.pure.search.search_pipelines` found for the same request: a "Pipeline
-        layouts" section after the ranked table. ``None`` (the default): the page is exactly as without it.
 
     Returns:
       A self-contained HTML document (or fragment): inline CSS and SVG, no scripts, nothing fetched.
+
+    Raises:
+      MeshplanTypeError: ``report`` is neither a report nor a search result.
     """
-    result = _check(result)
-    found = None if pipelines is None else check_pipelines(pipelines)
-    body = _body(result, dict(compiled or {}), budget_source, found)
+    report = as_report(report)
+    body = _body(report)
     if fragment:
         return f'<div class="meshplan"><style>{CSS}</style>{body}</div>'
-    return _page(f"meshplan plan: {result.request.model} on {result.request.cluster.text}", body)
+    return _page(f"meshplan plan: {report.result.request.model} on {report.result.request.cluster.text}", body)
 
 
 def mesh_html(cluster: Cluster, names: Sequence[str], hybrid: HybridMeshShape) -> str:

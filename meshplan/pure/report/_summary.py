@@ -25,16 +25,17 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from meshplan.pure._format import fmt_bytes
+from meshplan.pure.cluster import default_headroom
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
 from meshplan.pure.cost._memory_spread import Spread, calibration_spread, peak_bounds
 from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
 from meshplan.pure.errors import MeshplanTypeError
 from meshplan.pure.search._candidate import MeshCandidate
-from meshplan.pure.search._export import maxtext_settings
+from meshplan.pure.report._export import maxtext_settings
 from meshplan.pure.search._result import SearchResult
 
-__all__ = ["RANK_COLUMNS", "Column", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
+__all__ = ["RANK_COLUMNS", "Column", "chosen_mesh", "default_budget_source", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
            "memory_range", "moe_dispatch_text", "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
 
 
@@ -158,11 +159,28 @@ def moe_dispatch_text(moe_dispatch: str) -> str:
     return "MoE dropless dispatch (grouped GEMMs over the routed tokens)"
 
 
-def header_facts(result: SearchResult, *, budget_source: str = "--headroom") -> tuple[tuple[str, str], ...]:
+def default_budget_source(result: SearchResult) -> str:
+    """Where a result's headroom came from when nobody said: the library's default in its own words where the
+    request used it (:func:`~meshplan.pure.cluster.default_headroom`), else ``"--headroom"``.
+
+    Example:
+      >>> from meshplan.pure import search_meshes
+      >>> default_budget_source(search_meshes("gpt2", "2x4xH100", batch=8, seq=1024, top_k=1))
+      "jax's GPU allocator takes 75%: its default; --mem-fraction to change"
+    """
+    req = _check(result).request
+    headroom, why = default_headroom(req.cluster)
+    return why if req.headroom == headroom else "--headroom"
+
+
+def header_facts(result: SearchResult, *, budget_source: str | None = None) -> tuple[tuple[str, str], ...]:
     """The summary's header, one fact per ``(label, text)``: model, cluster, budget, step, memory, time.
 
-    ``budget_source`` says where the headroom came from (the CLI's GPU rule: jax's allocator fraction)."""
+    ``budget_source`` says where the headroom came from (the CLI's GPU rule: jax's allocator fraction; default
+    :func:`default_budget_source`)."""
     req = _check(result).request
+    if budget_source is None:
+        budget_source = default_budget_source(result)
     c, recipe = req.cluster, req.recipe
     hosts = f"{c.num_nodes} host{'s' if c.num_nodes != 1 else ''} x {c.devices_per_node}"
     hosts += f", {c.num_slices} slices" if c.num_slices > 1 else ""
@@ -266,6 +284,25 @@ def ranked_rows(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | 
             "verdict": verdict,
         })
     return tuple(rows)
+
+
+def chosen_mesh(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | None = None
+                ) -> tuple[MeshCandidate, tuple[MeshCandidate, ...]]:
+    """``(the mesh a reader should build, the better-ranked ones the compiler put over the budget)``.
+
+    The compiler decides: a ranked mesh whose compiled peak is over the budget is not chosen, the next one is;
+    with every ranked mesh over, the best ranked stays chosen (and the list says so).
+
+    Example:
+      >>> from meshplan.pure import search_meshes
+      >>> result = search_meshes("gpt2", "2x4xH100", batch=8, seq=1024, top_k=2)
+      >>> first, second = result.candidates
+      >>> chosen_mesh(result, {first.text: (2**40, "XLA:GPU")}) == (second, (first,))
+      True
+    """
+    done = dict(compiled or {})
+    over = tuple(c for c in _check(result).candidates if c.text in done and done[c.text][0] > c.memory.budget)
+    return next((c for c in result.candidates if c not in over), result.best), over
 
 
 def create_mesh_call(cand: MeshCandidate, *, width: int = 1000) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from meshplan.pure.errors import MeshplanTypeError
 from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.search._pipeline_search import PipelineSearch
 from meshplan.pure.search._result import SearchResult
-from meshplan.pure.search._summary import Column, seconds
+from meshplan.pure.report._summary import Column, seconds
 
 __all__ = ["PIPELINE_COLUMNS", "best_unpipelined_s", "check_pipelines", "pipeline_headline", "pipeline_layouts",
            "pipeline_rows", "pipelines_intro"]

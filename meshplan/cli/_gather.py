@@ -1,0 +1,109 @@
+"""``meshplan plan``'s facts, gathered once: the search, its verification, the pipeline layouts and theirs.
+
+Everything slow happens here, before anything is shown: the mesh search, the compiles of the best meshes
+(:func:`meshplan.facade.verify.verify_plan`), the pipeline search, and the compiles of the best circular
+pipeline layouts, the schedule meshplan's pipelined step runs (Megatron's 1F1B has no JAX step to compile).
+The result is one :class:`~meshplan.pure.report.PlanReport`; every format renders it and none searches or
+compiles again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from meshplan.cli._flags import headroom_for, reference_config, training_recipe, verification_wanted
+from meshplan.cli._progress import progress
+from meshplan.pure.cluster import parse_cluster
+from meshplan.pure.errors import PlanError
+from meshplan.pure.presets import ModelSpec, pricing_notes
+from meshplan.pure.report import PlanReport
+from meshplan.pure.search import PipelineSearch, SearchResult, search_meshes, search_pipelines
+from meshplan.pure.verify import PlanVerification
+
+__all__ = ["gather_plan"]
+
+_NO_CIRCULAR = "not verified (no circular layout, the schedule meshplan's step compiles, fits the budget)"
+
+
+def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: Any,
+                fixed: dict[str, int]) -> PlanReport:
+    """Search, verify, search the pipeline layouts and verify the best of them, as the flags ask."""
+    cluster = parse_cluster(args.cluster)
+    headroom, budget_source = headroom_for(args, cluster)
+    quiet = args.format == "json"
+    recipe = training_recipe(args)  # backend left to the search, which takes the cluster's compiler
+    # A spinner on stderr (only on a terminal, never with --json): large clusters take seconds to search.
+    with progress(f"searching meshes of {args.cluster} for {args.model}", quiet=quiet):
+        result = search_meshes(
+            spec, cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule, batch=args.batch,
+            seq=args.seq, headroom=headroom, activations=not args.no_activations,
+            tp_within_domain=not args.allow_tp_dcn, ep_within_domain=args.ep_within_domain, top_k=args.top,
+            recipe=recipe, efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches)
+    verify = verification_wanted(args) and args.format not in ("flax", "maxtext")
+    checked = _verify(result, spec, args) if verify else None
+    report = PlanReport(result, verification=checked, budget_source=budget_source,
+                        notes=tuple(pricing_notes(spec, seq=result.request.seq)))
+    if args.no_pipeline or args.format in ("flax", "maxtext"):
+        return report
+    found, why_none = _pipelines(result, spec, args, fixed, headroom, quiet=quiet)
+    if found is None:
+        return _replace(report, pipeline_note=why_none or "")
+    report = _replace(report, pipelines=found)
+    if checked is None or not checked.compiler:  # nothing compiled, or no compiler: the plan said what to install
+        return report
+    return _verify_pipelines(report, spec, args, headroom, spent_s=checked.seconds)
+
+
+def _replace(report: PlanReport, **changes: Any) -> PlanReport:
+    return dataclasses.replace(report, **changes)
+
+
+def _verify(result: SearchResult, spec: ModelSpec, args: argparse.Namespace) -> PlanVerification:
+    """The top ``--verify K`` (default 3) meshes compiled: rows exact, estimates, removed or not verified."""
+    from meshplan.facade.verify import verify_plan  # lazily: the facade imports jax
+
+    req = result.request
+    return verify_plan(result, model=spec, top=args.verify or 3, target=args.target,
+                       config=reference_config(args, req.param_dtype), time_budget_s=args.verify_time)
+
+
+def _pipelines(result: SearchResult, spec: ModelSpec, args: argparse.Namespace, fixed: dict[str, int],
+               headroom: float, *, quiet: bool) -> tuple[PipelineSearch | None, str | None]:
+    """The pipeline layouts (``pp`` outermost) for the same model, cluster, batch, recipe and budget as the
+    plan: ``(PipelineSearch, None)``, or ``(None, why there are none)``."""
+    if fixed or args.axes or args.params is not None or args.rules is not None:
+        return None, "not searched with --fix, --axes, --params or --rules (they constrain the unpipelined axes only)"
+    try:
+        with progress("searching pipeline layouts", quiet=quiet):
+            found = search_pipelines(spec, result.request.cluster, batch=result.request.batch,
+                                     seq=result.request.seq, recipe=training_recipe(args),
+                                     efficiency=args.efficiency, top_k=args.top, headroom=headroom)
+    except PlanError as err:
+        return None, f"none ({err})"
+    if not found.candidates and not found.left_out:
+        return None, "none (no pp >= 2 divides the cluster's nodes or its devices per node)"
+    return found, None
+
+
+def _verify_pipelines(report: PlanReport, spec: ModelSpec, args: argparse.Namespace, headroom: float, *,
+                      spent_s: float) -> PlanReport:
+    """The best circular layouts compiled (the summary's one; the top ``--verify K`` under ``--detail``) in
+    what is left of ``--verify-time`` after the unpipelined meshes."""
+    from meshplan.facade.verify import verify_pipelines  # lazily: the facade imports jax
+
+    req = report.result.request
+    top = (args.verify or 3) if args.detail else 1
+    try:
+        runnable = search_pipelines(spec, req.cluster, batch=req.batch, seq=req.seq, recipe=training_recipe(args),
+                                    efficiency=args.efficiency, top_k=top, headroom=headroom,
+                                    schedules=("circular",))
+    except PlanError as err:
+        return _replace(report, pipeline_note=f"not verified ({err})")
+    if not runnable.candidates:
+        return _replace(report, pipeline_note=_NO_CIRCULAR)
+    checked = verify_pipelines(runnable, report.result, model=spec, top=top, target=args.target,
+                               config=reference_config(args, req.param_dtype),
+                               time_budget_s=args.verify_time - spent_s)
+    return _replace(report, pipeline_verification=checked)

@@ -1,0 +1,28 @@
+"""A plan for people, and for the tools that take it: the report object, its facts and every renderer.
+
+:class:`PlanReport` holds what ``meshplan plan`` gathers once (the ranked meshes, their verification, the
+pipeline layouts and theirs); the terminal, :func:`plan_markdown`, :func:`plan_html` (with the pictures of
+``_svg``) and ``--json`` (:meth:`PlanReport.to_json`) render that one object from the same facts
+(``_summary``, ``_pipeline_summary``, ``_verified``), so they cannot disagree. :func:`show` displays a report in a
+notebook. The exports turn the best mesh into a flax logical-axis table or MaxText settings
+(:func:`export_plan`, :func:`logical_export`, :func:`maxtext_settings`).
+"""
+
+from meshplan.pure.report._export import (
+    EXPORT_FORMATS,
+    MAXTEXT_AXIS_MAP,
+    MAXTEXT_MESH_AXES,
+    LogicalExport,
+    export_plan,
+    logical_export,
+    maxtext_settings,
+)
+from meshplan.pure.report._html import mesh_html, plan_html
+from meshplan.pure.report._markdown import plan_markdown
+from meshplan.pure.report._notebook import Shown, show
+from meshplan.pure.report._report import PlanReport, as_report
+
+__all__ = ["PlanReport", "Shown", "as_report", "mesh_html", "plan_html", "plan_markdown", "show"]
+# Exports of the best mesh: flax logical rules and MaxText settings.
+__all__ += ["EXPORT_FORMATS", "MAXTEXT_AXIS_MAP", "MAXTEXT_MESH_AXES", "LogicalExport", "export_plan",
+            "logical_export", "maxtext_settings"]
