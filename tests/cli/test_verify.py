@@ -209,6 +209,22 @@ def test_a_gpu_plans_budget_is_what_jaxs_allocator_takes_and_says_so(capsys, mon
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION='lots' must be a fraction in (0, 1]" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("cluster", ["1x8xH100", "2x8xH200", "v5e-8", "v5p-16", "4xA100"])
+def test_the_library_and_the_command_line_give_the_same_budget(capsys, monkeypatch, cluster):
+    # One default for both: search_meshes(headroom=None) and meshplan plan with no --headroom / --mem-fraction.
+    import json
+
+    from meshplan.pure import search_meshes
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    assert cli.main(["plan", "--model", "gpt2", "--cluster", cluster, "--seq", "64", "--no-verify", "--no-pipeline",
+                     "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["request"]
+    library = search_meshes("gpt2", cluster, seq=64).request
+    assert planned["headroom"] == library.headroom
+    assert int(planned["cluster"]["device"]["hbm_bytes"] * (1 - planned["headroom"])) == library.budget
+
+
 def test_check_compiles_for_a_gpu_cluster_with_no_gpu(capsys):
     import json
 

@@ -99,3 +99,7 @@ __all__ += ["CAPACITY_FACTOR", "MOE_DISPATCHES", "MoeDispatch"]
 # pipeline parallelism: layers per stage, the bubble, the stage-boundary sends
 __all__ += ["SCHEDULES", "PipelinePlan", "PipelineTime", "ScheduleMemory", "bubble_fraction", "in_flight",
             "pipeline_time", "plan_stages", "schedule_memory", "send_bytes", "send_time", "stage_layers"]
+# how finely the step-time estimate tells layouts apart (its median error against published runs)
+from meshplan.pure.cost._resolution import STEP_TIME_RESOLUTION, resolution_percent
+
+__all__ += ["STEP_TIME_RESOLUTION", "resolution_percent"]
