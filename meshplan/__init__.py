@@ -66,6 +66,9 @@ _FACADE = {
     "compiled_collectives": "_hlo",
     "PlanVerification": "_verify_row", "VerifyRow": "_verify_row", "verify_plan": "_verify_plan",
     "verify_pipelines": "_verify_pipeline",
+    "Measurement": "_measure", "measure_plan": "_measure",
+    "ProfileSettings": "_profile", "load_profile": "_profile", "profile_machine": "_profile", "save_profile": "_profile",
+    "live_cluster": "_machine",
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -97,6 +100,9 @@ __all__ += ["compiled_collectives"]
 __all__ += ["PlanVerification", "VerifyRow", "verify_pipelines", "verify_plan"]
 # a pipelined train step (stage-stacked weights over pp, ppermute under shard_map)
 __all__ += ["PipelineStep", "pipeline_step"]
+# the hardware decides: time a plan's layouts on the live devices, profile the machine, price plans with it
+__all__ += ["Measurement", "ProfileSettings", "live_cluster", "load_profile", "measure_plan", "profile_machine",
+            "save_profile"]
 
 
 def __getattr__(name: str) -> Any:
@@ -123,6 +129,9 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
     from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
     from meshplan.facade._logical import LogicalShardingRule, logical_names
+    from meshplan.facade._machine import live_cluster
+    from meshplan.facade._measure import Measurement, measure_plan
+    from meshplan.facade._profile import ProfileSettings, load_profile, profile_machine, save_profile
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
     from meshplan.facade._partition_helper import MeshPartitionHelper
     from meshplan.facade._pipeline_step import PipelineStep, pipeline_step
