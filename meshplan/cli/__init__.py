@@ -136,6 +136,7 @@ def _plan(args: argparse.Namespace) -> int:
             activations=not args.no_activations, tp_within_domain=not args.allow_tp_dcn,
             ep_within_domain=args.ep_within_domain, top_k=args.top, recipe=_recipe(args),
             efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
+            profile=_load_profile(args.profile),
         )
     # The compiler decides before anything is shown: the summary and the report mark the verified rows exact.
     checked = _verify.verify_for_plan(result, preset.spec, args) if _verify.verification_wanted(args) else None
@@ -195,8 +196,8 @@ def _search_pipelines(result: Any, spec: Any, args: argparse.Namespace, fixed: d
     try:
         with progress("searching pipeline layouts"):
             found = search_pipelines(spec, result.request.cluster, batch=result.request.batch,
-                                     seq=result.request.seq, recipe=_recipe(args), efficiency=args.efficiency,
-                                     top_k=args.top, headroom=headroom)
+                                     seq=result.request.seq, recipe=_recipe(args),
+                                     efficiency=result.request.efficiency, top_k=args.top, headroom=headroom)
     except PlanError as err:
         return None, f"none ({err})"
     if not found.candidates and not found.left_out:
@@ -227,8 +228,9 @@ def _show_pipelines(found: Any, result: Any, spec: Any, args: argparse.Namespace
     top = (args.verify or 3) if args.detail else 1
     try:
         runnable = search_pipelines(spec, result.request.cluster, batch=result.request.batch,
-                                    seq=result.request.seq, recipe=_recipe(args), efficiency=args.efficiency,
-                                    top_k=top, headroom=headroom, schedules=("circular",))
+                                    seq=result.request.seq, recipe=_recipe(args),
+                                    efficiency=result.request.efficiency, top_k=top, headroom=headroom,
+                                    schedules=("circular",))
     except PlanError as err:
         _console().print(f"pipeline memory: not verified ({err})", markup=False)
         return
@@ -257,6 +259,13 @@ def _user_params(args: argparse.Namespace) -> Any:
         return _params.load_params(args.params)
     except _params.ParamsError as err:
         raise _UserError(str(err)) from None
+
+
+def _load_profile(path: str | None) -> Any:
+    """``--profile FILE`` read (a typed ProfileError naming the file and field), or None."""
+    from meshplan.facade._profile import load_profile
+
+    return None if path is None else load_profile(path)
 
 
 def _recipe(args: argparse.Namespace) -> Any:
@@ -454,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stop starting compiles after S seconds (default 300); the rest stay estimates")
     _verify.add_mem_fraction(plan)
     _verify.add_reference_flags(plan)
+    plan.add_argument("--profile", metavar="FILE",
+                      help="price with this machine profile (meshplan profile --out FILE): its link figures and "
+                           "matmul efficiency replace the catalogue's where it measured them; the header says so")
     plan.set_defaults(func=_plan)
 
     check = sub.add_parser("check", help="compile the reference train step for one mesh; XLA's memory per device")
@@ -487,6 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--devices", type=_demo_devices, default=8,
                       help=f"simulated CPU devices (default 8, at most {_MAX_DEMO_DEVICES})")
     demo.set_defaults(func=_run_demo)
+    from meshplan.cli import _measure, _profile
+
+    _measure.add_parser(sub)
+    _profile.add_parser(sub)
     return parser
 
 

@@ -28,6 +28,7 @@ Devices that are not the plan's cluster (another kind, another count) are refuse
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import gc
 import json
@@ -39,6 +40,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from meshplan.facade._machine import live_cluster, live_devices
@@ -122,27 +124,33 @@ def _layouts(result: SearchResult, top: int, layouts: Sequence[Any] | None) -> l
 
 
 def _materialize(abstract: tuple[Any, Any], vocab: int, seed: int) -> tuple[Any, Any]:
-    """Arrays for a reference step's abstract ``(state, batch)``, placed as their shardings say: weights
-    ``N(0, 0.02)`` (a power-capped GPU draws less on zeros), optimizer state zeros, tokens uniform."""
+    """Arrays for a reference step's abstract ``(state, batch)``, placed as their shardings say, in one program:
+    weights spread over ``+-0.02`` (a power-capped GPU draws less on zeros), optimizer state zeros, tokens
+    spread over the vocabulary. The values come from an iota through the golden ratio, not an RNG: as varied
+    for the timing, and a fraction of the compile (a threefry per leaf took seconds on XLA:CPU)."""
     state, batch = abstract
-    leaves, treedef = jax.tree.flatten(state)
+    leaves, treedef = jax.tree.flatten((state, batch))
     n_params = len(jax.tree.leaves(state[0]))
+    n_state = len(jax.tree.leaves(state))
 
-    def make(key: jax.Array) -> list[jax.Array]:
+    def spread(shape: tuple[int, ...], salt: int) -> jax.Array:
+        size = max(int(np.prod(shape)), 1)
+        x = jax.lax.iota(jnp.float32, size) * 0.6180339887 + (seed + salt) * 0.1234567
+        return (x - jnp.floor(x)).reshape(shape)
+
+    def make() -> list[jax.Array]:
         out = []
         for i, s in enumerate(leaves):
             if i < n_params and jnp.issubdtype(s.dtype, jnp.floating):
-                out.append((0.02 * jax.random.normal(jax.random.fold_in(key, i), s.shape)).astype(s.dtype))
+                out.append(((spread(s.shape, i) - 0.5) * 0.04).astype(s.dtype))
+            elif i >= n_state:  # the token ids
+                out.append((spread(s.shape, i) * vocab).astype(s.dtype) % vocab)
             else:
                 out.append(jnp.zeros(s.shape, s.dtype))
         return out
 
-    arrays = jax.jit(make, out_shardings=[s.sharding for s in leaves])(jax.random.key(seed))
-    tokens = batch["inputs"]
-    ids = jax.jit(lambda k: jax.random.randint(k, tokens.shape, 0, vocab, tokens.dtype),
-                  out_shardings=tokens.sharding)
-    return jax.tree.unflatten(treedef, arrays), {"inputs": ids(jax.random.key(seed + 1)),
-                                                 "targets": ids(jax.random.key(seed + 2))}
+    arrays = jax.jit(make, out_shardings=[s.sharding for s in leaves])()
+    return jax.tree.unflatten(treedef, arrays)  # type: ignore[no-any-return]
 
 
 def _memory(devices: list[Any]) -> list[dict[str, Any] | None]:
@@ -229,6 +237,21 @@ def _layout_job(result: SearchResult, model: Any, cand: MeshCandidate, devices: 
     return {"times": times, "compiled": peak.peak_bytes, "before": before, "after": after}
 
 
+# Layouts abandoned after their timeout whose thread still runs (a compile or a step in XLA). They are joined
+# at interpreter exit: a thread torn down inside XLA's C++ code aborts the process ("terminate called ...").
+_ABANDONED: list[threading.Thread] = []
+_EXIT_WAIT_S = 300.0
+
+
+def _join_abandoned() -> None:
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    for thread in _ABANDONED:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+
+
+atexit.register(_join_abandoned)
+
+
 def _in_thread(job: Callable[[], dict[str, Any]], timeout_s: float) -> tuple[dict[str, Any] | None, Any, bool]:
     """``(result, error, abandoned)`` of ``job`` run in a daemon thread for at most ``timeout_s``."""
     box: dict[str, Any] = {}
@@ -244,6 +267,7 @@ def _in_thread(job: Callable[[], dict[str, Any]], timeout_s: float) -> tuple[dic
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
+        _ABANDONED.append(thread)
         return None, None, True
     return box.get("out"), box.get("err"), False
 

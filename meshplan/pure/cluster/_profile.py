@@ -279,7 +279,8 @@ class StepTiming:
     predicted_rank: int | None = None
 
     def __post_init__(self) -> None:
-        opt_s, opt_b = _optional(_seconds), _optional(_bytes)
+        opt_s = _optional(_seconds)
+        opt_b = _optional(lambda v, w: as_count(v, w, minimum=0, maximum=_MAX_BYTES, error=ProfileError))
         _checked(self, {
             "model": _name, "hidden": _count, "mesh": _name, "batch": _count, "seq": _count,
             "steps": lambda v, w: as_count(v, w, minimum=0, maximum=_MAX_DIM, error=ProfileError),

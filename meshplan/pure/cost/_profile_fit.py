@@ -110,11 +110,11 @@ def fit_link(rows: Sequence[CollectiveTiming], link: str, kind: str | None = Non
     x = np.stack([terms[:, 0] / t, terms[:, 1] * nbytes / t], axis=1)
     ones = np.ones(len(mine))
     (alpha, beta), *_ = np.linalg.lstsq(x, ones, rcond=None)
-    if alpha < 0 or beta <= 0:  # the constrained optimum lies on alpha = 0
+    if not beta > 0 or not math.isfinite(beta):  # time falling (or flat) with the bytes: no bandwidth in it
+        raise ProfileError(f"the {what}'s timings do not grow with the bytes moved; time larger buffers.")
+    if alpha < 0:  # the constrained optimum lies on alpha = 0
         alpha = 0.0
         beta = float(x[:, 1] @ ones / (x[:, 1] @ x[:, 1]))
-    if not beta > 0 or not math.isfinite(beta):
-        raise ProfileError(f"the {what}'s timings do not grow with the bytes moved; time larger buffers.")
     fitted = terms[:, 0] * alpha + terms[:, 1] * nbytes * beta
     error = float(np.max(np.abs(np.log(np.maximum(fitted, 1e-30) / t))))
     return LinkFit(link, kind or "all", float(alpha), float(1.0 / beta), len(mine), error)
@@ -128,7 +128,8 @@ class MatmulFit:
       peak: the FLOP/s efficiencies are fractions of.
       peak_source: ``"catalogue"`` or ``"fastest matmul timed"`` (no datasheet peak known).
       points: ``(hidden, efficiency)`` per hidden size timed, whole matmuls (``tp = 1``) only.
-      e_max, w0: the curve ``e_max x h / (h + w0)`` through them (``w0 = 0``: flat, one hidden size).
+      e_max, w0: the curve ``e_max x h / (h + w0)`` through them, ``e_max <= 1`` (``w0 = 0``: flat, one
+        hidden size).
       fp8_ratio: FP8 over bf16 rate at the same shapes (``None``: no FP8 timed); reported, not priced (the
         cost model reads :data:`~meshplan.pure.cost._matmul_dtype.FP8_EFFICIENCY_RATIO`).
     """
@@ -161,11 +162,13 @@ def _curve(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
 
     def cost(w0: float) -> tuple[float, float]:
         shift = np.log1p(w0 / h)
-        log_emax = float(np.mean(log_e + shift))
+        # e_max <= 1: no curve may promise more than the peak (the squared error is convex in log e_max, so
+        # the bounded optimum is the clipped one).
+        log_emax = min(float(np.mean(log_e + shift)), 0.0)
         return float(np.sum((log_e - log_emax + shift) ** 2)), math.exp(log_emax)
 
     if len(points) < 2:
-        return math.exp(float(log_e[0])), 0.0
+        return min(math.exp(float(log_e[0])), 1.0), 0.0
     grid = [0.0, *np.geomspace(1.0, 1e6, 241).tolist()]
     best = min(range(len(grid)), key=lambda i: (cost(grid[i])[0], i))
     lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
