@@ -189,7 +189,7 @@ def _run(fn: Any, args: tuple[Any, ...], *, steps: int, warmup: int, deadline: f
     for i in range(warmup + steps):
         start = time.perf_counter()
         out = fn(*args)
-        jax.block_until_ready(out)
+        jax.block_until_ready(out)  # type: ignore[no-untyped-call]  # unannotated in jax
         if i >= warmup:
             times.append(time.perf_counter() - start)
         if carry and _carries(out, args):
@@ -204,7 +204,7 @@ def _run(fn: Any, args: tuple[Any, ...], *, steps: int, warmup: int, deadline: f
 def _carries(out: Any, args: tuple[Any, ...]) -> bool:
     """Whether a step's first output is its next state: a tuple whose head has the first argument's structure."""
     return (isinstance(out, (tuple, list)) and len(out) > 0 and len(args) > 0
-            and jax.tree.structure(out[0]) == jax.tree.structure(args[0]))
+            and jax.tree.structure(out[0]) == jax.tree.structure(args[0]))  # type: ignore[operator]
 
 
 def _layout_job(result: SearchResult, model: Any, cand: MeshCandidate, devices: list[Any], *, step: Any,

@@ -19,6 +19,7 @@ iteration depending on the one before (so XLA can neither hoist nor merge them),
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -46,11 +47,11 @@ METHODS = {
 
 
 def _median_seconds(run: Callable[[], Any], repeats: int, inner: int) -> float:
-    jax.block_until_ready(run())  # compile and warm up
+    jax.block_until_ready(run())  # type: ignore[no-untyped-call]  # compile and warm up; unannotated in jax
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(run())
+        jax.block_until_ready(run())  # type: ignore[no-untyped-call]
         times.append(time.perf_counter() - start)
     return max(statistics.median(times) / inner, 1e-12)
 
@@ -64,8 +65,7 @@ def time_matmuls(shapes: Sequence[tuple[int, int, str, int, int, int]], *, devic
         a = jax.device_put(jax.random.normal(key, (m, k), jnp.bfloat16), device)
         b = jax.device_put(jax.random.normal(key, (k, n), jnp.bfloat16) * (1.0 / k**0.5), device)
         for dtype in dtypes:
-            fn = _matmul_loop(dtype, inner)
-            seconds = _median_seconds(lambda fn=fn: fn(a, b), repeats, inner)
+            seconds = _median_seconds(functools.partial(_matmul_loop(dtype, inner), a, b), repeats, inner)
             out.append(MatmulTiming(label, hidden, tp, m, k, n, dtype, seconds))
         del a, b
     return tuple(out)
@@ -80,7 +80,8 @@ def _matmul_loop(dtype: str, inner: int) -> Any:
             return acc + jnp.matmul(x, bb, preferred_element_type=jnp.bfloat16)
 
         zero = jnp.zeros((a.shape[0], b.shape[1]), jnp.bfloat16)
-        return jax.lax.fori_loop(0, inner, body, zero)
+        out: jax.Array = jax.lax.fori_loop(0, inner, body, zero)
+        return out
 
     return jax.jit(run)
 
@@ -90,7 +91,8 @@ def time_memory(sizes: Sequence[int], *, device: Any, repeats: int, inner: int) 
     out = []
 
     def passes(x: jax.Array) -> jax.Array:
-        return jax.lax.fori_loop(0, inner, lambda i, y: y * 0.999 + 1.0, x)
+        out: jax.Array = jax.lax.fori_loop(0, inner, lambda i, y: y * 0.999 + 1.0, x)
+        return out
 
     fn = jax.jit(passes, donate_argnums=0)
     for nbytes in sizes:
@@ -115,19 +117,27 @@ class _Axis:
 
 def _collective(kind: str, axis: str, n: int, inner: int) -> Callable[[jax.Array], jax.Array]:
     """The per-device loop body of one kind over ``axis`` (the local buffer in, the same shape out)."""
-    def one(x: jax.Array) -> jax.Array:
-        if kind == "all-reduce":
-            return jax.lax.psum(x, axis)
-        if kind == "all-gather":
-            return jax.lax.all_gather(x, axis, tiled=True)[: x.shape[0]]
-        if kind == "reduce-scatter":
-            part = jax.lax.psum_scatter(x, axis, tiled=True)
-            return jax.lax.dynamic_update_slice(x, part, (0,))
-        if kind == "all-to-all":
-            return jax.lax.all_to_all(x, axis, 0, 0, tiled=True)
-        return jax.lax.ppermute(x, axis, [(i, (i + 1) % n) for i in range(n)])
+    lax: Any = jax.lax  # the collectives are unannotated in jax
 
-    return lambda x: jax.lax.fori_loop(0, inner, lambda i, y: one(y), x)
+    def one(x: jax.Array) -> jax.Array:
+        out: jax.Array
+        if kind == "all-reduce":
+            out = lax.psum(x, axis)
+        elif kind == "all-gather":
+            out = lax.all_gather(x, axis, tiled=True)[: x.shape[0]]
+        elif kind == "reduce-scatter":
+            out = lax.dynamic_update_slice(x, lax.psum_scatter(x, axis, tiled=True), (0,))
+        elif kind == "all-to-all":
+            out = lax.all_to_all(x, axis, 0, 0, tiled=True)
+        else:
+            out = lax.ppermute(x, axis, [(i, (i + 1) % n) for i in range(n)])
+        return out
+
+    def loop(x: jax.Array) -> jax.Array:
+        out: jax.Array = lax.fori_loop(0, inner, lambda i, y: one(y), x)
+        return out
+
+    return loop
 
 
 def _local_elements(kind: str, nbytes: int, n: int) -> int:
@@ -142,7 +152,7 @@ def time_collectives(grid: Sequence[Sequence[Any]], *, kinds: Sequence[str], siz
     that has more than one device: ``"inter"`` across the domains, ``"intra"`` inside each."""
     devices = np.array([list(row) for row in grid], dtype=object)
     mesh = Mesh(devices, ("inter", "intra"))
-    spec = PartitionSpec(("inter", "intra"))
+    spec = PartitionSpec(("inter", "intra"))  # type: ignore[no-untyped-call]
     sharding = NamedSharding(mesh, spec)
     axes = [_Axis(link, link, int(devices.shape[i])) for i, link in enumerate(("inter", "intra"))
             if devices.shape[i] > 1]
@@ -154,7 +164,7 @@ def time_collectives(grid: Sequence[Sequence[Any]], *, kinds: Sequence[str], siz
             for nbytes in sizes:
                 local = _local_elements(kind, nbytes, axis.size)
                 x = jax.device_put(jnp.zeros((local * devices.size,), jnp.float32), sharding)
-                seconds = _median_seconds(lambda fn=fn, x=x: fn(x), repeats, inner)
+                seconds = _median_seconds(functools.partial(fn, x), repeats, inner)
                 moved = 4 * local * (axis.size if kind == "all-gather" else 1)
                 out.append(CollectiveTiming(axis.link, kind, axis.size, moved, seconds))
                 del x

@@ -22,6 +22,8 @@ from meshplan.pure.cluster._machine import (
 )
 from meshplan.pure.cluster._measured import MEASURE_FORMAT, measure_document, rank_measured, read_measure
 from meshplan.pure.cluster._profile import (
+    LINK_KINDS,
+    PROFILE_COLLECTIVES,
     PROFILE_FORMAT,
     CollectiveTiming,
     MachineProfile,
@@ -34,6 +36,6 @@ from meshplan.pure.cluster._topology import TpuTopology, tpu_topology
 __all__ = ["Cluster", "DEVICE_SPECS", "DeviceSpec", "Link", "TpuTopology", "parse_cluster", "select_link",
            "tpu_topology"]
 # a machine as measured: live device facts -> a Cluster, and the profile of timings
-__all__ += ["CPU_DEVICE_NAME", "MEASURE_FORMAT", "PROFILE_FORMAT", "CollectiveTiming", "MachineProfile",
+__all__ += ["CPU_DEVICE_NAME", "LINK_KINDS", "MEASURE_FORMAT", "PROFILE_COLLECTIVES", "PROFILE_FORMAT", "CollectiveTiming", "MachineProfile",
             "MatmulTiming", "MemoryTiming", "StepTiming", "check_profile_device", "cpu_device", "device_for_kind",
             "link_grid", "machine_cluster", "measure_document", "rank_measured", "read_measure"]

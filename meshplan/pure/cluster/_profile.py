@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -293,8 +294,8 @@ class StepTiming:
         if ran == bool(self.error):
             raise ProfileError(f"StepTiming {self.mesh!r}: a row has a measured step or an error, not both or "
                                f"neither (measured_step_s={self.measured_step_s}, error={self.error!r:.60}).")
-        if ran and not (self.measured_min_s is not None and self.measured_max_s is not None
-                        and self.measured_min_s <= self.measured_step_s <= self.measured_max_s and self.steps):
+        low, mid, high = self.measured_min_s, self.measured_step_s, self.measured_max_s
+        if mid is not None and not (low is not None and high is not None and low <= mid <= high and self.steps):
             raise ProfileError(f"StepTiming {self.mesh!r}: measured_min_s <= measured_step_s <= measured_max_s "
                                f"must hold over steps >= 1 (got {self.measured_min_s}, {self.measured_step_s}, "
                                f"{self.measured_max_s} over {self.steps}).")
@@ -349,7 +350,7 @@ def _at(where: str, make: Callable[[], T]) -> T:
 
 def _list_of(where: str, from_dict: Callable[[Any], T], items: Any) -> tuple[T, ...]:
     seq = _at(where, lambda: as_sequence(items, where))
-    return tuple(_at(f"{where}[{i}]", lambda item=item: from_dict(item)) for i, item in enumerate(seq))
+    return tuple(_at(f"{where}[{i}]", functools.partial(from_dict, item)) for i, item in enumerate(seq))
 
 
 def _reader(cls: type[T]) -> Callable[[Any], T]:
@@ -509,7 +510,7 @@ def _from_dict(cls: type[MachineProfile], data: Any) -> MachineProfile:
             fields[name] = _list_of(name, read, fields[name])
     for name in ("versions", "methods"):
         if name in fields:
-            fields[name] = _at(name, lambda name=name: _pairs(fields[name], name))
+            fields[name] = _at(name, functools.partial(_pairs, fields[name], name))
     try:
         made = cls(**fields)
     except MeshplanError as err:  # the message names the field (MachineProfile: device_count=0 ...)

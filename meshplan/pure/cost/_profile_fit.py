@@ -37,12 +37,20 @@ from typing import Any
 
 import numpy as np
 
+from meshplan.pure._check import as_choice, as_count, as_real, as_sequence
 from meshplan.pure.cluster._link import Link
-from meshplan.pure.cluster._profile import CollectiveTiming, MatmulTiming, StepTiming
+from meshplan.pure.cluster._profile import LINK_KINDS, PROFILE_COLLECTIVES, CollectiveTiming, MatmulTiming, StepTiming
 from meshplan.pure.cost._collective_time import collective_time
 from meshplan.pure.errors import MeshplanTypeError, ProfileError
 
 __all__ = ["LinkFit", "MatmulFit", "StepFit", "fit_link", "fit_matmuls", "fit_steps", "ring_terms"]
+
+
+def _rows(rows: Any, cls: type[Any]) -> list[Any]:
+    items = list(as_sequence(rows, "rows"))
+    if not all(isinstance(r, cls) for r in items):
+        raise MeshplanTypeError(f"rows must be {cls.__name__} records.")
+    return items
 
 
 def ring_terms(kind: str, n: int) -> tuple[float, float]:
@@ -52,6 +60,8 @@ def ring_terms(kind: str, n: int) -> tuple[float, float]:
       >>> ring_terms("all-reduce", 4), ring_terms("collective-permute", 8)
       ((6.0, 1.5), (1.0, 1.0))
     """
+    kind = as_choice(kind, "kind", PROFILE_COLLECTIVES, error=ProfileError)
+    n = as_count(n, "n", maximum=2**31, error=ProfileError)
     if kind == "collective-permute":
         return 1.0, 1.0
     a = float(collective_time(kind, 0, n, Link(1.0, 1.0)))  # type: ignore[arg-type]
@@ -96,8 +106,9 @@ def fit_link(rows: Sequence[CollectiveTiming], link: str, kind: str | None = Non
         the bytes (no bandwidth to fit).
       MeshplanTypeError: rows that are not :class:`~meshplan.pure.cluster.CollectiveTiming`.
     """
-    if not all(isinstance(r, CollectiveTiming) for r in rows):
-        raise MeshplanTypeError("rows must be CollectiveTiming records.")
+    rows = _rows(rows, CollectiveTiming)
+    link = as_choice(link, "link", LINK_KINDS, error=ProfileError)
+    kind = None if kind is None else as_choice(kind, "kind", PROFILE_COLLECTIVES, error=ProfileError)
     mine = [r for r in rows if r.link == link and (kind is None or r.kind == kind)]
     what = f"{link} link" + (f" ({kind})" if kind else "")
     if len({(r.kind, r.devices, r.nbytes) for r in mine}) < 2 or len({r.nbytes for r in mine}) < 2:
@@ -193,8 +204,8 @@ def fit_matmuls(rows: Sequence[MatmulTiming], peak: float | None) -> MatmulFit |
       >>> fit.points, round(fit.at(2048), 3)
       (((1024, 0.3), (4096, 0.6)), 0.45)
     """
-    if not all(isinstance(r, MatmulTiming) for r in rows):
-        raise MeshplanTypeError("rows must be MatmulTiming records.")
+    rows = _rows(rows, MatmulTiming)
+    peak = None if peak is None else as_real(peak, "peak", error=ProfileError)
     whole = [r for r in rows if r.dtype == "bfloat16" and r.tp == 1]
     if not whole:
         return None
@@ -212,7 +223,9 @@ def fit_matmuls(rows: Sequence[MatmulTiming], peak: float | None) -> MatmulFit |
 
 def _fp8_ratio(rows: Sequence[MatmulTiming]) -> float | None:
     """FP8 over bf16 rate, FLOP-weighted over the shapes timed in both."""
-    shape = lambda r: (r.label, r.hidden, r.tp, r.m, r.k, r.n)  # noqa: E731
+    def shape(r: MatmulTiming) -> tuple[str, int, int, int, int, int]:
+        return (r.label, r.hidden, r.tp, r.m, r.k, r.n)
+
     bf16 = {shape(r): r for r in rows if r.dtype == "bfloat16"}
     pairs = [(bf16[shape(r)], r) for r in rows if r.dtype != "bfloat16" and shape(r) in bf16]
     if not pairs:
@@ -286,8 +299,9 @@ def fit_steps(rows: Sequence[StepTiming], efficiency_at: Callable[[int], float])
       >>> round(fit_steps([row], lambda h: 0.5).scale, 3)  # 0.05 s at the peak took 0.2 s: half of 0.5
       0.5
     """
-    if not all(isinstance(r, StepTiming) for r in rows):
-        raise MeshplanTypeError("rows must be StepTiming records.")
+    rows = _rows(rows, StepTiming)
+    if not callable(efficiency_at):
+        raise MeshplanTypeError(f"efficiency_at={efficiency_at!r:.60} must be a function of the hidden size.")
     usable = _usable(rows)
     if not usable:
         return None

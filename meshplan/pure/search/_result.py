@@ -112,7 +112,11 @@ class SearchRequest:
         out["axes"] = list(self.axes)
         out["fixed"] = [list(p) for p in self.fixed]
         out["recipe"] = self.recipe.to_dict()
-        out["profile"] = None if self.profile is None else self.profile.to_dict()
+        # Written only when a profile priced the plan: a catalogue plan's JSON stays what it was.
+        if self.profile is None:
+            del out["profile"]
+        else:
+            out["profile"] = self.profile.to_dict()
         return out
 
     @classmethod
