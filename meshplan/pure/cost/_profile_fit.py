@@ -269,7 +269,9 @@ def _scale(rows: Sequence[StepTiming], efficiency_at: Callable[[int], float]) ->
     def cost(u: float) -> float:
         return float(np.sum((np.log(peak_s / (base * math.exp(u)) + exposed) - target) ** 2))
 
-    grid = np.linspace(math.log(1e-3), math.log(10.0), 400).tolist()
+    # r in [1e-4, 100]: a step at a ten-thousandth of its matmuls' rate, or a hundred times it, is a broken
+    # measurement, not a factor. Pricing caps the efficiency at 1 whatever r says.
+    grid = np.linspace(math.log(1e-4), math.log(100.0), 500).tolist()
     best = min(range(len(grid)), key=lambda i: (cost(grid[i]), i))
     lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
     for _ in range(60):

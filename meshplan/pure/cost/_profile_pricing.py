@@ -66,6 +66,8 @@ class ProfileFigures:
       matmul: the bf16 matmul efficiency (``None``: none timed).
       hbm_bandwidth: bytes/s read plus written by the largest copy timed (``None``: none).
       steps: the step factor fitted to measured steps (``None``: none measured).
+      unfitted: ``(link, why)`` for each link whose timings could not be fitted (its figure stays the
+        catalogue's, and the plan says why).
     """
 
     intra: LinkFit | None
@@ -74,6 +76,7 @@ class ProfileFigures:
     matmul: MatmulFit | None
     hbm_bandwidth: float | None
     steps: StepFit | None
+    unfitted: tuple[tuple[str, str], ...] = ()
 
     def efficiency_at(self, hidden: int) -> float | None:
         """The efficiency a model of this hidden size is priced at: the matmul figure x the step factor."""
@@ -89,7 +92,8 @@ class ProfileFigures:
                 "per_kind": [f.to_dict() for f in self.per_kind],
                 "matmul": None if self.matmul is None else self.matmul.to_dict(),
                 "hbm_bandwidth": self.hbm_bandwidth,
-                "steps": None if self.steps is None else self.steps.to_dict()}
+                "steps": None if self.steps is None else self.steps.to_dict(),
+                "unfitted": {link: why for link, why in self.unfitted}}
 
 
 def _check_profile(profile: Any) -> MachineProfile:
@@ -101,8 +105,10 @@ def _check_profile(profile: Any) -> MachineProfile:
 def profile_figures(profile: MachineProfile, *, peak_bf16_flops: float | None = None) -> ProfileFigures:
     """Fit every figure of ``profile`` (efficiencies against ``peak_bf16_flops``, or the fastest matmul timed).
 
+    A link whose timings cannot be fitted (one size, times that do not grow with the bytes) is left out and
+    named in ``unfitted``; the rest still fit.
+
     Raises:
-      ProfileError: timings that cannot be fitted (one size per link, times that do not grow with the bytes).
       MeshplanTypeError: not a :class:`~meshplan.pure.cluster.MachineProfile`.
 
     Example:
@@ -112,8 +118,14 @@ def profile_figures(profile: MachineProfile, *, peak_bf16_flops: float | None = 
       (13.42, None)
     """
     profile = _check_profile(profile)
-    links = {link: fit_link(profile.collectives, link) if profile.has_link(link) else None
-             for link in ("intra", "inter")}
+    links: dict[str, LinkFit | None] = {}
+    unfitted = []
+    for link in ("intra", "inter"):
+        try:
+            links[link] = fit_link(profile.collectives, link) if profile.has_link(link) else None
+        except ProfileError as err:  # one size, or times that do not grow: this link keeps the catalogue's
+            links[link] = None
+            unfitted.append((link, str(err).removesuffix(".")))
     kinds = sorted({(c.link, c.kind) for c in profile.collectives})
     per_kind = []
     for link, kind in kinds:
@@ -124,7 +136,7 @@ def profile_figures(profile: MachineProfile, *, peak_bf16_flops: float | None = 
     matmul = fit_matmuls(profile.matmuls, peak_bf16_flops)
     hbm = max(profile.memory, key=lambda m: (m.nbytes, -m.seconds)).bandwidth if profile.memory else None
     steps = fit_steps(profile.steps, matmul.at) if matmul is not None else None
-    return ProfileFigures(links["intra"], links["inter"], tuple(per_kind), matmul, hbm, steps)
+    return ProfileFigures(links["intra"], links["inter"], tuple(per_kind), matmul, hbm, steps, tuple(unfitted))
 
 
 def _texts(value: Any, what: str) -> tuple[str, ...]:
@@ -207,7 +219,7 @@ def profiled_device(device: DeviceSpec, profile: MachineProfile, *, hidden: int,
       efficiency: the caller's own efficiency, which wins over the profile's (and is said so).
 
     Raises:
-      ProfileError: a profile for another device kind, or timings that cannot be fitted.
+      ProfileError: a profile for another device kind.
       MeshplanTypeError: wrong types.
     """
     profile = _check_profile(profile)
@@ -219,9 +231,13 @@ def profiled_device(device: DeviceSpec, profile: MachineProfile, *, hidden: int,
     changes: dict[str, Any] = {}
     replaced: list[str] = []
     kept: list[str] = []
+    unfitted = dict(figures.unfitted)
     for name, fit in (("intra", figures.intra), ("inter", figures.inter)):
         if fit is None:
-            why = "the profile measured no link between hosts" if name == "inter" else "the profile timed no collective"
+            why = ("the profile measured no link between hosts" if name == "inter" else
+                   "the profile timed no collective")
+            if name in unfitted:
+                why = f"the profile's timings could not be fitted: {unfitted[name]}"
             kept.append(f"{name} link: the catalogue's ({why})")
             continue
         changes[f"{name}_bandwidth"], changes[f"{name}_latency_s"] = fit.bandwidth, fit.latency

@@ -143,3 +143,13 @@ def test_measured_steps_refine_the_efficiency_the_next_plan_prices() -> None:
     assert "fitted to 1 measured steps" in used.text
     with pytest.raises(ProfileError, match="priced by the catalogue's figures"):
         refine_profile(p, [dataclasses.replace(row, profile_id="")])
+
+
+def test_link_timings_that_cannot_be_fitted_keep_the_catalogues_link_and_say_why() -> None:
+    flat = tuple(CollectiveTiming("intra", "all-reduce", 8, s, 1e-3) for s in (2**12, 2**16))  # no growth
+    p = dataclasses.replace(_profile(inter=(1e10, 1e-5), efficiency=0.5), collectives=flat + _links("inter", 1e10, 1e-5, 2))
+    result = search_meshes(TINY, "2x8xH100", batch=16, seq=256, top_k=2, profile=p)
+    device = result.request.cluster.device
+    assert device.intra_bandwidth == DEVICE_SPECS["H100"].intra_bandwidth and device.inter_bandwidth == pytest.approx(1e10)
+    assert ("intra link: the catalogue's (the profile's timings could not be fitted: the intra link's timings do not "
+            "grow with the bytes moved") in result.request.profile.text
