@@ -1,4 +1,5 @@
-"""``meshplan measure``'s rows as a document that ``meshplan profile --refine`` and the benchmarks read back.
+"""``meshplan measure``'s rows (:class:`StepTiming`) and their document, which ``meshplan profile --refine`` and the
+benchmarks read back.
 
 A measurement is a list of :class:`~meshplan.pure.cluster.StepTiming` rows (one per layout: measured beside
 predicted), ranked by :func:`rank_measured`, in a small versioned JSON document (:func:`measure_document`)
@@ -18,20 +19,135 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from meshplan.pure._check import as_record, as_sequence, as_str
-from meshplan.pure.cluster._profile import StepTiming
+from meshplan.pure._check import as_count, as_record, as_sequence, as_str
+from meshplan.pure.cluster._profile_fields import (
+    MAX_BYTES,
+    MAX_DIM,
+    checked,
+    count,
+    name,
+    optional,
+    positive,
+    record_fields,
+    seconds,
+    text,
+)
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, ProfileError
 
-__all__ = ["MEASURE_FORMAT", "measure_document", "rank_measured", "read_measure"]
+__all__ = ["MEASURE_FORMAT", "StepTiming", "measure_document", "rank_measured", "read_measure"]
 
 MEASURE_FORMAT = 1
 """The measure document's format version."""
 
 _KIND = "meshplan measure"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepTiming:
+    """One layout's measured training step beside what the plan predicted (a row of ``meshplan measure``).
+
+    Attributes:
+      model: the model's name.
+      hidden: its hidden size.
+      mesh: the mesh text (``"dp=2,fsdp=4"``).
+      batch, seq: the global batch (sequences) and tokens per sequence.
+      steps: timed steps (after the warm-up); 0 when the layout did not run.
+      measured_step_s: the median step (``None``: it did not run; ``error`` says why).
+      measured_min_s, measured_max_s: the fastest and slowest timed step.
+      measured_peak_bytes: the device's peak bytes in use during the steps (``None``: the backend reports
+        none, as XLA:CPU, or it could not be read; ``peak_note`` says which).
+      peak_note: where ``measured_peak_bytes`` comes from, or why there is none.
+      predicted_step_s: the plan's step (compute + exposed communication).
+      predicted_compute_s, predicted_exposed_s: its two parts.
+      efficiency: the matmul efficiency the compute was priced at; ``predicted_compute_s x efficiency`` is the
+        compute at the peak, what a refit rescales.
+      predicted_memory_bytes: the plan's estimate of the peak per device.
+      compiled_peak_bytes: XLA's compiled peak for this device (``None``: not compiled).
+      profile_id: the :attr:`MachineProfile.id` that priced the prediction (``""``: the catalogue's figures).
+      error: why the layout has no measurement (``""``: it ran).
+      predicted_rank: its rank in the plan.
+    """
+
+    model: str
+    hidden: int
+    mesh: str
+    batch: int
+    seq: int
+    steps: int
+    measured_step_s: float | None
+    measured_min_s: float | None
+    measured_max_s: float | None
+    measured_peak_bytes: int | None
+    peak_note: str
+    predicted_step_s: float | None
+    predicted_compute_s: float | None
+    predicted_exposed_s: float | None
+    efficiency: float | None
+    predicted_memory_bytes: int | None
+    compiled_peak_bytes: int | None
+    profile_id: str = ""
+    error: str = ""
+    predicted_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        opt_s = optional(seconds)
+        opt_b = optional(lambda v, w: as_count(v, w, minimum=0, maximum=MAX_BYTES, error=ProfileError))
+        checked(self, {
+            "model": name, "hidden": count, "mesh": name, "batch": count, "seq": count,
+            "steps": lambda v, w: as_count(v, w, minimum=0, maximum=MAX_DIM, error=ProfileError),
+            "measured_step_s": opt_s, "measured_min_s": opt_s, "measured_max_s": opt_s,
+            "measured_peak_bytes": opt_b, "peak_note": text, "predicted_step_s": opt_s,
+            "predicted_compute_s": opt_s, "predicted_exposed_s": opt_s,
+            "efficiency": optional(positive), "predicted_memory_bytes": opt_b, "compiled_peak_bytes": opt_b,
+            "profile_id": text, "error": text, "predicted_rank": optional(count)})
+        ran = self.measured_step_s is not None
+        if ran == bool(self.error):
+            raise ProfileError(f"StepTiming {self.mesh!r}: a row has a measured step or an error, not both or "
+                               f"neither (measured_step_s={self.measured_step_s}, error={self.error!r:.60}).")
+        low, mid, high = self.measured_min_s, self.measured_step_s, self.measured_max_s
+        if mid is not None and not (low is not None and high is not None and low <= mid <= high and self.steps):
+            raise ProfileError(f"StepTiming {self.mesh!r}: measured_min_s <= measured_step_s <= measured_max_s "
+                               f"must hold over steps >= 1 (got {self.measured_min_s}, {self.measured_step_s}, "
+                               f"{self.measured_max_s} over {self.steps}).")
+
+    @property
+    def step_ratio(self) -> float | None:
+        """Measured over predicted step (``None`` where either is missing or the prediction is 0)."""
+        if self.measured_step_s is None or not self.predicted_step_s:
+            return None
+        return self.measured_step_s / self.predicted_step_s
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """Measured peak over the plan's estimate."""
+        if self.measured_peak_bytes is None or not self.predicted_memory_bytes:
+            return None
+        return self.measured_peak_bytes / self.predicted_memory_bytes
+
+    @property
+    def compiled_ratio(self) -> float | None:
+        """Measured peak over XLA's compiled peak."""
+        if self.measured_peak_bytes is None or not self.compiled_peak_bytes:
+            return None
+        return self.measured_peak_bytes / self.compiled_peak_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with the three ratios for readers (ignored by :meth:`from_dict`)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out.update(step_ratio=self.step_ratio, memory_ratio=self.memory_ratio, compiled_ratio=self.compiled_ratio)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepTiming:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**record_fields(cls, data, ignore=("step_ratio", "memory_ratio", "compiled_ratio")))
+
+
 
 
 def rank_measured(rows: Sequence[StepTiming]) -> tuple[StepTiming, ...]:

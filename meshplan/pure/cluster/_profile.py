@@ -31,11 +31,22 @@ import dataclasses
 import functools
 import hashlib
 import json
-import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from meshplan.pure._check import as_choice, as_count, as_real, as_record, as_sequence, as_str, collect
+from meshplan.pure._check import as_choice, as_count, as_record, as_sequence
+from meshplan.pure.cluster._measured import StepTiming
+from meshplan.pure.cluster._profile_fields import (
+    byte_count,
+    checked,
+    count,
+    name,
+    pairs,
+    positive,
+    record_fields,
+    records,
+    text,
+)
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, ProfileError
 
 __all__ = ["LINK_KINDS", "MATMUL_DTYPES", "PROFILE_COLLECTIVES", "PROFILE_FORMAT", "CollectiveTiming",
@@ -56,89 +67,6 @@ PROFILE_COLLECTIVES: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-red
 
 MATMUL_DTYPES: tuple[str, ...] = ("bfloat16", "float8_e4m3fn")
 """Operand dtypes a profile times matmuls in (FP8 only where the device has FP8 units)."""
-
-_MAX_BYTES = 2**50  # a PiB: beyond any buffer a benchmark moves
-_MAX_DIM = 2**40
-
-
-def _fail(what: str, type_errors: list[str], value_errors: list[str]) -> None:
-    if type_errors:
-        raise MeshplanTypeError(f"{what}: " + "; ".join(type_errors + value_errors) + ".")
-    if value_errors:
-        raise ProfileError(f"{what}: " + "; ".join(value_errors) + ".")
-
-
-def _checked(obj: Any, checks: Mapping[str, Callable[[Any, str], Any]]) -> None:
-    """Check and canonicalize ``obj``'s fields, every problem listed at once."""
-    types: list[str] = []
-    values: list[str] = []
-    out = {}
-    for field, check in checks.items():
-        before = len(types) + len(values)
-        value = collect(types, values, check, getattr(obj, field), field)
-        if len(types) + len(values) == before:
-            out[field] = value
-    _fail(type(obj).__name__, types, values)
-    for field, value in out.items():
-        object.__setattr__(obj, field, value)
-
-
-def _text(value: Any, what: str) -> str:
-    return as_str(value, what, error=ProfileError)
-
-
-def _name(value: Any, what: str) -> str:
-    return as_str(value, what, nonempty=True, error=ProfileError)
-
-
-def _count(value: Any, what: str) -> int:
-    return as_count(value, what, maximum=_MAX_DIM, error=ProfileError)
-
-
-def _bytes(value: Any, what: str) -> int:
-    return as_count(value, what, maximum=_MAX_BYTES, error=ProfileError)
-
-
-def _positive(value: Any, what: str) -> float:
-    return as_real(value, what, error=ProfileError)
-
-
-def _seconds(value: Any, what: str) -> float:
-    return as_real(value, what, allow_zero=True, error=ProfileError)
-
-
-def _optional(check: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
-    def inner(value: Any, what: str) -> T | None:
-        return None if value is None else check(value, what)
-    return inner
-
-
-def _records(cls: type[T]) -> Callable[[Any, str], tuple[T, ...]]:
-    def check(value: Any, what: str) -> tuple[T, ...]:
-        items = as_sequence(value, what)
-        bad = [i for i, v in enumerate(items) if not isinstance(v, cls)]
-        if bad:
-            raise MeshplanTypeError(f"{what}[{bad[0]}]={items[bad[0]]!r:.60} must be a {cls.__name__}")
-        return tuple(items)
-    return check
-
-
-def _pairs(value: Any, what: str) -> tuple[tuple[str, str], ...]:
-    """``(name, text)`` pairs, names unique, kept sorted (a mapping in JSON)."""
-    if isinstance(value, Mapping):
-        value = tuple(value.items())
-    items = as_sequence(value, what)
-    out = []
-    for i, item in enumerate(items):
-        pair = as_sequence(item, f"{what}[{i}]")
-        if len(pair) != 2:
-            raise ProfileError(f"{what}[{i}]={item!r:.60} must be a (name, text) pair")
-        out.append((_name(pair[0], f"{what}[{i}] name"), _text(pair[1], f"{what}[{i}] text")))
-    names = [n for n, _ in out]
-    if len(set(names)) != len(names):
-        raise ProfileError(f"{what} names {sorted(n for n in set(names) if names.count(n) > 1)} more than once")
-    return tuple(sorted(out))
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MatmulTiming:
@@ -167,9 +95,9 @@ class MatmulTiming:
     seconds: float
 
     def __post_init__(self) -> None:
-        _checked(self, {"label": _text, "hidden": _count, "tp": _count, "m": _count, "k": _count, "n": _count,
+        checked(self, {"label": text, "hidden": count, "tp": count, "m": count, "k": count, "n": count,
                         "dtype": lambda v, w: as_choice(v, w, MATMUL_DTYPES, error=ProfileError),
-                        "seconds": _positive})
+                        "seconds": positive})
 
     @property
     def flops(self) -> int:
@@ -203,9 +131,9 @@ class CollectiveTiming:
     seconds: float
 
     def __post_init__(self) -> None:
-        _checked(self, {"link": lambda v, w: as_choice(v, w, LINK_KINDS, error=ProfileError),
+        checked(self, {"link": lambda v, w: as_choice(v, w, LINK_KINDS, error=ProfileError),
                         "kind": lambda v, w: as_choice(v, w, PROFILE_COLLECTIVES, error=ProfileError),
-                        "devices": _count, "nbytes": _bytes, "seconds": _positive})
+                        "devices": count, "nbytes": byte_count, "seconds": positive})
         if self.devices < 2:
             raise ProfileError(f"CollectiveTiming: devices={self.devices} must be >= 2 (a group of one moves "
                                "nothing).")
@@ -224,120 +152,12 @@ class MemoryTiming:
     seconds: float
 
     def __post_init__(self) -> None:
-        _checked(self, {"nbytes": _bytes, "seconds": _positive})
+        checked(self, {"nbytes": byte_count, "seconds": positive})
 
     @property
     def bandwidth(self) -> float:
         """Bytes per second read plus written."""
         return 2 * self.nbytes / self.seconds
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StepTiming:
-    """One layout's measured training step beside what the plan predicted (a row of ``meshplan measure``).
-
-    Attributes:
-      model: the model's name.
-      hidden: its hidden size.
-      mesh: the mesh text (``"dp=2,fsdp=4"``).
-      batch, seq: the global batch (sequences) and tokens per sequence.
-      steps: timed steps (after the warm-up); 0 when the layout did not run.
-      measured_step_s: the median step (``None``: it did not run; ``error`` says why).
-      measured_min_s, measured_max_s: the fastest and slowest timed step.
-      measured_peak_bytes: the device's peak bytes in use during the steps (``None``: the backend reports
-        none, as XLA:CPU, or it could not be read; ``peak_note`` says which).
-      peak_note: where ``measured_peak_bytes`` comes from, or why there is none.
-      predicted_step_s: the plan's step (compute + exposed communication).
-      predicted_compute_s, predicted_exposed_s: its two parts.
-      efficiency: the matmul efficiency the compute was priced at; ``predicted_compute_s x efficiency`` is the
-        compute at the peak, what a refit rescales.
-      predicted_memory_bytes: the plan's estimate of the peak per device.
-      compiled_peak_bytes: XLA's compiled peak for this device (``None``: not compiled).
-      profile_id: the :attr:`MachineProfile.id` that priced the prediction (``""``: the catalogue's figures).
-      error: why the layout has no measurement (``""``: it ran).
-      predicted_rank: its rank in the plan.
-    """
-
-    model: str
-    hidden: int
-    mesh: str
-    batch: int
-    seq: int
-    steps: int
-    measured_step_s: float | None
-    measured_min_s: float | None
-    measured_max_s: float | None
-    measured_peak_bytes: int | None
-    peak_note: str
-    predicted_step_s: float | None
-    predicted_compute_s: float | None
-    predicted_exposed_s: float | None
-    efficiency: float | None
-    predicted_memory_bytes: int | None
-    compiled_peak_bytes: int | None
-    profile_id: str = ""
-    error: str = ""
-    predicted_rank: int | None = None
-
-    def __post_init__(self) -> None:
-        opt_s = _optional(_seconds)
-        opt_b = _optional(lambda v, w: as_count(v, w, minimum=0, maximum=_MAX_BYTES, error=ProfileError))
-        _checked(self, {
-            "model": _name, "hidden": _count, "mesh": _name, "batch": _count, "seq": _count,
-            "steps": lambda v, w: as_count(v, w, minimum=0, maximum=_MAX_DIM, error=ProfileError),
-            "measured_step_s": opt_s, "measured_min_s": opt_s, "measured_max_s": opt_s,
-            "measured_peak_bytes": opt_b, "peak_note": _text, "predicted_step_s": opt_s,
-            "predicted_compute_s": opt_s, "predicted_exposed_s": opt_s,
-            "efficiency": _optional(_positive), "predicted_memory_bytes": opt_b, "compiled_peak_bytes": opt_b,
-            "profile_id": _text, "error": _text, "predicted_rank": _optional(_count)})
-        ran = self.measured_step_s is not None
-        if ran == bool(self.error):
-            raise ProfileError(f"StepTiming {self.mesh!r}: a row has a measured step or an error, not both or "
-                               f"neither (measured_step_s={self.measured_step_s}, error={self.error!r:.60}).")
-        low, mid, high = self.measured_min_s, self.measured_step_s, self.measured_max_s
-        if mid is not None and not (low is not None and high is not None and low <= mid <= high and self.steps):
-            raise ProfileError(f"StepTiming {self.mesh!r}: measured_min_s <= measured_step_s <= measured_max_s "
-                               f"must hold over steps >= 1 (got {self.measured_min_s}, {self.measured_step_s}, "
-                               f"{self.measured_max_s} over {self.steps}).")
-
-    @property
-    def step_ratio(self) -> float | None:
-        """Measured over predicted step (``None`` where either is missing or the prediction is 0)."""
-        if self.measured_step_s is None or not self.predicted_step_s:
-            return None
-        return self.measured_step_s / self.predicted_step_s
-
-    @property
-    def memory_ratio(self) -> float | None:
-        """Measured peak over the plan's estimate."""
-        if self.measured_peak_bytes is None or not self.predicted_memory_bytes:
-            return None
-        return self.measured_peak_bytes / self.predicted_memory_bytes
-
-    @property
-    def compiled_ratio(self) -> float | None:
-        """Measured peak over XLA's compiled peak."""
-        if self.measured_peak_bytes is None or not self.compiled_peak_bytes:
-            return None
-        return self.measured_peak_bytes / self.compiled_peak_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready, with the three ratios for readers (ignored by :meth:`from_dict`)."""
-        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out.update(step_ratio=self.step_ratio, memory_ratio=self.memory_ratio, compiled_ratio=self.compiled_ratio)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StepTiming:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**_fields(cls, data, ignore=("step_ratio", "memory_ratio", "compiled_ratio")))
-
-
-def _fields(cls: type, data: Any, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
-    fields = dataclasses.fields(cls)
-    required = [f.name for f in fields if f.default is dataclasses.MISSING]
-    return as_record(data, cls.__name__, fields=[f.name for f in fields], required=required, ignore=ignore,
-                     error=ProfileError)
 
 
 def _at(where: str, make: Callable[[], T]) -> T:
@@ -354,7 +174,7 @@ def _list_of(where: str, from_dict: Callable[[Any], T], items: Any) -> tuple[T, 
 
 
 def _reader(cls: type[T]) -> Callable[[Any], T]:
-    return lambda data: cls(**_fields(cls, data))
+    return lambda data: cls(**record_fields(cls, data))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -392,11 +212,11 @@ class MachineProfile:
     format: int = PROFILE_FORMAT
 
     def __post_init__(self) -> None:
-        _checked(self, {
-            "device_kind": _name, "platform": lambda v, w: as_choice(v, w, ("cpu", "gpu", "tpu"), error=ProfileError),
-            "device_count": _count, "process_count": _count, "versions": _pairs, "measured_at": _timestamp,
-            "matmuls": _records(MatmulTiming), "collectives": _records(CollectiveTiming),
-            "memory": _records(MemoryTiming), "steps": _records(StepTiming), "methods": _pairs,
+        checked(self, {
+            "device_kind": name, "platform": lambda v, w: as_choice(v, w, ("cpu", "gpu", "tpu"), error=ProfileError),
+            "device_count": count, "process_count": count, "versions": pairs, "measured_at": _timestamp,
+            "matmuls": records(MatmulTiming), "collectives": records(CollectiveTiming),
+            "memory": records(MemoryTiming), "steps": records(StepTiming), "methods": pairs,
             "format": lambda v, w: as_count(v, w, error=ProfileError)})
         if self.format != PROFILE_FORMAT:
             raise ProfileError(f"profile format {self.format}: this meshplan reads format {PROFILE_FORMAT} only; "
@@ -483,7 +303,7 @@ class MachineProfile:
 
 
 def _timestamp(value: Any, what: str) -> str:
-    text = _name(value, what)
+    text = name(value, what)
     # ISO 8601 UTC, seconds resolution: what the facade writes, and sorts as it reads.
     ok = len(text) == 20 and text[4] == text[7] == "-" and text[10] == "T" and text[13] == text[16] == ":" \
         and text[19] == "Z" and (text[:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16] + text[17:19]).isdigit()
@@ -510,7 +330,7 @@ def _from_dict(cls: type[MachineProfile], data: Any) -> MachineProfile:
             fields[name] = _list_of(name, read, fields[name])
     for name in ("versions", "methods"):
         if name in fields:
-            fields[name] = _at(name, functools.partial(_pairs, fields[name], name))
+            fields[name] = _at(name, functools.partial(pairs, fields[name], name))
     try:
         made = cls(**fields)
     except MeshplanError as err:  # the message names the field (MachineProfile: device_count=0 ...)

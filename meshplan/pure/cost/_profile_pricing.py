@@ -325,7 +325,7 @@ def profile_document(profile: MachineProfile, *, peak_bf16_flops: float | None =
     Example:
       >>> from meshplan.pure.cluster import MachineProfile
       >>> sorted(profile_document(MachineProfile("cpu", "cpu", 8, 1, (), "2026-01-02T03:04:05Z"))["figures"])
-      ['hbm_bandwidth', 'inter', 'intra', 'matmul', 'per_kind', 'steps']
+      ['hbm_bandwidth', 'inter', 'intra', 'matmul', 'per_kind', 'steps', 'unfitted']
     """
     profile = _check_profile(profile)
     return {**profile.to_dict(), "figures": profile_figures(profile, peak_bf16_flops=peak_bf16_flops).to_dict()}
