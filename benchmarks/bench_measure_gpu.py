@@ -96,6 +96,7 @@ def _child(args: list[str], env: dict[str, str]) -> str:
 
 
 def _report(rows: list[dict[str, Any]], profile: Any) -> None:
+    from meshplan.errors import ClusterError
     from meshplan.pure.cluster import StepTiming, device_for_kind
     from meshplan.pure.cost import profile_figures, refine_profile
     from meshplan.pure.cost._flops import default_efficiency
@@ -104,7 +105,7 @@ def _report(rows: list[dict[str, Any]], profile: Any) -> None:
     steps = [StepTiming.from_dict(r["row"]) for r in rows]
     try:
         spec = device_for_kind(profile.device_kind, profile.platform)
-    except Exception:  # noqa: BLE001 - a benchmark report: an unknown device prints without a datasheet peak
+    except ClusterError:  # a device the catalogue lacks: efficiencies against its fastest matmul
         spec = None
     peak = None if spec is None else spec.peak_bf16_flops
     base = profile_figures(profile, peak_bf16_flops=peak)

@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 
+from meshplan.pure._check import as_sequence
 from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.cluster._machine import machine_cluster
 from meshplan.pure.errors import ClusterError, MeshplanTypeError
@@ -31,7 +32,7 @@ def live_devices(devices: Sequence[Any] | None = None) -> list[Any]:
     Raises:
       ClusterError: devices of several kinds; MeshplanTypeError: not jax devices.
     """
-    found = list(jax.devices()) if devices is None else list(devices)
+    found = list(jax.devices()) if devices is None else list(as_sequence(devices, "devices"))
     if not found or not all(hasattr(d, "device_kind") and hasattr(d, "platform") for d in found):
         raise MeshplanTypeError(f"devices={devices!r:.80} must be a non-empty sequence of jax devices.")
     kinds = sorted({(d.platform, d.device_kind) for d in found})

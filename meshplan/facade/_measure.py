@@ -331,9 +331,9 @@ def measure_plan(result: SearchResult, *, model: Any = None, top: int = 3, layou
       ...     num_heads=2, num_kv_heads=2, head_dim=16, intermediate_size=64, vocab_size=128, num_params=None)
       >>> plan = search_meshes(tiny, meshplan.live_cluster(), batch=8, seq=16, top_k=2,
       ...                      recipe=TrainingRecipe(backend="cpu"))
-      >>> m = measure_plan(plan, model=tiny, top=2, steps=2)
+      >>> m = measure_plan(plan, model=tiny, top=1, steps=2)
       >>> len(m.rows), m.rows[0].measured_peak_bytes, m.rows[0].measured_step_s > 0
-      (2, None, True)
+      (1, None, True)
     """
     if not isinstance(result, SearchResult):
         raise MeshplanTypeError(f"result={result!r:.60} must be a SearchResult (what search_meshes returns).")

@@ -982,7 +982,8 @@ def search_meshes(
         fits), no mesh meets the constraints, bad options, or an FP8 recipe on a
         device with no FP8 peak.
       ClusterError: a cluster text that does not parse.
-      ProfileError: a profile for another device kind, or one whose timings cannot be fitted.
+      ProfileError: a profile for another device kind (a link whose timings cannot be fitted keeps the
+        catalogue's figure, and ``request.profile`` says why).
       MeshplanTypeError: options of the wrong type.
 
     Example:
