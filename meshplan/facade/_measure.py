@@ -20,7 +20,8 @@ estimated and compiled peak, and their ratios, ranked by the measured step
 error, a step that cannot be built for it, or its ``timeout_s`` spent: checked between steps, and a hung
 compile or step is abandoned after it) is that row's ``error``; the rest still run, except after an abandoned
 one, which may still hold the devices: the rows after it say so and do not run. An exception raised by the
-caller's own ``step`` function passes through.
+caller's own ``step`` function passes through. A plan whose priced step is not the reference step (FP8 weight
+matmuls, a dropless MoE dispatch) runs nothing without ``step=``: each row says why.
 
 Devices that are not the plan's cluster (another kind, another count) are refused before anything runs
 (:class:`~meshplan.errors.DeviceMismatchError`, saying what was found and what the plan expects).
@@ -354,8 +355,14 @@ def measure_plan(result: SearchResult, *, model: Any = None, top: int = 3, layou
     platform = found[0].platform
     rows: list[StepTiming] = []
     abandoned = ""
+    other = "" if step is not None else _other_step(model, result.request.recipe)
     # Ascending predicted memory: each layout can raise the device's high-water mark (see the module docstring).
     for cand in sorted(chosen, key=lambda c: (c.memory.total, c.rank or 0, c.text)):
+        if other:  # the reference step is another step than the one priced: each row says so
+            rows.append(_row(result, model, cand, steps=0, measured_step_s=None, measured_min_s=None,
+                             measured_max_s=None, measured_peak_bytes=None, peak_note="", compiled_peak_bytes=None,
+                             error=other))
+            continue
         if abandoned:
             rows.append(_row(result, model, cand, steps=0, measured_step_s=None, measured_min_s=None,
                              measured_max_s=None, measured_peak_bytes=None, peak_note="",
@@ -390,6 +397,19 @@ def measure_plan(result: SearchResult, *, model: Any = None, top: int = 3, layou
     return Measurement(rank_measured(rows), result.request.cluster.text, found[0].device_kind, platform,
                        "" if result.request.profile is None else result.request.profile.profile_id,
                        _notes(result, platform))
+
+
+def _other_step(model: Any, recipe: Any) -> str:
+    """Why meshplan's reference step is not the step a plan priced (``""``: it is), so timing it checks nothing."""
+    from meshplan.facade._verify_row import uncompiled_dispatch
+
+    why = uncompiled_dispatch(model, recipe)
+    if why:
+        return "not run: " + why.removeprefix("not compiled: ")
+    if recipe.matmul_dtype == "float8":
+        return ("not run: the plan priced FP8 weight matmuls and meshplan's reference step runs them in bf16; "
+                "pass step= with your FP8 step to time it")
+    return ""
 
 
 def _notes(result: SearchResult, platform: str) -> tuple[str, ...]:

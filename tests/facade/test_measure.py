@@ -112,3 +112,10 @@ def test_bad_arguments_are_typed_errors(plan) -> None:
         meshplan.measure_plan(plan, model=TINY, layouts=["tp=8,dp=1"])
     with pytest.raises(PlanError):
         meshplan.measure_plan(plan, model=TINY, steps=0)
+
+
+def test_a_plan_priced_for_another_step_than_the_reference_step_runs_nothing_and_says_why() -> None:
+    fp8 = search_meshes(TINY, "1x8xH100", batch=8, seq=16, top_k=2, recipe=TrainingRecipe(matmul_dtype="float8"))
+    cpu_fp8 = dataclasses.replace(fp8, request=dataclasses.replace(fp8.request, cluster=meshplan.live_cluster()))
+    m = meshplan.measure_plan(cpu_fp8, model=TINY, top=2)
+    assert all(r.error.startswith("not run: the plan priced FP8 weight matmuls") for r in m.rows)
