@@ -217,7 +217,7 @@ def header_facts(result: SearchResult, *, budget_source: str | None = None) -> t
                "under compute"
     budget = (f"{fmt_bytes(req.budget)} per device = HBM {fmt_bytes(c.hbm_bytes, style='exact')} less "
               f"{req.headroom:.0%} headroom ({budget_source})")
-    return (
+    facts = (
         ("model", f"{req.model}, {param_count(result)} parameters in {req.param_dtype}"),
         ("cluster", f"{c.text}: {c.num_devices} x {c.device.name}, {hosts}"),
         ("budget", budget),
@@ -225,6 +225,8 @@ def header_facts(result: SearchResult, *, budget_source: str | None = None) -> t
         ("memory", memory),
         ("time", time),
     )
+    # A plan priced by a machine profile says which, when it was measured, and what it left at the catalogue's.
+    return facts + ((("profile", req.profile.text),) if req.profile is not None else ())
 
 
 def _tied(result: SearchResult) -> int:

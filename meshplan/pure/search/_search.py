@@ -118,7 +118,9 @@ from meshplan.pure.cost._step_memory import (
     price_state,
 )
 from meshplan.pure.cluster._topology import tpu_topology
+from meshplan.pure.cluster._profile import MachineProfile
 from meshplan.pure.cost._flops import StepFlops, default_efficiency, fsdp_read, step_flops
+from meshplan.pure.cost._profile_pricing import profiled_cluster
 from meshplan.pure.cost._matmul_dtype import fp8_peak
 from meshplan.pure.cost._step_time import StepTime, accumulate, overlap_class, step_seconds, step_time
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
@@ -923,6 +925,7 @@ def search_meshes(
     efficiency: float | None = None,
     rank: str = "time",
     micro_batches: int | None = None,
+    profile: MachineProfile | None = None,
 ) -> SearchResult:
     """Rank the meshes of ``cluster`` for training ``model`` (see the module docstring).
 
@@ -959,6 +962,10 @@ def search_meshes(
         batch (``batch / (dp*fsdp*ep)``), priced with :func:`~meshplan.pure.cost._step_time.accumulate`;
         a count fixes it (meshes whose per-replica batch it does not divide are rejected). A ``recipe``
         with ``micro_batches > 1`` fixes it too.
+      profile: a :class:`~meshplan.pure.cluster.MachineProfile` of this device kind (``meshplan profile``): its
+        link figures and matmul efficiency replace the catalogue's wherever it measured them, for a cluster of
+        any size (:mod:`meshplan.pure.cost._profile_pricing`); ``request.profile`` records which and when. An
+        ``efficiency`` given wins over the profile's.
 
     Returns:
       A :class:`~meshplan.pure.SearchResult`, best mesh first.
@@ -968,6 +975,8 @@ def search_meshes(
         fits), no mesh meets the constraints, bad options, or an FP8 recipe on a
         device with no FP8 peak.
       ClusterError: a cluster text that does not parse.
+      ProfileError: a profile for another device kind (a link whose timings cannot be fitted keeps the
+        catalogue's figure, and ``request.profile`` says why).
       MeshplanTypeError: options of the wrong type.
 
     Example:
@@ -993,6 +1002,10 @@ def search_meshes(
     clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
     if not isinstance(clus, Cluster):
         raise MeshplanTypeError(f"cluster={cluster!r} must be a Cluster or a string such as '8x8xH100'.")
+    pricing = None
+    if profile is not None:  # the profile's figures in place of the catalogue's, where it measured them
+        clus, measured, pricing = profiled_cluster(clus, profile, hidden=spec.hidden_size, efficiency=efficiency)
+        efficiency = efficiency if measured is None else measured
     names = _canonical_axes(axes, spec)
     headroom = default_headroom(clus)[0] if headroom is None else headroom
     if as_real(headroom, "headroom", allow_zero=True, error=PlanError) >= 1:
@@ -1029,7 +1042,7 @@ def search_meshes(
         activations=flags["activations"], headroom=float(headroom), tp_within_domain=flags["tp_within_domain"],
         ep_within_domain=flags["ep_within_domain"], rule=rule_name(rule), top_k=_positive(top_k, "top_k"),
         recipe=recipe, efficiency=efficiency, rank_by=rank, choose_micro_batches=choose,
-        moe_layers=spec.num_moe_layers)
+        moe_layers=spec.num_moe_layers, profile=pricing)
     why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
     if why is not None:
         raise PlanError(why)
