@@ -460,6 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
     _verify.add_check_arguments(check, _sizes, _positive)
     check.set_defaults(func=_check)
 
+    from meshplan.cli import _serve
+
+    _serve.add_parser(sub)
+
     show = sub.add_parser("show-mesh", help="draw which host/slice each device of a mesh sits on")
     show.add_argument("--cluster", help="e.g. 2x4xH100 or v5e-16 (default with --plan: the plan's cluster)")
     show.add_argument("--mesh", type=_sizes, metavar="AXIS=N,...", help="e.g. dp=2,tp=4 (outermost first)")

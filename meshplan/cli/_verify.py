@@ -232,6 +232,9 @@ def add_check_arguments(parser: Any, sizes: Any, positive: Any) -> None:
                         help="print the row as JSON only (XLA's figures, the estimate, the largest buffers)")
     add_reference_flags(parser)
     add_moe_dispatch(parser)
+    from meshplan.cli._serve import add_check_serve_arguments
+
+    add_check_serve_arguments(parser)  # --serve: the serving decode step instead of the train step
 
 
 JAX_DEFAULT_MEM_FRACTION = 0.75
@@ -373,6 +376,10 @@ def render_verification(checked: Any, console: Any, *, title: str) -> None:
 
 def run_check(args: Any, console: Any) -> int:
     """``meshplan check``: one layout, compiled; the planner's estimate next to it."""
+    if getattr(args, "serve", False):
+        from meshplan.cli._serve import run_check_serve
+
+        return run_check_serve(args, console)
     from meshplan.cli._models import load
     from meshplan.pure import parse_cluster, search_meshes
 

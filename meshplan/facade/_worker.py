@@ -254,6 +254,10 @@ def compile_job(job: CompileJob) -> CompileOutcome:
     from meshplan.facade._reference import reference_step
     from meshplan.pure.errors import CompiledOutOfMemoryError
 
+    if not isinstance(job, CompileJob):  # a serving step's job (meshplan.facade._verify_serve) builds its own step
+        from meshplan.facade._verify_serve import compile_serve_job
+
+        return compile_serve_job(job)
     start = time.perf_counter()
     mesh, where = target_mesh(job.cluster, job.axis_names, job.axis_sizes, job.dcn_shape, job.target)
     if job.pipeline is not None:

@@ -40,18 +40,21 @@ SERVE_COLUMNS: tuple[ServeColumn, ...] = (
     ServeColumn("rank", "#", 1, True),
     ServeColumn("mesh", "layout", 1),
     ServeColumn("weights", "weights/dev", 2, True),
-    ServeColumn("memory", "weights+KV/dev", 1, True),
+    ServeColumn("memory", "HBM/dev", 1, True),
     ServeColumn("kv_token", "KV/token/dev", 3, True),
     ServeColumn("capacity", "KV tokens", 4, True),
     ServeColumn("sequences", "seqs", 1, True),
-    ServeColumn("step", "decode step", 1, True),
+    ServeColumn("step", "step", 1, True),
     ServeColumn("range", "range", 3, True),
     ServeColumn("prefill", "prefill", 2, True),
     ServeColumn("tps", "tok/s/dev", 1, True),
     ServeColumn("bound", "bound", 2),
     ServeColumn("verdict", "verdict", 1),
 )
-"""The ranked table's columns in display order."""
+"""The ranked table's columns in display order: ``HBM/dev`` is the weights plus the KV cache of the sequences
+priced (XLA's compiled peak where verified), ``step`` the decode step with every sequence at the context;
+verdicts: ``best``, the throughput against it, ``over limits``, ``KV short`` (the weights fit, the asked
+sequences' cache does not), ``no room`` (the weights leave no KV cache)."""
 
 
 def check_plan(plan: object) -> ServePlan:
@@ -120,8 +123,8 @@ def _verdict(row: ServeRow, best: ServeRow | None) -> str:
     if row.meets_limits and best is not None:
         return f"{row.tokens_per_s_per_device / best.tokens_per_s_per_device - 1:+.0%} tok/s"
     if row.fits:
-        return "over the limits"
-    return "weights do not fit" if row.budget.kv_bytes <= 0 else "KV does not fit"
+        return "over limits"
+    return "no room" if row.budget.kv_bytes <= 0 else "KV short"
 
 
 def serve_rows(plan: ServePlan, compiled: Compiled | None = None) -> list[dict[str, str]]:
