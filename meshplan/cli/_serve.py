@@ -22,7 +22,7 @@ import json
 import math
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 from meshplan.errors import PlanError
 
@@ -173,8 +173,10 @@ def run(args: argparse.Namespace) -> int:
                         max_ttft_s=None if args.max_ttft_ms is None else args.max_ttft_ms / 1e3,
                         allow_long_context=args.allow_long_context, positions=positions)
     checks, why = _verify(plan, spec, args) if _verification_wanted(args) else ((), "")
+    # A copy with fewer layers (--verify-layers) is that copy's peak, not the plan's: its rows stay estimates.
     compiled = {c.mesh: (c.peak_bytes, c.compiler) for c in checks
-                if c.kind == "decode" and c.peak_bytes is not None and c.status in ("exact", "over budget")}
+                if c.kind == "decode" and c.peak_bytes is not None and c.status in ("exact", "over budget")
+                and args.verify_layers is None}
     if args.html is not None:
         from meshplan.pure.report import serve_html
 
@@ -245,7 +247,7 @@ def run_check_serve(args: Any, console: Any) -> int:
     budget = int((0.9 if tpu else eng.default_fraction or 0.75) * cluster.device.hbm_bytes)
     sys.stderr.write(f"meshplan: compiling the serving decode step and a prefill chunk of {spec.name} on "
                      f"{layout.text} ({sequences} sequences x {context} tokens, {fmt.layout} cache) ...\n")
-    outcomes = run_jobs(jobs, parallel=1)
+    outcomes = run_jobs(cast(Any, jobs), parallel=1)  # run_jobs runs any job kind (the worker dispatches it)
     rows = [check_row(j, o, budget, compiler_version(platform)) for j, o in zip(jobs, outcomes, strict=True)]
     if getattr(args, "format", "table") == "json":
         sys.stdout.write(json.dumps({"model": spec.name, "cluster": cluster.text, "layout": layout.text,

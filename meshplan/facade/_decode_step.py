@@ -102,11 +102,12 @@ def replica_mesh(devices: Sequence[Any], layout: ServeLayout) -> Mesh:
 
 def _w(p: dict[str, Any], dtype: Any = _BF16) -> jax.Array:
     """A linear weight ``(..., out, in)`` in ``dtype``: dequantized with its scales where it has them."""
-    w = p["weight"].astype(dtype)
+    w: jax.Array = p["weight"].astype(dtype)
     scale = p.get("weight_scale")
     if scale is None:
         return w
-    return w * (scale[..., None] if scale.ndim == w.ndim - 1 else scale[..., None, None]).astype(dtype)
+    out: jax.Array = w * (scale[..., None] if scale.ndim == w.ndim - 1 else scale[..., None, None]).astype(dtype)
+    return out
 
 
 def _lin(x: jax.Array, p: dict[str, Any]) -> jax.Array:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from meshplan.facade._compiled import CompiledMemory
 from meshplan.facade._worker import CompileOutcome, run_jobs, target_mesh
@@ -146,11 +146,11 @@ class ServeCheck:
 def _step(job: ServeJob, mesh: Any) -> Any:
     from meshplan.facade._decode_step import decode_step, prefill_step
 
-    common = dict(sequences=job.sequences, context=job.context, quant=job.quant, kv_dtype=job.kv_dtype,
-                  cache=job.cache)
     if job.kind == "prefill":
-        return prefill_step(job.spec, mesh, job.layout, chunk=min(job.chunk, job.context), **common)
-    return decode_step(job.spec, mesh, job.layout, **common)
+        return prefill_step(job.spec, mesh, job.layout, chunk=min(job.chunk, job.context), sequences=job.sequences,
+                            context=job.context, quant=job.quant, kv_dtype=job.kv_dtype, cache=job.cache)
+    return decode_step(job.spec, mesh, job.layout, sequences=job.sequences, context=job.context, quant=job.quant,
+                       kv_dtype=job.kv_dtype, cache=job.cache)
 
 
 def compile_serve_job(job: ServeJob) -> CompileOutcome:
@@ -266,6 +266,6 @@ def verify_serving(plan: ServePlan, spec: ModelSpec, *, top: int = 3, target: st
             jobs.append(ServeJob(compiled_spec, sub, row.layout, row.sequences, row.context, req.quant, req.kv_dtype,
                                  row.kv.format, target=target, kind=kind, chunk=min(req.prompt_tokens, 2048)))
             budgets.append(budget)
-    outcomes = run_jobs(jobs, parallel=parallel, timeout_s=timeout_s)
+    outcomes = run_jobs(cast(Any, jobs), parallel=parallel, timeout_s=timeout_s)  # run_jobs runs any job kind
     compiler = compiler_version("cpu" if target == "cpu" else "tpu" if tpu else "gpu")
     return tuple(early) + tuple(check_row(j, o, b, compiler) for j, o, b in zip(jobs, outcomes, budgets, strict=True))

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -71,6 +72,8 @@ def step_text(seconds: float) -> str:
       >>> step_text(0.0312), step_text(1.5)
       ('31.2 ms', '1.50 s')
     """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        raise MeshplanTypeError(f"seconds={seconds!r:.40} must be a finite number.")
     return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 

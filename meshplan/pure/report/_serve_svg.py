@@ -13,8 +13,11 @@ Example:
 from __future__ import annotations
 
 import html
+import math
 
+from meshplan.pure._check import as_count
 from meshplan.pure._format import fmt_bytes
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.serve._plan import ServeRow
 from meshplan.pure.serve._time import StepTime
 
@@ -42,6 +45,11 @@ def _rect(x: float, w: float, fill: str, title: str) -> str:
 
 def memory_bar(row: ServeRow, hbm_bytes: int, *, compiled_peak: int | None = None) -> str:
     """One device's memory for ``row`` against its ``hbm_bytes``; a marker at XLA's compiled peak when given."""
+    if not isinstance(row, ServeRow):
+        raise MeshplanTypeError(f"row={row!r:.60} must be a ServeRow (a ServePlan's rows).")
+    hbm_bytes = as_count(hbm_bytes, "hbm_bytes", maximum=2**50, error=PlanError)
+    if compiled_peak is not None:
+        compiled_peak = as_count(compiled_peak, "compiled_peak", minimum=0, maximum=2**60, error=PlanError)
     used = row.kv.cache_bytes(row.sequences, row.context) if row.sequences else 0
     fraction = row.budget.fraction if row.budget.fraction is not None else 1.0
     taken = int(fraction * hbm_bytes)
@@ -67,6 +75,11 @@ def memory_bar(row: ServeRow, hbm_bytes: int, *, compiled_peak: int | None = Non
 
 def step_bar(step: StepTime, *, scale_s: float | None = None) -> str:
     """A step's terms on a common scale (``scale_s``: the seconds the full width stands for)."""
+    if not isinstance(step, StepTime):
+        raise MeshplanTypeError(f"step={step!r:.60} must be a StepTime (a ServeRow's decode or prefill).")
+    if scale_s is not None and (isinstance(scale_s, bool) or not isinstance(scale_s, (int, float))
+                                or not math.isfinite(scale_s) or scale_s < 0):
+        raise PlanError(f"scale_s={scale_s!r:.40} must be a finite number of seconds >= 0, or None.")
     body = max(step.memory_s, step.compute_s)
     full = scale_s if scale_s else step.seconds
     scale = _WIDTH / max(full, 1e-12)

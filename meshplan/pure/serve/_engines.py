@@ -40,10 +40,10 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from meshplan.pure._check import as_count
+from meshplan.pure._check import as_count, as_flag
 from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.presets._spec import ModelSpec
+from meshplan.pure.presets._spec import ModelSpec, as_model_spec
 from meshplan.pure.serve._kv import CacheFormat
 from meshplan.pure.serve._layout import ServeLayout
 from meshplan.pure.serve._quant import WeightQuant
@@ -143,6 +143,12 @@ def _platform(cluster: Cluster) -> str:
     return "tpu" if cluster.device.ici_scope == "slice" else "gpu"
 
 
+def _cluster(cluster: Any) -> Cluster:
+    if not isinstance(cluster, Cluster):
+        raise MeshplanTypeError(f"cluster={cluster!r:.60} must be a Cluster (parse_cluster('1x8xH100')).")
+    return cluster
+
+
 def default_engine(cluster: Cluster) -> Engine:
     """vLLM on GPUs, MaxText / JetStream on TPUs.
 
@@ -151,6 +157,7 @@ def default_engine(cluster: Cluster) -> Engine:
       >>> default_engine(parse_cluster("v5e-8")).name
       'maxtext'
     """
+    cluster = _cluster(cluster)
     return ENGINES["maxtext" if _platform(cluster) == "tpu" else "vllm"]
 
 
@@ -181,7 +188,9 @@ def engine_cache_format(eng: Engine, spec: ModelSpec, cluster: Cluster, *, conte
       ...                     context=4096).page_size
       256
     """
+    eng, spec, cluster = engine(eng), as_model_spec(spec), _cluster(cluster)
     context = as_count(context, "context", maximum=10**12, error=PlanError)
+    max_num_seqs = as_count(max_num_seqs, "max_num_seqs", maximum=10**9, error=PlanError)
     if eng.name == "vllm":
         hopper = cluster.device.name.split("-")[0] in ("H100", "H200")
         return CacheFormat("paged", 64 if spec.mla is not None and hopper else 16, "latent", window_capped=True)
@@ -230,6 +239,9 @@ def sglang_mem_fraction_static(hbm_bytes: int, *, tp: int, dp: int = 1, mla: boo
       0.828
     """
     gpu_mem = as_count(hbm_bytes, "hbm_bytes", maximum=2**50, error=PlanError) / _MIB
+    tp = as_count(tp, "tp", maximum=2**22, error=PlanError)
+    dp = as_count(dp, "dp", maximum=2**22, error=PlanError)
+    mla = as_flag(mla, "mla")
     chunk, max_bs = _tier(gpu_mem, tp)
     reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + max_bs * 2
     if dp > 1:
@@ -303,6 +315,13 @@ def kv_budget(eng: Engine, cluster: Cluster, spec: ModelSpec, layout: ServeLayou
       >>> b.fraction, b.reserved_bytes
       (0.9, 0)
     """
+    eng, spec, cluster = engine(eng), as_model_spec(spec), _cluster(cluster)
+    if not isinstance(layout, ServeLayout):
+        raise MeshplanTypeError(f"layout={layout!r:.60} must be a ServeLayout.")
+    if not isinstance(weights, WeightBytes):
+        raise MeshplanTypeError(f"weights={weights!r:.60} must be a WeightBytes (from weight_bytes).")
+    max_num_seqs = as_count(max_num_seqs, "max_num_seqs", maximum=10**9, error=PlanError)
+    decode_temp_bytes = as_count(decode_temp_bytes, "decode_temp_bytes", minimum=0, maximum=2**60, error=PlanError)
     hbm = cluster.device.hbm_bytes
     if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
                                  or not 0 < fraction <= 1 or math.isnan(fraction)):

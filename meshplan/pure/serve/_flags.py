@@ -17,7 +17,10 @@ from __future__ import annotations
 from meshplan.pure.serve._context import HF_REPOS, MAXTEXT_NAMES
 from meshplan.pure.serve._engines import VLLM_MAX_NUM_BATCHED_TOKENS, Engine, engine
 from meshplan.pure.serve._layout import ServeLayout
+from meshplan.pure._check import as_count
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.serve._quant import WeightQuant
+from meshplan.pure.serve._quant import kv_dtype as canonical_kv
 
 __all__ = ["engine_command"]
 
@@ -56,6 +59,21 @@ def engine_command(eng: Engine | str, model: str, layout: ServeLayout, *, contex
       Lines of a shell command, continued with ``\\``; a comment line where a flag depends on a checkpoint.
     """
     eng = engine(eng)
+    if not isinstance(model, str):
+        raise MeshplanTypeError(f"model={model!r:.60} must be a serving name (a str).")
+    if not isinstance(layout, ServeLayout):
+        raise MeshplanTypeError(f"layout={layout!r:.60} must be a ServeLayout.")
+    if not isinstance(quant, WeightQuant):
+        raise MeshplanTypeError(f"quant={quant!r:.60} must be a WeightQuant.")
+    context = as_count(context, "context", maximum=10**12, error=PlanError)
+    sequences = as_count(sequences, "sequences", maximum=10**9, error=PlanError)
+    prompt_tokens = as_count(prompt_tokens, "prompt_tokens", maximum=10**12, error=PlanError)
+    kv_dtype = canonical_kv(kv_dtype)
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                 or not 0 < fraction <= 1):
+        raise PlanError(f"fraction={fraction!r:.40} must be a number in (0, 1] or None.")
+    if fraction is None and eng.name != "maxtext":
+        raise PlanError(f"{eng.label}'s command needs the memory fraction the plan priced (fraction=None is MaxText's).")
     repo = HF_REPOS.get(model, f"<the Hugging Face repository of {model}>")
     per = layout.devices_per_replica
     if eng.name in ("vllm", "vllm-tpu"):

@@ -35,7 +35,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._check import as_choice, as_count, as_flag
+from meshplan.pure._check import as_choice, as_count, as_flag, as_int
 from meshplan.pure._types import make_spec, make_struct
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._spec import ModelSpec, as_model_spec
@@ -155,6 +155,8 @@ class KvGeometry:
     def read_bytes(self, sequences: int, context: int) -> int:
         """KV bytes a decode step reads on each device: the live tokens (a window layer's last ``window``);
         a contiguous cache's whole slots (MaxText's decode attends over the slot, masked)."""
+        sequences = as_count(sequences, "sequences", minimum=0, maximum=_MAX_TOKENS, error=PlanError)
+        context = as_count(context, "context", maximum=_MAX_TOKENS, error=PlanError)
         if self.format.layout == "contiguous":
             return self.cache_bytes(sequences, context)
         window = min(context, self.window) if self.window_layers else context
@@ -164,13 +166,13 @@ class KvGeometry:
     def capacity_tokens(self, budget: int) -> int:
         """Tokens a replica's caches hold in a per-device budget, counting every layer's bytes (the figure vLLM
         logs as its KV cache size for a model without window layers); whole pages."""
-        usable = max(0, int(budget) - self.fixed_bytes)
+        usable = max(0, _budget(budget) - self.fixed_bytes)
         page = self.format.page_size
         return self.ep * (usable // (self.bytes_per_token * page)) * page
 
     def max_sequences(self, context: int, budget: int) -> int:
         """The most sequences of ``context`` tokens a replica caches in a per-device budget."""
-        usable = max(0, int(budget) - self.fixed_bytes)
+        usable = max(0, _budget(budget) - self.fixed_bytes)
         return self.ep * (usable // self.sequence_bytes(context))
 
     def max_context(self, sequences: int, budget: int, *, limit: int = _MAX_TOKENS) -> int:
@@ -178,6 +180,7 @@ class KvGeometry:
         0 when not even one token each does."""
         sequences = as_count(sequences, "sequences", maximum=_MAX_TOKENS, error=PlanError)
         limit = as_count(limit, "limit", maximum=_MAX_TOKENS, error=PlanError)
+        budget = _budget(budget)
         if self.cache_bytes(sequences, 1) > budget:
             return 0
         lo, hi = 1, limit
@@ -185,6 +188,20 @@ class KvGeometry:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if self.cache_bytes(sequences, mid) <= budget else (lo, mid - 1)
         return lo
+
+
+def _budget(budget: Any) -> int:
+    """A per-device budget in bytes: an int (negative: nothing left)."""
+    value = as_int(budget, "budget")
+    if abs(value) > 2**60:
+        raise PlanError(f"budget={value} bytes is beyond any device (at most 2**60).")
+    return value
+
+
+def _check_layout_type(layout: Any) -> ServeLayout:
+    if not isinstance(layout, ServeLayout):
+        raise MeshplanTypeError(f"layout={layout!r:.60} must be a ServeLayout(replicas, tp, ep).")
+    return layout
 
 
 def _per_layer_token_bytes(spec: ModelSpec, tp: int, fmt: CacheFormat, element: int, token_scaled: bool) -> int:
@@ -259,6 +276,7 @@ def kv_cache_tree(spec: ModelSpec, layout: ServeLayout, geometry: KvGeometry, *,
       ((32, 4, 64, 8, 128), P(None, 'ep', None, 'tp', None))
     """
     spec = as_model_spec(spec)
+    _check_layout_type(layout)
     if not isinstance(geometry, KvGeometry):
         raise MeshplanTypeError(f"geometry={geometry!r:.60} must be a KvGeometry (from kv_geometry).")
     if geometry.format.window_capped and geometry.window_layers:
@@ -310,6 +328,9 @@ def decode_inputs_tree(layout: ServeLayout, geometry: KvGeometry, *, sequences: 
       >>> decode_inputs_tree(layout, g, sequences=4, context=64)[0]["block_table"].shape
       (4, 4)
     """
+    _check_layout_type(layout)
+    if not isinstance(geometry, KvGeometry):
+        raise MeshplanTypeError(f"geometry={geometry!r:.60} must be a KvGeometry (from kv_geometry).")
     sequences = as_count(sequences, "sequences", maximum=2**31, error=PlanError)
     context = as_count(context, "context", maximum=2**31, error=PlanError)
     rows = layout.ep * -(-sequences // layout.ep)
@@ -333,6 +354,10 @@ def decode_input_bytes(layout: ServeLayout, geometry: KvGeometry, *, sequences: 
       >>> decode_input_bytes(layout, g, sequences=4, context=64)
       96
     """
+    _check_layout_type(layout)
+    if not isinstance(geometry, KvGeometry):
+        raise MeshplanTypeError(f"geometry={geometry!r:.60} must be a KvGeometry (from kv_geometry).")
+    context = as_count(context, "context", maximum=2**31, error=PlanError)
     per_rank = -(-as_count(sequences, "sequences", maximum=2**31, error=PlanError) // layout.ep)
     pages = -(-context // geometry.format.page_size) if geometry.format.layout == "paged" else 0
     return per_rank * 4 * (2 + pages)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from meshplan.pure._check import as_count, collect
+from meshplan.pure._check import as_count, as_sequence, collect
 from meshplan.pure.cluster._cluster import MAX_DEVICES, Cluster
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets._spec import ModelSpec, as_model_spec
@@ -197,13 +197,14 @@ def serving_layouts(spec: ModelSpec, cluster: Cluster, *, tp: Sequence[int] | No
     if not isinstance(cluster, Cluster):
         raise MeshplanTypeError(f"cluster={cluster!r:.60} must be a Cluster (parse_cluster('1x8xH100')).")
     n = cluster.num_devices
-    tps = _divisors(cluster.ici_domain_size) if tp is None else sorted({as_count(t, "tp", error=PlanError) for t in tp})
+    tps = _divisors(cluster.ici_domain_size) if tp is None else sorted(
+        {as_count(t, "tp", maximum=MAX_DEVICES, error=PlanError) for t in as_sequence(tp, "tp")})
     out = []
     for t in tps:
         if n % t:
             continue
         eps = ([1] if not spec.is_moe else _divisors(n // t)) if ep is None else sorted(
-            {as_count(e, "ep", error=PlanError) for e in ep})
+            {as_count(e, "ep", maximum=MAX_DEVICES, error=PlanError) for e in as_sequence(ep, "ep")})
         for e in eps:
             if (n // t) % e:
                 continue

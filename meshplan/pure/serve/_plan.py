@@ -21,7 +21,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from meshplan.pure._check import as_count, as_flag
+from meshplan.pure._check import as_count, as_flag, as_sequence
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster._cluster import Cluster, parse_cluster
 from meshplan.pure.errors import MeshplanTypeError, PlanError
@@ -411,7 +411,7 @@ def plan_serving(model: ModelSpec | str, cluster: Cluster | str, *, context: int
     if layouts is None:
         chosen = serving_layouts(spec, clus)
     else:
-        chosen = tuple(check_layout(spec, l, clus) for l in layouts)
+        chosen = tuple(check_layout(spec, l, clus) for l in as_sequence(layouts, "layouts"))
     if not chosen:
         raise PlanError(f"no layout of {clus.text} can split {spec.name} (its heads, kv heads, MLP and expert "
                         "widths must divide over tp inside a node or slice).")

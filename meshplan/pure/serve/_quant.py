@@ -29,7 +29,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from meshplan.pure._check import as_choice
+from meshplan.pure._check import as_choice, as_shape
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 
 __all__ = ["KV_DTYPES", "SCALE_GRANULARITIES", "WEIGHT_DTYPES", "WeightQuant", "kv_dtype", "kv_element_dtype",
@@ -133,6 +133,9 @@ class WeightQuant:
     def scale_shape(self, weight_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The float32 scale array of a linear weight ``(..., out, in)``: ``(..., out)`` per channel, ``(...)``
         per tensor (a stacked expert weight keeps one scale set per expert)."""
+        weight_shape = as_shape(weight_shape, "weight_shape")
+        if len(weight_shape) < 2:
+            raise PlanError(f"weight_shape={weight_shape} must be a linear weight's (..., out, in).")
         return weight_shape[:-1] if self.scales == "channel" else weight_shape[:-2]
 
     @property

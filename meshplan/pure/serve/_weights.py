@@ -39,6 +39,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from meshplan.pure._check import as_count
 from meshplan.pure._types import make_spec, make_struct
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets._registry import build_params
@@ -67,6 +68,8 @@ def padded_vocab(vocab: int, tp: int) -> int:
       >>> padded_vocab(50257, 1), padded_vocab(128256, 8)
       (50304, 128256)
     """
+    vocab = as_count(vocab, "vocab", maximum=2**40, error=PlanError)
+    tp = as_count(tp, "tp", maximum=2**22, error=PlanError)
     unit = math.lcm(_VOCAB_PAD, tp)
     return -(-vocab // unit) * unit
 
@@ -79,7 +82,8 @@ def kv_heads_stored(spec: ModelSpec, tp: int) -> int:
       >>> kv_heads_stored(MODEL_SPECS["llama3-70b"], 4), kv_heads_stored(MODEL_SPECS["llama3-70b"], 16)
       (8, 16)
     """
-    return max(spec.num_kv_heads, tp)
+    spec = as_model_spec(spec)
+    return max(spec.num_kv_heads, as_count(tp, "tp", maximum=2**22, error=PlanError))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
