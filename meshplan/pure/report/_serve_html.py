@@ -23,7 +23,7 @@ from meshplan.pure.report._serve_summary import (
     serve_rows,
 )
 from meshplan.pure.report._serve_svg import SERVE_MEMORY_COLORS, SERVE_STEP_COLORS, memory_bar, step_bar
-from meshplan.pure.serve._plan import ServePlan
+from meshplan.pure.serve._result import ServePlan
 
 __all__ = ["SERVE_CSS", "serve_html"]
 

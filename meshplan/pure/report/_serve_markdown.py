@@ -19,7 +19,7 @@ from meshplan.pure.report._serve_summary import (
     serve_notes,
     serve_rows,
 )
-from meshplan.pure.serve._plan import ServePlan
+from meshplan.pure.serve._result import ServePlan
 
 __all__ = ["serve_markdown"]
 

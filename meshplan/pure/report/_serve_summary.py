@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import MeshplanTypeError
-from meshplan.pure.serve._plan import ServePlan, ServeRow
+from meshplan.pure.serve._result import ServePlan, ServeRow
 from meshplan.pure.serve._time import TPU_CHECK
 
 __all__ = ["SERVE_COLUMNS", "ServeColumn", "check_plan", "serve_headline", "serve_header", "serve_notes",

@@ -18,7 +18,7 @@ import math
 from meshplan.pure._check import as_count
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.serve._plan import ServeRow
+from meshplan.pure.serve._result import ServeRow
 from meshplan.pure.serve._time import StepTime
 
 __all__ = ["SERVE_MEMORY_COLORS", "SERVE_STEP_COLORS", "memory_bar", "step_bar"]

@@ -43,7 +43,8 @@ from meshplan.pure.serve._kv import (
     kv_geometry,
 )
 from meshplan.pure.serve._layout import LAYOUT_AXES, ServeLayout, check_layout, layout_problems, serving_layouts
-from meshplan.pure.serve._plan import ServePlan, ServeRequest, ServeRow, plan_serving
+from meshplan.pure.serve._plan import plan_serving
+from meshplan.pure.serve._result import ServePlan, ServeRequest, ServeRow
 from meshplan.pure.serve._quant import (
     KV_DTYPES,
     SCALE_GRANULARITIES,

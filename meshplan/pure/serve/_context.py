@@ -118,7 +118,8 @@ def check_context(spec: ModelSpec, context: int, positions: int | None, *, allow
       >>> check_context(MODEL_SPECS["llama3-70b"], 32768, 8192)
       Traceback (most recent call last):
       ...
-      meshplan.pure.errors.PlanError: context=32768 is longer than llama3-70b's 8192 positions (max_position_embeddings of its config); pass allow_long=True (--allow-long-context) to plan it anyway (the engine then needs rope scaling, e.g. vLLM's --hf-overrides rope_scaling or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1), or plan llama3.1-70b, which has the same shapes and 131072 positions.
+      meshplan.pure.errors.PlanError: context=32768 is longer than llama3-70b's 8192 positions ... or plan
+      llama3.1-70b, which has the same shapes and 131072 positions.
     """
     spec = as_model_spec(spec)
     context = as_count(context, "context", maximum=10**12, error=PlanError)

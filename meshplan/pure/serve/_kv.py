@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import ml_dtypes

@@ -212,3 +212,26 @@ def test_serving_names_carry_the_positions_of_their_config() -> None:
     spec, positions = serve_model("llama3.1-70b")
     assert spec.hidden_size == 8192 and positions == 131072
     assert plan_serving(spec, "1x8xH100", context=4096).request.positions == 131072
+
+
+@given(st.sampled_from(["llama3.1-8b", "mixtral-8x7b", "deepseek-v2-lite", "gemma3-27b"]),
+       st.sampled_from(["1x8xH100", "2xH200", "v5e-8", "1x4xA100-80GB"]), st.integers(1, 200_000),
+       st.one_of(st.none(), st.integers(1, 5000)), st.sampled_from(["bfloat16", "float8"]))
+def test_every_row_that_fits_holds_its_sequences_in_the_engines_budget(model: str, cluster: str, context: int,
+                                                                     concurrency: int | None, kv: str) -> None:
+    try:
+        plan = plan_serving(model, cluster, context=context, concurrency=concurrency, kv_dtype=kv,
+                            allow_long_context=True)
+    except PlanError as err:  # an engine that does not cache in the dtype: the only refusal these requests get
+        assert "does not cache in" in str(err)
+        return
+    for row in plan.rows:
+        if row.fits:
+            assert 1 <= row.sequences <= row.max_sequences
+            assert row.kv.cache_bytes(row.sequences, context) <= row.budget.kv_bytes
+            assert row.tokens_per_s_per_replica == pytest.approx(row.sequences / row.decode.seconds)
+            assert concurrency is None or row.sequences == math.ceil(concurrency / row.layout.replicas)
+        else:
+            asked = 1 if concurrency is None else math.ceil(concurrency / row.layout.replicas)
+            assert row.max_sequences < asked and row.why
+    assert (plan.best is None) == (not any(r.meets_limits for r in plan.rows))

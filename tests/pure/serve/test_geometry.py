@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from meshplan.pure.cluster import parse_cluster
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.presets import MODEL_SPECS, count_params
+from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.serve import (
     CacheFormat,
     ServeLayout,
