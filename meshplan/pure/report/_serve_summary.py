@@ -72,9 +72,16 @@ def step_text(seconds: float) -> str:
       >>> step_text(0.0312), step_text(1.5)
       ('31.2 ms', '1.50 s')
     """
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not _finite(seconds):
         raise MeshplanTypeError(f"seconds={seconds!r:.40} must be a finite number.")
     return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past float's range
+        return False
 
 
 def serve_headline(plan: ServePlan) -> str:

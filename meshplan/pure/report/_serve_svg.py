@@ -78,7 +78,7 @@ def step_bar(step: StepTime, *, scale_s: float | None = None) -> str:
     if not isinstance(step, StepTime):
         raise MeshplanTypeError(f"step={step!r:.60} must be a StepTime (a ServeRow's decode or prefill).")
     if scale_s is not None and (isinstance(scale_s, bool) or not isinstance(scale_s, (int, float))
-                                or not math.isfinite(scale_s) or scale_s < 0):
+                                or not -1e300 < scale_s < 1e300 or not math.isfinite(scale_s) or scale_s < 0):
         raise PlanError(f"scale_s={scale_s!r:.40} must be a finite number of seconds >= 0, or None.")
     body = max(step.memory_s, step.compute_s)
     full = scale_s if scale_s else step.seconds

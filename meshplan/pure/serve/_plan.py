@@ -65,8 +65,9 @@ def _resolve(model: Any, cluster: Any) -> tuple[ModelSpec, int | None, Cluster]:
 def _limit(value: Any, what: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
-        raise PlanError(f"{what}={value!r:.40} must be a positive number of seconds or None.")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e12
+            or value != value):
+        raise PlanError(f"{what}={value!r:.40} must be a positive number of seconds (below 1e12) or None.")
     return float(value)
 
 

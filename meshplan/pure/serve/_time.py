@@ -93,7 +93,8 @@ class ServeCalibration:
                 raise PlanError(f"ServeCalibration.{name}={value!r:.40} must be a fraction in (0, 1].")
         for name in ("layer_overhead_s", "collective_latency_scale", "low", "high"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            if (not isinstance(value, (int, float)) or isinstance(value, bool) or not -1e300 < value < 1e300
+                    or not math.isfinite(value) or value < 0):
                 raise PlanError(f"ServeCalibration.{name}={value!r:.40} must be a finite number >= 0.")
         if not self.low <= 1 <= self.high:
             raise PlanError(f"ServeCalibration: low={self.low} <= 1 <= high={self.high} must hold.")
