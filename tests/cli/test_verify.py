@@ -84,7 +84,7 @@ def test_check_prices_the_step_it_compiles(capsys):
     # compiled.
     import json
 
-    from meshplan.cli._flags import scaled_model
+    from meshplan.pure.presets import scaled_model
     from meshplan.pure import get_preset, search_meshes
     from meshplan.pure.cost import TrainingRecipe
 
@@ -107,7 +107,7 @@ def test_verify_compiles_each_candidate_with_the_micro_batches_its_estimate_pric
     # must run what was priced (before, every candidate compiled with the best mesh's count).
     import io
 
-    from meshplan.cli._flags import scaled_model
+    from meshplan.pure.presets import scaled_model
     from meshplan.facade.verify._reference import ReferenceConfig
     from meshplan.pure import get_preset, search_meshes
 
@@ -263,7 +263,7 @@ def test_the_dropless_reason_is_per_row_in_the_library_and_never_for_einsum_or_a
     import dataclasses
     import io
 
-    from meshplan.cli._flags import scaled_model
+    from meshplan.pure.presets import scaled_model
     from meshplan.facade.verify._pipelines import verify_pipelines
     from meshplan.pure.verify import uncompiled_dispatch
     from meshplan.pure import get_preset, search_meshes
