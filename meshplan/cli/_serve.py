@@ -205,7 +205,8 @@ def run_check_serve(args: Any, console: Any) -> int:
     """``meshplan check --serve``: one layout's decode step and prefill chunk compiled; XLA's figures against the
     planner's weights + KV + inputs."""
     from meshplan.pure.presets import scaled_model
-    from meshplan.facade.verify._serve import ServeJob, check_row, replica_cluster
+    from meshplan.facade.verify._serve import check_row, replica_cluster
+    from meshplan.facade.verify._serve_job import ServeJob
     from meshplan.facade.verify._worker import run_jobs
     from meshplan.pure.cluster import parse_cluster
     from meshplan.pure.serve import (

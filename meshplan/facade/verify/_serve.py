@@ -16,25 +16,22 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from typing import Any, cast
 
 from meshplan.facade.verify._compilers import compiler_for
 from meshplan.facade.verify._gpu_targets import gpu_target_config
-from meshplan.facade.verify._targets import compile_target
+from meshplan.facade.verify._serve_job import ServeJob
 from meshplan.facade.verify._worker import run_jobs
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster import Cluster, tpu_topology
-from meshplan.pure.errors import ClusterError, CompiledOutOfMemoryError, PlanError
+from meshplan.pure.errors import ClusterError
 from meshplan.pure.presets import ModelSpec, scaled_model
-from meshplan.pure.serve import CacheFormat, ServeLayout, ServePlan, WeightQuant
+from meshplan.pure.serve import ServeLayout, ServePlan
 from meshplan.pure.verify import CompileOutcome
 from meshplan.pure.xla import CompiledMemory
 
-__all__ = ["ServeCheck", "ServeJob", "compile_serve_job", "replica_cluster", "verify_serving"]
-
-_TOP_BUFFERS = 5
+__all__ = ["ServeCheck", "check_row", "expected_argument_bytes", "replica_cluster", "verify_serving"]
 
 
 def replica_cluster(cluster: Cluster, layout: ServeLayout) -> Cluster:
@@ -56,39 +53,6 @@ def replica_cluster(cluster: Cluster, layout: ServeLayout) -> Cluster:
     if dev.ici_scope == "slice":
         tpu_topology(sub)  # ClusterError when no slice has these chips
     return sub
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ServeJob:
-    """One serving step to compile for one replica.
-
-    Attributes:
-      spec: the model (a copy with fewer layers compiles faster).
-      cluster: the replica's devices (:func:`replica_cluster`).
-      layout: the serving layout.
-      sequences, context: the running sequences and their cache length.
-      quant, kv_dtype, cache: the weights', the cache's storage and the cache's format.
-      target: ``"auto"`` (the cluster's compiler) or ``"cpu"``.
-      kind: ``"decode"`` or ``"prefill"`` (a chunk of ``chunk`` tokens).
-      chunk: the prefill chunk's tokens.
-    """
-
-    spec: ModelSpec
-    cluster: Cluster
-    layout: ServeLayout
-    sequences: int
-    context: int
-    quant: WeightQuant
-    kv_dtype: str
-    cache: CacheFormat
-    target: str = "auto"
-    kind: str = "decode"
-    chunk: int = 512
-
-    @property
-    def mesh_text(self) -> str:
-        """The layout's text."""
-        return self.layout.text
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -144,43 +108,6 @@ class ServeCheck:
                      " (XLA:TPU pads small arrays to its tiles)" if "xla:tpu" in self.compiler.lower() else ""))
         return (f"{self.status}: peak {fmt_bytes(self.peak_bytes)} (arguments "
                 f"{fmt_bytes(self.argument_bytes or 0)} {match}; temp {fmt_bytes(self.temp_bytes or 0)})")
-
-
-def _step(job: ServeJob, mesh: Any) -> Any:
-    from meshplan.facade.verify._decode_step import decode_step, prefill_step
-
-    if job.kind == "prefill":
-        return prefill_step(job.spec, mesh, job.layout, chunk=min(job.chunk, job.context), sequences=job.sequences,
-                            context=job.context, quant=job.quant, kv_dtype=job.kv_dtype, cache=job.cache)
-    return decode_step(job.spec, mesh, job.layout, sequences=job.sequences, context=job.context, quant=job.quant,
-                       kv_dtype=job.kv_dtype, cache=job.cache)
-
-
-def compile_serve_job(job: ServeJob) -> CompileOutcome:
-    """Build and compile ``job``'s step in this process; XLA refusing a step too big is an outcome.
-
-    Example:
-      >>> compile_serve_job("not a job")
-      Traceback (most recent call last):
-      ...
-      meshplan.pure.errors.PlanError: job='not a job' must be a ServeJob.
-    """
-    from meshplan.facade.verify._compiled import compiled_memory
-
-    if not isinstance(job, ServeJob):
-        raise PlanError(f"job={job!r:.60} must be a ServeJob.")
-    start = time.perf_counter()
-    target = compile_target(job.cluster, ("ep", "tp"), (job.layout.ep, job.layout.tp), None, job.target)
-    where = target.label
-    step = _step(job, target.mesh)
-    options = {"xla_backend_optimization_level": 0} if job.target == "cpu" else None
-    try:
-        mem = compiled_memory(step.fn, *step.args, compiler_options=options, top_buffers=_TOP_BUFFERS)
-    except CompiledOutOfMemoryError as err:
-        return CompileOutcome(where, None, oom=True, oom_required_bytes=err.required_bytes,
-                              oom_available_bytes=err.available_bytes, error="does not fit (XLA ran out of memory)",
-                              seconds=time.perf_counter() - start, deviceless=target.deviceless)
-    return CompileOutcome(where, mem, seconds=time.perf_counter() - start, deviceless=target.deviceless)
 
 
 def expected_argument_bytes(job: ServeJob) -> int:

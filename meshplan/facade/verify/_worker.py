@@ -74,8 +74,8 @@ def compile_job(job: CompileJob) -> CompileOutcome:
     from meshplan.pure._format import fmt_bytes
     from meshplan.pure.errors import CompiledOutOfMemoryError
 
-    if not isinstance(job, CompileJob):  # a serving step's job (meshplan.facade.verify._serve) builds its own step
-        from meshplan.facade.verify._serve import compile_serve_job
+    if not isinstance(job, CompileJob):  # a serving step's job (meshplan.facade.verify._serve_job) builds its own step
+        from meshplan.facade.verify._serve_job import compile_serve_job
 
         return compile_serve_job(job)
     start = time.perf_counter()
