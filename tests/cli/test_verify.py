@@ -151,7 +151,9 @@ def test_verify_on_cpu_for_a_gpu_plan_says_which_lowering_each_figure_is(capsys,
     ({}, "0", False), ({}, "off", False),               # MESHPLAN_VERIFY=0 makes --no-verify the default
     ({"verify": 2}, "0", True),                         # ... and --verify K still asks for it
     ({"no_verify": True}, None, False),
-    ({"format": "json"}, None, False), ({"params": "p.py:tree"}, None, False),  # the estimate only
+    ({"format": "json"}, None, True), ({"format": "markdown"}, None, True),  # every format shows the same report
+    ({"format": "flax"}, None, False), ({"format": "maxtext"}, None, False),  # the exports: the best mesh's settings
+    ({"params": "p.py:tree"}, None, False),  # the estimate only
 ])
 def test_when_plan_verifies(monkeypatch, flags, env, wanted):
     import argparse
@@ -166,10 +168,11 @@ def test_when_plan_verifies(monkeypatch, flags, env, wanted):
     assert verification_wanted(args) is wanted
 
 
-def test_verify_needs_the_table_format(capsys):
-    code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--verify", "1", "--json"])
+def test_verify_is_refused_with_the_exports_only(capsys):
+    # The exports print the best mesh's settings; every other format shows the verified report.
+    code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--verify", "1", "--format", "flax"])
     assert code == 1
-    assert "--verify prints a table" in capsys.readouterr().err
+    assert "--verify compiles the plan's meshes to check their memory; --format flax" in capsys.readouterr().err
 
 
 def test_check_rejects_bad_layouts_before_compiling(capsys):

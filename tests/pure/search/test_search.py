@@ -265,7 +265,7 @@ def test_a_model_that_cannot_fit_says_by_how_much_and_which_cluster_would() -> N
     with pytest.raises(PlanError) as info:
         search_meshes("deepseek-v3", "2xH100")
     text = str(info.value)
-    assert "does not fit" in text and "over the budget" in text and "67.1 GiB" in text
+    assert "does not fit" in text and "over the budget" in text and "55.9 GiB" in text  # 80 GB less jax's 25%
     bigger = text.split("It fits on '")[1].split("'")[0]
     assert search_meshes("deepseek-v3", bigger, top_k=1).best.fits
     half = parse_cluster(bigger)
