@@ -56,13 +56,20 @@ from meshplan.pure.errors import DeviceLayoutError
 __all__ = ["per_host_mesh_shape", "prime_factors", "split_over_granules"]
 
 
+_MAX_FACTORED = 2**40  # trial division stays under a million steps; far beyond any device count
+
+
 def prime_factors(n: int) -> dict[int, int]:
     """Prime -> exponent for ``n >= 1``, primes ascending (trial division).
+
+    Raises:
+      MeshShapeError: ``n`` is not an int in ``[1, 2**40]`` (MeshplanTypeError: not an int).
 
     Example:
       >>> prime_factors(360)
       {2: 3, 3: 2, 5: 1}
     """
+    n = as_count(n, "n", maximum=_MAX_FACTORED)
     out: dict[int, int] = {}
     p = 2
     while p * p <= n:

@@ -28,7 +28,9 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from meshplan.pure._check import as_real, as_sequence, as_str
 from meshplan.pure.cost import STEP_TIME_RESOLUTION
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.search._candidate import MeshCandidate
 
 __all__ = ["dcn_bytes", "order_ties", "tied_count"]
@@ -43,7 +45,21 @@ def dcn_bytes(cand: MeshCandidate) -> int:
       >>> dcn_bytes(search_meshes("gpt2", "1x8xH100", batch=8, seq=1024, top_k=1).best)
       0
     """
-    return sum(t.nbytes * t.calls for t in cand.comm if "inter" in t.link)
+    return sum(t.nbytes * t.calls for t in _candidate(cand, "cand").comm if "inter" in t.link)
+
+
+def _candidate(value: object, what: str) -> MeshCandidate:
+    if not isinstance(value, MeshCandidate):
+        raise MeshplanTypeError(f"{what}={value!r:.80} must be a MeshCandidate (a search result's candidates).")
+    return value
+
+
+def _candidates(value: object) -> tuple[MeshCandidate, ...]:
+    return tuple(_candidate(c, f"candidates[{i}]") for i, c in enumerate(as_sequence(value, "candidates")))
+
+
+def _resolution(value: object) -> float:
+    return as_real(value, "resolution", allow_zero=True, error=PlanError)
 
 
 def _step(cand: MeshCandidate) -> float:
@@ -58,13 +74,14 @@ def tied_count(candidates: Sequence[MeshCandidate], *, resolution: float = STEP_
       >>> tied_count(())
       0
     """
-    if not candidates:
+    cands, resolution = _candidates(candidates), _resolution(resolution)
+    if not cands:
         return 0
-    best = min(_step(c) for c in candidates)
+    best = min(_step(c) for c in cands)
     if not math.isfinite(best):
         return 1
     limit = best * math.exp(resolution)
-    return sum(1 for c in candidates if _step(c) <= limit)
+    return sum(1 for c in cands if _step(c) <= limit)
 
 
 def order_ties(candidates: Sequence[MeshCandidate], *, resolution: float = STEP_TIME_RESOLUTION,
@@ -76,10 +93,18 @@ def order_ties(candidates: Sequence[MeshCandidate], *, resolution: float = STEP_
       candidates: ranked meshes that fit, by predicted step time.
       resolution: the model's resolution in log space (default :data:`~meshplan.pure.cost.STEP_TIME_RESOLUTION`).
       compiled_steps: mesh text -> the compiled schedule's step, for the meshes compiled.
+
+    Raises:
+      MeshplanTypeError: a candidate that is not a MeshCandidate, or compiled steps that are not a mapping of
+        mesh texts to seconds.
+      PlanError: a negative or non-finite resolution or compiled step.
     """
-    ranked = sorted(candidates, key=lambda c: (_step(c), c.memory.total, c.axis_sizes))
+    ranked = sorted(_candidates(candidates), key=lambda c: (_step(c), c.memory.total, c.axis_sizes))
     n = tied_count(ranked, resolution=resolution)
-    done = dict(compiled_steps or {})
+    if compiled_steps is not None and not isinstance(compiled_steps, Mapping):
+        raise MeshplanTypeError(f"compiled_steps={compiled_steps!r:.80} must map mesh texts to seconds, or be None.")
+    done = {as_str(k, "compiled_steps key"): as_real(v, f"compiled_steps[{k!r}]", allow_zero=True, error=PlanError)
+            for k, v in (compiled_steps or {}).items()}
 
     def key(c: MeshCandidate) -> tuple[int, float, int, float, int, tuple[int, ...]]:
         compiled = done.get(c.text)
