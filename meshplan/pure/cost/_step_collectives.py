@@ -140,7 +140,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -239,9 +239,28 @@ StepKind: TypeAlias = CollectiveKind | Literal["collective-permute"]
 """A collective of a step: the cost model's kinds and XLA's collective-permute (a slice resharded
 between devices, :func:`_fused_qkv_permutes`), priced as one point-to-point send of its buffer."""
 
-Pending: TypeAlias = tuple[str, StepKind, tuple[str, ...], float, int, int, int]
-"""A collective not yet priced: ``(what, kind, axes, nbytes per call, calls, i, d)``, where the
-group has ``i`` devices per ICI domain over ``d`` domains."""
+class Pending(NamedTuple):
+    """A collective of a step not yet priced (:func:`price` prices a list of them in one pass).
+
+    Example:
+      >>> p = Pending("tp all-reduce of activations", "all-reduce", ("tp",), 1e9, 2, 8, 1)
+      >>> p.kind, p.nbytes * p.calls, p.ici * p.dcn
+      ('all-reduce', 2000000000.0, 8)
+    """
+
+    what: str
+    """What it moves, as the plan shows it (its group's axes first: ``"fsdp all-gather of params ..."``)."""
+    kind: StepKind
+    axes: tuple[str, ...]
+    """The mesh axes of its device group."""
+    nbytes: float
+    """Bytes of one call (the full buffer, as :mod:`meshplan.pure.cost._collective_time` defines it)."""
+    calls: int
+    """Calls per step."""
+    ici: int
+    """Devices of the group per ICI domain."""
+    dcn: int
+    """ICI domains the group spans."""
 
 
 def _link_name(i: int, d: int) -> str:
@@ -293,15 +312,15 @@ def price(pending: Sequence[Pending], cluster: Cluster) -> np.ndarray:
 
     Example:
       >>> from meshplan.pure import parse_cluster
-      >>> price([("x", "all-reduce", ("tp",), 1e9, 2, 8, 1)], parse_cluster("H100")).round(6).tolist()
+      >>> price([Pending("x", "all-reduce", ("tp",), 1e9, 2, 8, 1)], parse_cluster("H100")).round(6).tolist()
       [0.007862]
     """
     out = np.zeros(len(pending))
     by_kind: dict[StepKind, list[int]] = {}
     for k, item in enumerate(pending):
-        by_kind.setdefault(item[1], []).append(k)
+        by_kind.setdefault(item.kind, []).append(k)
     for kind, rows in by_kind.items():
-        cols = np.array([pending[k][3:] for k in rows], dtype=np.float64)
+        cols = np.array([(p.nbytes, p.calls, p.ici, p.dcn) for p in (pending[k] for k in rows)], dtype=np.float64)
         nbytes, calls, i, d = cols[:, 0], cols[:, 1], cols[:, 2].astype(np.int64), cols[:, 3].astype(np.int64)
         out[rows] = calls * _two_level(kind, nbytes, i, d, cluster)
     return out
@@ -309,8 +328,8 @@ def price(pending: Sequence[Pending], cluster: Cluster) -> np.ndarray:
 
 def to_terms(pending: Sequence[Pending], seconds: Sequence[float] | np.ndarray) -> tuple[CommTerm, ...]:
     """Priced collectives as :class:`CommTerm` records."""
-    return tuple(CommTerm(what, kind, axes, int(nbytes), calls, _link_name(i, d), float(t))
-                 for (what, kind, axes, nbytes, calls, i, d), t in zip(pending, seconds, strict=True))
+    return tuple(CommTerm(p.what, p.kind, p.axes, int(p.nbytes), p.calls, _link_name(p.ici, p.dcn), float(t))
+                 for p, t in zip(pending, seconds, strict=True))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -579,7 +598,8 @@ def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[st
       >>> t = ParamTraffic(gather=((("fsdp",), 100),), scatter=(), reduce=())
       >>> p = AxisPlacement(("dp", "fsdp"), (1, 8), (2, 1), parse_cluster("2x8xH100"))
       >>> table_terms(param_tables(t, ("dp", "fsdp")), p, {"dp": 2, "fsdp": 8}, layers=4)
-      [('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 25.0, 8, 8, 1)]
+      [Pending(what='fsdp all-gather of params (fwd + bwd)', kind='all-gather', axes=('fsdp',), nbytes=25.0, \
+calls=8, ici=8, dcn=1)]
     """
     out: list[Pending] = []
     for kind, what, table, passes, fused, skipped in tables:
@@ -594,8 +614,8 @@ def table_terms(tables: ParamTables, placement: AxisPlacement, sizes: Mapping[st
         for shown, nbytes in merged.items():
             i, d = placement.split(shown)
             per = layers if fused else 1
-            out.append((f"{'+'.join(shown)} {what}", kind, shown, nbytes / per,
-                        passes * per - (skipped if fused else 0), i, d))
+            out.append(Pending(f"{'+'.join(shown)} {what}", kind, shown, nbytes / per,
+                               passes * per - (skipped if fused else 0), i, d))
     return out
 
 
@@ -642,7 +662,7 @@ def hidden_state_terms(
       >>> p = AxisPlacement(("fsdp",), (8,), (1,), parse_cluster("v5e-8"))
       >>> terms = hidden_state_terms(MODEL_SPECS["llama3-8b"], {"fsdp": 8}, p, batch=16, seq=2048, itemsize=2,
       ...                            head_axes=("fsdp",), embed_axes=("fsdp",))
-      >>> [(t[1], t[3] // 2**20, t[4]) for t in terms]
+      >>> [(t.kind, t.nbytes // 2**20, t.calls) for t in terms]
       [('all-gather', 256, 2), ('reduce-scatter', 512, 1), ('all-gather', 0, 1), ('reduce-scatter', 256, 1), \
 ('all-gather', 256, 1)]
     """
@@ -655,7 +675,7 @@ def hidden_state_terms(
         if shown:
             i, d = placement.split(shown)
             ways = math.prod(sizes[a] for a in shown)
-            out.append((f"{'+'.join(shown)} {what}", kind, shown, b * s * ways * per_token, calls, i, d))
+            out.append(Pending(f"{'+'.join(shown)} {what}", kind, shown, b * s * ways * per_token, calls, i, d))
 
     add("all-gather of the hidden states for the LM head (fwd + bwd: XLA:TPU)", "all-gather", head_axes,
         h * itemsize, 2)
@@ -698,8 +718,8 @@ def expert_token_terms(
       >>> p = AxisPlacement(("fsdp",), (8,), (1,), parse_cluster("v5e-8"))
       >>> import dataclasses
       >>> m = dataclasses.replace(MODEL_SPECS["mixtral-8x7b"], num_layers=2, num_params=None)
-      >>> [(t[1], t[3] // 2**20, t[4]) for t in expert_token_terms(m, {"fsdp": 8}, p, batch=16, seq=2048,
-      ...                                                          itemsize=2, axes=("fsdp",))]
+      >>> [(t.kind, t.nbytes // 2**20, t.calls) for t in expert_token_terms(m, {"fsdp": 8}, p, batch=16, seq=2048,
+      ...                                                                   itemsize=2, axes=("fsdp",))]
       [('all-gather', 640, 9), ('reduce-scatter', 640, 6)]
     """
     policy = as_choice(remat, "remat", ("none", "dots", "full", "offload"), error=PlanError)
@@ -716,13 +736,13 @@ def expert_token_terms(
     gathers = f"{group} all-gather of the dispatched tokens for the experts (XLA:TPU)"
     sums = f"{group} reduce-scatter of the experts' partial outputs and input grads (XLA:TPU)"
     if policy == "none":
-        return [(gathers, "all-gather", shown, nbytes, 5 * moe - 1, i, d),
-                (f"{group} all-reduce of the experts' partial outputs (fwd, XLA:TPU)", "all-reduce", shown, nbytes,
-                 moe, i, d),
-                (f"{group} reduce-scatter of the experts' partial input grads (bwd, XLA:TPU)", "reduce-scatter",
-                 shown, nbytes, moe, i, d)]
-    return [(gathers, "all-gather", shown, nbytes, 6 * moe - 3, i, d),
-            (sums, "reduce-scatter", shown, nbytes, 3 * moe, i, d)]
+        return [Pending(gathers, "all-gather", shown, nbytes, 5 * moe - 1, i, d),
+                Pending(f"{group} all-reduce of the experts' partial outputs (fwd, XLA:TPU)", "all-reduce", shown,
+                        nbytes, moe, i, d),
+                Pending(f"{group} reduce-scatter of the experts' partial input grads (bwd, XLA:TPU)",
+                        "reduce-scatter", shown, nbytes, moe, i, d)]
+    return [Pending(gathers, "all-gather", shown, nbytes, 6 * moe - 3, i, d),
+            Pending(sums, "reduce-scatter", shown, nbytes, 3 * moe, i, d)]
 
 
 def whole_slice_sums(pending: Sequence[Pending], sizes: Mapping[str, int], *, chips: int) -> list[Pending]:
@@ -737,18 +757,18 @@ def whole_slice_sums(pending: Sequence[Pending], sizes: Mapping[str, int], *, ch
     not read. The search passes ``chips`` only for such a v5p slice.
 
     Example:
-      >>> t = [("fsdp reduce-scatter of grads", "reduce-scatter", ("fsdp",), 100, 2, 8, 1)]
-      >>> whole_slice_sums(t, {"fsdp": 8}, chips=8)
-      [('fsdp all-reduce of grads (whole v5p slice: XLA:TPU)', 'all-reduce', ('fsdp',), 100, 2, 8, 1)]
+      >>> t = [Pending("fsdp reduce-scatter of grads", "reduce-scatter", ("fsdp",), 100, 2, 8, 1)]
+      >>> [(p.what, p.kind) for p in whole_slice_sums(t, {"fsdp": 8}, chips=8)]
+      [('fsdp all-reduce of grads (whole v5p slice: XLA:TPU)', 'all-reduce')]
       >>> whole_slice_sums(t, {"fsdp": 8}, chips=16) == t
       True
     """
     out: list[Pending] = []
-    for what, kind, axes, nbytes, calls, i, d in pending:
-        if kind == "reduce-scatter" and math.prod(sizes.get(a, 1) for a in axes) == chips:
-            group, _, rest = what.partition(" reduce-scatter ")
-            what, kind = f"{group} all-reduce {rest} (whole v5p slice: XLA:TPU)", "all-reduce"
-        out.append((what, kind, axes, nbytes, calls, i, d))
+    for p in pending:
+        if p.kind == "reduce-scatter" and math.prod(sizes.get(a, 1) for a in p.axes) == chips:
+            group, _, rest = p.what.partition(" reduce-scatter ")
+            p = p._replace(what=f"{group} all-reduce {rest} (whole v5p slice: XLA:TPU)", kind="all-reduce")
+        out.append(p)
     return out
 
 
@@ -841,9 +861,9 @@ def activation_terms(
       >>> from meshplan.pure.presets import MODEL_SPECS
       >>> p = AxisPlacement(("dp", "tp"), (2, 4), (1, 1), parse_cluster("H100"))
       >>> terms = activation_terms(MODEL_SPECS["llama3-8b"], {"dp": 2, "tp": 4}, p, batch=8, seq=1024, itemsize=2)
-      >>> [(t[1], t[4]) for t in terms][:3]
+      >>> [(t.kind, t.calls) for t in terms][:3]
       [('reduce-scatter', 160), ('reduce-scatter', 1), ('all-reduce', 197)]
-      >>> [(t[1], t[4]) for t in terms][3:]
+      >>> [(t.kind, t.calls) for t in terms][3:]
       [('all-gather', 322), ('all-gather', 64), ('reduce-scatter', 1)]
     """
     backend = as_choice(backend, "backend", TP_BACKENDS, error=PlanError)
@@ -859,7 +879,7 @@ def activation_terms(
         axes = (axis,) if isinstance(axis, str) else axis
         if calls and axes:
             i, d = placement.split(axes)
-            out.append((what, kind, axes, nbytes, calls, i, d))
+            out.append(Pending(what, kind, axes, nbytes, calls, i, d))
 
     if tp > 1:
         x = b * s * h * itemsize
@@ -1087,7 +1107,7 @@ def activation_terms(
         add("router scores gathered for top_k (XLA:CPU, f32)", "all-gather", ways,
             batch * s * model.num_experts * 4, (2 if recompute else 1) * model.num_moe_layers)
     if backend == "gpu":  # the XLA:TPU rules XLA:GPU shares: named for the backend that emits them here
-        out = [(t[0].replace("XLA:TPU", "XLA:GPU").replace("XLA:CPU", "XLA:GPU"), *t[1:]) for t in out]
+        out = [t._replace(what=t.what.replace("XLA:TPU", "XLA:GPU").replace("XLA:CPU", "XLA:GPU")) for t in out]
     return out
 
 

@@ -53,6 +53,7 @@ from meshplan.pure._check import as_choice, as_count
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cost._flops import StepFlops
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
+from meshplan.pure.cost._step_collectives import Pending
 
 __all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_seconds", "step_time"]
 
@@ -73,23 +74,22 @@ def overlap_class(what: str, kind: str) -> str:
     return "critical"
 
 
-def accumulate(pending: Sequence[Any], micro_batches: int, *, backend: str = "tpu") -> list[Any]:
+def accumulate(pending: Sequence[Pending], micro_batches: int, *, backend: str = "tpu") -> list[Pending]:
     """The step's collectives with ``micro_batches`` gradient-accumulation steps (see the module docstring).
 
-    ``pending`` holds ``(what, kind, axes, bytes per call, calls, ici, dcn)`` tuples for the whole batch in
-    one pass (:func:`~meshplan.pure.cost._step_collectives.price` prices them). ``backend`` is the compiler the
-    step is priced for (``"tpu"``, ``"gpu"`` or ``"cpu"``): XLA:GPU syncs the accumulated gradients once.
+    ``pending`` holds the step's :class:`~meshplan.pure.cost._step_collectives.Pending` collectives for the
+    whole batch in one pass (:func:`~meshplan.pure.cost._step_collectives.price` prices them). ``backend`` is
+    the compiler the step is priced for (``"tpu"``, ``"gpu"`` or ``"cpu"``): XLA:GPU syncs the accumulated
+    gradients once.
 
     Example:
-      >>> pending = [("tp all-reduce of activations", "all-reduce", ("tp",), 800, 4, 8, 1),
-      ...            ("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), 100, 2, 8, 1),
-      ...            ("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)]
-      >>> accumulate(pending, 4)
-      [('tp all-reduce of activations', 'all-reduce', ('tp',), 200.0, 16, 8, 1), \
-('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 100, 8, 8, 1), \
-('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 4, 1, 2)]
-      >>> accumulate(pending, 4, backend="gpu")[2]
-      ('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 1, 1, 2)
+      >>> pending = [Pending("tp all-reduce of activations", "all-reduce", ("tp",), 800, 4, 8, 1),
+      ...            Pending("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), 100, 2, 8, 1),
+      ...            Pending("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)]
+      >>> [(p.nbytes, p.calls) for p in accumulate(pending, 4)]
+      [(200.0, 16), (100, 8), (100, 4)]
+      >>> [(p.nbytes, p.calls) for p in accumulate(pending, 4, backend="gpu")][2]
+      (100, 1)
     """
     m = as_count(micro_batches, "micro_batches", error=PlanError)
     backend = as_choice(backend, "backend", ("cpu", "gpu", "tpu"), error=PlanError)
@@ -99,13 +99,13 @@ def accumulate(pending: Sequence[Any], micro_batches: int, *, backend: str = "tp
     for what, kind, axes, nbytes, calls, ici, dcn in pending:
         where = overlap_class(what, kind)
         if where == "critical":
-            out.append((what, kind, axes, nbytes / m, calls * m, ici, dcn))
+            out.append(Pending(what, kind, axes, nbytes / m, calls * m, ici, dcn))
         elif backend == "gpu" and kind == "all-reduce" and where == "grads":
             # XLA:GPU all-reduces the accumulated gradients once, after the micro-batch loop (1x8xH200's HLO:
             # llama dp=2,fsdp=4 with 2 micro-batches all-reduces 247,048 B, as with one).
-            out.append((what, kind, axes, nbytes, calls, ici, dcn))
+            out.append(Pending(what, kind, axes, nbytes, calls, ici, dcn))
         else:  # parameter gathers and gradient syncs: again in every micro-batch
-            out.append((what, kind, axes, nbytes, calls * m, ici, dcn))
+            out.append(Pending(what, kind, axes, nbytes, calls * m, ici, dcn))
     return out
 
 

@@ -293,7 +293,7 @@ class _Search:
         """Compute + exposed communication of one priced mesh, per collective too (kept on ``s``)."""
         if s.time is None:
             req = self.req
-            terms = [(p[0], p[1], float(t)) for p, t in zip(s.pending, s.term_seconds, strict=True)]
+            terms = [(p.what, p.kind, float(t)) for p, t in zip(s.pending, s.term_seconds, strict=True)]
             s.time = step_time(self._flops(s), terms, layers=max(self.model.num_layers, 1),
                                tokens=req.batch * req.seq, devices=req.cluster.num_devices,
                                peak_flops=req.cluster.device.peak_bf16_flops, efficiency=self.efficiency,
@@ -397,7 +397,7 @@ class _Search:
             s.activation_seconds = seconds[start:stop]
             # The step with these alone: its compute, and the critical ones exposed whole (_step_time).
             steps.append(floor + sum(t for p, t in zip(terms, s.activation_seconds, strict=True)
-                                     if overlap_class(p[0], p[1]) == "critical"))
+                                     if overlap_class(p.what, p.kind) == "critical"))
             start = stop
         return steps
 

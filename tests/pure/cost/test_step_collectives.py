@@ -20,6 +20,7 @@ from meshplan.pure.specs._training import TrainingState
 from meshplan.pure.cost._step_collectives import (
     AxisPlacement,
     ParamTraffic,
+    Pending,
     activation_bytes,
     activation_terms,
     group_time,
@@ -80,7 +81,7 @@ def test_two_level_time_is_an_ici_ring_plus_a_dcn_ring(i: int, d: int, nbytes: f
 @given(st.lists(st.tuples(st.sampled_from(["all-gather", "all-reduce", "all-to-all"]), st.floats(0, 1e9),
                           st.integers(1, 100), st.integers(1, 8), st.integers(1, 4)), max_size=8))
 def test_vectorized_pricing_equals_pricing_one_by_one(items) -> None:
-    pending = [("x", kind, ("x",), b, calls, i, d) for kind, b, calls, i, d in items]
+    pending = [Pending("x", kind, ("x",), b, calls, i, d) for kind, b, calls, i, d in items]
     got = price(pending, H100x2)
     for k, (kind, b, calls, i, d) in enumerate(items):
         cluster = Cluster(H100x2.device, num_nodes=d, devices_per_node=i)
