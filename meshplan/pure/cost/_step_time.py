@@ -2,8 +2,9 @@
 
 A step runs its layers' compute (:mod:`meshplan.pure.cost._flops`, at the
 device's peak bf16 FLOP/s times an efficiency) while the collectives of
-:mod:`meshplan.pure.cost._step_collectives` run beside it where the schedule allows
-(FSDP / ZeRO-3 prefetching, XLA's async collectives and latency-hiding scheduler):
+:mod:`meshplan.pure.cost._param_collectives` and :mod:`meshplan.pure.cost._activation_collectives`
+run beside it where the schedule allows (FSDP / ZeRO-3 prefetching, XLA's async collectives and
+latency-hiding scheduler):
 
 - **forward window** (one per layer, the layer's forward compute): the
   parameter all-gathers of the *next* layer (prefetch). Layer 1's gather has
@@ -28,7 +29,7 @@ accumulated gradients once, after the loop (read from its HLO for 1x8xH200),
 so with ``backend="gpu"`` a gradient all-reduce keeps its one call per step
 (its reduce-scatters stay in the loop). XLA:CPU hoists the loop-invariant
 forward gathers out of the loop; that is said by
-:func:`~meshplan.pure.cost._step_collectives.xla_collectives` and not priced here
+:func:`~meshplan.pure.cost._xla_collectives.xla_collectives` and not priced here
 (XLA:CPU is a check, not a target). The windows are the same layers' compute,
 summed over the micro-batches.
 
@@ -53,7 +54,7 @@ from meshplan.pure._check import as_choice, as_count
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cost._flops import StepFlops
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
-from meshplan.pure.cost._step_collectives import Pending
+from meshplan.pure.cost._placement import Pending
 
 __all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_seconds", "step_time"]
 
@@ -77,8 +78,8 @@ def overlap_class(what: str, kind: str) -> str:
 def accumulate(pending: Sequence[Pending], micro_batches: int, *, backend: str = "tpu") -> list[Pending]:
     """The step's collectives with ``micro_batches`` gradient-accumulation steps (see the module docstring).
 
-    ``pending`` holds the step's :class:`~meshplan.pure.cost._step_collectives.Pending` collectives for the
-    whole batch in one pass (:func:`~meshplan.pure.cost._step_collectives.price` prices them). ``backend`` is
+    ``pending`` holds the step's :class:`~meshplan.pure.cost._placement.Pending` collectives for the
+    whole batch in one pass (:func:`~meshplan.pure.cost._placement.price` prices them). ``backend`` is
     the compiler the step is priced for (``"tpu"``, ``"gpu"`` or ``"cpu"``): XLA:GPU syncs the accumulated
     gradients once.
 

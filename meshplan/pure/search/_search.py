@@ -29,7 +29,8 @@ parallelism is not modelled), prices each mesh and ranks those that fit.
    size > 1 that splits no parameter is rejected with the rule's reason for
    the largest such leaf: it would only replicate while paying the axis's
    collectives, and must never be ranked silently.
-5. **Price** a training step's collectives (:mod:`meshplan.pure.cost._step_collectives`)
+5. **Price** a training step's collectives (:mod:`meshplan.pure.cost._param_collectives`,
+   :mod:`meshplan.pure.cost._activation_collectives`, :mod:`meshplan.pure.cost._tpu_terms`)
    and its compute (:mod:`meshplan.pure.cost._flops`; an FP8 recipe's weight matmuls at the FP8
    peak, :mod:`meshplan.pure.cost._matmul_dtype`), overlap them
    (:mod:`meshplan.pure.cost._step_time`) and rank by predicted step time
@@ -88,23 +89,10 @@ from meshplan.pure.search._space import (
     unit,
 )
 from meshplan.pure.cost._recipe import TrainingRecipe
-from meshplan.pure.cost._step_collectives import (
-    AXIS_ORDER,
-    BATCH_AXES,
-    AxisPlacement,
-    ParamTables,
-    Pending,
-    TOKEN_REMATS,
-    activation_terms,
-    expert_token_terms,
-    hidden_state_terms,
-    param_tables,
-    price,
-    step_activations,
-    table_terms,
-    to_terms,
-    whole_slice_sums,
-)
+from meshplan.pure.cost._activation_collectives import activation_terms, step_activations
+from meshplan.pure.cost._param_collectives import ParamTables, param_tables, table_terms
+from meshplan.pure.cost._placement import AXIS_ORDER, BATCH_AXES, AxisPlacement, Pending, price, to_terms
+from meshplan.pure.cost._tpu_terms import TOKEN_REMATS, expert_token_terms, hidden_state_terms, whole_slice_sums
 from meshplan.pure.cost._step_memory import (
     CALIBRATIONS,
     ActivationParts,
@@ -163,7 +151,7 @@ class _Scored:
 
 def _v5p_slice_chips(cluster: Cluster) -> int | None:
     """The chips of one slice of a v5p ``cluster`` whose chip grid spans all three dims (2x2x2 and up), else
-    None (see :func:`~meshplan.pure.cost._step_collectives.whole_slice_sums`)."""
+    None (see :func:`~meshplan.pure.cost._tpu_terms.whole_slice_sums`)."""
     if cluster.device.name != "v5p":
         return None
     try:

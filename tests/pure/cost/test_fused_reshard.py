@@ -18,7 +18,8 @@ from meshplan.pure import parse_cluster
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.cost._slice_reshard import SliceReshard, slice_reshard
-from meshplan.pure.cost._step_collectives import AxisPlacement, activation_terms, group_time
+from meshplan.pure.cost._activation_collectives import activation_terms
+from meshplan.pure.cost._placement import AxisPlacement, group_time
 
 
 @st.composite

@@ -22,14 +22,9 @@ from meshplan.pure.cost._gathered_operand import (
     head_layout,
     vocab_batch_axes,
 )
-from meshplan.pure.cost._step_collectives import (
-    TOKEN_REMATS,
-    AxisPlacement,
-    ParamTraffic,
-    expert_token_terms,
-    hidden_state_terms,
-    param_tables,
-)
+from meshplan.pure.cost._param_collectives import ParamTraffic, param_tables
+from meshplan.pure.cost._placement import AxisPlacement
+from meshplan.pure.cost._tpu_terms import TOKEN_REMATS, expert_token_terms, hidden_state_terms
 
 AXES = ("dp", "fsdp", "ep", "sp", "tp")
 entries = st.one_of(st.none(), st.sampled_from(AXES),

@@ -23,7 +23,8 @@ from meshplan.pure.presets import MODEL_SPECS, MLADims
 from meshplan.pure.cost import TrainingRecipe, xla_collectives
 from meshplan.pure.search import search_meshes
 from meshplan.pure.xla import collective_shares, collective_totals, ratio_table
-from meshplan.pure.cost._step_collectives import AxisPlacement, activation_terms
+from meshplan.pure.cost._activation_collectives import activation_terms
+from meshplan.pure.cost._placement import AxisPlacement
 
 MINOR = 0.02  # kinds under 2% of the step's compiled and priced bytes are not checked (as in bench_collectives)
 

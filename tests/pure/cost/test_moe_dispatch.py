@@ -22,11 +22,9 @@ from meshplan.pure.cost import (
 )
 from meshplan.pure.cost._flops import RECOMPUTE, layer_flops
 from meshplan.pure.cost._gathered_operand import gathers_tokens
-from meshplan.pure.cost._step_collectives import (
-    AxisPlacement,
-    activation_terms,
-    expert_token_terms,
-)
+from meshplan.pure.cost._activation_collectives import activation_terms
+from meshplan.pure.cost._placement import AxisPlacement
+from meshplan.pure.cost._tpu_terms import expert_token_terms
 from meshplan.pure.cost._step_memory import activation_parts
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import MODEL_SPECS

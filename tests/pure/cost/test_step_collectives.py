@@ -1,4 +1,5 @@
-"""Tests for the step cost model of the mesh search (meshplan.pure.cost._step_collectives)."""
+"""Tests for the step cost model of the mesh search (meshplan.pure.cost._placement, _param_collectives,
+_activation_collectives)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,9 @@ from meshplan.pure.cost import all_gather_time, all_reduce_time, axis_domain_cou
 from meshplan.errors import PlanError
 from meshplan.pure.search._groups import LeafGroups, evaluate_plan
 from meshplan.pure.specs._training import TrainingState
-from meshplan.pure.cost._step_collectives import (
-    AxisPlacement,
-    ParamTraffic,
-    Pending,
-    activation_bytes,
-    activation_terms,
-    group_time,
-    param_terms,
-    price,
-)
+from meshplan.pure.cost._activation_collectives import activation_bytes, activation_terms
+from meshplan.pure.cost._param_collectives import ParamTraffic, param_terms
+from meshplan.pure.cost._placement import AxisPlacement, Pending, group_time, price
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.specs._tree import tree_facts
 from meshplan.testing import host_splits

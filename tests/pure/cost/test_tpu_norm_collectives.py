@@ -19,12 +19,9 @@ from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.cost import TrainingRecipe, xla_collectives
 from meshplan.pure.search import search_meshes
 from meshplan.pure.xla import collective_totals
-from meshplan.pure.cost._step_collectives import (
-    AxisPlacement,
-    ParamTraffic,
-    activation_terms,
-    param_tables,
-)
+from meshplan.pure.cost._activation_collectives import activation_terms
+from meshplan.pure.cost._param_collectives import ParamTraffic, param_tables
+from meshplan.pure.cost._placement import AxisPlacement
 
 ROW = "row statistics"
 

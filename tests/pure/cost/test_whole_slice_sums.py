@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from meshplan.pure import parse_cluster
 from meshplan.pure.search._search import _v5p_slice_chips
-from meshplan.pure.cost._step_collectives import Pending, whole_slice_sums
+from meshplan.pure.cost._placement import Pending
+from meshplan.pure.cost._tpu_terms import whole_slice_sums
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
 terms = st.lists(st.tuples(st.sampled_from(KINDS), st.sampled_from([("fsdp",), ("dp", "fsdp"), ("tp",)]),

@@ -8,7 +8,7 @@ from meshplan.pure import PlanError, search_meshes
 from meshplan.pure.cost import TrainingRecipe
 from meshplan.pure.search import SearchResult
 from meshplan.pure.search._space import divisors
-from meshplan.pure.cost._step_collectives import Pending, price
+from meshplan.pure.cost._placement import Pending, price
 from meshplan.pure.cost._step_time import accumulate, overlap_class
 from meshplan.pure.cluster._cluster import parse_cluster
 from tests.profiles import examples
