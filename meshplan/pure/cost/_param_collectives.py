@@ -147,6 +147,25 @@ ParamTables: TypeAlias = tuple[
 skips)`` per collective kind (the last field: only for fused rows; XLA:TPU's remat-none gathers)."""
 
 
+_Table: TypeAlias = tuple[tuple[tuple[str, ...], int], ...]
+"""Bytes per axis group: ``((axes, bytes), ...)``."""
+
+
+def _minus(table: _Table, *parts: _Table) -> _Table:
+    """``table`` less the bytes of ``parts``, group by group (in ``table``'s order, new groups after)."""
+    left = dict(table)
+    for part in parts:
+        for axes, nbytes in part:
+            left[axes] = left.get(axes, 0) - nbytes
+    return tuple(left.items())
+
+
+def _summed(rows: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...], order: Mapping[str, int]) -> _Table:
+    """``(storage, replicas, scatter bytes, _)`` rows as the scatter bytes summed whole over both groups (the
+    group's axes in mesh ``order``)."""
+    return tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in rows)
+
+
 def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str = "gpu",
                  remat: str = "full", hidden_head: bool = False, hidden_embed: bool = False,
                  tokens_experts: bool = False, embed_on_shard: bool = False) -> ParamTables:
@@ -202,15 +221,7 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
     expert_gather = tuple((st, gb) for st, gb, _ in traffic.experts) if tokens_experts else ()
     expert_scatter = tuple((st, sb) for st, _, sb in traffic.experts) if tokens_experts else ()
 
-    def minus(table: tuple[tuple[tuple[str, ...], int], ...], *parts: tuple[tuple[tuple[str, ...], int], ...]
-              ) -> tuple[tuple[tuple[str, ...], int], ...]:
-        left = dict(table)
-        for part in parts:
-            for axes, nbytes in part:
-                left[axes] = left.get(axes, 0) - nbytes
-        return tuple(left.items())
-
-    once = minus(traffic.embed, embed_gather) + (traffic.head if tpu and not hidden_head else ())
+    once = _minus(traffic.embed, embed_gather) + (traffic.head if tpu and not hidden_head else ())
     twice = () if tpu else traffic.head  # outside the layers: gathered forward and backward, not fused per layer
     # XLA:TPU sums some layer gradients whole over storage instead of reduce-scattering them: after
     # partitioning every weight gradient is an all-reduce + dynamic-slice, and its fusion pass (between the
@@ -234,13 +245,9 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
                   ) if hidden_embed else traffic.embed_whole if tpu else ()
     order = {a: k for k, a in enumerate(axes)}
 
-    def summed(rows: tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...]
-               ) -> tuple[tuple[tuple[str, ...], int], ...]:
-        return tuple((tuple(sorted(st + rep, key=lambda a: order.get(a, 99))), sb) for st, rep, sb, _ in rows)
-
-    embed_ar = summed(whole)
+    embed_ar = _summed(whole, order)
     whole = whole + layer_whole
-    layer_gather = minus(traffic.gather, traffic.embed, traffic.head,  # (the same bytes as once + twice, whole)
+    layer_gather = _minus(traffic.gather, traffic.embed, traffic.head,  # (the same bytes as once + twice, whole)
                          expert_gather)
     # (kind, what, bytes per axis group, passes, fused per layer, passes the last layer skips)
     return (
@@ -251,7 +258,7 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
               "all-gather of params (fwd, kept for the bwd)",
               traffic.attn if tpu_none else layer_gather, 1 + regather, True, 0),
              ("all-gather", "all-gather of params (fwd + bwd, the last layer's kept for its bwd: XLA:TPU)",
-              minus(layer_gather, traffic.attn) if tpu_none else (), 2, True, 1),
+              _minus(layer_gather, traffic.attn) if tpu_none else (), 2, True, 1),
              ("all-gather", "all-gather of params (embedding, head: once)", once, 1, False, 0),
              ("all-gather", "all-gather of params (head: fwd + bwd)", twice, 2, False, 0),
              # A tied embedding on XLA:TPU: the pass merges a gather only into the first gather of the same
@@ -268,7 +275,7 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
              ("all-gather", "all-gather of params (attention, again in the bwd: XLA:TPU)",
               traffic.attn if tpu and recompute else (), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads",
-              minus(traffic.scatter, traffic.head_scatter if f32_head and not tied_tp else (),
+              _minus(traffic.scatter, traffic.head_scatter if f32_head and not tied_tp else (),
                     tuple((st, sb) for st, _, sb, _ in whole), embed_scatter, expert_scatter), 1, True, 0),
              ("reduce-scatter", "reduce-scatter of grads (head, f32)",
               traffic.head_grad_f32 if f32_head and not tied_tp and not hidden_head else (), 1, False, 0),
@@ -282,15 +289,15 @@ def param_tables(traffic: ParamTraffic, axes: tuple[str, ...], *, backend: str =
              # storage group (GPT-2 fsdp=8, remat none and full: a bf16 [8192,1024] reduce-scatter beside the f32
              # one), or with replicas all-reduced whole over both groups (GPT-2 dp=2 x fsdp=4: over all 8).
              ("reduce-scatter", "reduce-scatter of grads (tied embedding's lookup part: XLA:TPU)",
-              minus(traffic.head_scatter, tuple((st, sb) for st, _, sb, _ in traffic.head_whole))
+              _minus(traffic.head_scatter, tuple((st, sb) for st, _, sb, _ in traffic.head_whole))
               if tied_lookup else (), 1, False, 0),
              ("all-reduce", "all-reduce of grads (tied embedding's lookup part, whole: XLA:TPU)",
-              summed(traffic.head_whole) if tied_lookup else (), 1, False, 0),
-             ("all-reduce", "all-reduce of grads", minus(traffic.reduce, tuple((rep, rb) for _, rep, _, rb in whole)),
+              _summed(traffic.head_whole, order) if tied_lookup else (), 1, False, 0),
+             ("all-reduce", "all-reduce of grads", _minus(traffic.reduce, tuple((rep, rb) for _, rep, _, rb in whole)),
               1, True, 0),
              ("all-reduce", "all-reduce of grads (input embedding, whole)", embed_ar, 1, False, 0),
              ("all-reduce", "all-reduce of grads (narrow last-dim splits, whole: XLA:TPU)",
-              summed(layer_whole), 1, True, 0),
+              _summed(layer_whole, order), 1, True, 0),
              # XLA:TPU and XLA:GPU all-reduce the head's gradient in fp32: the bytes beyond its grad-dtype share.
              ("all-reduce", "all-reduce of grads (head in f32, beyond its grad dtype)",
               traffic.head_reduce_excess if f32_head else (), 1, False, 0),

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplan.pure import parse_cluster
-from meshplan.pure.search._search import _v5p_slice_chips
+from meshplan.pure.search._pricing import v5p_slice_chips
 from meshplan.pure.cost._placement import Pending
 from meshplan.pure.cost._tpu_terms import whole_slice_sums
 
@@ -41,7 +41,7 @@ def test_only_reduce_scatters_over_the_whole_slice_become_all_reduces_of_the_sam
 
 
 def test_the_rule_applies_to_v5p_slices_that_span_three_dims_only() -> None:
-    chips = {name: _v5p_slice_chips(parse_cluster(name))
+    chips = {name: v5p_slice_chips(parse_cluster(name))
              for name in ("v5p-8", "v5p-16", "v5p-64", "v5p-256", "2xv5p-16", "v5e-8", "v6e-256", "8xH100")}
     assert chips == {"v5p-8": None, "v5p-16": 8, "v5p-64": 32, "v5p-256": 128, "2xv5p-16": 8, "v5e-8": None,
                      "v6e-256": None, "8xH100": None}
