@@ -65,6 +65,9 @@ _FACADE = {
     **dict.fromkeys(("compiled_memory", "tpu_topology_mesh", "gpu_topology_mesh", "ReferenceConfig", "ReferenceStep",
                      "reference_step", "PipelineStep", "pipeline_step", "compiled_collectives", "verify_plan",
                      "verify_pipelines"), "meshplan.facade.verify"),
+    "Measurement": "meshplan.facade._measure", "measure_plan": "meshplan.facade._measure",
+    **dict.fromkeys(("ProfileSettings", "load_profile", "profile_machine", "save_profile"), "meshplan.facade._profile"),
+    "live_cluster": "meshplan.facade._machine",
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -96,6 +99,9 @@ __all__ += ["compiled_collectives"]
 __all__ += ["PlanVerification", "VerifyRow", "verify_pipelines", "verify_plan"]
 # a pipelined train step (stage-stacked weights over pp, ppermute under shard_map)
 __all__ += ["PipelineStep", "pipeline_step"]
+# the hardware decides: time a plan's layouts on the live devices, profile the machine, price plans with it
+__all__ += ["Measurement", "ProfileSettings", "live_cluster", "load_profile", "measure_plan", "profile_machine",
+            "save_profile"]
 
 
 def __getattr__(name: str) -> Any:
@@ -117,6 +123,9 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
     from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
     from meshplan.facade._logical import LogicalShardingRule, logical_names
+    from meshplan.facade._machine import live_cluster
+    from meshplan.facade._measure import Measurement, measure_plan
+    from meshplan.facade._profile import ProfileSettings, load_profile, profile_machine, save_profile
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info
     from meshplan.facade._model_file import load_model
     from meshplan.facade._partition_helper import MeshPartitionHelper

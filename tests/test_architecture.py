@@ -50,13 +50,13 @@ def test_pure_module_never_touches_devices_or_the_facade(path: pathlib.Path) -> 
     assert not bad, f"{path.name} imports {sorted(bad)}; imports flow facade -> pure, never back"
 
 
-# --- layers inside pure: report -> verify -> search -> cost -> xla -> cluster -> presets -> rules -> specs -> mesh
-# (xla, the compiler-text parsers, sits below cost so that both cost and search may read it; it reads neither.
-# verify holds what a compiled plan is made of, report everything a reader sees: both sit above the search.)
-# Shared helpers sit below them all.
+# --- layers inside pure: report -> verify -> search -> serve -> cost -> xla -> cluster -> presets -> rules -> specs
+# -> mesh. (xla, the compiler-text parsers, sits below cost so that both cost and search may read it; it reads
+# neither. serve, the serving plans, reads cost's collective model; verify holds what a compiled plan is made of,
+# report everything a reader sees: both sit above the search.) Shared helpers sit below them all.
 
 # A module may import its own layer and any layer after it in this list, never one before it.
-_LAYERS = ("report", "verify", "search", "cost", "xla", "cluster", "presets", "rules", "specs", "mesh")
+_LAYERS = ("report", "verify", "search", "serve", "cost", "xla", "cluster", "presets", "rules", "specs", "mesh")
 _SHARED = {"meshplan.pure._types", "meshplan.pure._check", "meshplan.pure._format", "meshplan.pure._fields",
            "meshplan.pure.errors"}
 
@@ -107,6 +107,8 @@ def test_shared_pure_modules_import_no_layer(path: pathlib.Path) -> None:
     ("from meshplan.pure.search._candidate import MeshCandidate\n", "cost"),
     ("from meshplan.pure.cost._step_memory import step_memory\n", "xla"),
     ("from meshplan.pure.cost._collective_time import collective_time\n", "cluster"),
+    ("from meshplan.pure.serve._plan import plan_serving\n", "cost"),
+    ("from meshplan.pure.report import serve_html\n", "serve"),
 ])
 def test_the_layer_test_catches_an_upward_import(source: str, inside: str) -> None:
     # The check above must be able to fail: each of these imports points up from the layer ``inside``.

@@ -66,6 +66,9 @@ _SKIP = {
     "Rule", "CollectiveKind", "ShardingRule",
     # compiles a real training step per call (seconds each): too slow to fuzz in a unit test
     "reference_step", "pipeline_step",
+    # runs micro-benchmarks on every device per call (seconds each); its arguments are checked in
+    # tests/facade/test_profile.py
+    "profile_machine",
 }
 # Escapes found by this test and not fixed yet (label -> why); each is an xfail, not a pass, so
 # fixing one turns it into an XPASS to clean up here. Empty: every escape found so far is fixed at its root.
@@ -278,7 +281,7 @@ def _instances() -> dict[str, Callable[[], Any]]:
     import meshplan
     from meshplan import pure
     from meshplan.pure import mesh as pmesh
-    from meshplan.pure import presets, rules, search, specs
+    from meshplan.pure import cluster, cost, presets, rules, search, specs, xla
 
     sds = jax.ShapeDtypeStruct
     tree = {"w": sds((64, 32), np.float32), "b": sds((32,), np.float32)}
@@ -305,8 +308,8 @@ def _instances() -> dict[str, Callable[[], Any]]:
                                       micro_batches=2)
 
     def step_memory() -> Any:
-        dims = search.layer_dims(presets.MODEL_SPECS["llama3-8b"])
-        return search.step_memory(dims, {"fsdp": 8}, search.TrainingRecipe(), batch=8, seq=4096,
+        dims = cost.layer_dims(presets.MODEL_SPECS["llama3-8b"])
+        return cost.step_memory(dims, {"fsdp": 8}, cost.TrainingRecipe(), batch=8, seq=4096,
                                   params=2 * 10**9, grads=2 * 10**9, optimizer=8 * 10**9)
 
     logical = (("embed", "dp"), ("mlp", "tp"))
@@ -316,7 +319,7 @@ def _instances() -> dict[str, Callable[[], Any]]:
         "MeshShape": lambda: pure.MeshShape(("dp", "tp"), (2, 4)),
         "HybridMeshShape": lambda: pure.HybridMeshShape((2, 4), (1, 1)),
         "Cluster": lambda: pure.parse_cluster("2x4xH100"),
-        "DeviceSpec": lambda: search.DEVICE_SPECS["H100"],
+        "DeviceSpec": lambda: cluster.DEVICE_SPECS["H100"],
         "SearchResult": result,
         "SearchRequest": lambda: result().request,
         "MeshCandidate": lambda: result().best,
@@ -343,7 +346,7 @@ def _instances() -> dict[str, Callable[[], Any]]:
         "MLADims": lambda: presets.MODEL_SPECS["deepseek-v3"].mla,
         "Preset": lambda: presets.get_preset("gpt2"),
         "Rejection": lambda: search.Rejection("memory", 2, "dp=8"),
-        "Link": lambda: search.Link(1e11, 1e-6),
+        "Link": lambda: cluster.Link(1e11, 1e-6),
         "Decision": lambda: pure.Decision(P(), "why", "mine"),
         "CompositeShardingRule": lambda: meshplan.CompositeShardingRule(meshplan.AutoShardingRule(mesh=mesh())),
         "PlanRule": lambda: rules.PlanRule(pure.plan_tree(tree, pure.AutoRule(), {"dp": 2})),
@@ -351,23 +354,24 @@ def _instances() -> dict[str, Callable[[], Any]]:
         "LeafContext": lambda: pure.LeafContext((8, 4), np.dtype("float32"), {"dp": 2}),
         "ShardGeometry": lambda: specs.shard_geometry((8, 4), P("dp"), {"dp": 2}),
         "LeafLayout": lambda: pure.leaf_layout("model/layers/0/self_attn/q_proj/weight", (128, 64)),
-        "TpuTopology": lambda: search.tpu_topology(pure.parse_cluster("v4-8")),
+        "TpuTopology": lambda: cluster.tpu_topology(pure.parse_cluster("v4-8")),
         "LogicalRule": lambda: pure.LogicalRule(logical, names={"w": ("embed", "mlp")}),
         "LogicalShardingRule": lambda: meshplan.LogicalShardingRule(logical, names={"w": ("embed", "mlp")},
                                                                     mesh=mesh()),
         "LogicalExport": lambda: pure.logical_export(pure.plan_tree(tree, pure.AutoRule(min_shard_size=1),
                                                                     {"dp": 2, "tp": 4})),
-        "TrainingRecipe": lambda: search.TrainingRecipe(),
+        "TrainingRecipe": lambda: cost.TrainingRecipe(),
         "StepMemory": step_memory,
         "ReferenceConfig": lambda: meshplan.ReferenceConfig(),
         "ReferenceStep": reference,
         "PipelineStep": pipeline,
-        "LiveBuffer": lambda: search.LiveBuffer("fusion.7", 32768, "f32[2,32,32]", "f32", "temp", "jit(f)/dot"),
-        "BufferReport": lambda: search.BufferReport(3, (search.LiveBuffer("a", 64, "f32[16]", "f32", "parameter"),
-                                                        search.LiveBuffer("b", 8, "f32[2]", "f32", "temp",
+        "LiveBuffer": lambda: xla.LiveBuffer("fusion.7", 32768, "f32[2,32,32]", "f32", "temp", "jit(f)/dot"),
+        "BufferReport": lambda: xla.BufferReport(3, (xla.LiveBuffer("a", 64, "f32[16]", "f32", "parameter"),
+                                                        xla.LiveBuffer("b", 8, "f32[2]", "f32", "temp",
                                                                           memory_space="vmem")), 72),
         "CompiledMemory": lambda: meshplan.compiled_memory(jax.jit(lambda a: a * 2), sds((256,), np.float32)),
         "VerifyRow": lambda: meshplan.VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125),
+        "Measurement": lambda: meshplan.Measurement((), "1x8xXLA:CPU", "cpu", "cpu", "", ()),
         "PlanVerification": lambda: meshplan.PlanVerification(
             (meshplan.VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125),), (), "XLA:CPU", "", 1.0),
     }

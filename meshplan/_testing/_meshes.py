@@ -23,7 +23,7 @@ from meshplan._testing._check import (
     check_names,
     check_order,
 )
-from meshplan.pure.mesh import DeviceInfo, HybridMeshShape, MeshShape
+from meshplan.pure.mesh import DeviceInfo, HybridMeshShape, MeshShape, prime_factors
 
 __all__ = ["AXIS_NAMES", "HostSplit", "MeshDims", "axis_names", "device_counts", "device_layouts",
            "factorizations", "host_splits", "hybrid_mesh_shapes", "mesh_shapes"]
@@ -52,15 +52,8 @@ class HostSplit(NamedTuple):
 
 
 def _prime_factors(n: int) -> tuple[int, ...]:
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    if n > 1:
-        out.append(n)
-    return tuple(out)
+    """``n``'s prime factors with multiplicity, ascending (``12`` -> ``(2, 2, 3)``)."""
+    return tuple(p for p, e in prime_factors(n).items() for _ in range(e))
 
 
 def _sizes_from(primes: tuple[int, ...], num_axes: int, where: Sequence[int]) -> tuple[int, ...]:

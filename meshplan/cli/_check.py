@@ -22,13 +22,13 @@ from meshplan.cli._flags import (
     add_reference_flags,
     headroom_for,
     reference_config,
-    scaled_model,
     training_recipe,
 )
 from meshplan.cli._console import make_console
 from meshplan.errors import PlanError
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster import parse_cluster
+from meshplan.pure.presets import scaled_model
 from meshplan.pure.search import search_meshes
 from meshplan.pure.verify import VerifyRow, uncompiled_dispatch
 
@@ -92,11 +92,19 @@ def add_parser(sub: Any) -> None:
                         help="print the row as JSON only (XLA's figures, the estimate, the largest buffers)")
     add_reference_flags(parser)
     add_moe_dispatch(parser)
+    from meshplan.cli._serve import add_check_serve_arguments
+
+    add_check_serve_arguments(parser)  # --serve: the serving decode step instead of the train step
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``meshplan check``: one layout, compiled; the planner's estimate next to it."""
+    """``meshplan check``: one layout, compiled; the planner's estimate next to it (``--serve``: the serving
+    decode step, :func:`meshplan.cli._serve.run_check_serve`)."""
+    if getattr(args, "serve", False):
+        from meshplan.cli._serve import run_check_serve
+
+        return run_check_serve(args, make_console())
     from meshplan.cli._models import load  # lazily: reading a config file imports the facade (jax)
     from meshplan.facade.verify import check_layout
 

@@ -8,7 +8,6 @@ whose defaults are :func:`meshplan.pure.cluster.default_headroom`'s, the library
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -16,10 +15,9 @@ from meshplan.cli._args import fraction
 from meshplan.pure.cluster import Cluster, default_headroom
 from meshplan.pure.cost import MOE_DISPATCHES, TrainingRecipe
 from meshplan.pure.errors import PlanError
-from meshplan.pure.presets import ModelSpec
 
 __all__ = ["add_mem_fraction", "add_moe_dispatch", "add_reference_flags", "headroom_for", "reference_config",
-           "scaled_model", "training_recipe", "verification_wanted"]
+           "training_recipe", "verification_wanted"]
 
 
 def training_recipe(args: Any, *, backend: str | None = None) -> TrainingRecipe:
@@ -41,17 +39,6 @@ def reference_config(args: Any, param_dtype: str) -> Any:
     from meshplan.facade.verify import reference_config as from_recipe  # lazily: the facade imports jax
 
     return from_recipe(training_recipe(args), param_dtype=param_dtype)
-
-
-def scaled_model(spec: ModelSpec, layers: int | None) -> ModelSpec:
-    """``spec`` with ``layers`` layers (dense-first layers kept up to that count), or as is."""
-    if layers is None or layers >= spec.num_layers:
-        return spec
-    dense = min(spec.num_dense_layers, max(layers - 1, 0)) if spec.is_moe else spec.num_dense_layers
-    # Sliding-window layers keep their share of the layers (Gemma 3: 5 in 6), at least one if any.
-    local = max(1, round(spec.sliding_window_layers * layers / spec.num_layers)) if spec.sliding_window else 0
-    return dataclasses.replace(spec, name=f"{spec.name} ({layers} layers)", num_layers=layers,
-                               num_dense_layers=dense, num_params=None, sliding_window_layers=local)
 
 
 def add_reference_flags(parser: Any) -> None:

@@ -40,7 +40,8 @@ def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: An
             spec, cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule, batch=args.batch,
             seq=args.seq, headroom=headroom, activations=not args.no_activations,
             tp_within_domain=not args.allow_tp_dcn, ep_within_domain=args.ep_within_domain, top_k=args.top,
-            recipe=recipe, efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches)
+            recipe=recipe, efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
+            profile=_load_profile(args.profile))
     verify = verification_wanted(args) and args.format not in ("flax", "maxtext")
     checked = _verify(result, spec, args) if verify else None
     report = PlanReport(result, verification=checked, budget_source=budget_source,
@@ -54,6 +55,13 @@ def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: An
     if checked is None or not checked.compiler:  # nothing compiled, or no compiler: the plan said what to install
         return report
     return _verify_pipelines(report, spec, args, headroom, spent_s=checked.seconds)
+
+
+def _load_profile(path: str | None) -> Any:
+    """``--profile FILE`` read (a typed ProfileError naming the file and field), or None."""
+    from meshplan.facade._profile import load_profile  # lazily: the facade imports jax
+
+    return None if path is None else load_profile(path)
 
 
 def _replace(report: PlanReport, **changes: Any) -> PlanReport:
@@ -79,7 +87,7 @@ def _pipelines(result: SearchResult, spec: ModelSpec, args: argparse.Namespace, 
         with progress("searching pipeline layouts", quiet=quiet):
             found = search_pipelines(spec, result.request.cluster, batch=result.request.batch,
                                      seq=result.request.seq, recipe=training_recipe(args),
-                                     efficiency=args.efficiency, top_k=args.top, headroom=headroom)
+                                     efficiency=result.request.efficiency, top_k=args.top, headroom=headroom)
     except PlanError as err:
         return None, f"none ({err})"
     if not found.candidates and not found.left_out:
@@ -97,7 +105,7 @@ def _verify_pipelines(report: PlanReport, spec: ModelSpec, args: argparse.Namesp
     top = (args.verify or 3) if args.detail else 1
     try:
         runnable = search_pipelines(spec, req.cluster, batch=req.batch, seq=req.seq, recipe=training_recipe(args),
-                                    efficiency=args.efficiency, top_k=top, headroom=headroom,
+                                    efficiency=req.efficiency, top_k=top, headroom=headroom,
                                     schedules=("circular",))
     except PlanError as err:
         return _replace(report, pipeline_note=f"not verified ({err})")

@@ -1,6 +1,7 @@
 """The ``meshplan`` command line's parser: one subcommand per module, each registering its own arguments.
 
-``plan``, ``check``, ``show-mesh``, ``cache``, ``models`` and ``demo`` live in their own modules
+``plan``, ``check``, ``serve``, ``show-mesh``, ``cache``, ``models``, ``demo``, ``measure`` and ``profile`` live in
+their own modules
 (:mod:`meshplan.cli._plan`, ...), each with an ``add_parser(subparsers)`` and a ``run(args)``; this module
 only puts them under one parser, and makes a ``--json`` run's usage errors JSON too.
 """
@@ -15,7 +16,8 @@ from typing import NoReturn
 
 __all__ = ["Parser", "build_parser", "error_json", "wants_json"]
 
-_DESCRIPTION = "Plan JAX device meshes and parameter shardings: meshplan plan | check | show-mesh | models | demo."
+_DESCRIPTION = ("Plan JAX device meshes and parameter shardings: meshplan plan | check | serve | show-mesh | cache | "
+                "models | demo | measure | profile.")
 
 
 def error_json(kind: str, message: str) -> str:
@@ -58,10 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
       >>> build_parser().parse_args(["cache", "info"]).action
       'info'
     """
-    from meshplan.cli import _cache, _check, _demo, _models, _plan, _show_mesh
+    from meshplan.cli import _cache, _check, _demo, _measure, _models, _plan, _profile, _serve, _show_mesh
 
     parser = Parser(prog="meshplan", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (_plan, _check, _show_mesh, _cache, _models, _demo):
+    for command in (_plan, _check, _serve, _show_mesh, _cache, _models, _demo, _measure, _profile):
         command.add_parser(sub)
     return parser

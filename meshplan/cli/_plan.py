@@ -114,6 +114,9 @@ def add_parser(sub: Any) -> None:
                       help="stop starting compiles after S seconds (default 300); the rest stay estimates")
     add_mem_fraction(plan)
     add_reference_flags(plan)
+    plan.add_argument("--profile", metavar="FILE",
+                      help="price with this machine profile (meshplan profile --out FILE): its link figures and "
+                           "matmul efficiency replace the catalogue's where it measured them; the header says so")
     plan.set_defaults(func=run)
 
 

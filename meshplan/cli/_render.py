@@ -33,6 +33,7 @@ from meshplan.pure.report._summary import (
     ranked_rows,
     seconds,
     spread_of,
+    ties_line,
 )
 from meshplan.pure.report._verified import lowering_line, pipeline_verification_lines, verification_lines
 from meshplan.pure.search import SearchResult
@@ -84,6 +85,9 @@ def render_plan(report: PlanReport, console: Any, *, detail: bool = False) -> No
                   f"top {len(result.candidates)} by predicted "
                   f"{'step time' if req.rank_by == 'time' else 'communication'}")
     console.print(ranked_table(result, console.width, compiled))
+    ties = ties_line(result)
+    if ties:
+        console.print(ties, markup=False)
     by_source: dict[str, list[str]] = {}
     for cand in result.candidates:  # rank order; one line per compiler, not per mesh
         if cand.text in compiled:

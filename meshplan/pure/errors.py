@@ -28,6 +28,8 @@ __all__ = [
     "DistributedError",
     "DistributedArgumentError",
     "BarrierTimeoutError",
+    "ProfileError",
+    "DeviceMismatchError",
 ]
 
 
@@ -128,3 +130,14 @@ class DistributedArgumentError(DistributedError, ValueError):
 
 class BarrierTimeoutError(DistributedError, TimeoutError):
     """Not every process reached a barrier in time."""
+
+
+class ProfileError(MeshplanError, ValueError):
+    """A machine profile (``meshplan profile``'s JSON) cannot be used: malformed, truncated, edited after it was
+    measured, of another format version, or for another device kind than the cluster it would price. The
+    message names the file (where there is one), the field and what is valid, or both kinds / both versions."""
+
+
+class DeviceMismatchError(MeshplanError, ValueError):
+    """The live devices are not the ones a plan was made for (``measure`` on another machine): the message
+    says what was found and what the plan expects."""

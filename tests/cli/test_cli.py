@@ -124,7 +124,9 @@ def test_show_mesh_reads_a_saved_plan_and_an_explicit_dcn(tmp_path: Path, capsys
 
 
 def test_png_without_matplotlib_is_a_clear_error(tmp_path: Path, capsys, monkeypatch) -> None:
-    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
+    from meshplan.cli import _show_mesh
+
+    monkeypatch.setattr(_show_mesh.importlib.util, "find_spec", lambda name: None)
     out = tmp_path / "mesh.png"
     assert cli.main(["show-mesh", "--cluster", "2x4xH100", "--mesh", "dp=2,tp=4", "--png", str(out)]) == 1
     assert "pip install 'meshplan[png]'" in capsys.readouterr().err

@@ -137,7 +137,7 @@ def test_the_cli_prints_a_bad_file_without_a_traceback_in_a_real_process(tmp_pat
 
 
 def test_check_scales_a_sliding_window_model_down_keeping_its_share_of_local_layers() -> None:
-    from meshplan.cli._flags import scaled_model
+    from meshplan.pure.presets import scaled_model
 
     gemma = load_model(DATA / "gemma-3-27b.json")
     assert scaled_model(gemma, 6).sliding_window_layers == 5 and scaled_model(gemma, 1).sliding_window_layers == 1

@@ -71,6 +71,33 @@ def test_plan_verify_compiles_the_best_circular_layout_against_its_own_estimate(
     assert "(compiled:" not in text and "compiled as the circular schedule" not in text
     assert "pipeline peaks: the pipelined step compiled by XLA:CPU" in text
     assert "compiling the pipelined step of" in err and f"on {circular.text} (circular" in err
+    # Every format renders the same report: markdown, --html and --json carry the compiled peaks of the ranked
+    # mesh and of the pipeline layout the terminal shows (from the compile cache now: nothing compiles twice).
+    exact = re.search(r"exact \(#1\): XLA's compiled peak, (XLA:CPU[^)]*\))", text)
+    assert exact, text
+    page = tmp_path / "plan.html"
+    argv = ["plan", "--model", model, "--cluster", "1x8xH100", "--batch", "8", "--seq", "8", "--verify", "1",
+            "--target", "cpu"]
+    assert cli.main([*argv, "--format", "markdown", "--html", str(page)]) == 0
+    markdown, err = capsys.readouterr()
+    assert "compiling" not in err and "(cached)" in err
+    html = page.read_text()
+    for shown in (" ".join(markdown.split()), " ".join(html.split())):
+        assert f"exact = XLA's compiled peak ({exact.group(1)}" in shown
+        assert line.group(0) in shown and "pipeline peaks: the pipelined step compiled by XLA:CPU" in shown
+    assert cli.main([*argv, "--json"]) == 0
+    import json
+
+    from meshplan.pure.report import PlanReport
+
+    data = json.loads(capsys.readouterr().out)
+    ranked = data["report"]["verification"]["rows"][0]
+    assert ranked["status"] == "exact" and ranked["compiler"] == exact.group(1)
+    piped = data["report"]["pipeline_verification"]["rows"][0]
+    assert piped["mesh"] == circular.text and piped["status"] == "exact"
+    report = PlanReport.from_json(json.dumps(data))
+    assert report.pipeline_verification is not None and report.pipeline_verification.rows[0].peak_bytes == \
+        piped["peak_bytes"]
 
 
 def test_plan_says_why_no_pipeline_is_compiled_when_no_circular_layout_exists(capsys, tmp_path, monkeypatch) -> None:

@@ -84,7 +84,7 @@ def test_check_prices_the_step_it_compiles(capsys):
     # compiled.
     import json
 
-    from meshplan.cli._flags import scaled_model
+    from meshplan.pure.presets import scaled_model
     from meshplan.pure import get_preset, search_meshes
     from meshplan.pure.cost import TrainingRecipe
 
@@ -107,7 +107,7 @@ def test_verify_compiles_each_candidate_with_the_micro_batches_its_estimate_pric
     # must run what was priced (before, every candidate compiled with the best mesh's count).
     import io
 
-    from meshplan.cli._flags import scaled_model
+    from meshplan.pure.presets import scaled_model
     from meshplan.facade.verify._reference import ReferenceConfig
     from meshplan.pure import get_preset, search_meshes
 
@@ -151,7 +151,9 @@ def test_verify_on_cpu_for_a_gpu_plan_says_which_lowering_each_figure_is(capsys,
     ({}, "0", False), ({}, "off", False),               # MESHPLAN_VERIFY=0 makes --no-verify the default
     ({"verify": 2}, "0", True),                         # ... and --verify K still asks for it
     ({"no_verify": True}, None, False),
-    ({"format": "json"}, None, False), ({"params": "p.py:tree"}, None, False),  # the estimate only
+    ({"format": "json"}, None, True), ({"format": "markdown"}, None, True),  # every format shows the same report
+    ({"format": "flax"}, None, False), ({"format": "maxtext"}, None, False),  # the exports: the best mesh's settings
+    ({"params": "p.py:tree"}, None, False),  # the estimate only
 ])
 def test_when_plan_verifies(monkeypatch, flags, env, wanted):
     import argparse
@@ -166,10 +168,11 @@ def test_when_plan_verifies(monkeypatch, flags, env, wanted):
     assert verification_wanted(args) is wanted
 
 
-def test_verify_needs_the_table_format(capsys):
-    code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--verify", "1", "--json"])
+def test_verify_is_refused_with_the_exports_only(capsys):
+    # The exports print the best mesh's settings; every other format shows the verified report.
+    code = cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--verify", "1", "--format", "flax"])
     assert code == 1
-    assert "--verify prints a table" in capsys.readouterr().err
+    assert "--verify compiles the plan's meshes to check their memory; --format flax" in capsys.readouterr().err
 
 
 def test_check_rejects_bad_layouts_before_compiling(capsys):
@@ -207,6 +210,22 @@ def test_a_gpu_plans_budget_is_what_jaxs_allocator_takes_and_says_so(capsys, mon
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "lots")
     assert cli.main(base) == 1
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION='lots' must be a fraction in (0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cluster", ["1x8xH100", "2x8xH200", "v5e-8", "v5p-16", "4xA100"])
+def test_the_library_and_the_command_line_give_the_same_budget(capsys, monkeypatch, cluster):
+    # One default for both: search_meshes(headroom=None) and meshplan plan with no --headroom / --mem-fraction.
+    import json
+
+    from meshplan.pure import search_meshes
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    assert cli.main(["plan", "--model", "gpt2", "--cluster", cluster, "--seq", "64", "--no-verify", "--no-pipeline",
+                     "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["request"]
+    library = search_meshes("gpt2", cluster, seq=64).request
+    assert planned["headroom"] == library.headroom
+    assert int(planned["cluster"]["device"]["hbm_bytes"] * (1 - planned["headroom"])) == library.budget
 
 
 def test_check_compiles_for_a_gpu_cluster_with_no_gpu(capsys):
@@ -247,7 +266,7 @@ def test_the_dropless_reason_is_per_row_in_the_library_and_never_for_einsum_or_a
     import dataclasses
     import io
 
-    from meshplan.cli._flags import scaled_model
+    from meshplan.pure.presets import scaled_model
     from meshplan.facade.verify._pipelines import verify_pipelines
     from meshplan.pure.verify import uncompiled_dispatch
     from meshplan.pure import get_preset, search_meshes

@@ -16,7 +16,6 @@ import jax
 import pytest
 
 from meshplan.facade.verify import _driver
-from meshplan.facade.verify import _pipelines as _verify_pipeline
 from meshplan.facade.verify._compiled import compiled_memory
 from meshplan.facade.verify._pipeline_step import pipeline_step
 from meshplan.facade.verify._reference import ReferenceConfig

@@ -17,6 +17,7 @@ from meshplan.facade.verify._compilers import (
     compiler_version,
     cuda_plugin_available,
     cuda_plugin_problem,
+    deviceless_gpu_ready,
     installed_versions,
     libtpu_available,
 )
@@ -38,7 +39,7 @@ __all__ = ["TPU_WINDOWED_EINSUM_OFF", "compiled_collectives", "compiled_memory",
 __all__ += ["PipelineStep", "ReferenceConfig", "ReferenceStep", "pipeline_step", "reference_config", "reference_step"]
 # which compiler, and whether it is installed
 __all__ += ["COMPILE_TARGETS", "GPU_TARGETS_DIR", "Compiler", "compiler_for", "compiler_version",
-            "cuda_plugin_available", "cuda_plugin_problem", "gpu_target_config", "installed_versions",
+            "cuda_plugin_available", "cuda_plugin_problem", "deviceless_gpu_ready", "gpu_target_config", "installed_versions",
             "known_gpu_targets", "libtpu_available"]
 # verification: one driver (jobs -> cache -> workers -> rows) and its three callers
 __all__ += ["CacheInfo", "Compile", "CompileJob", "cache_dir", "cache_info", "check_layout", "clear_cache",

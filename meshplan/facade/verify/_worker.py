@@ -74,6 +74,10 @@ def compile_job(job: CompileJob) -> CompileOutcome:
     from meshplan.pure._format import fmt_bytes
     from meshplan.pure.errors import CompiledOutOfMemoryError
 
+    if not isinstance(job, CompileJob):  # a serving step's job (meshplan.facade.verify._serve_job) builds its own step
+        from meshplan.facade.verify._serve_job import compile_serve_job
+
+        return compile_serve_job(job)
     start = time.perf_counter()
     where = compile_target(job.cluster, job.axis_names, job.axis_sizes, job.dcn_shape, job.target)
     mesh = where.mesh

@@ -14,7 +14,31 @@ from meshplan.pure.cluster._budget import JAX_GPU_MEM_FRACTION, TPU_HEADROOM, de
 from meshplan.pure.cluster._cluster import Cluster, parse_cluster
 from meshplan.pure.cluster._devices import DEVICE_SPECS, DeviceSpec
 from meshplan.pure.cluster._link import Link, select_link
+from meshplan.pure.cluster._machine import (
+    CPU_DEVICE_NAME,
+    check_profile_device,
+    cpu_device,
+    device_for_kind,
+    link_grid,
+    machine_cluster,
+)
+from meshplan.pure.cluster._measured import MEASURE_FORMAT, measure_document, rank_measured, read_measure
+from meshplan.pure.cluster._profile import (
+    LINK_KINDS,
+    PROFILE_COLLECTIVES,
+    PROFILE_FORMAT,
+    CollectiveTiming,
+    MachineProfile,
+    MatmulTiming,
+    MemoryTiming,
+    StepTiming,
+)
 from meshplan.pure.cluster._topology import TpuTopology, tpu_topology
 
 __all__ = ["Cluster", "DEVICE_SPECS", "DeviceSpec", "JAX_GPU_MEM_FRACTION", "Link", "TPU_HEADROOM", "TpuTopology",
            "default_headroom", "parse_cluster", "select_link", "tpu_topology"]
+# a machine as measured: live device facts -> a Cluster, and the profile of timings
+__all__ += ["CPU_DEVICE_NAME", "LINK_KINDS", "MEASURE_FORMAT", "PROFILE_COLLECTIVES", "PROFILE_FORMAT",
+            "CollectiveTiming", "MachineProfile", "MatmulTiming", "MemoryTiming", "StepTiming", "check_profile_device",
+            "cpu_device", "device_for_kind", "link_grid", "machine_cluster", "measure_document", "rank_measured",
+            "read_measure"]

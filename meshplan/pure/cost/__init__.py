@@ -48,6 +48,17 @@ from meshplan.pure.cost._pipeline import (
     send_time,
     stage_layers,
 )
+from meshplan.pure.cost._profile_fit import LinkFit, MatmulFit, StepFit, fit_link, fit_matmuls, fit_steps, ring_terms
+from meshplan.pure.cost._profile_shapes import matmul_shapes, sweep_shapes
+from meshplan.pure.cost._profile_pricing import (
+    ProfileFigures,
+    ProfilePricing,
+    profile_document,
+    profile_figures,
+    profiled_cluster,
+    profiled_device,
+    refine_profile,
+)
 from meshplan.pure.cost._recipe import (
     ATTENTION_KINDS,
     OPTIMIZER_COPIES,
@@ -100,3 +111,11 @@ __all__ += ["CAPACITY_FACTOR", "MOE_DISPATCHES", "MoeDispatch"]
 # pipeline parallelism: layers per stage, the bubble, the stage-boundary sends
 __all__ += ["SCHEDULES", "PipelinePlan", "PipelineTime", "ScheduleMemory", "bubble_fraction", "in_flight",
             "pipeline_time", "plan_stages", "schedule_memory", "send_bytes", "send_time", "stage_layers"]
+# how finely the step-time estimate tells layouts apart (its median error against published runs)
+from meshplan.pure.cost._resolution import STEP_TIME_RESOLUTION, resolution_percent
+
+__all__ += ["STEP_TIME_RESOLUTION", "resolution_percent"]
+# a machine profile's timings fitted, and a plan priced by them (the catalogue's figures where it has none)
+__all__ += ["LinkFit", "MatmulFit", "ProfileFigures", "ProfilePricing", "StepFit", "fit_link", "fit_matmuls",
+            "fit_steps", "profile_document", "profile_figures", "profiled_cluster", "profiled_device",
+            "matmul_shapes", "refine_profile", "ring_terms", "sweep_shapes"]

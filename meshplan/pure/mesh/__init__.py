@@ -11,7 +11,7 @@ from meshplan.pure.mesh._parse import format_mesh_string, parse_mesh_string
 from meshplan.pure.mesh._pipeline_axis import PIPELINE_AXIS_NAMES, pipeline_axis
 from meshplan.pure.mesh._request import MeshRequest, resolve_mesh_request
 from meshplan.pure.mesh._selectors import select_mesh_shape, validate_mesh_rules
-from meshplan.pure.mesh._split import per_host_mesh_shape, split_over_granules
+from meshplan.pure.mesh._split import per_host_mesh_shape, prime_factors, split_over_granules
 
 __all__ = [
     "arrange_host_blocks",
@@ -29,6 +29,7 @@ __all__ = [
     "parse_mesh_string",
     "per_host_mesh_shape",
     "place_granules",
+    "prime_factors",
     "reconcile_dcn",
     "resolve_hybrid",
     "resolve_mesh_request",

@@ -53,11 +53,16 @@ from meshplan.pure.mesh._axes import infer_axis_dims
 from meshplan.pure._check import as_count, as_int_tuple, as_positive_shape
 from meshplan.pure.errors import DeviceLayoutError
 
-__all__ = ["per_host_mesh_shape", "split_over_granules"]
+__all__ = ["per_host_mesh_shape", "prime_factors", "split_over_granules"]
 
 
-def _prime_factors(n: int) -> dict[int, int]:
-    """Prime -> exponent for ``n >= 1``, primes ascending (trial division)."""
+def prime_factors(n: int) -> dict[int, int]:
+    """Prime -> exponent for ``n >= 1``, primes ascending (trial division).
+
+    Example:
+      >>> prime_factors(360)
+      {2: 3, 3: 2, 5: 1}
+    """
     out: dict[int, int] = {}
     p = 2
     while p * p <= n:
@@ -94,7 +99,7 @@ def _shortage_message(shape: tuple[int, ...], n: int, leftover: int) -> str:
     exactly the short ones.
     """
     parts = []
-    for p in sorted(_prime_factors(leftover)):
+    for p in sorted(prime_factors(leftover)):
         need = _valuation(n, p)
         have = sum(_valuation(size, p) for size in shape)
         if have == 0:

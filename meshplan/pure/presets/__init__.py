@@ -19,6 +19,7 @@ from meshplan.pure.presets._maxtext_config import (
     model_spec_from_maxtext,
     parse_maxtext_yml,
 )
+from meshplan.pure.presets._scaled import scaled_model
 from meshplan.pure.presets._registry import (
     MODEL_PRESETS,
     MODEL_SPECS,
@@ -68,4 +69,5 @@ __all__ = [
     "preset_names",
     "pricing_notes",
     "resolve_preset_name",
+    "scaled_model",
 ]

@@ -42,6 +42,7 @@ from meshplan.pure.report._summary import (
     memory_range,
     range_text,
     ranked_rows,
+    ties_line,
 )
 from meshplan.pure.report._svg import (
     BUBBLE_COLOR,
@@ -208,7 +209,8 @@ def _body(report: PlanReport) -> str:
         f'<dl class="facts">{facts}</dl>',
         (f"<h2>Ranked meshes</h2><p>{result.num_fitting} of {result.num_candidates} meshes fit; the top "
         f"{len(result.candidates)} by predicted {by}.</p>"),
-        _ranked_table(result, compiled), exact, _notes(verification_lines(report), "verification"),
+        _ranked_table(result, compiled), _notes([t for t in (ties_line(result),) if t], "ties"), exact,
+        _notes(verification_lines(report), "verification"),
         _pipelines(pipelines, result) if pipelines is not None else no_pipelines,
         _notes(pipeline_verification_lines(report), "pipeline-verification"),
         "<h2>Memory and step time per mesh</h2>", _legend(result), _candidates(result, compiled),

@@ -35,6 +35,7 @@ from meshplan.pure.report._summary import (
     range_text,
     ranked_rows,
     seconds,
+    ties_line,
 )
 from meshplan.pure.report._verified import pipeline_verification_lines, verification_lines
 from meshplan.pure.search import PipelineSearch, SearchResult
@@ -91,6 +92,9 @@ def plan_markdown(report: PlanReport | SearchResult) -> str:
     lines.append("|" + "|".join("--:" if c.numeric else ":--" for c in RANK_COLUMNS) + "|")
     for row in ranked_rows(result, compiled):
         lines.append("| " + " | ".join(_cell(row[c.key]) for c in RANK_COLUMNS) + " |")
+    ties = ties_line(result)
+    if ties:
+        lines.append(f"\n{_inline(ties)}")
     for mesh, (_, source) in sorted(compiled.items()):
         lines.append(f"\n`{mesh}`: exact = XLA's compiled peak ({_cell(source)}).")
     lines += [f"\n{_inline(line)}" for line in verification_lines(report)]

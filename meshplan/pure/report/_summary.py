@@ -26,16 +26,18 @@ from typing import NamedTuple
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster import default_headroom
+from meshplan.pure.cost import resolution_percent
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
 from meshplan.pure.cost._memory_spread import Spread, calibration_spread, peak_bounds
 from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
 from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.search import tied_count
 from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.report._export import maxtext_settings
 from meshplan.pure.search._result import SearchResult
 
-__all__ = ["RANK_COLUMNS", "Column", "chosen_mesh", "default_budget_source", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
+__all__ = ["RANK_COLUMNS", "Column", "chosen_mesh", "default_budget_source", "ties_line", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
            "memory_range", "moe_dispatch_text", "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
 
 
@@ -215,7 +217,7 @@ def header_facts(result: SearchResult, *, budget_source: str | None = None) -> t
                "under compute"
     budget = (f"{fmt_bytes(req.budget)} per device = HBM {fmt_bytes(c.hbm_bytes, style='exact')} less "
               f"{req.headroom:.0%} headroom ({budget_source})")
-    return (
+    facts = (
         ("model", f"{req.model}, {param_count(result)} parameters in {req.param_dtype}"),
         ("cluster", f"{c.text}: {c.num_devices} x {c.device.name}, {hosts}"),
         ("budget", budget),
@@ -223,12 +225,39 @@ def header_facts(result: SearchResult, *, budget_source: str | None = None) -> t
         ("memory", memory),
         ("time", time),
     )
+    # A plan priced by a machine profile says which, when it was measured, and what it left at the catalogue's.
+    return facts + ((("profile", req.profile.text),) if req.profile is not None else ())
+
+
+def _tied(result: SearchResult) -> int:
+    """How many ranked meshes (from the top) the step-time model cannot tell from the best (0: ranked by
+    communication, where no resolution is stated)."""
+    return tied_count(result.candidates) if result.request.rank_by == "time" else 0
+
+
+def ties_line(result: SearchResult) -> str | None:
+    """The sentence under the ranked table saying which meshes are tied with the best, or ``None``.
+
+    Example:
+      >>> from meshplan.pure import search_meshes
+      >>> ties_line(search_meshes("llama3-70b", "8x8xH100", top_k=5))[:40]
+      '#1-#5 are tied: their predicted steps a'
+    """
+    n = _tied(_check(result))
+    if n < 2:
+        return None
+    return (f"#1-#{n} are tied: their predicted steps are within the step-time model's resolution of each "
+            f"other ({resolution_percent():.0f}%, its median error against published runs), so they are "
+            "ordered by what is surer: the compiled schedule where compiled, then fewer bytes over the network "
+            "per step, then the predicted step.")
 
 
 def _verdict(result: SearchResult, cand: MeshCandidate, bounds: tuple[int, int] | None) -> str:
     best = result.best
     if cand.rank == 1:
         text = "best"
+    elif cand.rank is not None and cand.rank <= _tied(result):
+        text = "~ best"
     elif cand.step is not None and best.step is not None and best.step.step_s > 0:
         text = f"{(cand.step.step_s / best.step.step_s - 1) * 100:+.1f}% time"
     else:

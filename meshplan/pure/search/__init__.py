@@ -9,7 +9,10 @@ from meshplan.pure.search._candidate import MeshCandidate, ParamGroup
 from meshplan.pure.search._pipeline_search import PipelineSearch, price_pipeline, search_pipelines
 from meshplan.pure.search._result import RANK_BY, Rejection, SearchRequest, SearchResult
 from meshplan.pure.search._search import search_meshes
+from meshplan.pure.search._ties import dcn_bytes, order_ties, tied_count
 
 __all__ = ["RANK_BY", "MeshCandidate", "ParamGroup", "Rejection", "SearchRequest", "SearchResult", "search_meshes"]
 # Pipeline layouts (a pp axis outermost, each stage searched as a smaller model).
 __all__ += ["PipelineSearch", "price_pipeline", "search_pipelines"]
+# Layouts the step-time model cannot tell apart: tied with the best, in a stated order.
+__all__ += ["dcn_bytes", "order_ties", "tied_count"]

@@ -5,7 +5,8 @@ Every argument is checked here, before any mesh is enumerated, in the order :fun
 them (a wrong rule fails by name, not as "no mesh fits"; an FP8 recipe on a device without FP8 units before any
 mesh). Defaults are resolved against the model and the cluster: the batch (one sequence per device), the sequence
 (4096, or the model's position limit), the headroom (:func:`~meshplan.pure.cluster.default_headroom`), the
-compiler (the cluster's), the device's memory coefficients, and whether the micro-batch count is chosen per mesh.
+compiler (the cluster's), the device's memory coefficients, and whether the micro-batch count is chosen per mesh;
+a machine profile's measured links and efficiency replace the catalogue's.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from meshplan.pure._types import PyTree
 from meshplan.pure.cluster._budget import default_headroom
 from meshplan.pure.cluster._cluster import Cluster, parse_cluster
 from meshplan.pure.cluster._devices import DEVICE_SPECS
+from meshplan.pure.cluster._profile import MachineProfile
 from meshplan.pure.cost._matmul_dtype import fp8_peak
 from meshplan.pure.cost._placement import AXIS_ORDER
+from meshplan.pure.cost._profile_pricing import profiled_cluster
 from meshplan.pure.cost._recipe import TrainingRecipe
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import ModelSpec, build_params, get_preset
@@ -102,6 +105,7 @@ def canonical_request(
     efficiency: float | None,
     rank: str,
     micro_batches: int | None,
+    profile: MachineProfile | None,
 ) -> Canonical:
     """:func:`~meshplan.pure.search._search.search_meshes`' arguments (see its docstring), checked and resolved.
 
@@ -109,13 +113,14 @@ def canonical_request(
       PlanError: no mesh can meet the constraints (the batch against the fixed axes), bad options, or an FP8
         recipe on a device with no FP8 peak.
       ClusterError: a cluster text that does not parse.
+      ProfileError: a profile for another device kind.
       MeshplanTypeError: options of the wrong type.
 
     Example:
       >>> c = canonical_request("gpt2", "1x8xH100", params=None, axes=None, fixed=None, rule=None, batch=None,
       ...                       seq=None, headroom=None, activations=True, tp_within_domain=True,
       ...                       ep_within_domain=False, top_k=5, recipe=None, efficiency=None, rank="time",
-      ...                       micro_batches=None)
+      ...                       micro_batches=None, profile=None)
       >>> c.request.axes, c.request.batch, c.request.seq, c.request.recipe.backend
       (('dp', 'fsdp', 'sp', 'tp'), 8, 1024, 'gpu')
     """
@@ -135,6 +140,10 @@ def canonical_request(
     clus = parse_cluster(cluster) if isinstance(cluster, str) else cluster
     if not isinstance(clus, Cluster):
         raise MeshplanTypeError(f"cluster={cluster!r} must be a Cluster or a string such as '8x8xH100'.")
+    pricing = None
+    if profile is not None:  # the profile's figures in place of the catalogue's, where it measured them
+        clus, measured, pricing = profiled_cluster(clus, profile, hidden=spec.hidden_size, efficiency=efficiency)
+        efficiency = efficiency if measured is None else measured
     names = _canonical_axes(axes, spec)
     headroom = default_headroom(clus)[0] if headroom is None else headroom
     if as_real(headroom, "headroom", allow_zero=True, error=PlanError) >= 1:
@@ -171,7 +180,7 @@ def canonical_request(
         activations=flags["activations"], headroom=float(headroom), tp_within_domain=flags["tp_within_domain"],
         ep_within_domain=flags["ep_within_domain"], rule=rule_name(rule), top_k=_positive(top_k, "top_k"),
         recipe=recipe, efficiency=efficiency, rank_by=rank, choose_micro_batches=choose,
-        moe_layers=spec.num_moe_layers)
+        moe_layers=spec.num_moe_layers, profile=pricing)
     why = batch_problem(req.batch, clus.num_devices, names, dict(req.fixed))
     if why is not None:
         raise PlanError(why)

@@ -17,6 +17,7 @@ from meshplan.pure.errors import PlanError
 from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure._fields import fields_of as _fields, records as _records
 from meshplan.pure.cluster._cluster import Cluster
+from meshplan.pure.cost._profile_pricing import ProfilePricing
 from meshplan.pure.cost._recipe import TrainingRecipe
 from meshplan.pure._fields import (
     as_bool,
@@ -84,6 +85,7 @@ class SearchRequest:
     rank_by: str = "time"
     choose_micro_batches: bool = False  # True: micro-batches chosen per mesh (the recipe's count is the first try)
     moe_layers: int = 0
+    profile: ProfilePricing | None = None  # the machine profile that priced the plan (None: the catalogue)
 
     def __post_init__(self) -> None:
         if not isinstance(self.rank_by, str) or self.rank_by not in RANK_BY:  # an array compares elementwise
@@ -95,6 +97,7 @@ class SearchRequest:
             "headroom": _headroom, "tp_within_domain": as_bool, "ep_within_domain": as_bool, "rule": as_text,
             "top_k": _count, "recipe": instance_of(TrainingRecipe), "efficiency": optional(_efficiency),
             "choose_micro_batches": as_bool, "moe_layers": as_nonneg,
+            "profile": optional(instance_of(ProfilePricing)),
         })
 
     @property
@@ -109,6 +112,11 @@ class SearchRequest:
         out["axes"] = list(self.axes)
         out["fixed"] = [list(p) for p in self.fixed]
         out["recipe"] = self.recipe.to_dict()
+        # Written only when a profile priced the plan: a catalogue plan's JSON stays what it was.
+        if self.profile is None:
+            del out["profile"]
+        else:
+            out["profile"] = self.profile.to_dict()
         return out
 
     @classmethod
@@ -118,6 +126,8 @@ class SearchRequest:
         fields["cluster"] = nested("cluster", lambda: Cluster.from_dict(fields["cluster"]))
         if "recipe" in fields:
             fields["recipe"] = nested("recipe", lambda: TrainingRecipe.from_dict(fields["recipe"]))
+        if fields.get("profile") is not None:
+            fields["profile"] = nested("profile", lambda: ProfilePricing.from_dict(fields["profile"]))
         return cls(**fields)
 
 

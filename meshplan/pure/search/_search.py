@@ -78,6 +78,7 @@ from meshplan.pure.search._space import (
     unit,
 )
 from meshplan.pure.cost._recipe import TrainingRecipe
+from meshplan.pure.cluster._profile import MachineProfile
 from meshplan.pure.cost._activation_collectives import step_activations
 from meshplan.pure.cost._placement import BATCH_AXES, AxisPlacement, price, to_terms
 from meshplan.pure.cost._step_time import StepTime, overlap_class
@@ -521,6 +522,7 @@ def search_meshes(
     efficiency: float | None = None,
     rank: str = "time",
     micro_batches: int | None = None,
+    profile: MachineProfile | None = None,
 ) -> SearchResult:
     """Rank the meshes of ``cluster`` for training ``model`` (see the module docstring).
 
@@ -557,6 +559,10 @@ def search_meshes(
         batch (``batch / (dp*fsdp*ep)``), priced with :func:`~meshplan.pure.cost._step_time.accumulate`;
         a count fixes it (meshes whose per-replica batch it does not divide are rejected). A ``recipe``
         with ``micro_batches > 1`` fixes it too.
+      profile: a :class:`~meshplan.pure.cluster.MachineProfile` of this device kind (``meshplan profile``): its
+        link figures and matmul efficiency replace the catalogue's wherever it measured them, for a cluster of
+        any size (:mod:`meshplan.pure.cost._profile_pricing`); ``request.profile`` records which and when. An
+        ``efficiency`` given wins over the profile's.
 
     Returns:
       A :class:`~meshplan.pure.SearchResult`, best mesh first.
@@ -566,6 +572,8 @@ def search_meshes(
         fits), no mesh meets the constraints, bad options, or an FP8 recipe on a
         device with no FP8 peak.
       ClusterError: a cluster text that does not parse.
+      ProfileError: a profile for another device kind (a link whose timings cannot be fitted keeps the
+        catalogue's figure, and ``request.profile`` says why).
       MeshplanTypeError: options of the wrong type.
 
     Example:
@@ -578,7 +586,7 @@ def search_meshes(
     c = canonical_request(model, cluster, params=params, axes=axes, fixed=fixed, rule=rule, batch=batch, seq=seq,
                           headroom=headroom, activations=activations, tp_within_domain=tp_within_domain,
                           ep_within_domain=ep_within_domain, top_k=top_k, recipe=recipe, efficiency=efficiency,
-                          rank=rank, micro_batches=micro_batches)
+                          rank=rank, micro_batches=micro_batches, profile=profile)
     return _run(c.request, c.model, LeafGroups.build(c.facts, c.rule), c.rule, batch_given=batch is not None,
                 suggest=True)
 

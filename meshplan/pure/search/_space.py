@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.search._result import SearchRequest
-from meshplan.pure.mesh._split import _prime_factors
+from meshplan.pure.mesh import prime_factors
 from meshplan.pure.cost._placement import BATCH_AXES, AxisPlacement
 from meshplan.pure.presets import ModelSpec
 
@@ -28,7 +28,7 @@ def divisors(n: int) -> list[int]:
 
 def num_factorizations(n: int, k: int) -> int:
     """Ordered ways to write ``n`` as a product of ``k`` factors."""
-    return math.prod(math.comb(e + k - 1, k - 1) for e in _prime_factors(n).values()) if k else int(n == 1)
+    return math.prod(math.comb(e + k - 1, k - 1) for e in prime_factors(n).values()) if k else int(n == 1)
 
 
 def mesh_text(mesh: Mapping[str, int]) -> str:
@@ -89,7 +89,7 @@ def batch_problem(batch: int, num_devices: int, axes: Sequence[str], fixed: Mapp
     free = [a for a in axes if a in BATCH_AXES and a not in fixed]
     if n == 1 or not free or math.gcd(b, n) > 1:
         return None
-    p = min(_prime_factors(n))
+    p = min(prime_factors(n))
     return (f"batch={b}: no batch axis can split it: {', '.join(free)} sizes divide the {n} devices and must "
             f"divide the batch, and {b} shares no factor with {n}, so every mesh would hold the whole batch "
             f"on every device. Use a batch that is a multiple of {p} (e.g. {n}), or search only non-batch "

@@ -25,7 +25,8 @@ CASES = [("llama3-8b", "2x8xH100"), ("mixtral-8x7b", "v5p-16"), ("gpt2", "v5e-16
 def _search(model: str, cluster: str, remat: str) -> _Search:
     c = canonical_request(model, cluster, params=None, axes=None, fixed=None, rule=None, batch=None, seq=2048,
                           headroom=None, activations=True, tp_within_domain=True, ep_within_domain=False, top_k=5,
-                          recipe=TrainingRecipe(remat=remat), efficiency=None, rank="time", micro_batches=None)
+                          recipe=TrainingRecipe(remat=remat), efficiency=None, rank="time", micro_batches=None,
+                          profile=None)
     return _Search(c.request, c.model, LeafGroups.build(c.facts, c.rule), c.rule)
 
 

@@ -265,7 +265,7 @@ def test_a_model_that_cannot_fit_says_by_how_much_and_which_cluster_would() -> N
     with pytest.raises(PlanError) as info:
         search_meshes("deepseek-v3", "2xH100")
     text = str(info.value)
-    assert "does not fit" in text and "over the budget" in text and "67.1 GiB" in text
+    assert "does not fit" in text and "over the budget" in text and "55.9 GiB" in text  # 80 GB less jax's 25%
     bigger = text.split("It fits on '")[1].split("'")[0]
     assert search_meshes("deepseek-v3", bigger, top_k=1).best.fits
     half = parse_cluster(bigger)
@@ -370,17 +370,19 @@ def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
 # speed-up must not change a single candidate, its order, memory or step time. When the priced model
 # itself changes on purpose (memory calibration, collective or FLOP model), regenerate them with
 # ``python -c "from tests.pure.search.test_search import print_fingerprints; print_fingerprints()"``
-# and say so in the commit. (Regenerated when the request gained ``moe_layers`` and the recipe ``moe_dispatch``:
-# the JSON without those two fields was byte-identical to the old code's for every case.)
+# and say so in the commit. (Regenerated when the request gained ``moe_layers`` and the recipe ``moe_dispatch``,
+# and when the devices gained ``hbm_bandwidth``: the JSON without those fields was byte-identical to the old
+# code's for every case.) The cases pin the 10% headroom they were recorded at: the library's default budget on
+# GPUs is jax's allocator share since, and the fingerprints guard the search, not the default.
 FINGERPRINT_CASES = {
-    ("llama3-70b", "512x8xH100", ()): "7bae5417b14b0f42",
-    ("mixtral-8x7b", "512x8xH100", ()): "2fc81e08187fa325",
-    ("deepseek-v3", "512x8xH100", ()): "1c2f06d52702e33a",
-    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "32e32137f6494fca",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "fb88a25f8ad67830",
-    ("gpt2", "2x8xH100", (("batch", 64),)): "aade8f26576c67cd",
-    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "040f836da6bcce9d",
-    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "0a21ae1aff8edbe8",
+    ("llama3-70b", "512x8xH100", ()): "9f1481c5c4523e1b",
+    ("mixtral-8x7b", "512x8xH100", ()): "0d72835c7a9d7ef2",
+    ("deepseek-v3", "512x8xH100", ()): "fa75198caa0f5ef5",
+    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "499709d6e1132814",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "b81c59ab2e2ada2c",
+    ("gpt2", "2x8xH100", (("batch", 64),)): "6fda1b9b190bfcaf",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "662f420fca98dedd",
+    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "8082344f08488540",
     ("deepseek-v3", "8x8xH100", ()): "3fbe69e0ba5c9fdb",  # nothing fits: the message and its larger-cluster suggestion
 }
 
@@ -389,7 +391,7 @@ def _fingerprint(name: str, cluster: str, extra: tuple) -> str:
     import hashlib
 
     try:
-        text = search_meshes(name, cluster, top_k=50, **dict(extra)).to_json(indent=None)
+        text = search_meshes(name, cluster, top_k=50, **{"headroom": 0.1, **dict(extra)}).to_json(indent=None)
     except PlanError as err:
         text = f"PlanError: {err}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
