@@ -28,7 +28,7 @@ run_figure_18.sh run the 175B at TP 8 x PP 12 with 2 layers per virtual stage, v
   priced by proxy: the same sequences per GPU on the largest whole-node ``fsdp`` group that splits the
   weights (1024, 2048), whose collectives move the same bytes per call (the gathered weight), each
   collective re-priced over the published GPU count by meshplan's own alpha-beta model
-  (:func:`~meshplan.pure.cost._step_collectives.group_time`) and the step overlapped again
+  (:func:`~meshplan.pure.cost._placement.group_time`) and the step overlapped again
   (:func:`~meshplan.pure.cost.step_time`).
 - **PTD-P rows**: :func:`bench_published.compare_pipeline`: the published layout priced by
   ``price_pipeline`` and ranked among ``search_pipelines``' and ``search_meshes``' layouts.
@@ -69,7 +69,7 @@ from bench_published import (
 
 from meshplan.pure import MeshCandidate, search_meshes
 from meshplan.pure.cost import CommTerm, step_flops, step_time
-from meshplan.pure.cost._step_collectives import AxisPlacement, group_time
+from meshplan.pure.cost._placement import AxisPlacement, group_time
 from meshplan.pure.presets import ModelSpec, build_params
 from meshplan.pure.cost import TrainingRecipe
 

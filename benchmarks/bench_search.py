@@ -186,7 +186,7 @@ def _check_options() -> list[tuple[str, dict[str, object]]]:
             ("micro_batches=2", {"micro_batches": 2}), ("fixed tp=8", {"fixed": {"tp": 8}}),
             ("fixed fsdp=8,tp=4", {"fixed": {"fsdp": 8, "tp": 4}}), ("rank=comm", {"rank": "comm"}),
             ("no activations", {"activations": False}), ("top_k=12,batch=2x", {"top_k": 12, "batch": "2x"}),
-            ("sgd, fp32 grads", {"optimizer_copies": 1, "grad_dtype": np.float32})]
+            ("sgd, fp32 grads", {"recipe": TrainingRecipe(optimizer="sgd", grad_dtype="float32")})]
 
 
 def equivalence_rows() -> None:

@@ -1,7 +1,7 @@
 """What if a collective over GPUs in several nodes ran as one flat ring at a fraction of the NIC's line rate?
 
 Run: ``python benchmarks/research/bench_flat_ring.py [--markdown]`` (about 70 s). meshplan's pricing is
-not changed: the script swaps ``meshplan.pure.cost._step_collectives._two_level`` in its own process.
+not changed: the script swaps ``meshplan.pure.cost._placement._two_level`` in its own process.
 
 The question: Megatron-LM's Table 2 (``bench_megatron_table2.py``) measured ZeRO-3 steps that do not shrink
 from 768 to 1536 A100s (174.6B) or from 1120 to 2240 (529.6B): communication-bound, at a bus bandwidth of
@@ -39,7 +39,7 @@ import numpy as np
 import bench_megatron_table2 as t2
 import bench_published as bp
 
-import meshplan.pure.cost._step_collectives as sc
+import meshplan.pure.cost._placement as sc
 from meshplan.pure import search_meshes
 from meshplan.pure.cluster import Link
 from meshplan.pure.cost import collective_time

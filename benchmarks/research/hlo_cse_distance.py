@@ -7,7 +7,7 @@ lies more than a threshold above the later one, heights counted in the dataflow 
 (libtpu's flag ``xla_tpu_spmd_threshold_for_allgather_cse``). This script recomputes those heights as the pass
 does, on the HLO module dumped just before it, and prints every pair of identical gathers with its distance;
 the dump just after it shows which were merged. How the remat-none rule for XLA:TPU in
-``meshplan/pure/cost/_step_collectives.py`` (``param_tables``) was read: docs/design-notes.md, "XLA:TPU without remat".
+``meshplan/pure/cost/_param_collectives.py`` (``param_tables``) was read: docs/design-notes.md, "XLA:TPU without remat".
 
 Make the dump by compiling with (libtpu reads ``XLA_FLAGS`` too)::
 

@@ -20,7 +20,7 @@ from typing import Any
 from meshplan.pure import AxisKindRule, LogicalRule, ModelSpec, Rule, SearchResult
 from meshplan.pure.report import export_plan
 from meshplan.pure.rules import logical_rule_from_json, path_rule_from_json
-from meshplan.pure.cost._step_collectives import AXIS_ORDER
+from meshplan.pure.cost._placement import AXIS_ORDER
 
 __all__ = ["RulesFileError", "load_rules", "render_export"]
 

@@ -65,7 +65,8 @@ from meshplan.pure.cost._recipe import (
     REMAT_POLICIES,
     TrainingRecipe,
 )
-from meshplan.pure.cost._step_collectives import axis_domain_counts, xla_collectives
+from meshplan.pure.cost._placement import axis_domain_counts
+from meshplan.pure.cost._xla_collectives import xla_collectives
 from meshplan.pure.cost._step_memory import StepMemory, layer_dims, step_memory
 from meshplan.pure.cost._step_time import StepTime, step_time
 

@@ -26,7 +26,7 @@ Both read from XLA:TPU's HLO of full-width Llama-3-8B and Mixtral-8x7B steps cut
 v6e-8, v5p-16; docs/design-notes.md), the comparison then found in Shardy's source. At hidden
 1024 (the TPU-sized steps: 32768 tokens, 8192 rows) the tables are gathered. The memory model prices the
 head's choice in its loss phase (:mod:`meshplan.pure.cost._step_memory`), the comm model the collectives
-(:mod:`meshplan.pure.cost._step_collectives`): both ask these functions.
+(:mod:`meshplan.pure.cost._tpu_terms`, :mod:`meshplan.pure.cost._param_collectives`): both ask these functions.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 __all__ = ["HeadLayout", "gathers_hidden", "gathers_tokens", "head_layout", "vocab_batch_axes"]
 
 BATCH_AXES = ("dp", "fsdp", "ep")
-"""The mesh axes a plan splits the batch over (as :data:`meshplan.pure.cost._step_collectives.BATCH_AXES`)."""
+"""The mesh axes a plan splits the batch over (as :data:`meshplan.pure.cost._placement.BATCH_AXES`)."""
 
 
 class HeadLayout(NamedTuple):

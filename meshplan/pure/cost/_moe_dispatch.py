@@ -2,7 +2,7 @@
 
 A :class:`~meshplan.pure.cost.TrainingRecipe` names the dispatch (``moe_dispatch``, :data:`MOE_DISPATCHES`);
 the FLOPs (:mod:`meshplan.pure.cost._flops`), the activation memory (:mod:`meshplan.pure.cost._step_memory`)
-and the collectives (:mod:`meshplan.pure.cost._step_collectives`) read it through :class:`MoeDispatch`, never
+and the collectives (:mod:`meshplan.pure.cost._activation_collectives`) read it through :class:`MoeDispatch`, never
 by its name:
 
 - ``"einsum"`` (the default): GShard's capacity-based dispatch, what meshplan's reference step runs

@@ -5,7 +5,7 @@ Three fits, each pure and deterministic (no randomness, ties broken by order):
 - **links** (:func:`fit_link`): each timed collective is ``a x alpha + b x B / bw`` with ``a`` and ``b`` the cost
   model's own ring factors for its kind and group size (read off
   :func:`~meshplan.pure.cost._collective_time.collective_time` itself, and ``1, 1`` for a permute, as
-  :func:`~meshplan.pure.cost._step_collectives.price` prices one), so the fitted :class:`~meshplan.pure.cluster.Link`
+  :func:`~meshplan.pure.cost._placement.price` prices one), so the fitted :class:`~meshplan.pure.cluster.Link`
   is the one that best explains the timings *under the model that will use it*. Least squares on the relative
   error (every row counts alike, small messages too), ``alpha >= 0``; a link whose timings do not grow with the
   bytes has no bandwidth to fit and is refused.

@@ -11,7 +11,7 @@ holds this constant to their median.
 
 Example:
   >>> round(resolution_percent(), 1)
-  10.0
+  10.2
 """
 
 from __future__ import annotations

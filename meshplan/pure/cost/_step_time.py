@@ -2,8 +2,9 @@
 
 A step runs its layers' compute (:mod:`meshplan.pure.cost._flops`, at the
 device's peak bf16 FLOP/s times an efficiency) while the collectives of
-:mod:`meshplan.pure.cost._step_collectives` run beside it where the schedule allows
-(FSDP / ZeRO-3 prefetching, XLA's async collectives and latency-hiding scheduler):
+:mod:`meshplan.pure.cost._param_collectives` and :mod:`meshplan.pure.cost._activation_collectives`
+run beside it where the schedule allows (FSDP / ZeRO-3 prefetching, XLA's async collectives and
+latency-hiding scheduler):
 
 - **forward window** (one per layer, the layer's forward compute): the
   parameter all-gathers of the *next* layer (prefetch). Layer 1's gather has
@@ -28,7 +29,7 @@ accumulated gradients once, after the loop (read from its HLO for 1x8xH200),
 so with ``backend="gpu"`` a gradient all-reduce keeps its one call per step
 (its reduce-scatters stay in the loop). XLA:CPU hoists the loop-invariant
 forward gathers out of the loop; that is said by
-:func:`~meshplan.pure.cost._step_collectives.xla_collectives` and not priced here
+:func:`~meshplan.pure.cost._xla_collectives.xla_collectives` and not priced here
 (XLA:CPU is a check, not a target). The windows are the same layers' compute,
 summed over the micro-batches.
 
@@ -53,6 +54,7 @@ from meshplan.pure._check import as_choice, as_count
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cost._flops import StepFlops
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
+from meshplan.pure.cost._placement import Pending
 
 __all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_seconds", "step_time"]
 
@@ -73,23 +75,22 @@ def overlap_class(what: str, kind: str) -> str:
     return "critical"
 
 
-def accumulate(pending: Sequence[Any], micro_batches: int, *, backend: str = "tpu") -> list[Any]:
+def accumulate(pending: Sequence[Pending], micro_batches: int, *, backend: str = "tpu") -> list[Pending]:
     """The step's collectives with ``micro_batches`` gradient-accumulation steps (see the module docstring).
 
-    ``pending`` holds ``(what, kind, axes, bytes per call, calls, ici, dcn)`` tuples for the whole batch in
-    one pass (:func:`~meshplan.pure.cost._step_collectives.price` prices them). ``backend`` is the compiler the
-    step is priced for (``"tpu"``, ``"gpu"`` or ``"cpu"``): XLA:GPU syncs the accumulated gradients once.
+    ``pending`` holds the step's :class:`~meshplan.pure.cost._placement.Pending` collectives for the
+    whole batch in one pass (:func:`~meshplan.pure.cost._placement.price` prices them). ``backend`` is
+    the compiler the step is priced for (``"tpu"``, ``"gpu"`` or ``"cpu"``): XLA:GPU syncs the accumulated
+    gradients once.
 
     Example:
-      >>> pending = [("tp all-reduce of activations", "all-reduce", ("tp",), 800, 4, 8, 1),
-      ...            ("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), 100, 2, 8, 1),
-      ...            ("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)]
-      >>> accumulate(pending, 4)
-      [('tp all-reduce of activations', 'all-reduce', ('tp',), 200.0, 16, 8, 1), \
-('fsdp all-gather of params (fwd + bwd)', 'all-gather', ('fsdp',), 100, 8, 8, 1), \
-('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 4, 1, 2)]
-      >>> accumulate(pending, 4, backend="gpu")[2]
-      ('dp all-reduce of grads', 'all-reduce', ('dp',), 100, 1, 1, 2)
+      >>> pending = [Pending("tp all-reduce of activations", "all-reduce", ("tp",), 800, 4, 8, 1),
+      ...            Pending("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",), 100, 2, 8, 1),
+      ...            Pending("dp all-reduce of grads", "all-reduce", ("dp",), 100, 1, 1, 2)]
+      >>> [(p.nbytes, p.calls) for p in accumulate(pending, 4)]
+      [(200.0, 16), (100, 8), (100, 4)]
+      >>> [(p.nbytes, p.calls) for p in accumulate(pending, 4, backend="gpu")][2]
+      (100, 1)
     """
     m = as_count(micro_batches, "micro_batches", error=PlanError)
     backend = as_choice(backend, "backend", ("cpu", "gpu", "tpu"), error=PlanError)
@@ -99,13 +100,13 @@ def accumulate(pending: Sequence[Any], micro_batches: int, *, backend: str = "tp
     for what, kind, axes, nbytes, calls, ici, dcn in pending:
         where = overlap_class(what, kind)
         if where == "critical":
-            out.append((what, kind, axes, nbytes / m, calls * m, ici, dcn))
+            out.append(Pending(what, kind, axes, nbytes / m, calls * m, ici, dcn))
         elif backend == "gpu" and kind == "all-reduce" and where == "grads":
             # XLA:GPU all-reduces the accumulated gradients once, after the micro-batch loop (1x8xH200's HLO:
             # llama dp=2,fsdp=4 with 2 micro-batches all-reduces 247,048 B, as with one).
-            out.append((what, kind, axes, nbytes, calls, ici, dcn))
+            out.append(Pending(what, kind, axes, nbytes, calls, ici, dcn))
         else:  # parameter gathers and gradient syncs: again in every micro-batch
-            out.append((what, kind, axes, nbytes, calls * m, ici, dcn))
+            out.append(Pending(what, kind, axes, nbytes, calls * m, ici, dcn))
     return out
 
 

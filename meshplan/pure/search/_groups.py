@@ -52,7 +52,8 @@ from meshplan.pure.rules._base import (
     rule_name,
 )
 from meshplan.pure.search._candidate import ParamGroup
-from meshplan.pure.cost._step_collectives import DATA_AXES, STORAGE_AXES, ParamTraffic
+from meshplan.pure.cost._param_collectives import ParamTraffic
+from meshplan.pure.cost._placement import DATA_AXES, STORAGE_AXES
 from meshplan.pure.specs._geometry import (
     UNCONSTRAINED,
     ShardGeometry,

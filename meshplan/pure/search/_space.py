@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.search._result import SearchRequest
 from meshplan.pure.mesh import prime_factors
-from meshplan.pure.cost._step_collectives import BATCH_AXES, AxisPlacement
+from meshplan.pure.cost._placement import BATCH_AXES, AxisPlacement
 from meshplan.pure.presets import ModelSpec
 
 __all__ = ["Placer", "axis_problem", "batch_problem", "combinations", "divisors", "mesh_count", "mesh_text",

@@ -18,7 +18,8 @@ from meshplan.pure import parse_cluster
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.cost._slice_reshard import SliceReshard, slice_reshard
-from meshplan.pure.cost._step_collectives import AxisPlacement, activation_terms, group_time
+from meshplan.pure.cost._activation_collectives import activation_terms
+from meshplan.pure.cost._placement import AxisPlacement, group_time
 
 
 @st.composite
@@ -127,13 +128,13 @@ def test_gpt2_on_xla_cpu_prices_the_reshard_per_layer_and_pass(sizes, remat):
     tp, b = sizes["tp"], 16 // sizes.get("dp", 1)
     x = b * 512 * 128 * 2
     terms = _terms(GPT2, sizes, remat=remat)
-    permutes = sum(t[3] * t[4] for t in terms if t[1] == "collective-permute")
+    permutes = sum(t.nbytes * t.calls for t in terms if t.kind == "collective-permute")
     widths = sum(slice_reshard(384, k * 128, 128, tp).width for k in range(3))
     passes = 1 if remat == "none" else 2  # "dots" saves the matmul's output, not its slices: they rerun
     assert permutes == passes * 2 * widths * b * 512 * 2
     # Backward: each of q, k, v's gradients and their concatenation moved off / back to the split dim.
-    assert sum(t[3] * t[4] for t in terms if t[1] == "all-to-all") == 2 * 6 * x // tp
-    fused = [t for t in terms if "fused qkv gradient" in t[0]]
+    assert sum(t.nbytes * t.calls for t in terms if t.kind == "all-to-all") == 2 * 6 * x // tp
+    fused = [t for t in terms if "fused qkv gradient" in t.what]
     assert len(fused) == 1 and fused[0][3] == 3 * x and fused[0][4] == 2
 
 
@@ -143,19 +144,19 @@ def test_xla_tpu_reshards_as_xla_cpu_without_the_fused_gradient_gather_and_gpu_a
     sizes = {"dp": 2, "tp": 4}
     cpu, tpu = _terms(GPT2, sizes), _terms(GPT2, sizes, backend="tpu")
     for kind in ("collective-permute", "all-to-all"):
-        assert (sum(t[3] * t[4] for t in tpu if t[1] == kind) == sum(t[3] * t[4] for t in cpu if t[1] == kind) > 0)
-    assert not [t for t in tpu if "fused qkv gradient" in t[0]]
-    assert not [t for t in _terms(GPT2, sizes, backend="gpu") if t[1] == "collective-permute" or "fused" in t[0]]
+        assert (sum(t.nbytes * t.calls for t in tpu if t.kind == kind) == sum(t.nbytes * t.calls for t in cpu if t.kind == kind) > 0)
+    assert not [t for t in tpu if "fused qkv gradient" in t.what]
+    assert not [t for t in _terms(GPT2, sizes, backend="gpu") if t.kind == "collective-permute" or "fused" in t.what]
     llama = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=2, hidden_size=128, num_heads=8,
                                 num_kv_heads=8, head_dim=16, intermediate_size=256, vocab_size=512, num_params=None)
-    assert not [t for t in _terms(llama, sizes) if t[1] == "collective-permute" or "fused" in t[0]]
+    assert not [t for t in _terms(llama, sizes) if t.kind == "collective-permute" or "fused" in t.what]
 
 
 def test_gpt2_with_dp_gathers_one_residual_buffer_fewer_per_layer_than_llama():
     # The fused gradient is gathered for c_attn's weight gradient instead of c_attn's input (read from HLO).
     llama = dataclasses.replace(GPT2, family="llama")
-    gathers = {name: sum(t[4] for t in _terms(m, {"dp": 2, "tp": 4})
-                         if t[1] == "all-gather" and t[0].startswith("tp all-gather of activations"))
+    gathers = {name: sum(t.calls for t in _terms(m, {"dp": 2, "tp": 4})
+                         if t.kind == "all-gather" and t.what.startswith("tp all-gather of activations"))
                for name, m in (("gpt2", GPT2), ("llama", llama))}
     assert gathers["llama"] - gathers["gpt2"] == GPT2.num_layers
 

@@ -22,14 +22,9 @@ from meshplan.pure.cost._gathered_operand import (
     head_layout,
     vocab_batch_axes,
 )
-from meshplan.pure.cost._step_collectives import (
-    TOKEN_REMATS,
-    AxisPlacement,
-    ParamTraffic,
-    expert_token_terms,
-    hidden_state_terms,
-    param_tables,
-)
+from meshplan.pure.cost._param_collectives import ParamTraffic, param_tables
+from meshplan.pure.cost._placement import AxisPlacement
+from meshplan.pure.cost._tpu_terms import TOKEN_REMATS, expert_token_terms, hidden_state_terms
 
 AXES = ("dp", "fsdp", "ep", "sp", "tp")
 entries = st.one_of(st.none(), st.sampled_from(AXES),
@@ -142,13 +137,13 @@ def test_hidden_state_terms_move_the_gathered_batch_over_the_tables_axes(mesh: t
         return
     # The tokens of the fsdp group (this device's batch x fsdp), whole hidden dim.
     group_tokens = batch // (dp * fsdp) * seq * fsdp
-    moved = {(t[1], t[0].split(" (")[0]): t[3] * t[4] for t in terms}
+    moved = {(t.kind, t.what.split(" (")[0]): t.nbytes * t.calls for t in terms}
     h = model.hidden_size
     assert sum(v for (k, _), v in moved.items() if k == "all-gather") == (
         head * 2 * group_tokens * h * 2 + embed * (group_tokens * 4 + group_tokens * h * 2))
     assert sum(v for (k, _), v in moved.items() if k == "reduce-scatter") == (
         head * group_tokens * h * 4 + embed * group_tokens * h * 2)
-    assert all(t[2] == ("fsdp",) for t in terms)
+    assert all(t.axes == ("fsdp",) for t in terms)
 
 
 @given(st.integers(1, 512), st.sampled_from([512, 2048, 4096]), st.integers(1, 8), st.sampled_from([8, 64, 256]),
@@ -204,10 +199,10 @@ def test_expert_token_terms_move_the_groups_dispatched_buffer(mesh: tuple[int, i
     capacity = math.ceil(2 * 2048 * 1.25 / 8)
     group_rows = batch // (dp * fsdp) * fsdp
     buffer = group_rows * 8 * capacity * model.hidden_size * 2
-    assert [(t[1], t[3], t[4]) for t in terms] == [("all-gather", buffer, 6 * layers - 3),
+    assert [(t.kind, t.nbytes, t.calls) for t in terms] == [("all-gather", buffer, 6 * layers - 3),
                                                    ("reduce-scatter", buffer, 3 * layers)]
     none = expert_token_terms(model, sizes, p, batch=batch, seq=2048, itemsize=2, axes=("fsdp",), remat="none")
-    assert [(t[1], t[3], t[4]) for t in none] == [("all-gather", buffer, 5 * layers - 1),
+    assert [(t.kind, t.nbytes, t.calls) for t in none] == [("all-gather", buffer, 5 * layers - 1),
                                                   ("all-reduce", buffer, layers), ("reduce-scatter", buffer, layers)]
     assert expert_token_terms(model, sizes, p, batch=batch, seq=2048, itemsize=2, axes=("fsdp",), remat="dots") == []
     dense = dataclasses.replace(MODEL_SPECS["llama3-8b"], num_layers=layers, num_params=None)

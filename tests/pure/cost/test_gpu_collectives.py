@@ -23,7 +23,8 @@ from meshplan.pure.presets import MODEL_SPECS, MLADims
 from meshplan.pure.cost import TrainingRecipe, xla_collectives
 from meshplan.pure.search import search_meshes
 from meshplan.pure.xla import collective_shares, collective_totals, ratio_table
-from meshplan.pure.cost._step_collectives import AxisPlacement, activation_terms
+from meshplan.pure.cost._activation_collectives import activation_terms
+from meshplan.pure.cost._placement import AxisPlacement
 
 MINOR = 0.02  # kinds under 2% of the step's compiled and priced bytes are not checked (as in bench_collectives)
 
@@ -144,13 +145,13 @@ def test_xla_gpu_is_xla_tpu_but_for_the_gathers_the_narrow_sums_and_the_row_stat
     gpu, tpu = terms("gpu"), terms("tpu")
     b, s, h, L = 16 // dp, 1024, model.hidden_size, model.num_layers
     x, r, alone, vocab = b * s * h * 2, 1 if remat == "full" else 0, dp == 1, model.vocab_size % tp == 0
-    assert not any("XLA:TPU" in t[0] or "XLA:CPU" in t[0] for t in gpu)
-    stats = [t for t in gpu if "row statistics" in t[0]]
+    assert not any("XLA:TPU" in t.what or "XLA:CPU" in t.what for t in gpu)
+    stats = [t for t in gpu if "row statistics" in t.what]
     if split and h % tp == 0:
         # Each RMSNorm's mean of squares (2 per layer + the final norm; fwd, recompute, bwd) and the loss's
         # max, sum and gold logit over a vocab-split row: one fp32 value per token each.
         norms = 0 if model.family == "gpt2" else (4 + 2 * r) * L + 2
-        assert [(t[1], t[3], t[4]) for t in stats] == ([("all-reduce", b * s * 4, norms + 3 * vocab)]
+        assert [(t.kind, t.nbytes, t.calls) for t in stats] == ([("all-reduce", b * s * 4, norms + 3 * vocab)]
                                                        if norms + 3 * vocab else [])
     else:
         assert stats == []
@@ -162,13 +163,13 @@ def test_xla_gpu_is_xla_tpu_but_for_the_gathers_the_narrow_sums_and_the_row_stat
     def table(ts: list) -> dict:
         out: dict = {}
         for t in ts:
-            if "row statistics" in t[0] or "K and V gradients" in t[0]:
+            if "row statistics" in t.what or "K and V gradients" in t.what:
                 continue
-            if "fused qkv" in t[0]:  # GPT-2's c_attn reshard: read on XLA:TPU, XLA:GPU not compiled
+            if "fused qkv" in t.what:  # GPT-2's c_attn reshard: read on XLA:TPU, XLA:GPU not compiled
                 assert model.family == "gpt2" and t in tpu
                 continue
-            kind = "sum" if t[1] in ("all-reduce", "reduce-scatter") else t[1]
-            out[(kind, t[3])] = out.get((kind, t[3]), 0) + t[4]
+            kind = "sum" if t.kind in ("all-reduce", "reduce-scatter") else t.kind
+            out[(kind, t.nbytes)] = out.get((kind, t.nbytes), 0) + t.calls
         return out
 
     g, t = table(gpu), table(tpu)
@@ -178,4 +179,4 @@ def test_xla_gpu_is_xla_tpu_but_for_the_gathers_the_narrow_sums_and_the_row_stat
         assert g.pop(("all-gather", x)) - t.pop(("all-gather", x)) == extra
     assert g == t
     gqa = model.num_kv_heads < model.num_heads
-    assert any("K and V gradients" in t[0] for t in gpu) <= gqa
+    assert any("K and V gradients" in t.what for t in gpu) <= gqa

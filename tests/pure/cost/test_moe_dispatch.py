@@ -22,11 +22,9 @@ from meshplan.pure.cost import (
 )
 from meshplan.pure.cost._flops import RECOMPUTE, layer_flops
 from meshplan.pure.cost._gathered_operand import gathers_tokens
-from meshplan.pure.cost._step_collectives import (
-    AxisPlacement,
-    activation_terms,
-    expert_token_terms,
-)
+from meshplan.pure.cost._activation_collectives import activation_terms
+from meshplan.pure.cost._placement import AxisPlacement
+from meshplan.pure.cost._tpu_terms import expert_token_terms
 from meshplan.pure.cost._step_memory import activation_parts
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import MODEL_SPECS
@@ -59,7 +57,7 @@ def _placement(sizes: dict[str, int]) -> AxisPlacement:
 
 def _moved(terms: list, kind: str) -> float:
     """Bytes the terms of ``kind`` move per device per step (bytes per call x calls)."""
-    return sum(t[3] * t[4] for t in terms if t[1] == kind)
+    return sum(t.nbytes * t.calls for t in terms if t.kind == kind)
 
 
 # --- the dispatch itself ----------------------------------------------------------------------------------------
@@ -164,7 +162,7 @@ def test_the_default_dispatch_keeps_the_figures_pinned_before_it_existed(name: s
                          optimizer=4 * 10**9)
         assert sm.peak == PINNED_PEAKS[(name, backend)]
     terms = activation_terms(m, sizes, _placement(sizes), batch=256, seq=4096, itemsize=2, backend="tpu")
-    assert [(t[1], t[3], t[4]) for t in terms if t[1] == "all-to-all"] == [
+    assert [(t.kind, t.nbytes, t.calls) for t in terms if t.kind == "all-to-all"] == [
         ("all-to-all", 2684354560 if name == "mixtral-8x7b" else 1174405120, 192 if name == "mixtral-8x7b" else 348)]
 
 
@@ -228,12 +226,12 @@ def test_dropless_never_moves_more_all_to_all_bytes(case, remat: str, backend: s
     dropless = activation_terms(spec, sizes, _placement(sizes), moe_dispatch="dropless", **kw)
     assert _moved(dropless, "all-to-all") <= _moved(einsum, "all-to-all")
     # Term for term (the same collectives, each moving no more): the expert buffers shrink to the routed tokens.
-    assert [t[:3] + t[4:] for t in dropless] == [t[:3] + t[4:] for t in einsum]
-    assert all(d[3] <= e[3] for d, e in zip(dropless, einsum, strict=True))
+    assert [t._replace(nbytes=0) for t in dropless] == [t._replace(nbytes=0) for t in einsum]
+    assert all(d.nbytes <= e.nbytes for d, e in zip(dropless, einsum, strict=True))
     if sizes.get("ep", 1) > 1 and spec.num_moe_layers:
         rows = b // (sizes["dp"] * sizes["fsdp"] * sizes["ep"]) * (s // sizes["sp"]) * spec.num_experts_per_tok
-        a2a = [t for t in dropless if t[1] == "all-to-all"]
-        assert [t[3] for t in a2a] == [rows * spec.hidden_size * 2]  # exactly the routed tokens, hidden wide
+        a2a = [t for t in dropless if t.kind == "all-to-all"]
+        assert [t.nbytes for t in a2a] == [rows * spec.hidden_size * 2]  # exactly the routed tokens, hidden wide
 
 
 @given(cases(family=MOE), st.sampled_from(("none", "full")))
@@ -243,8 +241,8 @@ def test_dropless_expert_token_gathers_move_no_more(case, remat: str) -> None:
     sizes = {**sizes, "fsdp": 2}
     einsum = expert_token_terms(spec, sizes, _placement(sizes), **kw)
     dropless = expert_token_terms(spec, sizes, _placement(sizes), moe_dispatch="dropless", **kw)
-    assert [t[:3] + t[4:] for t in dropless] == [t[:3] + t[4:] for t in einsum]
-    assert all(d[3] <= e[3] for d, e in zip(dropless, einsum, strict=True))
+    assert [t._replace(nbytes=0) for t in dropless] == [t._replace(nbytes=0) for t in einsum]
+    assert all(d.nbytes <= e.nbytes for d, e in zip(dropless, einsum, strict=True))
 
 
 @given(st.integers(1, 64), st.integers(1, 4096), st.integers(1, 8), st.integers(2, 64), st.integers(1, 20000))

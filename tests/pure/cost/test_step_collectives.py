@@ -1,4 +1,5 @@
-"""Tests for the step cost model of the mesh search (meshplan.pure.cost._step_collectives)."""
+"""Tests for the step cost model of the mesh search (meshplan.pure.cost._placement, _param_collectives,
+_activation_collectives)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,9 @@ from meshplan.pure.cost import all_gather_time, all_reduce_time, axis_domain_cou
 from meshplan.errors import PlanError
 from meshplan.pure.search._groups import LeafGroups, evaluate_plan
 from meshplan.pure.specs._training import TrainingState
-from meshplan.pure.cost._step_collectives import (
-    AxisPlacement,
-    ParamTraffic,
-    activation_bytes,
-    activation_terms,
-    group_time,
-    param_terms,
-    price,
-)
+from meshplan.pure.cost._activation_collectives import activation_bytes, activation_terms
+from meshplan.pure.cost._param_collectives import ParamTraffic, param_terms
+from meshplan.pure.cost._placement import AxisPlacement, Pending, group_time, price
 from meshplan.pure.rules._axis_kind import AxisKindRule
 from meshplan.pure.specs._tree import tree_facts
 from meshplan.testing import host_splits
@@ -80,7 +75,7 @@ def test_two_level_time_is_an_ici_ring_plus_a_dcn_ring(i: int, d: int, nbytes: f
 @given(st.lists(st.tuples(st.sampled_from(["all-gather", "all-reduce", "all-to-all"]), st.floats(0, 1e9),
                           st.integers(1, 100), st.integers(1, 8), st.integers(1, 4)), max_size=8))
 def test_vectorized_pricing_equals_pricing_one_by_one(items) -> None:
-    pending = [("x", kind, ("x",), b, calls, i, d) for kind, b, calls, i, d in items]
+    pending = [Pending("x", kind, ("x",), b, calls, i, d) for kind, b, calls, i, d in items]
     got = price(pending, H100x2)
     for k, (kind, b, calls, i, d) in enumerate(items):
         cluster = Cluster(H100x2.device, num_nodes=d, devices_per_node=i)
@@ -103,7 +98,7 @@ def test_fsdp_traffic_moves_exactly_the_sharded_parameter_bytes() -> None:
                         layers=32)
     # Per layer fwd + bwd; the input embedding once (its backward is a scatter-add); the head, outside the
     # layers, forward and backward in calls of its own, its gradient reduced in fp32 in calls of its own.
-    assert [(t[1], t[2], t[4]) for t in terms] == [("all-gather", ("fsdp",), 64), ("all-gather", ("fsdp",), 1),
+    assert [(t.kind, t.axes, t.calls) for t in terms] == [("all-gather", ("fsdp",), 64), ("all-gather", ("fsdp",), 1),
                                                    ("all-gather", ("fsdp",), 2), ("reduce-scatter", ("fsdp",), 32),
                                                    ("reduce-scatter", ("fsdp",), 1), ("all-reduce", ("dp",), 32),
                                                    ("all-reduce", ("dp",), 1)]
@@ -130,7 +125,7 @@ def test_embedding_is_gathered_once_and_the_head_once_on_tpu_with_an_f32_gradien
     assert dict(traffic.head_reduce_excess) == {("dp",): vh // 4}  # the fp32 shard (vh/2) less its bf16 (vh/4)
     terms = param_terms(traffic, AxisPlacement(("dp", "fsdp"), (2, 4), (1, 1), H100x2), sizes, layers=4,
                         backend=backend)
-    total = {k: sum(t[3] * t[4] for t in terms if t[1] == k) for k in ("all-gather", "reduce-scatter", "all-reduce")}
+    total = {k: sum(t.nbytes * t.calls for t in terms if t.kind == k) for k in ("all-gather", "reduce-scatter", "all-reduce")}
     tpu = backend == "tpu"
     f32_head = backend in ("tpu", "gpu")  # XLA:TPU and XLA:GPU reduce the head's gradient in fp32
     # XLA:TPU all-reduces an embedding (or a position table) stored split over fsdp but replicated over dp
@@ -162,7 +157,7 @@ def test_embedding_is_gathered_once_and_the_head_once_on_tpu_with_an_f32_gradien
     # XLA:TPU only the last layer's weights outside attention (a quarter of them over layers=4 calls).
     layers = gather - (0 if tied else vh) - pos - vh
     kept = layers if backend == "cpu" else (layers - attn) / 4 if tpu else 0
-    assert sum(t[3] * t[4] for t in none if t[1] == "all-gather") == pytest.approx(
+    assert sum(t.nbytes * t.calls for t in none if t.kind == "all-gather") == pytest.approx(
         2 * gather - once - kept + tied_tpu)
     # XLA:CPU reduces a tied embedding's gradient in two parts (the lookup's and the head's).
     tied_cpu = vh if tied and backend == "cpu" else 0
@@ -174,7 +169,7 @@ def test_activation_collectives_follow_the_documented_formulas() -> None:
     model = get_preset("mixtral-8x7b").spec
     sizes = {"dp": 2, "fsdp": 1, "ep": 2, "sp": 2, "tp": 2}
     p = AxisPlacement(tuple(sizes), tuple(sizes.values()), (1,) * 5, parse_cluster("4x8xH100"))
-    terms = {t[0].split()[0] + " " + t[1]: t for t in activation_terms(model, sizes, p, batch=8, seq=1024,
+    terms = {t.what.split()[0] + " " + t.kind: t for t in activation_terms(model, sizes, p, batch=8, seq=1024,
                                                                        itemsize=2, backend="gpu")}
     b, s, h, L = 8 // 4, 1024 // 2, model.hidden_size, model.num_layers
     capacity = math.ceil(model.num_experts_per_tok * s * 1.25 / model.num_experts)
@@ -185,8 +180,8 @@ def test_activation_collectives_follow_the_documented_formulas() -> None:
     x, e = b * s * h * 2, b * model.num_experts * capacity * h * 2
     kv = b * s * model.num_kv_heads * model.head_dim * 2
     tp = [t for t in activation_terms(model, sizes, p, batch=8, seq=1024, itemsize=2, backend="gpu")
-          if t[2] == ("tp",)]
-    assert sorted((t[1], t[3], t[4]) for t in tp) == sorted([
+          if t.axes == ("tp",)]
+    assert sorted((t.kind, t.nbytes, t.calls) for t in tp) == sorted([
         ("reduce-scatter", x, 3 * L), ("reduce-scatter", 2 * x, 1), ("reduce-scatter", x, 1),
         ("all-gather", x, 6 * L + 3), ("all-gather", kv, 2 * L), ("all-gather", e, 3 * L),
         ("all-reduce", e, 3 * L), ("all-reduce", b * s * 4, 6 * L + 5)])
@@ -204,7 +199,7 @@ def test_xla_tpu_tp_collectives_are_the_counts_read_from_its_hlo() -> None:
     terms = activation_terms(model, sizes, p, batch=16, seq=2048, itemsize=2, backend="tpu")
     b, s, h, L = 8, 2048, model.hidden_size, model.num_layers
     x, kv = b * s * h * 2, b * s * model.num_kv_heads * model.head_dim * 2
-    got = sorted((t[1], t[3], t[4]) for t in terms)
+    got = sorted((t.kind, t.nbytes, t.calls) for t in terms)
     assert got == sorted([
         ("reduce-scatter", x, 5 * L),             # Megatron: 2 fwd + 1 recompute + 2 bwd per layer
         ("reduce-scatter", 2 * x, 1),             # the LM head's input gradient, in fp32
@@ -213,30 +208,30 @@ def test_xla_tpu_tp_collectives_are_the_counts_read_from_its_hlo() -> None:
         ("all-reduce", b * s * 4, 6 * L + 2 + 3),  # RMSNorm row statistics (fwd, rec, bwd) and the loss's, f32
         ("all-reduce", x, 1)])                    # the vocab-split embedding lookup
     # Without the recompute the 2 recompute gathers and the 1 recompute sum per layer go.
-    none = {(t[1], t[3]): t[4] for t in activation_terms(model, sizes, p, batch=16, seq=2048, itemsize=2,
+    none = {(t.kind, t.nbytes): t.calls for t in activation_terms(model, sizes, p, batch=16, seq=2048, itemsize=2,
                                                          backend="tpu", remat="none")}
     assert none[("all-gather", x)] == 8 * L - 1 + 3 and none[("reduce-scatter", x)] == 4 * L
     # Read from dp=2 x tp=4 and Mixtral ep=4 x tp=2: with the table not split over fsdp, the lookup is summed
     # into the split stream by a reduce-scatter.
     dp = {"dp": 2, "tp": 4}
     lookup = [t for t in activation_terms(model, dp, AxisPlacement(tuple(dp), (2, 4), (1, 1), p.cluster), batch=16,
-                                          seq=2048, itemsize=2, backend="tpu") if "lookup" in t[0]]
-    assert [(t[1], t[4]) for t in lookup] == [("reduce-scatter", 1)]
+                                          seq=2048, itemsize=2, backend="tpu") if "lookup" in t.what]
+    assert [(t.kind, t.calls) for t in lookup] == [("reduce-scatter", 1)]
     # Read from dp=2 x fsdp=2 x tp=2 (held out: Mixtral fsdp=2 x ep=2 x tp=2): with the table split over fsdp
     # as wide as over tp, XLA:TPU permutes the table's shard and the lookup is not summed at all; fsdp=2 x
     # tp=4 keeps the all-reduce; fsdp=4 x tp=2 reduce-scatters it (session 7, by op_name, hidden 1024 and 4096).
     for mesh, sums in (({"dp": 2, "fsdp": 2, "tp": 2}, []), ({"fsdp": 4, "tp": 4}, []),
                        ({"fsdp": 2, "tp": 4}, [("all-reduce", 1)]), ({"fsdp": 4, "tp": 2}, [("reduce-scatter", 1)])):
         place = AxisPlacement(tuple(mesh), tuple(mesh.values()), (1,) * len(mesh), p.cluster)
-        assert [(t[1], t[4]) for t in activation_terms(model, mesh, place, batch=32, seq=2048, itemsize=2,
-                                                         backend="tpu") if "lookup" in t[0]] == sums
+        assert [(t.kind, t.calls) for t in activation_terms(model, mesh, place, batch=32, seq=2048, itemsize=2,
+                                                         backend="tpu") if "lookup" in t.what] == sums
     # A MoE layer (Mixtral ep=4 x tp=2): attention's sums and gathers, and the experts' on the dispatched buffer.
     mixtral = get_preset("mixtral-8x7b").spec
     ep = {"ep": 4, "tp": 2}
     moe: dict[tuple[str, int], int] = {}
     for t in activation_terms(mixtral, ep, AxisPlacement(tuple(ep), (4, 2), (1, 1), p.cluster), batch=16, seq=2048,
                               itemsize=2, backend="tpu"):
-        moe[(t[1], t[3])] = moe.get((t[1], t[3]), 0) + t[4]
+        moe[(t.kind, t.nbytes)] = moe.get((t.kind, t.nbytes), 0) + t.calls
     xm, m = 4 * 2048 * mixtral.hidden_size * 2, mixtral.num_layers
     dispatched = 4 * 8 * math.ceil(2 * 2048 * 1.25 / 8) * mixtral.hidden_size * 2
     assert moe[("reduce-scatter", xm)] == 3 * m + 1 and moe[("all-gather", xm)] == 6 * m + 3
@@ -255,7 +250,7 @@ def test_xla_tpu_sums_a_narrow_residual_shard_with_all_reduces_and_kv_replicas_t
     x = b * s * h * 2
     got: dict[tuple[str, int], int] = {}
     for t in activation_terms(model, {"tp": 8}, p, batch=b, seq=s, itemsize=2, backend="tpu"):
-        got[(t[1], t[3])] = got.get((t[1], t[3]), 0) + t[4]
+        got[(t.kind, t.nbytes)] = got.get((t.kind, t.nbytes), 0) + t.calls
     replicas = 3 * b * s * 1 * 128 * 2  # K and V gradients of the one kv head each device holds
     assert got[("all-reduce", x)] == 5 * L + 1 + (L if kv_heads == 4 else 0)  # sums, the lookup, K/V inputs
     assert got.get(("all-reduce", replicas), 0) == (L if kv_heads == 4 else 0)
@@ -263,8 +258,8 @@ def test_xla_tpu_sums_a_narrow_residual_shard_with_all_reduces_and_kv_replicas_t
     assert ("reduce-scatter", x) not in got
     # Shards of 256 (tp=4) are reduce-scattered.
     p4 = AxisPlacement(("tp",), (4,), (1,), p.cluster)
-    kinds = {t[1] for t in activation_terms(model, {"tp": 4}, p4, batch=b, seq=s, itemsize=2, backend="tpu")
-             if t[3] == b * s * h * 2}
+    kinds = {t.kind for t in activation_terms(model, {"tp": 4}, p4, batch=b, seq=s, itemsize=2, backend="tpu")
+             if t.nbytes == b * s * h * 2}
     assert kinds == {"reduce-scatter", "all-gather"}
 
 def test_xla_cpu_gathers_fewer_when_tp_exceeds_the_kv_heads() -> None:
@@ -274,19 +269,19 @@ def test_xla_cpu_gathers_fewer_when_tp_exceeds_the_kv_heads() -> None:
     p = AxisPlacement(("tp",), (8,), (1,), parse_cluster("H100"))
     b, s, h = 16, 512, model.hidden_size
     x, kv = b * s * h * 2, b * s * 4 * model.head_dim * 2
-    gathers = {t[3]: t[4] for t in activation_terms(model, {"tp": 8}, p, batch=b, seq=s, itemsize=2, backend="cpu")
-               if t[1] == "all-gather"}
+    gathers = {t.nbytes: t.calls for t in activation_terms(model, {"tp": 8}, p, batch=b, seq=s, itemsize=2, backend="cpu")
+               if t.kind == "all-gather"}
     assert gathers == {x: 2 * (2 + 2 + 3) + 2, kv: 2 * 2}
     # tp = 4 divides the 4 kv heads: 6 per layer in the backward beside dp (per device: b / 2 sequences) ...
     p4 = AxisPlacement(("dp", "tp"), (2, 4), (1, 1), p.cluster)
     x2, kv2 = x // 2, kv // 2
-    gathers4 = {t[3]: t[4] for t in activation_terms(model, {"dp": 2, "tp": 4}, p4, batch=b, seq=s, itemsize=2,
-                                                     backend="cpu") if t[1] == "all-gather"}
+    gathers4 = {t.nbytes: t.calls for t in activation_terms(model, {"dp": 2, "tp": 4}, p4, batch=b, seq=s, itemsize=2,
+                                                     backend="cpu") if t.kind == "all-gather"}
     assert gathers4 == {x2: 2 * (2 + 2 + 6) + 2, kv2: 2 * 2}
     # ... and 3 with tp the mesh's only axis (read from llama tp=8 with 8 kv heads: K/V not replicated).
     kv8 = dataclasses.replace(model, num_kv_heads=8)
-    gathers8 = {t[3]: t[4] for t in activation_terms(kv8, {"tp": 8}, p, batch=b, seq=s, itemsize=2, backend="cpu")
-                if t[1] == "all-gather"}
+    gathers8 = {t.nbytes: t.calls for t in activation_terms(kv8, {"tp": 8}, p, batch=b, seq=s, itemsize=2, backend="cpu")
+                if t.kind == "all-gather"}
     assert gathers8 == {x: 2 * (2 + 2 + 3) + 2, 2 * kv: 2 * 2}  # GQA (32 heads): the K and V gradients too
 
 
@@ -303,18 +298,18 @@ def test_xla_cpu_mla_sums_its_latents_and_gathers_no_attention_input() -> None:
     for remat, r in (("full", 1), ("none", 0)):
         terms = activation_terms(model, {"dp": 2, "tp": 4}, p, batch=16, seq=s, itemsize=2, backend="cpu",
                                  remat=remat)
-        gathers = sum(t[4] for t in terms if t[1] == "all-gather" and t[3] == x)
-        sums = sum(t[4] for t in terms if t[1] in ("all-reduce", "reduce-scatter") and t[3] == x)
+        gathers = sum(t.calls for t in terms if t.kind == "all-gather" and t.nbytes == x)
+        sums = sum(t.calls for t in terms if t.kind in ("all-reduce", "reduce-scatter") and t.nbytes == x)
         assert gathers == 2 * (1 + r + 5) + 2  # + the LM head's input, fwd and bwd
         assert sums == 2 * (2 + r + 2) + 1 + 1  # + the head's input gradient and the embedding lookup
-        assert sum(t[4] for t in terms if t[3] == latent) == 2 * (2 + r)
+        assert sum(t.calls for t in terms if t.nbytes == latent) == 2 * (2 + r)
     # tp the mesh's only axis (read from DeepSeek tp=8): the backward gathers o's and the MLP's output
     # gradients once each, 2 per layer, not 5; the sums do not change.
     p8 = AxisPlacement(("tp",), (8,), (1,), p.cluster)
     for remat, r in (("full", 1), ("none", 0)):
         terms = activation_terms(model, {"tp": 8}, p8, batch=b, seq=s, itemsize=2, backend="cpu", remat=remat)
-        assert sum(t[4] for t in terms if t[1] == "all-gather" and t[3] == x) == 2 * (1 + r + 2) + 2
-        assert sum(t[4] for t in terms if t[1] in ("all-reduce", "reduce-scatter") and t[3] == x) == 2 * (2 + r + 2) + 2
+        assert sum(t.calls for t in terms if t.kind == "all-gather" and t.nbytes == x) == 2 * (1 + r + 2) + 2
+        assert sum(t.calls for t in terms if t.kind in ("all-reduce", "reduce-scatter") and t.nbytes == x) == 2 * (2 + r + 2) + 2
 
 
 @st.composite
@@ -327,11 +322,11 @@ def step_cases(draw: st.DrawFn) -> tuple[object, dict[str, int], str, bool]:
 
 
 def _calls(terms: list, kind: str, axis: str) -> int:
-    return sum(t[4] for t in terms if t[1] == kind and t[2] == (axis,))
+    return sum(t.calls for t in terms if t.kind == kind and t.axes == (axis,))
 
 
 def _bytes(terms: list, axis: str) -> int:
-    return sum(t[3] * t[4] for t in terms if t[2] == (axis,))
+    return sum(t.nbytes * t.calls for t in terms if t.axes == (axis,))
 
 
 @given(step_cases())
@@ -363,9 +358,9 @@ def test_activation_collectives_grow_with_recompute_and_xla_cpu_and_vanish_witho
             assert _calls(terms("tpu", "full"), kind, axis) >= _calls(terms("tpu", "none"), kind, axis)
             assert _calls(terms("tpu", "offload"), kind, axis) == _calls(terms("tpu", "full"), kind, axis)
             assert _calls(terms("tpu", "dots"), kind, axis) == _calls(terms("tpu", "none"), kind, axis)
-    assert all(t[4] > 0 and t[3] > 0 for t in cpu + tpu)
-    assert not any("tp" in t[2] for t in cpu) if sizes["tp"] == 1 else any("tp" in t[2] for t in tpu)
-    assert not any("ep" in t[2] for t in cpu) if sizes["ep"] == 1 or not model.num_moe_layers else True
+    assert all(t.calls > 0 and t.nbytes > 0 for t in cpu + tpu)
+    assert not any("tp" in t.axes for t in cpu) if sizes["tp"] == 1 else any("tp" in t.axes for t in tpu)
+    assert not any("ep" in t.axes for t in cpu) if sizes["ep"] == 1 or not model.num_moe_layers else True
     # A residual stream stored whole is summed with all-reduces and never gathered.
     if not split:
         assert _calls(tpu, "all-gather", "tp") == _calls(tpu, "reduce-scatter", "tp") == 0
@@ -399,22 +394,22 @@ def test_xla_tpu_without_remat_keeps_only_the_last_layers_non_attention_gathers(
 
     def gathered(backend: str, remat: str) -> tuple[float, list]:
         terms = param_terms(traffic, placement, sizes, layers=layers, backend=backend, remat=remat)
-        return sum(t[3] * t[4] for t in terms if t[1] == "all-gather"), terms
+        return sum(t.nbytes * t.calls for t in terms if t.kind == "all-gather"), terms
 
     tpu, terms = gathered("tpu", "none")
     # Attention fwd + bwd (its two gathers differ: never merged); the rest fwd + bwd but for the last layer's,
     # which XLA:TPU's schedule-aware all-gather CSE merges into the forward's; the embedding once.
     assert tpu == pytest.approx(embed + 2 * attn + (2 - 1 / layers) * other)
-    kept = [t for t in terms if "the last layer's kept" in t[0]]
-    assert [t[4] for t in kept] == ([2 * layers - 1] if other else [])
+    kept = [t for t in terms if "the last layer's kept" in t.what]
+    assert [t.calls for t in kept] == ([2 * layers - 1] if other else [])
     # Between XLA:CPU's one pass and the textbook's two (XLA:GPU's); two passes again under remat full.
     cpu, gpu = gathered("cpu", "none")[0], gathered("gpu", "none")[0]
     assert cpu - 1e-6 <= tpu <= gpu + 1e-6 and gathered("tpu", "full")[0] == pytest.approx(gpu + attn)
     assert tpu == pytest.approx(cpu + attn + (1 - 1 / layers) * other)
     # Only the gathers change: the gradients' collectives are those of any other policy.
-    others = [t for t in terms if t[1] != "all-gather"]
+    others = [t for t in terms if t.kind != "all-gather"]
     assert others == [t for t in param_terms(traffic, placement, sizes, layers=layers, backend="tpu")
-                      if t[1] != "all-gather"]
+                      if t.kind != "all-gather"]
 
 
 def _tpu_sized(family: str, layers: int = 2) -> object:

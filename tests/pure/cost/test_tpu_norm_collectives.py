@@ -19,12 +19,9 @@ from meshplan.pure.presets import MODEL_SPECS
 from meshplan.pure.cost import TrainingRecipe, xla_collectives
 from meshplan.pure.search import search_meshes
 from meshplan.pure.xla import collective_totals
-from meshplan.pure.cost._step_collectives import (
-    AxisPlacement,
-    ParamTraffic,
-    activation_terms,
-    param_tables,
-)
+from meshplan.pure.cost._activation_collectives import activation_terms
+from meshplan.pure.cost._param_collectives import ParamTraffic, param_tables
+from meshplan.pure.cost._placement import AxisPlacement
 
 ROW = "row statistics"
 
@@ -38,7 +35,7 @@ def _gpt2_1k(layers: int = 2):  # bench_collectives' TPU-sized GPT-2
 def _rows(model, sizes, backend="tpu", remat="full", split=True, batch=16, seq=2048):
     p = AxisPlacement(tuple(sizes), tuple(sizes.values()), (1,) * len(sizes), parse_cluster("H100"))
     return [t for t in activation_terms(model, sizes, p, batch=batch, seq=seq, itemsize=2, remat=remat,
-                                        residual_split=split, backend=backend) if ROW in t[0]]
+                                        residual_split=split, backend=backend) if ROW in t.what]
 
 
 def test_gpt2_layer_norm_row_statistics_are_the_36_read_from_xla_tpu():
@@ -67,7 +64,7 @@ def test_row_statistics_per_norm_and_pass(name, layers, tp, remat, other):
     if name != "gpt2":  # RMSNorm: XLA:TPU sums what XLA:GPU sums
         assert [t[3:5] for t in _rows(model, sizes, "gpu", remat)] == [row[3:5]]
     else:  # GPT-2 on XLA:GPU was not read: the loss's only
-        assert [t[4] for t in _rows(model, sizes, "gpu", remat)] == [3]
+        assert [t.calls for t in _rows(model, sizes, "gpu", remat)] == [3]
 
 
 @given(st.sampled_from(["gpt2", "llama3-8b"]), st.sampled_from(["tpu", "gpu", "cpu"]))

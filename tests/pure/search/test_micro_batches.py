@@ -8,7 +8,7 @@ from meshplan.pure import PlanError, search_meshes
 from meshplan.pure.cost import TrainingRecipe
 from meshplan.pure.search import SearchResult
 from meshplan.pure.search._space import divisors
-from meshplan.pure.cost._step_collectives import price
+from meshplan.pure.cost._placement import Pending, price
 from meshplan.pure.cost._step_time import accumulate, overlap_class
 from meshplan.pure.cluster._cluster import parse_cluster
 from tests.profiles import examples
@@ -100,16 +100,16 @@ WHATS = (("fsdp all-gather of params (fwd + bwd)", "all-gather", ("fsdp",)),
 @given(st.lists(st.tuples(st.sampled_from(WHATS), st.integers(1, 1 << 30), st.integers(1, 200)), max_size=5),
        st.integers(1, 64))
 def test_accumulate_keeps_activation_bytes_and_repeats_calls(rows, m):
-    pending = [(w, k, a, nbytes, calls, 8, 1) for (w, k, a), nbytes, calls in rows]
+    pending = [Pending(w, k, a, nbytes, calls, 8, 1) for (w, k, a), nbytes, calls in rows]
     out = accumulate(pending, m)
     assert accumulate(pending, 1) == pending
     for before, after in zip(pending, out, strict=True):
-        where = overlap_class(before[0], before[1])
+        where = overlap_class(before.what, before.kind)
         if where == "critical":  # m calls of 1/m the bytes: the same bytes moved
-            assert after[4] == before[4] * m
-            assert after[3] * after[4] == pytest.approx(before[3] * before[4])
+            assert after.calls == before.calls * m
+            assert after.nbytes * after.calls == pytest.approx(before.nbytes * before.calls)
         else:  # weights gathered and gradients synced again in every micro-batch (as XLA emits them)
-            assert after[3] == before[3] and after[4] == before[4] * m
+            assert after.nbytes == before.nbytes and after.calls == before.calls * m
     # More micro-batches never make the communication cheaper (latency per call, gathers repeated).
     cluster = parse_cluster("2x8xH100")
     assert price(out, cluster).sum() >= price(pending, cluster).sum() * (1 - 1e-9)
@@ -120,10 +120,10 @@ def test_accumulate_keeps_activation_bytes_and_repeats_calls(rows, m):
 def test_xla_gpu_all_reduces_the_accumulated_gradients_once(rows, m):
     # XLA:GPU (1x8xH200 compiled ahead of time) all-reduces the gradients once, after the micro-batch loop;
     # its gathers, reduce-scatters and activation collectives are XLA:TPU's.
-    pending = [(w, k, a, nbytes, calls, 8, 1) for (w, k, a), nbytes, calls in rows]
+    pending = [Pending(w, k, a, nbytes, calls, 8, 1) for (w, k, a), nbytes, calls in rows]
     gpu, tpu = accumulate(pending, m, backend="gpu"), accumulate(pending, m, backend="tpu")
     for before, g, t in zip(pending, gpu, tpu, strict=True):
-        if before[1] == "all-reduce" and overlap_class(before[0], before[1]) == "grads":
+        if before.kind == "all-reduce" and overlap_class(before.what, before.kind) == "grads":
             assert g == before
         else:
             assert g == t

@@ -12,7 +12,7 @@ from meshplan.errors import ProfileError
 from meshplan.pure import SearchResult, get_preset, parse_cluster, search_meshes
 from meshplan.pure.cluster import DEVICE_SPECS, CollectiveTiming, MachineProfile, MatmulTiming, MemoryTiming, StepTiming
 from meshplan.pure.cost import profile_figures, profiled_cluster, refine_profile, ring_terms
-from meshplan.pure.search._summary import header_facts
+from meshplan.pure.report._summary import header_facts
 
 TINY = dataclasses.replace(get_preset("llama3-8b").spec, name="tiny", num_layers=2, hidden_size=256, num_heads=4,
                            num_kv_heads=2, head_dim=64, intermediate_size=512, vocab_size=1024, num_params=None)

@@ -28,7 +28,7 @@ from meshplan.pure import (
 )
 from meshplan.pure.presets import build_params, preset_names
 from meshplan.pure.cost import TrainingRecipe
-from meshplan.pure.cost._step_collectives import BATCH_AXES, STORAGE_AXES
+from meshplan.pure.cost._placement import BATCH_AXES, STORAGE_AXES
 from meshplan.pure.cost._step_memory import head_layout, layer_dims, step_memory
 from meshplan.pure.errors import ClusterError, MeshplanTypeError, PlanError
 from meshplan.testing import model_specs

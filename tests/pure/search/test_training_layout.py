@@ -28,7 +28,7 @@ from meshplan.errors import PlanError
 from meshplan.pure import DeviceInfo, SearchResult, get_preset, layout_device_ids, search_meshes
 from meshplan.pure.search import MeshCandidate
 from meshplan.pure.cost._recipe import TrainingRecipe
-from meshplan.pure.cost._step_collectives import step_activations
+from meshplan.pure.cost._activation_collectives import step_activations
 from meshplan.pure.cost._step_memory import CALIBRATIONS, layer_dims, step_memory
 from meshplan.pure.specs import check_specs, host_batch_slices, optimizer_state_specs
 
