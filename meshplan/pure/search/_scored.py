@@ -44,9 +44,11 @@ class Scored:
     activation_seconds: Sequence[float] = ()
 
 
-def verdict(s: Scored, best: Scored, rank: int, budget: int, rank_by: str = "comm") -> str:
+def verdict(s: Scored, best: Scored, rank: int, budget: int, rank_by: str = "comm", *, tied: bool = False) -> str:
     """The sentence a ranked mesh ``s`` shows against the ``best`` one (``rank`` 1: the best itself): its step
-    (``rank_by="time"``) or its communication, and the room it leaves in the ``budget``."""
+    (``rank_by="time"``) or its communication, and the room it leaves in the ``budget``. A ``tied`` mesh is within
+    the step-time model's resolution of the best (:mod:`meshplan.pure.search._ties`): it says so rather than a
+    difference the model cannot see."""
     room = f"{fmt_bytes(s.memory.total)} of {fmt_bytes(budget)} budget"
     if s.micro_batches > 1:
         room += f" with {s.micro_batches} micro-batches"
@@ -66,7 +68,11 @@ def verdict(s: Scored, best: Scored, rank: int, budget: int, rank_by: str = "com
             what = (f"{t.step_s:.3g} s = compute {t.compute_s:.3g} s + exposed communication {t.exposed_s:.3g} s "
                     f"(hidden {t.hidden_s:.3g} s), MFU {t.mfu:.0%}{exposed}")
         if rank == 1:
-            return f"best: fastest predicted step ({what}); {room}"
+            lead = ("first of the meshes tied within the step-time model's resolution: the fewest bytes over the "
+                    "network" if tied else "fastest predicted step")
+            return f"best: {lead} ({what}); {room}"
+        if tied:
+            return f"rank {rank}: tied with the best, within the step-time model's resolution ({what}); {room}"
         extra = f"{(t.step_s / best.step_s - 1) * 100:+.1f}%" if best.step_s > 0 else f"+{t.step_s:.3g} s"
         return f"rank {rank}: {extra} step time vs best ({what}); {room}"
     top = max(to_terms(s.pending, s.term_seconds), key=lambda t: t.seconds, default=None)

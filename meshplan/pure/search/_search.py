@@ -59,6 +59,7 @@ from meshplan.pure._types import PyTree
 from meshplan.pure.errors import ClusterError, PlanError
 from meshplan.pure.presets import ModelSpec
 from meshplan.pure.rules._base import Rule, reads_axes, rule_name
+from meshplan.pure.cost import STEP_TIME_RESOLUTION
 from meshplan.pure.cost._estimates import StepEstimate
 from meshplan.pure.search._candidate import MeshCandidate
 from meshplan.pure.cluster._cluster import Cluster
@@ -280,6 +281,7 @@ class _Search:
         priced.
         """
         k = self.req.top_k
+        tie = math.exp(STEP_TIME_RESOLUTION)
         if self.req.rank_by != "time" or len(fits) <= k:
             self._price_steps(fits + over)
             return fits
@@ -294,7 +296,8 @@ class _Search:
         waiting: list[tuple[float, tuple[int, ...], Scored]] = []
         start, size, batch = 3 * k, 4 * k, k
         while True:
-            bar = best[-1] * _SLACK
+            # Every mesh the model cannot tell from the best is priced too: the tied group is ordered whole.
+            bar = max(best[-1], best[0] * tie) * _SLACK
             for s, t in zip(bound, steps, strict=True):
                 if t <= bar:
                     heapq.heappush(waiting, (t, s.sizes, s))
@@ -597,7 +600,9 @@ def _run(req: SearchRequest, model: ModelSpec, groups: LeafGroups, rule: Rule, *
     fits, over, rejections, total, num_fitting = search.run()
     if req.rank_by == "time":
         fits.sort(key=lambda s: (s.step_s, s.memory.total, s.sizes))
+        fits, tied = tied_first(fits)
     else:
+        tied = 0
         fits.sort(key=lambda s: (s.seconds, s.memory.total, s.sizes))
     over.sort(key=lambda s: (s.memory.total, s.seconds, s.sizes))
     if not fits:
@@ -605,13 +610,30 @@ def _run(req: SearchRequest, model: ModelSpec, groups: LeafGroups, rule: Rule, *
     k = req.top_k
     for s in fits[:k] + over[:k]:  # the meshes shown: their collectives' exposure too
         search.timed(s)
-    ranked = tuple(search.candidate(s, verdict(s, fits[0], r + 1, req.budget, req.rank_by), r + 1)
+    ranked = tuple(search.candidate(s, verdict(s, fits[0], r + 1, req.budget, req.rank_by, tied=r < tied and tied > 1), r + 1)
                    for r, s in enumerate(fits[:k]))
     rejected = tuple(
         search.candidate(s, f"rejected: {fmt_bytes(s.memory.total)}/device > {fmt_bytes(req.budget)} budget "
                             f"({s.memory.parts()})", None)
         for s in over[:k])
     return SearchResult(req, ranked, rejected, tuple(rejections), total, num_fitting)
+
+
+def tied_first(fits: list[Scored]) -> tuple[list[Scored], int]:
+    """``fits`` (by predicted step) with the meshes the step-time model cannot tell from the best (within
+    :data:`~meshplan.pure.cost.STEP_TIME_RESOLUTION`) ordered by fewer bytes over the network per step, then
+    step, memory and sizes (:mod:`meshplan.pure.search._ties` says why), the rest in their order; and how many
+    are tied (the best included)."""
+    if not fits:
+        return fits, 0
+    limit = fits[0].step_s * math.exp(STEP_TIME_RESOLUTION)
+    n = sum(1 for s in fits if s.step_s <= limit)
+
+    def network_bytes(s: Scored) -> float:
+        return sum(p.nbytes * p.calls for p in s.pending if p.dcn > 1)
+
+    head = sorted(fits[:n], key=lambda s: (network_bytes(s), s.step_s, s.memory.total, s.sizes))
+    return head + fits[n:], n
 
 
 def _nothing_fits(search: _Search, over: list[Scored], rejections: list[Rejection], batch_given: bool,
