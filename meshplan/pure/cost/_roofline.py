@@ -30,7 +30,8 @@ from meshplan.pure.cluster import Cluster, DeviceSpec, Link
 from meshplan.pure.cluster._link import check_link
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 
-__all__ = ["Roofline", "ScheduleLinks", "SizeEfficiency", "roofline", "schedule_links"]
+__all__ = ["SCHEDULE_FIT", "Roofline", "ScheduleLinks", "SizeEfficiency", "default_roofline", "roofline",
+           "schedule_links"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -114,6 +115,38 @@ class Roofline:
             compute = flops / (self.peak_flops * e)
         memory = nbytes / (self.hbm_bandwidth * self.hbm_efficiency) if nbytes > 0 else 0.0
         return max(compute, memory) + (self.launch_s if kernel else 0.0)
+
+
+SCHEDULE_FIT: dict[str, tuple[float, float, float, float]] = {"gpu": (0.7, 6.4e10, 0.85, 4e-6),
+                                                              "tpu": (0.7, 6.4e10, 0.85, 0.0)}
+"""``(e_max, half_flops, hbm_efficiency, launch_s)`` of :func:`default_roofline`, per device kind. Estimates.
+
+GPU: ``e_max`` and ``half_flops`` fitted (least squares on ``ln(simulated / measured)``, a grid) on five of
+the thirteen recorded single-GPU steps (``benchmarks/data/step_time_h200.jsonl``: Llama-3 8B/16L 2x4096
+full remat, 8B/4L 8x2048 no remat, 70B/2L 4x4096, Mixtral 8x7B/2L 4x2048, GPT-2 16x1024 full remat; each
+compiled deviceless for the H200 by ``benchmarks/bench_compiled_schedule.py --fit``), the other eight held
+out (three H200 steps and all five H100 steps: 1.01-1.11x the measured step). ``hbm_efficiency`` 0.85 is
+the sustained fraction of the datasheet HBM peak copies reach (not fitted); ``launch_s`` 4 us per kernel is
+an assumed launch and tail, not measured. TPU: no TPU step was measured; the GPU curve is borrowed, with no
+launch cost (a TPU runs its program as one executable, not kernel by kernel)."""
+
+
+def default_roofline(device: DeviceSpec) -> Roofline:
+    """The roofline the schedule simulator prices a catalogue device's ops with (:data:`SCHEDULE_FIT`).
+
+    Raises:
+      PlanError: the device states no bf16 peak or HBM bandwidth.
+
+    Example:
+      >>> from meshplan.pure.cluster import DEVICE_SPECS
+      >>> r = default_roofline(DEVICE_SPECS["H200"])
+      >>> r.hbm_bandwidth
+      4800000000000.0
+    """
+    if not isinstance(device, DeviceSpec):
+        raise MeshplanTypeError(f"device={device!r:.60} must be a DeviceSpec.")
+    e_max, half, hbm, launch = SCHEDULE_FIT["tpu" if device.ici_scope == "slice" else "gpu"]
+    return roofline(device, SizeEfficiency(e_max, half), hbm_efficiency=hbm, launch_s=launch)
 
 
 def roofline(device: DeviceSpec, efficiency: Callable[[float], float] | float, *, hbm_efficiency: float = 1.0,

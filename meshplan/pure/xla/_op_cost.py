@@ -260,25 +260,47 @@ def _flops(module: HloModuleText, instr: HloInstruction, shapes: Mapping[str, st
 
 
 def _param_reads(module: HloModuleText, computation: str, shapes: Mapping[str, str]) -> tuple[dict[int, int], int]:
-    """Per fused parameter index, the bytes the fusion reads of it; and the bytes its root writes."""
+    """Per fused parameter index, the bytes the fusion reads of it; and the bytes its root writes.
+
+    Bitcasts are seen through (a layout-free view of the same buffer): a parameter read through a
+    bitcast and then sliced reads the slice; a ``dynamic-update-slice`` into a bitcast of a parameter
+    updates that parameter in place."""
     instrs = module.computations.get(computation, ())
+    by_name = {i.name: i for i in instrs}
     users: dict[str, list[HloInstruction]] = {}
     for i in instrs:
         for o in i.operands:
             users.setdefault(o, []).append(i)
+
+    def source(name: str) -> HloInstruction | None:
+        found = by_name.get(name)
+        for _ in range(64):
+            if found is None or found.opcode != "bitcast" or not found.operands:
+                break
+            found = by_name.get(found.operands[0])
+        return found
+
+    def reads_of(name: str) -> list[HloInstruction]:
+        # The users of a value, bitcasts replaced by their own users.
+        out: list[HloInstruction] = []
+        for u in users.get(name, []):
+            out.extend(reads_of(u.name) if u.opcode == "bitcast" else [u])
+        return out
+
     root = next((i for i in reversed(instrs) if i.root), instrs[-1] if instrs else None)
-    outputs = [root] if root is not None and root.opcode != "tuple" else (
-        [next((i for i in instrs if i.name == o), None) for o in root.operands] if root is not None else [])
-    aliased = {o.operands[0] for o in outputs if o is not None and o.opcode == "dynamic-update-slice" and o.operands}
+    root = source(root.name) if root is not None else None
+    outputs = ([root] if root is None or root.opcode != "tuple" else [source(o) for o in root.operands])
+    aliased = {s.name for o in outputs if o is not None and o.opcode == "dynamic-update-slice" and o.operands
+               for s in [source(o.operands[0])] if s is not None}
     passed = {o.name for o in outputs if o is not None and o.opcode == "parameter"}
     reads: dict[int, int] = {}
     for i in instrs:
         if i.opcode != "parameter" or not re.fullmatch(r"\d+", i.args):
             continue
-        uses = users.get(i.name, [])
+        uses = reads_of(i.name)
         if i.name in aliased or (i.name in passed and all(u.opcode == "tuple" for u in uses)):
             reads[int(i.args)] = 0
-        elif uses and all(u.opcode in _SLICES and u.operands[:1] == (i.name,) for u in uses):
+        elif uses and all(u.opcode in _SLICES and source(u.operands[0]) is i for u in uses if u.operands):
             reads[int(i.args)] = sum(type_bytes(u.shape) for u in uses)
         else:
             reads[int(i.args)] = type_bytes(i.shape)
