@@ -11,6 +11,7 @@ beside the simulation as a floor; XLA:GPU's deviceless ``cost_analysis()`` gives
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -23,7 +24,9 @@ from meshplan.pure.cluster import Cluster, parse_cluster
 from meshplan.pure.cost._roofline import Roofline, default_roofline, schedule_links
 from meshplan.pure.cost._schedule_time import ScheduleTime, simulate_schedule
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.xla._schedule import ProgramTotals, read_schedule
+from meshplan.pure.xla._schedule import read_schedule
+from meshplan.pure.xla._schedule_records import ProgramTotals
+from meshplan.pure.xla._xla_floor import xla_floor
 
 __all__ = ["CompiledStepTime", "compiled_step_time"]
 
@@ -41,8 +44,10 @@ class CompiledStepTime:
       device_kind: the target device's kind as jax names it.
       num_devices: devices the program is partitioned over.
       compile_seconds: the compile alone.
-      xla_optimal_seconds: XLA's ``cost_analysis()["optimal_seconds"]`` (XLA:TPU); ``None`` where XLA gives
-        none or a negative one (it does for a multislice program).
+      xla_optimal_seconds: XLA's ``cost_analysis()["optimal_seconds"]`` (XLA:TPU), with the ``-1`` it adds for
+        each custom call it cannot price taken back out (:func:`~meshplan.pure.xla.xla_floor`); ``None``
+        where XLA gives none (XLA:GPU deviceless) or the markers do not account for a negative figure.
+      xla_reported_seconds: ``optimal_seconds`` as XLA reported it.
       xla_flops: XLA's ``cost_analysis()["flops"]`` (loop bodies once), ``None`` where it gives none.
       domains_note: how each device's fast domain was found (``""``: from the mesh's own devices).
     """
@@ -55,6 +60,7 @@ class CompiledStepTime:
     num_devices: int
     compile_seconds: float
     xla_optimal_seconds: float | None = None
+    xla_reported_seconds: float | None = None
     xla_flops: float | None = None
     domains_note: str = ""
 
@@ -94,7 +100,7 @@ def _cost_figures(compiled: Any) -> tuple[float | None, float | None]:
     if not isinstance(cost, Mapping):
         return None, None
     optimal, flops = cost.get("optimal_seconds"), cost.get("flops")
-    optimal = float(optimal) if isinstance(optimal, (int, float)) and optimal > 0 else None
+    optimal = float(optimal) if isinstance(optimal, (int, float)) and math.isfinite(optimal) else None
     flops = float(flops) if isinstance(flops, (int, float)) and flops >= 0 else None
     return optimal, flops
 
@@ -127,7 +133,7 @@ def compiled_step_time(step: Any, *abstract_args: Any, cluster: Cluster | str, r
     Example:
       >>> import jax, jax.numpy as jnp
       >>> from jax.sharding import NamedSharding, PartitionSpec as P
-      >>> mesh = jax.make_mesh((len(jax.devices()),), ("dp",))
+      >>> mesh = jax.make_mesh((len(jax.devices()),), ("dp",), axis_types=(jax.sharding.AxisType.Auto,))
       >>> x = jax.ShapeDtypeStruct((256 * len(jax.devices()), 256), jnp.float32,
       ...                          sharding=NamedSharding(mesh, P("dp")))
       >>> t = compiled_step_time(jax.jit(lambda a: (a @ a.T).sum()), x, cluster="1x8xH100")
@@ -156,8 +162,9 @@ def compiled_step_time(step: Any, *abstract_args: Any, cluster: Cluster | str, r
     domains, note = _domains(devices, clus, program.num_partitions)
     links = schedule_links(clus, domains) if domains is not None else schedule_links(clus)
     schedule = simulate_schedule(program, roof, links, top=top)
-    optimal, flops = _cost_figures(compiled)
+    reported, flops = _cost_figures(compiled)
+    optimal = xla_floor(reported, program) if reported is not None else None
     first = devices[0] if devices else None
     return CompiledStepTime(schedule, program.totals(), roof, str(getattr(first, "platform", "unknown")),
                             str(getattr(first, "device_kind", "unknown")), program.num_partitions, seconds,
-                            optimal, flops, note)
+                            optimal, reported, flops, note)

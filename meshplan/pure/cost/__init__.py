@@ -1,5 +1,6 @@
 """What a training step costs on a mesh: the recipe priced (:class:`TrainingRecipe`), the collectives' alpha-beta
-times (:func:`collective_time`), the collectives a sharded step runs and their bytes
+times (:func:`collective_time`), a compiled program's step simulated from its schedule
+(:func:`simulate_schedule`), the collectives a sharded step runs and their bytes
 (:func:`xla_collectives`), its FLOPs (:func:`step_flops`), the fullest device's bytes at the step's peak
 (:func:`step_memory`) with the spread XLA's compiles showed around it (:func:`calibration_spread`), and the step
 time with the communication left exposed (:func:`step_time`), an FP8 recipe's weight matmuls at the FP8 peak
@@ -48,6 +49,16 @@ from meshplan.pure.cost._pipeline import (
     send_time,
     stage_layers,
 )
+from meshplan.pure.cost._roofline import (
+    SCHEDULE_FIT,
+    Roofline,
+    ScheduleLinks,
+    SizeEfficiency,
+    default_roofline,
+    roofline,
+    schedule_links,
+)
+from meshplan.pure.cost._schedule_time import CollectiveExposure, OpTime, ScheduleTime, simulate_schedule
 from meshplan.pure.cost._recipe import (
     ATTENTION_KINDS,
     OPTIMIZER_COPIES,
@@ -99,3 +110,6 @@ __all__ += ["CAPACITY_FACTOR", "MOE_DISPATCHES", "MoeDispatch"]
 # pipeline parallelism: layers per stage, the bubble, the stage-boundary sends
 __all__ += ["SCHEDULES", "PipelinePlan", "PipelineTime", "ScheduleMemory", "bubble_fraction", "in_flight",
             "pipeline_time", "plan_stages", "schedule_memory", "send_bytes", "send_time", "stage_layers"]
+# a compiled program's schedule simulated: the device's roofline, the links its collectives cross
+__all__ += ["SCHEDULE_FIT", "CollectiveExposure", "OpTime", "Roofline", "ScheduleLinks", "ScheduleTime",
+            "SizeEfficiency", "default_roofline", "roofline", "schedule_links", "simulate_schedule"]

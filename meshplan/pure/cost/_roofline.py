@@ -3,10 +3,12 @@
 The two inputs of the schedule simulator (:mod:`meshplan.pure.cost._schedule_time`), as plain records:
 
 - :class:`Roofline`: one device's matmul peak, its HBM bandwidth, the matmul efficiency it sustains for
-  an op of a given size (:class:`SizeEfficiency`), the fraction of the HBM peak memory-bound kernels
-  reach, and a per-kernel launch cost. An op runs for
-  ``max(flops / (peak x efficiency(flops)), bytes / (hbm_bandwidth x hbm_efficiency)) + launch_s``:
-  matmuls are compute-bound unless they are skinny, elementwise fusions are bandwidth-bound;
+  an op of a given size (:class:`SizeEfficiency`, a function of the op's time at peak, ``flops / peak``),
+  the fraction of the HBM peak memory-bound kernels reach, and a per-kernel launch cost. An op runs for
+  ``max(t / efficiency(t), bytes / (hbm_bandwidth x hbm_efficiency)) + launch_s`` with ``t = flops / peak``:
+  matmuls are compute-bound unless they are skinny, elementwise fusions are bandwidth-bound. Sizing the
+  efficiency by time rather than by FLOPs carries one curve across devices of different peaks: what keeps
+  a small matmul from its peak (the launch, the last wave, the pipeline's fill) is time;
 - :class:`ScheduleLinks`: the fast link (NVLink, ICI) and the network (InfiniBand, DCN), and the fast
   domain (a node for GPUs, a slice for TPUs) of each device the program is partitioned over: a
   collective whose replica groups hold devices of more than one domain runs on the network
@@ -36,32 +38,33 @@ __all__ = ["SCHEDULE_FIT", "Roofline", "ScheduleLinks", "SizeEfficiency", "defau
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SizeEfficiency:
-    """Matmul efficiency as a function of the op's FLOPs: ``e_max x f / (f + half_flops)``.
+    """Matmul efficiency as a function of the op's time at peak ``t``: ``e_max x t / (t + half_s)``.
 
-    Small matmuls fill the device's units less (launch tails, wave quantization); a large one approaches
-    ``e_max``. ``half_flops = 0`` is a flat ``e_max``.
+    A small matmul fills the device less (its launch, its last partial wave, the pipeline's fill and
+    drain); a long one approaches ``e_max``. ``half_s`` is the time at peak at which an op reaches half of
+    ``e_max``; ``half_s = 0`` is a flat ``e_max``.
 
     Example:
-      >>> e = SizeEfficiency(0.8, 1e9)
-      >>> e(1e9), e(0.0)
-      (0.4, 0.0)
+      >>> e = SizeEfficiency(0.8, 1e-4)
+      >>> e(1e-4), e(0.0), SizeEfficiency(0.5)(1e-9)
+      (0.4, 0.0, 0.5)
     """
 
     e_max: float
-    half_flops: float = 0.0
+    half_s: float = 0.0
 
     def __post_init__(self) -> None:
         e = as_real(self.e_max, "e_max", error=PlanError)
         if e > 1:
             raise PlanError(f"e_max={e:g} must be a fraction of the peak, in (0, 1].")
         object.__setattr__(self, "e_max", e)
-        object.__setattr__(self, "half_flops", as_real(self.half_flops, "half_flops", allow_zero=True,
-                                                       error=PlanError))
+        object.__setattr__(self, "half_s", as_real(self.half_s, "half_s", allow_zero=True, error=PlanError))
 
-    def __call__(self, flops: float) -> float:
-        if self.half_flops == 0:
+    def __call__(self, seconds_at_peak: float) -> float:
+        if self.half_s == 0:
             return self.e_max
-        return self.e_max * flops / (flops + self.half_flops) if flops > 0 else 0.0
+        t = seconds_at_peak
+        return self.e_max * t / (t + self.half_s) if t > 0 else 0.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,8 +74,8 @@ class Roofline:
     Attributes:
       peak_flops: dense matmul FLOP/s (bf16).
       hbm_bandwidth: bytes/s of HBM, the datasheet peak.
-      efficiency: matmul efficiency for an op of ``flops`` FLOPs (a :class:`SizeEfficiency` or any
-        function of one float returning a fraction in (0, 1]).
+      efficiency: matmul efficiency of an op that takes ``t`` seconds at peak (a :class:`SizeEfficiency`,
+        or any function of one float returning a fraction in (0, 1]).
       hbm_efficiency: fraction of ``hbm_bandwidth`` a memory-bound kernel reaches.
       launch_s: seconds each kernel costs beyond its roofline time (a launch and its tail): an
         assumption per backend, 0 where none is stated.
@@ -102,33 +105,35 @@ class Roofline:
         object.__setattr__(self, "hbm_efficiency", h)
         object.__setattr__(self, "launch_s", as_real(self.launch_s, "launch_s", allow_zero=True, error=PlanError))
         if not callable(self.efficiency):
-            raise MeshplanTypeError(f"efficiency={self.efficiency!r:.60} must be a function of an op's FLOPs "
-                                    "(e.g. SizeEfficiency(0.7, 1e10)).")
+            raise MeshplanTypeError(f"efficiency={self.efficiency!r:.60} must be a function of an op's time at "
+                                    "peak (e.g. SizeEfficiency(0.7, 6e-5)).")
 
     def seconds(self, flops: float, nbytes: float, *, kernel: bool = True) -> float:
         """Seconds of one op: the slower of its matmul and its memory time, plus a launch if it is a kernel."""
         compute = 0.0
         if flops > 0:
-            e = float(self.efficiency(flops))
+            at_peak = flops / self.peak_flops
+            e = float(self.efficiency(at_peak))
             if not 0 < e <= 1:
-                raise PlanError(f"efficiency({flops:g}) returned {e!r}; it must be a fraction in (0, 1].")
-            compute = flops / (self.peak_flops * e)
+                raise PlanError(f"efficiency({at_peak:g}) returned {e!r}; it must be a fraction in (0, 1].")
+            compute = at_peak / e
         memory = nbytes / (self.hbm_bandwidth * self.hbm_efficiency) if nbytes > 0 else 0.0
         return max(compute, memory) + (self.launch_s if kernel else 0.0)
 
 
-SCHEDULE_FIT: dict[str, tuple[float, float, float, float]] = {"gpu": (0.7, 6.4e10, 0.85, 4e-6),
-                                                              "tpu": (0.7, 6.4e10, 0.85, 0.0)}
-"""``(e_max, half_flops, hbm_efficiency, launch_s)`` of :func:`default_roofline`, per device kind. Estimates.
+SCHEDULE_FIT: dict[str, tuple[float, float, float, float]] = {"gpu": (0.7, 6.4e-5, 0.85, 4e-6),
+                                                              "tpu": (0.7, 0.0, 0.85, 0.0)}
+"""``(e_max, half_s, hbm_efficiency, launch_s)`` of :func:`default_roofline`, per device kind. Estimates.
 
-GPU: ``e_max`` and ``half_flops`` fitted (least squares on ``ln(simulated / measured)``, a grid) on five of
+GPU: ``e_max`` and ``half_s`` fitted (least squares on ``ln(simulated / measured)``, a grid) on five of
 the thirteen recorded single-GPU steps (``benchmarks/data/step_time_h200.jsonl``: Llama-3 8B/16L 2x4096
 full remat, 8B/4L 8x2048 no remat, 70B/2L 4x4096, Mixtral 8x7B/2L 4x2048, GPT-2 16x1024 full remat; each
 compiled deviceless for the H200 by ``benchmarks/bench_compiled_schedule.py --fit``), the other eight held
 out (three H200 steps and all five H100 steps: 1.01-1.11x the measured step). ``hbm_efficiency`` 0.85 is
 the sustained fraction of the datasheet HBM peak copies reach (not fitted); ``launch_s`` 4 us per kernel is
-an assumed launch and tail, not measured. TPU: no TPU step was measured; the GPU curve is borrowed, with no
-launch cost (a TPU runs its program as one executable, not kernel by kernel)."""
+an assumed launch and tail, not measured. TPU: no TPU step was measured, so nothing is fitted: the GPU fit's
+``e_max`` flat (no size curve: the GPU's half point of 64 us at peak is a kernel-launch-scale cost a TPU,
+which runs its program as one executable, does not pay op by op), no launch cost."""
 
 
 def default_roofline(device: DeviceSpec) -> Roofline:
@@ -155,7 +160,7 @@ def roofline(device: DeviceSpec, efficiency: Callable[[float], float] | float, *
 
     Args:
       device: the :class:`~meshplan.pure.cluster.DeviceSpec` (needs ``peak_bf16_flops`` and ``hbm_bandwidth``).
-      efficiency: a function of an op's FLOPs, or a flat fraction.
+      efficiency: a function of an op's time at peak, or a flat fraction.
       hbm_efficiency, launch_s: as :class:`Roofline`'s.
 
     Raises:

@@ -34,7 +34,7 @@ import dataclasses
 from meshplan.pure.cost._collective_time import COLLECTIVE_KINDS, collective_time
 from meshplan.pure.cost._roofline import Roofline, ScheduleLinks
 from meshplan.pure.errors import MeshplanTypeError, PlanError
-from meshplan.pure.xla._schedule import ScheduledOp, ScheduledProgram
+from meshplan.pure.xla._schedule_records import ScheduledOp, ScheduledProgram
 
 __all__ = ["CollectiveExposure", "OpTime", "ScheduleTime", "simulate_schedule"]
 

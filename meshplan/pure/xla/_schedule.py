@@ -37,7 +37,6 @@ once; a dot whose shapes are unreadable counts no FLOPs): never a crash, never a
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 from meshplan.pure.errors import MeshplanTypeError
@@ -53,14 +52,14 @@ from meshplan.pure.xla._hlo_text import (
     while_trips,
 )
 from meshplan.pure.xla._op_cost import FREE_OPCODES, InstructionCost, instruction_cost, shape_table
+from meshplan.pure.xla._schedule_records import (
+    ScheduledCollective,
+    ScheduledComputation,
+    ScheduledOp,
+    ScheduledProgram,
+)
 
-__all__ = ["OP_KINDS", "ProgramTotals", "ScheduledCollective", "ScheduledComputation", "ScheduledOp",
-           "ScheduledProgram", "read_schedule"]
-
-OP_KINDS: tuple[str, ...] = ("matmul", "attention", "memory", "copy", "collective-start", "collective-done",
-                             "collective", "copy-start", "copy-done", "loop", "call", "conditional", "free",
-                             "unknown")
-"""Every :attr:`ScheduledOp.kind`, in a fixed order."""
+__all__ = ["read_schedule"]
 
 _COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
                 "collective-broadcast", "ragged-all-to-all")
@@ -70,7 +69,8 @@ _TRANSFER = re.compile(r'_xla_megascale_transfer_type="([^"]+)"')
 _MEGASCALE = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather", "REDUCE_SCATTER": "reduce-scatter",
               "ALL_TO_ALL": "all-to-all"}
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
-_FREE_TARGETS = frozenset({"AllocateBuffer", "AssumeGatherIndicesInBound", "SliceId", "Sharding",
+# ConcatBitcast (XLA:TPU) joins pieces that already lie side by side in memory: a view, like a bitcast.
+_FREE_TARGETS = frozenset({"AllocateBuffer", "AssumeGatherIndicesInBound", "ConcatBitcast", "SliceId", "Sharding",
                            "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice"})
 _MEMORY_TARGETS = frozenset({"ZeroCrop", "GatherScatterIndicesBitpacked", "TopK", "PadToStatic", "SliceToDynamic"})
 _MEMORY_OPCODES = frozenset({
@@ -78,165 +78,6 @@ _MEMORY_OPCODES = frozenset({
     "slice", "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "gather", "scatter", "iota", "sort",
     "reverse", "rng", "rng-bit-generator", "rng-get-and-update-state", "map", "cholesky", "triangular-solve",
     "fft", "batch-norm-training", "batch-norm-inference", "batch-norm-grad", "top-k", "ragged-dot"})
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ScheduledCollective:
-    """A collective as one device runs it.
-
-    Attributes:
-      kind: ``"all-gather"``, ``"reduce-scatter"``, ``"all-reduce"``, ``"all-to-all"``,
-        ``"collective-permute"``, ``"send"``, ``"recv"``, ...
-      groups: the device (partition) ids of each replica group; a permute's (source, target) pairs;
-        ``()`` when the HLO states none this reader knows.
-      group_size: devices per group (2 for a permute's pairs; 0 when not known).
-      nbytes: the buffer ``B`` the cost model prices (all-gather: the gathered result; the others: the
-        operand), per device.
-      dtypes: each operand's element type.
-      sync: whether the stream waits for it where it starts (XLA:CPU, XLA:TPU without a chain,
-        XLA:GPU's ``is_sync`` starts).
-      network: whether the HLO says it crosses slices over the data-center network (XLA:TPU's multislice
-        ``send`` / ``recv`` pairs to its megascale runtime, which name no device groups).
-    """
-
-    kind: str
-    groups: tuple[tuple[int, ...], ...]
-    group_size: int
-    nbytes: int
-    dtypes: tuple[str, ...] = ()
-    sync: bool = False
-    network: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ScheduledOp:
-    """One instruction of a stream computation (see the module docstring).
-
-    Attributes:
-      name: the instruction's name.
-      opcode: its opcode.
-      kind: one of :data:`OP_KINDS`.
-      flops: matmul FLOPs (dots, convolutions, cuBLAS and cuDNN calls), per device.
-      other_flops: XLA-counted FLOPs of its elementwise work and reductions.
-      bytes_read, bytes_written: memory traffic, per device.
-      callees: computations it runs: a loop's ``(body, condition)``, a call's target, a conditional's
-        branches.
-      trips: a loop's trip count (1 for other ops, and for a loop whose count is not known).
-      collective: the collective it starts or runs (``None`` for other ops).
-      pair: for a start or a done (collective or copy), the name both halves share.
-      note: what the reader could not read about it (``""``: nothing).
-    """
-
-    name: str
-    opcode: str
-    kind: str
-    flops: float = 0.0
-    other_flops: float = 0.0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    callees: tuple[str, ...] = ()
-    trips: int = 1
-    collective: ScheduledCollective | None = None
-    pair: str = ""
-    note: str = ""
-
-    @property
-    def bytes_accessed(self) -> int:
-        """Bytes read plus bytes written."""
-        return self.bytes_read + self.bytes_written
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ScheduledComputation:
-    """A computation a device's stream runs: its ops in schedule order."""
-
-    name: str
-    ops: tuple[ScheduledOp, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProgramTotals:
-    """A program's work per step: matmul and other FLOPs, bytes, collective bytes, ops read as unknown."""
-
-    flops: float
-    other_flops: float
-    bytes_accessed: float
-    collective_bytes: float
-    unknown_ops: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ScheduledProgram:
-    """What :func:`read_schedule` returns: the stream computations of a compiled module.
-
-    Attributes:
-      entry: the entry computation's name.
-      computations: the entry first, then every computation it runs, in the order first called.
-      num_partitions: devices the program is partitioned over.
-    """
-
-    entry: str
-    computations: tuple[ScheduledComputation, ...]
-    num_partitions: int = 1
-
-    def computation(self, name: str) -> ScheduledComputation:
-        """The stream computation ``name``.
-
-        Raises:
-          MeshplanTypeError: no such computation (the message lists the known ones).
-        """
-        for comp in self.computations:
-            if comp.name == name:
-                return comp
-        raise MeshplanTypeError(f"computation {name!r} is not a stream computation of this program; known: "
-                                f"{[c.name for c in self.computations][:20]}.")
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        """Every op's note (what the reader could not read), in program order."""
-        return tuple(f"{op.name}: {op.note}" for comp in self.computations for op in comp.ops if op.note)
-
-    def totals(self, *, loops_once: bool = False) -> ProgramTotals:
-        """The work of one step: loop bodies times their trip counts (``loops_once``: once each, as
-        XLA's ``cost_analysis`` counts them); a conditional counts its costliest branch.
-
-        Example:
-          >>> p = read_schedule('''ENTRY %e (a: f32[8,8]) -> f32[8,8] {
-          ...   %a = f32[8,8]{1,0} parameter(0)
-          ...   ROOT %d = f32[8,8]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-          ... }''')
-          >>> p.totals().flops
-          1024.0
-        """
-        by_name = {c.name: c for c in self.computations}
-        memo: dict[str, list[float]] = {}
-
-        def total(name: str, stack: frozenset[str]) -> list[float]:
-            # [matmul flops, other flops, bytes, collective bytes, unknown ops] of one run of `name`.
-            if name in memo:
-                return memo[name]
-            acc = [0.0] * 5
-            for op in by_name[name].ops if name in by_name else ():
-                coll = float(op.collective.nbytes) if op.collective and op.kind != "collective-done" else 0.0
-                parts = [[op.flops, op.other_flops, float(op.bytes_accessed), coll, float(op.kind == "unknown")]]
-                inner = [c for c in op.callees if c in by_name and c not in stack]
-                if op.kind == "loop" and inner:
-                    trips = 1 if loops_once else op.trips
-                    for k, c in enumerate(inner):  # the body runs `trips` times, the condition once more
-                        runs = trips if k == 0 or loops_once else trips + 1
-                        parts.append([x * runs for x in total(c, stack | {name})])
-                elif op.kind == "conditional" and inner:
-                    parts.append(max((total(c, stack | {name}) for c in inner), key=lambda t: (t[0] + t[2], t)))
-                else:
-                    parts.extend(total(c, stack | {name}) for c in inner)
-                for p in parts:
-                    for k in range(5):
-                        acc[k] += p[k]
-            memo[name] = acc
-            return acc
-
-        f, o, b, c, u = total(self.entry, frozenset())
-        return ProgramTotals(f, o, b, c, int(u))
 
 
 def _fused(module: HloModuleText, instr: HloInstruction) -> tuple[HloInstruction, ...]:
@@ -276,13 +117,14 @@ def _done_pair(module: HloModuleText, instr: HloInstruction) -> str:
 
 
 def _priced(instr: HloInstruction, kind: str, cost: InstructionCost | None, *, note: str = "",
-            collective: ScheduledCollective | None = None, pair: str = "") -> ScheduledOp:
+            collective: ScheduledCollective | None = None, pair: str = "", target: str = "") -> ScheduledOp:
     """A :class:`ScheduledOp` of ``instr`` carrying ``cost`` (``None``: it costs the stream nothing)."""
     notes = "; ".join(x for x in ((cost.notes if cost else []) + [note]) if x)
     if cost is None:
-        return ScheduledOp(instr.name, instr.opcode, kind, collective=collective, pair=pair, note=notes)
+        return ScheduledOp(instr.name, instr.opcode, kind, collective=collective, pair=pair, note=notes,
+                           target=target)
     return ScheduledOp(instr.name, instr.opcode, kind, cost.matmul, cost.other, cost.read, cost.written,
-                       collective=collective, pair=pair, note=notes)
+                       collective=collective, pair=pair, note=notes, target=target)
 
 
 def _read_op(module: HloModuleText, instr: HloInstruction, shapes: dict[str, str]) -> ScheduledOp:
@@ -306,21 +148,22 @@ def _read_op(module: HloModuleText, instr: HloInstruction, shapes: dict[str, str
         return _read_collective(module, instr, shapes, base)
     if op in ("async-start", "async-update", "async-done"):
         return _read_async(module, instr, shapes)
+    if op.endswith("-start") or op.endswith("-done"):
+        return _read_async_copy(module, instr, shapes, base)
     cost = instruction_cost(module, instr, shapes)
-    if op in ("copy-start", "copy-done"):
-        return _priced(instr, op, cost, pair=instr.name if op == "copy-start" else _done_pair(module, instr))
     if op == "fusion":
         return _read_fusion(module, instr, shapes, cost)
     if op == "custom-call":
         target = _TARGET.search(instr.attrs)
         name = target.group(1) if target else "?"
         if name in _FREE_TARGETS:
-            return _priced(instr, "free", None)
+            return _priced(instr, "free", None, target=name)
         if cost.attention or cost.matmul > 0:
-            return _priced(instr, "attention" if cost.attention else "matmul", cost)
+            return _priced(instr, "attention" if cost.attention else "matmul", cost, target=name)
         if name in _MEMORY_TARGETS:
-            return _priced(instr, "memory", cost)
-        return _priced(instr, "unknown", cost, note=f"unknown custom call {name}: priced as memory-bound")
+            return _priced(instr, "memory", cost, target=name)
+        return _priced(instr, "unknown", cost, note=f"unknown custom call {name}: priced as memory-bound",
+                       target=name)
     if op in ("dot", "convolution"):
         return _priced(instr, "matmul", cost)
     if op == "copy":
@@ -356,6 +199,25 @@ def _read_collective(module: HloModuleText, instr: HloInstruction, shapes: dict[
     coll = _collective(module, instr, shapes, sync=not op.endswith("-start") or _is_sync(instr))
     return ScheduledOp(instr.name, op, "collective" if coll.sync else "collective-start", collective=coll,
                        pair=instr.name)
+
+
+def _read_async_copy(module: HloModuleText, instr: HloInstruction, shapes: dict[str, str], base: str) -> ScheduledOp:
+    """``copy-start`` / ``-done`` (a copy between memory spaces), ``slice-start`` / ``-done`` (XLA:TPU's
+    async slices into on-chip memory) and any other async op that is not a collective: a transfer beside
+    the stream, of the bytes it moves (read once, written once)."""
+    op = instr.opcode
+    if op.endswith("-done"):
+        return ScheduledOp(instr.name, op, "copy-done", pair=_done_pair(module, instr))
+    arrays = array_types(instr.shape)
+    operands = sum(len(array_types(shapes.get(o, ""))) for o in instr.operands)
+    if base == "copy" or len(arrays) <= operands:
+        moved = sum(type_bytes(shapes.get(o, "")) for o in instr.operands)
+    else:  # ((operands), the piece it makes, context): the piece
+        dtype, dims = arrays[operands]
+        moved = type_bytes(f"{dtype}[{','.join(map(str, dims))}]")
+    note = "" if base in ("copy", "slice") else f"async {base} priced as a copy of its operands"
+    return ScheduledOp(instr.name, op, "copy-start", bytes_read=moved, bytes_written=moved, pair=instr.name,
+                       note=note)
 
 
 def _read_async(module: HloModuleText, instr: HloInstruction, shapes: dict[str, str]) -> ScheduledOp:

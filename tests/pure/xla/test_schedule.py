@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshplan.pure.errors import MeshplanTypeError
-from meshplan.pure.xla._schedule import OP_KINDS, ScheduledProgram, read_schedule
+from meshplan.pure.xla._schedule import read_schedule
+from meshplan.pure.xla._schedule_records import OP_KINDS, ScheduledProgram
 
 DATA = pathlib.Path(__file__).parent / "data" / "hlo"
 FIXTURES = sorted(p.name.removesuffix(".hlo.gz") for p in DATA.glob("*.hlo.gz"))
