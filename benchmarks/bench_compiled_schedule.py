@@ -85,13 +85,6 @@ def small(name: str) -> Any:
                                num_params=None, **moe)
 
 
-def loops_once(program: ScheduledProgram) -> ScheduledProgram:
-    """The program with every loop run once: what XLA's ``optimal_seconds`` sums."""
-    comps = tuple(dataclasses.replace(c, ops=tuple(dataclasses.replace(op, trips=1) if op.kind == "loop" else op
-                                                   for op in c.ops)) for c in program.computations)
-    return dataclasses.replace(program, computations=comps)
-
-
 @dataclasses.dataclass(frozen=True)
 class GpuRow:
     gpu: str
@@ -230,11 +223,12 @@ def tpu_table(cache: pathlib.Path | None) -> None:
     if not libtpu_available():
         print("libtpu is not installed: no TPU table.")
         return
-    print("XLA's optimal_seconds sums each op's bottleneck time at peak, loop bodies once; 'at peak, loops once' "
-          "is the simulation at the same rates over the same ops (efficiency 1, the datasheet HBM bandwidth).\n")
+    print("Unrolled steps (scan_layers=False: XLA's cost analysis counts a loop body once). XLA's optimal_seconds "
+          "sums each op's bottleneck time at peak; 'at peak' is the simulation at the same rates (matmul efficiency "
+          "1, the datasheet HBM bandwidth); FLOPs and bytes: the reader's totals over XLA's.\n")
     print("| slice | model | mesh | b x s | remat | simulated s | XLA optimal s (reported) | simulated / optimal | "
-          "at peak, loops once / optimal | analytic / optimal | exposed share | compile s |")
-    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "at peak / optimal | FLOPs / XLA's | bytes / XLA's | analytic / optimal | exposed share | compile s |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for slice_name, model, mesh_axes, batch, seq, remat in TPU_CASES:
         spec = small(model)
         cluster = parse_cluster(slice_name)
@@ -244,7 +238,7 @@ def tpu_table(cache: pathlib.Path | None) -> None:
         dcn = tuple(cluster.num_slices if k == "dp" else 1 for k in mesh_axes) if cluster.num_slices > 1 else None
         mesh = tpu_topology_mesh(slice_name, tuple(mesh_axes), tuple(mesh_axes.values()), dcn_shape=dcn)
         ref = reference_step(spec, mesh, batch=batch, seq=seq, plan=cand,
-                             config=ReferenceConfig(remat=remat, attention="dot_product"))
+                             config=ReferenceConfig(remat=remat, attention="dot_product", scan_layers=False))
         start = time.perf_counter()
         with jax.set_mesh(mesh):
             compiled = ref.fn.lower(*ref.args).compile()
@@ -253,20 +247,22 @@ def tpu_table(cache: pathlib.Path | None) -> None:
         program = read_schedule(compiled.as_text())
         device = cluster.device
         assert device.peak_bf16_flops is not None and device.hbm_bandwidth is not None
-        peak = simulate_schedule(loops_once(program), Roofline(device.peak_bf16_flops, device.hbm_bandwidth),
+        peak = simulate_schedule(program, Roofline(device.peak_bf16_flops, device.hbm_bandwidth),
                                  schedule_links(cluster)).step_s
+        once = program.totals(loops_once=True)
         opt, reported = t.xla_optimal_seconds, t.xla_reported_seconds
         analytic = cand.step.step_s if cand.step is not None else float("nan")
         mesh_text = ",".join(f"{k}={v}" for k, v in mesh_axes.items())
         opt_text = (f"{opt:.5f}" if opt else "none") + (f" ({reported:.5f})" if reported is not None and reported != opt
                                                           else "")
 
-        def over(x: float) -> str:
-            return f"{x / opt:.2f}" if opt else "-"
+        def over(x: float, base: float | None) -> str:
+            return f"{x / base:.2f}" if base else "-"
 
         print(f"| {slice_name} | {spec.name} | {mesh_text} | {batch}x{seq} | {remat} | {t.step_s:.5f} | {opt_text} | "
-              f"{over(t.step_s)} | {over(peak)} | {over(analytic)} | {t.schedule.exposed_s / t.step_s:.0%} | "
-              f"{seconds:.0f} |", flush=True)
+              f"{over(t.step_s, opt)} | {over(peak, opt)} | {over(once.flops + once.other_flops, t.xla_flops)} | "
+              f"{over(once.bytes_accessed, t.xla_bytes_accessed)} | {over(analytic, opt)} | "
+              f"{t.schedule.exposed_s / t.step_s:.0%} | {seconds:.0f} |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

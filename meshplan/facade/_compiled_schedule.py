@@ -49,6 +49,7 @@ class CompiledStepTime:
         where XLA gives none (XLA:GPU deviceless) or the markers do not account for a negative figure.
       xla_reported_seconds: ``optimal_seconds`` as XLA reported it.
       xla_flops: XLA's ``cost_analysis()["flops"]`` (loop bodies once), ``None`` where it gives none.
+      xla_bytes_accessed: XLA's ``cost_analysis()["bytes accessed"]`` (loop bodies once), ``None`` likewise.
       domains_note: how each device's fast domain was found (``""``: from the mesh's own devices).
     """
 
@@ -62,6 +63,7 @@ class CompiledStepTime:
     xla_optimal_seconds: float | None = None
     xla_reported_seconds: float | None = None
     xla_flops: float | None = None
+    xla_bytes_accessed: float | None = None
     domains_note: str = ""
 
     @property
@@ -91,18 +93,18 @@ def _domains(devices: list[Any] | None, cluster: Cluster, partitions: int) -> tu
     return tuple(int(getattr(d, "process_index", 0) or 0) for d in devices), ""
 
 
-def _cost_figures(compiled: Any) -> tuple[float | None, float | None]:
+def _cost_figures(compiled: Any) -> tuple[float | None, float | None, float | None]:
+    """``optimal_seconds``, ``flops`` and ``bytes accessed`` of ``compiled.cost_analysis()`` (``None``: not given)."""
     try:
         cost = compiled.cost_analysis()
     except (RuntimeError, NotImplementedError):  # a backend without a cost analysis (jax's JaxRuntimeError)
-        return None, None
+        return None, None, None
     cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
     if not isinstance(cost, Mapping):
-        return None, None
-    optimal, flops = cost.get("optimal_seconds"), cost.get("flops")
-    optimal = float(optimal) if isinstance(optimal, (int, float)) and math.isfinite(optimal) else None
-    flops = float(flops) if isinstance(flops, (int, float)) and flops >= 0 else None
-    return optimal, flops
+        return None, None, None
+    figures = [cost.get(k) for k in ("optimal_seconds", "flops", "bytes accessed")]
+    optimal, flops, nbytes = (float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None for x in figures)
+    return optimal, flops if flops is None or flops >= 0 else None, nbytes if nbytes is None or nbytes >= 0 else None
 
 
 def compiled_step_time(step: Any, *abstract_args: Any, cluster: Cluster | str, roofline: Roofline | None = None,
@@ -162,9 +164,9 @@ def compiled_step_time(step: Any, *abstract_args: Any, cluster: Cluster | str, r
     domains, note = _domains(devices, clus, program.num_partitions)
     links = schedule_links(clus, domains) if domains is not None else schedule_links(clus)
     schedule = simulate_schedule(program, roof, links, top=top)
-    reported, flops = _cost_figures(compiled)
+    reported, flops, nbytes = _cost_figures(compiled)
     optimal = xla_floor(reported, program) if reported is not None else None
     first = devices[0] if devices else None
     return CompiledStepTime(schedule, program.totals(), roof, str(getattr(first, "platform", "unknown")),
                             str(getattr(first, "device_kind", "unknown")), program.num_partitions, seconds,
-                            optimal, reported, flops, note)
+                            optimal, reported, flops, nbytes, note)

@@ -109,7 +109,13 @@ class Roofline:
                                     "peak (e.g. SizeEfficiency(0.7, 6e-5)).")
 
     def seconds(self, flops: float, nbytes: float, *, kernel: bool = True) -> float:
-        """Seconds of one op: the slower of its matmul and its memory time, plus a launch if it is a kernel."""
+        """Seconds of one op: the slower of its matmul and its memory time, plus a launch if it is a kernel.
+
+        Raises:
+          PlanError: negative or non-finite FLOPs or bytes; an efficiency outside (0, 1].
+        """
+        flops = as_real(flops, "flops", allow_zero=True, error=PlanError)
+        nbytes = as_real(nbytes, "nbytes", allow_zero=True, error=PlanError)
         compute = 0.0
         if flops > 0:
             at_peak = flops / self.peak_flops
@@ -219,6 +225,10 @@ class ScheduleLinks:
         Raises:
           PlanError: a device id outside ``domains``.
         """
+        if not isinstance(groups, (tuple, list)) or not all(
+                isinstance(g, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in g)
+                for g in groups):
+            raise MeshplanTypeError(f"groups={groups!r:.60} must be a sequence of device-id sequences (ints).")
         if network:
             return "inter"
         if not self.domains:

@@ -15,8 +15,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
+from typing import Any
 
-from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure._check import as_flag
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 
 __all__ = ["OP_KINDS", "ProgramTotals", "ScheduledCollective", "ScheduledComputation", "ScheduledOp",
            "ScheduledProgram"]
@@ -25,6 +28,33 @@ OP_KINDS: tuple[str, ...] = ("matmul", "attention", "memory", "copy", "collectiv
                              "collective", "copy-start", "copy-done", "loop", "call", "conditional", "free",
                              "unknown")
 """Every :attr:`ScheduledOp.kind`, in a fixed order."""
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check(owner: str, fields: list[tuple[str, Any, str]]) -> None:
+    """Raise on the first field of ``owner`` that is not what it must be: ``(name, value, kind)`` with kind
+    ``str``, ``count`` (an int >= 0), ``amount`` (a finite number >= 0), ``flag``, ``strs`` (a tuple of str)."""
+    for name, value, kind in fields:
+        if kind == "str":
+            ok = isinstance(value, str)
+        elif kind == "flag":
+            ok = isinstance(value, bool)
+        elif kind == "strs":
+            ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+        elif kind == "count":
+            ok = _is_int(value)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ok:
+            expected = {"str": "a str", "flag": "True or False", "strs": "a tuple of str", "count": "an int",
+                        "amount": "a number"}[kind]
+            raise MeshplanTypeError(f"{owner}.{name}={value!r:.60} must be {expected}.")
+        if kind == "count" and value < 0 or kind == "amount" and not (value >= 0 and math.isfinite(float(value)
+                                                                                       if value < 2**1000 else math.inf)):
+            raise PlanError(f"{owner}.{name}={value!r:.60} must be finite and >= 0.")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,6 +83,15 @@ class ScheduledCollective:
     dtypes: tuple[str, ...] = ()
     sync: bool = False
     network: bool = False
+
+    def __post_init__(self) -> None:
+        _check("ScheduledCollective", [("kind", self.kind, "str"), ("group_size", self.group_size, "count"),
+                                       ("nbytes", self.nbytes, "count"), ("dtypes", self.dtypes, "strs"),
+                                       ("sync", self.sync, "flag"), ("network", self.network, "flag")])
+        if not (isinstance(self.groups, tuple) and all(
+                isinstance(g, tuple) and all(_is_int(d) and d >= 0 for d in g) for g in self.groups)):
+            raise MeshplanTypeError(f"ScheduledCollective.groups={self.groups!r:.60} must be a tuple of tuples of "
+                                    "device ids (ints >= 0).")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,6 +128,21 @@ class ScheduledOp:
     note: str = ""
     target: str = ""
 
+    def __post_init__(self) -> None:
+        _check("ScheduledOp", [("name", self.name, "str"), ("opcode", self.opcode, "str"), ("kind", self.kind, "str"),
+                               ("flops", self.flops, "amount"), ("other_flops", self.other_flops, "amount"),
+                               ("bytes_read", self.bytes_read, "count"),
+                               ("bytes_written", self.bytes_written, "count"), ("callees", self.callees, "strs"),
+                               ("trips", self.trips, "count"), ("pair", self.pair, "str"),
+                               ("note", self.note, "str"), ("target", self.target, "str")])
+        if self.kind not in OP_KINDS:
+            raise PlanError(f"ScheduledOp.kind={self.kind!r} must be one of {OP_KINDS}.")
+        if self.collective is not None and not isinstance(self.collective, ScheduledCollective):
+            raise MeshplanTypeError(f"ScheduledOp.collective={self.collective!r:.60} must be a ScheduledCollective "
+                                    "or None.")
+        if self.kind in ("collective", "collective-start") and self.collective is None:
+            raise PlanError(f"ScheduledOp {self.name!r} of kind {self.kind!r} needs its collective.")
+
     @property
     def bytes_accessed(self) -> int:
         """Bytes read plus bytes written."""
@@ -101,6 +155,11 @@ class ScheduledComputation:
 
     name: str
     ops: tuple[ScheduledOp, ...]
+
+    def __post_init__(self) -> None:
+        _check("ScheduledComputation", [("name", self.name, "str")])
+        if not (isinstance(self.ops, tuple) and all(isinstance(op, ScheduledOp) for op in self.ops)):
+            raise MeshplanTypeError(f"ScheduledComputation.ops={self.ops!r:.60} must be a tuple of ScheduledOp.")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -128,12 +187,21 @@ class ScheduledProgram:
     computations: tuple[ScheduledComputation, ...]
     num_partitions: int = 1
 
+    def __post_init__(self) -> None:
+        _check("ScheduledProgram", [("entry", self.entry, "str"), ("num_partitions", self.num_partitions, "count")])
+        if not (isinstance(self.computations, tuple)
+                and all(isinstance(c, ScheduledComputation) for c in self.computations)):
+            raise MeshplanTypeError(f"ScheduledProgram.computations={self.computations!r:.60} must be a tuple of "
+                                    "ScheduledComputation.")
+
     def computation(self, name: str) -> ScheduledComputation:
         """The stream computation ``name``.
 
         Raises:
           MeshplanTypeError: no such computation (the message lists the known ones).
         """
+        if not isinstance(name, str):
+            raise MeshplanTypeError(f"name={name!r:.60} must be a computation's name (a str).")
         for comp in self.computations:
             if comp.name == name:
                 return comp
@@ -156,6 +224,7 @@ class ScheduledProgram:
           >>> p.totals().flops, p.totals(loops_once=True).flops
           (3072.0, 1024.0)
         """
+        loops_once = as_flag(loops_once, "loops_once")
         by_name = {c.name: c for c in self.computations}
         memo: dict[str, list[float]] = {}
 

@@ -55,7 +55,9 @@ def xla_floor(reported: float, program: ScheduledProgram) -> float | None:
       >>> xla_floor(-1.0, ScheduledProgram("main", ())) is None
       True
     """
-    if isinstance(reported, bool) or not isinstance(reported, (int, float)) or not math.isfinite(reported):
+    finite = isinstance(reported, float) and math.isfinite(reported) or (
+        isinstance(reported, int) and not isinstance(reported, bool) and abs(reported) < 2**53)
+    if not finite:
         raise MeshplanTypeError(f"reported={reported!r:.60} must be the finite number cost_analysis() gives.")
     if reported >= 0:
         return float(reported)
