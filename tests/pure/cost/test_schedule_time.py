@@ -217,3 +217,13 @@ def test_bad_inputs_are_typed_errors() -> None:
         simulate_schedule(good, dataclasses.replace(ROOF, efficiency=lambda f: 2.0), LINKS)
     with pytest.raises(PlanError, match="outside"):
         LINKS.link_of(((0, 9),))
+
+
+def test_a_conditional_runs_its_costliest_branch_and_a_call_its_callee_in_place() -> None:
+    big = ScheduledComputation("big", (compute("b", 3e-3),))
+    small = ScheduledComputation("small", (compute("s", 1e-3),))
+    cond = ScheduledOp("c", "conditional", "conditional", callees=("small", "big"))
+    call = ScheduledOp("k", "call", "call", callees=("small",))
+    t = simulate_schedule(program(cond, call, extra=(big, small)), ROOF, LINKS)
+    assert t.step_s == pytest.approx(4e-3, rel=1e-12)
+    assert [o.name for o in t.top_ops] == ["big/b", "small/s"]

@@ -187,3 +187,48 @@ def test_a_non_string_is_a_typed_error_and_an_unknown_computation_is_named() -> 
         read_schedule(None)  # type: ignore[arg-type]
     with pytest.raises(MeshplanTypeError, match="not a stream computation"):
         PROGRAMS["cpu_fsdp2_tp4"].computation("fused_computation")
+
+
+def test_an_async_wrapped_reduce_scatter_pairs_its_start_and_done() -> None:
+    text = """HloModule m, is_scheduled=true, num_partitions=4
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+%wrapped (w: f32[64,8]) -> f32[16,8] {
+  %w = f32[64,8]{1,0} parameter(0)
+  ROOT %rs = f32[16,8]{1,0} reduce-scatter(%w), replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%add
+}
+ENTRY %main (p: f32[64,8]) -> f32[16,8] {
+  %p = f32[64,8]{1,0} parameter(0)
+  %st = ((f32[64,8]{1,0}), f32[16,8]{1,0}) async-start(%p), calls=%wrapped
+  %up = ((f32[64,8]{1,0}), f32[16,8]{1,0}) async-update(%st)
+  ROOT %dn = f32[16,8]{1,0} async-done(%up)
+}"""
+    ops = read_schedule(text).computation("main").ops
+    assert [(op.kind, op.pair) for op in ops] == [("free", ""), ("collective-start", "st"), ("free", ""),
+                                                  ("collective-done", "st")]
+    coll = ops[1].collective
+    assert coll is not None and (coll.kind, coll.nbytes, coll.group_size, coll.groups) == (
+        "reduce-scatter", 64 * 8 * 4, 4, ((0, 1, 2, 3),))
+
+
+def test_a_conditional_names_its_branches_and_totals_count_the_costlier() -> None:
+    text = """HloModule m, is_scheduled=true
+%big (a: f32[64,64]) -> f32[64,64] {
+  %a = f32[64,64]{1,0} parameter(0)
+  ROOT %d = f32[64,64]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+%small (b: f32[64,64]) -> f32[64,64] {
+  ROOT %b = f32[64,64]{1,0} parameter(0)
+}
+ENTRY %main (i: s32[], x: f32[64,64]) -> f32[64,64] {
+  %i = s32[] parameter(0)
+  %x = f32[64,64]{1,0} parameter(1)
+  ROOT %c = f32[64,64]{1,0} conditional(%i, %x, %x), branch_computations={%big, %small}
+}"""
+    program = read_schedule(text)
+    cond = program.computation("main").ops[-1]
+    assert cond.kind == "conditional" and cond.callees == ("big", "small")
+    assert program.totals().flops == 2 * 64 * 64 * 64
