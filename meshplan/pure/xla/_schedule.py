@@ -69,8 +69,10 @@ _TRANSFER = re.compile(r'_xla_megascale_transfer_type="([^"]+)"')
 _MEGASCALE = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather", "REDUCE_SCATTER": "reduce-scatter",
               "ALL_TO_ALL": "all-to-all"}
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
-# ConcatBitcast (XLA:TPU) joins pieces that already lie side by side in memory: a view, like a bitcast.
-_FREE_TARGETS = frozenset({"AllocateBuffer", "AssumeGatherIndicesInBound", "ConcatBitcast", "SliceId", "Sharding",
+# ConcatBitcast (XLA:TPU) joins pieces that already lie side by side in memory: a view, like a bitcast;
+# PrepareAsyncCallStart / -Done (XLA:TPU) hand a token to an async call on the SparseCore: bookkeeping.
+_FREE_TARGETS = frozenset({"AllocateBuffer", "AssumeGatherIndicesInBound", "ConcatBitcast", "PrepareAsyncCallDone",
+                           "PrepareAsyncCallStart", "SliceId", "Sharding",
                            "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice"})
 _MEMORY_TARGETS = frozenset({"ZeroCrop", "GatherScatterIndicesBitpacked", "TopK", "PadToStatic", "SliceToDynamic"})
 _MEMORY_OPCODES = frozenset({

@@ -5,8 +5,9 @@ its bottleneck rate (FLOPs at peak, bytes at peak bandwidth): ``optimal_seconds`
 of that program. A custom call it cannot price adds ``-1`` to the sum (its marker for "unknown"), so one
 such op turns the floor negative. On XLA:TPU (libtpu 0.0.42.1) the custom calls that do so are
 :data:`XLA_TPU_UNPRICED` (read off compiled programs: a step with 24 ``ConcatBitcast`` calls reported
-``-23.9947``, one with a ``SliceId`` and three ``ZeroCrop`` calls ``-3.99986``; steps with neither reported
-a positive figure). :func:`xla_floor` adds the count back when that leaves the figure at or above 0;
+``-23.9947``, one with a ``SliceId`` and three ``ZeroCrop`` calls ``-3.99986``, an MoE step with three
+``ConcatBitcast`` and two each of ``PrepareAsyncCallStart`` / ``-Done`` ``-6.99721``; steps with none of them
+reported a positive figure). :func:`xla_floor` adds the count back when that leaves the figure at or above 0;
 otherwise the floor is unknown. A target missing from the list would leave the figure short by a whole
 second per call: the list is what was observed, not a documented one.
 
@@ -24,7 +25,8 @@ from meshplan.pure.xla._schedule_records import ScheduledProgram
 
 __all__ = ["XLA_TPU_UNPRICED", "unpriced_calls", "xla_floor"]
 
-XLA_TPU_UNPRICED: tuple[str, ...] = ("ConcatBitcast", "SliceId", "ZeroCrop")
+XLA_TPU_UNPRICED: tuple[str, ...] = ("ConcatBitcast", "PrepareAsyncCallDone", "PrepareAsyncCallStart", "SliceId",
+                                     "ZeroCrop")
 """Custom-call targets XLA:TPU's cost analysis marks unknown (``-1`` each in ``optimal_seconds``)."""
 
 
