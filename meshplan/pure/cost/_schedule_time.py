@@ -136,6 +136,7 @@ class _Sim:
 
     def __init__(self, program: ScheduledProgram, roof: Roofline, links: ScheduleLinks) -> None:
         self.by_name = {c.name: c for c in program.computations}
+        self.partitions = program.num_partitions
         self.roof, self.links = roof, links
         self.now = 0.0
         self.compute = 0.0
@@ -187,6 +188,9 @@ class _Sim:
             self._note(f"{op.name}: {err} Priced on the fast link.")
             lane = "intra"
         n = coll.group_size or (self.links.num_domains if coll.network else 0)
+        if n == 0 and coll.nbytes > 0:  # groups the reader could not size: all of the program's devices
+            n = self.partitions
+            self._note(f"{op.name}: replica groups not read; priced over all {n} devices")
         if n <= 1 or coll.nbytes == 0:
             return 0.0, lane
         link = self.links.link(lane)

@@ -227,3 +227,11 @@ def test_a_conditional_runs_its_costliest_branch_and_a_call_its_callee_in_place(
     t = simulate_schedule(program(cond, call, extra=(big, small)), ROOF, LINKS)
     assert t.step_s == pytest.approx(4e-3, rel=1e-12)
     assert [o.name for o in t.top_ops] == ["big/b", "small/s"]
+
+
+def test_a_collective_of_unknown_groups_is_priced_over_every_device_and_said() -> None:
+    coll = ScheduledCollective("all-reduce", (), 0, 10**6)
+    op = ScheduledOp("r", "all-reduce", "collective", collective=coll, pair="r")
+    t = simulate_schedule(program(op), ROOF, LINKS)
+    assert t.step_s == pytest.approx(all_reduce_time(10**6, 4, FAST), rel=1e-12)
+    assert t.approximations == ("r: replica groups not read; priced over all 4 devices",)
