@@ -40,11 +40,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from meshplan.pure.errors import MeshplanTypeError
-from meshplan.pure.xla._hlo_text import ITEMSIZE, array_types, computation_runs, group_size, parse_module
+from meshplan.pure.xla._hlo_text import (
+    ITEMSIZE,
+    array_types,
+    chain_id,
+    collective_base,
+    computation_runs,
+    group_size,
+    parse_module,
+)
 
 __all__ = ["HLO_COLLECTIVE_KINDS", "HloCollective", "collective_shares", "collective_totals", "parse_hlo_collectives",
            "ratio_table"]
@@ -53,7 +60,6 @@ HLO_COLLECTIVE_KINDS: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-re
                                          "collective-permute")
 """The collective opcodes read from HLO, in a fixed order."""
 
-_CHAIN = re.compile(r'chain_id="([^"]+)"')
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,16 +124,12 @@ def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
     for computation, instrs in module.computations.items():
         for instr in instrs:
             types[instr.name] = _array_bytes(instr.shape)
-            opcode = instr.opcode
-            base = opcode[:-6] if opcode.endswith("-start") else opcode
-            if base not in HLO_COLLECTIVE_KINDS:
+            if instr.opcode.endswith("-done") or collective_base(instr) not in HLO_COLLECTIVE_KINDS:
                 continue
-            chain = _CHAIN.search(instr.attrs)
-            if chain is not None and chain_home.setdefault(chain.group(1), computation) != computation:
+            chain = chain_id(instr)
+            if chain is not None and chain_home.setdefault(chain, computation) != computation:
                 continue  # a continuation or the done half of an async collective already counted
-            if base == "all-reduce" and computation.startswith("all-reduce-scatter"):
-                base = "reduce-scatter"  # XLA:TPU's reduce-scatter: an all-reduce + dynamic-slice fusion
-            found.append((base, instr.name, computation, instr.operands, instr.attrs))
+            found.append((collective_base(instr), instr.name, computation, instr.operands, instr.attrs))
     runs = computation_runs(module)
 
     out = []

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 
 from meshplan.pure.errors import MeshplanTypeError
 
-__all__ = ["ITEMSIZE", "HloInstruction", "HloModuleText", "array_types", "callees", "computation_runs", "group_size",
-           "parse_module", "replica_groups", "type_bytes", "while_trips"]
+__all__ = ["ITEMSIZE", "HloInstruction", "HloModuleText", "array_types", "callees", "chain_id", "collective_base",
+           "computation_runs", "group_size", "parse_module", "replica_groups", "type_bytes", "while_trips"]
 
 ITEMSIZE: Mapping[str, int] = types.MappingProxyType({
     "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e4m3fnuz": 1,
@@ -49,6 +49,7 @@ _GROUPS_IOTA = re.compile(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,
 _GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?"
                           r"\s*\{([^}]*)\}")
 _GROUPS_MESH_AXES = re.compile(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}")
+_CHAIN = re.compile(r'chain_id="([^"]+)"')
 _PAIRS = re.compile(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}")
 
 
@@ -238,6 +239,36 @@ def replica_groups(attrs: str, num_partitions: int = 0, *, pairs: bool = True) -
     if m:
         return tuple(tuple(int(x) for x in g.split(",")) for g in re.findall(r"\{(\d+,\d+)\}", m.group(1)))
     return None
+
+
+def collective_base(instr: HloInstruction) -> str:
+    """The collective an instruction runs, without its ``-start`` / ``-done``: ``all-gather-start`` ->
+    ``all-gather``. XLA:TPU writes a reduce-scatter as an ``all-reduce-scatter`` fusion (all-reduce +
+    dynamic-slice): its all-reduce is the reduce-scatter it computes. Any other opcode comes back as it is.
+
+    Example:
+      >>> m = parse_module("ENTRY %e () -> f32[] {\n  ROOT %a = f32[] all-reduce-start(%x), replica_groups={}\n}")
+      >>> collective_base(m.computations["e"][0])
+      'all-reduce'
+    """
+    op = instr.opcode
+    base = op[:-6] if op.endswith("-start") else op[:-5] if op.endswith("-done") else op
+    if base == "all-reduce" and instr.computation.startswith("all-reduce-scatter"):
+        return "reduce-scatter"
+    return base
+
+
+def chain_id(instr: HloInstruction) -> str | None:
+    """The ``chain_id`` XLA:TPU gives every copy of one async collective along its chain of fusions.
+
+    Example:
+      >>> m = parse_module('ENTRY %e () -> f32[] {\n  ROOT %a = f32[] all-gather(%x), '
+      ...                  'frontend_attributes={chain_id="9"}\n}')
+      >>> chain_id(m.computations["e"][0])
+      '9'
+    """
+    m = _CHAIN.search(instr.attrs)
+    return m.group(1) if m else None
 
 
 def group_size(attrs: str) -> int:

@@ -45,6 +45,8 @@ from meshplan.pure.xla._hlo_text import (
     HloModuleText,
     array_types,
     callees,
+    chain_id,
+    collective_base,
     group_size,
     parse_module,
     replica_groups,
@@ -63,7 +65,6 @@ __all__ = ["read_schedule"]
 
 _COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute",
                 "collective-broadcast", "ragged-all-to-all")
-_CHAIN = re.compile(r'chain_id="([^"]+)"')
 _RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([^"]+)"')
 _TRANSFER = re.compile(r'_xla_megascale_transfer_type="([^"]+)"')
 _MEGASCALE = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather", "REDUCE_SCATTER": "reduce-scatter",
@@ -90,9 +91,7 @@ def _fused(module: HloModuleText, instr: HloInstruction) -> tuple[HloInstruction
 def _collective(module: HloModuleText, coll: HloInstruction, shapes: dict[str, str], *, sync: bool,
                 kind: str | None = None) -> ScheduledCollective:
     """The collective instruction ``coll`` (wherever it sits: the stream, a fusion, an async wrapper)."""
-    base = kind or (coll.opcode[:-6] if coll.opcode.endswith("-start") else coll.opcode)
-    if base == "all-reduce" and coll.computation.startswith("all-reduce-scatter"):
-        base = "reduce-scatter"  # XLA:TPU's reduce-scatter: an all-reduce + dynamic-slice fusion
+    base = kind or collective_base(coll)
     arrays = [a for o in coll.operands for a in array_types(shapes.get(o, ""))]
     size = sum(type_bytes(shapes.get(o, "")) for o in coll.operands)
     groups = replica_groups(coll.attrs, module.num_partitions) or ()
@@ -145,7 +144,7 @@ def _read_op(module: HloModuleText, instr: HloInstruction, shapes: dict[str, str
         called = tuple(c for role, c in callees(instr) if role in ("to_apply", "calls", "branch",
                                                                    "true_computation", "false_computation"))
         return ScheduledOp(instr.name, op, op, callees=called)
-    base = op[:-6] if op.endswith("-start") else op[:-5] if op.endswith("-done") else op
+    base = collective_base(instr)
     if base in _COLLECTIVES or base in ("send", "recv"):
         return _read_collective(module, instr, shapes, base)
     if op in ("async-start", "async-update", "async-done"):
@@ -229,7 +228,7 @@ def _read_async(module: HloModuleText, instr: HloInstruction, shapes: dict[str, 
         return ScheduledOp(instr.name, op, "free")
     start = instr if op == "async-start" else module.instruction(instr.computation, _done_pair(module, instr))
     wrapped = _fused(module, start) if start is not None else ()
-    colls = [i for i in wrapped if (i.opcode[:-6] if i.opcode.endswith("-start") else i.opcode) in _COLLECTIVES]
+    colls = [i for i in wrapped if collective_base(i) in _COLLECTIVES]
     if op == "async-done":
         return ScheduledOp(instr.name, op, "collective-done" if colls else "free", pair=_done_pair(module, instr))
     if colls:
@@ -253,13 +252,13 @@ def _read_fusion(module: HloModuleText, instr: HloInstruction, shapes: dict[str,
                  cost: InstructionCost) -> ScheduledOp:
     """A fusion: a matmul or memory-bound kernel, or (XLA:TPU) one link of an async collective's chain."""
     body = _fused(module, instr)
-    colls = [i for i in body if (i.opcode[:-6] if i.opcode.endswith("-start") else i.opcode) in _COLLECTIVES]
+    colls = [i for i in body if collective_base(i) in _COLLECTIVES]
     root = next((i for i in reversed(body) if i.root), None)
     target = _TARGET.search(root.attrs) if root is not None and root.opcode == "custom-call" else None
-    chained = [(c, m) for c in colls if (m := _CHAIN.search(c.attrs)) is not None]
+    chained = [(c, chain) for c in colls if (chain := chain_id(c)) is not None]
     compute = "matmul" if cost.matmul > 0 else "memory"
     if chained:
-        coll, chain = chained[0][0], "chain:" + chained[0][1].group(1)
+        coll, chain = chained[0][0], "chain:" + chained[0][1]
         if target is not None and target.group(1) == "AsyncCollectiveStart":
             return _priced(instr, "collective-start", None, collective=_collective(module, coll, shapes, sync=False),
                            pair=chain)
