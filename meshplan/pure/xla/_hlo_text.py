@@ -242,7 +242,7 @@ def replica_groups(attrs: str, num_partitions: int = 0, *, pairs: bool = True) -
 
 
 def collective_base(instr: HloInstruction) -> str:
-    """The collective an instruction runs, without its ``-start`` / ``-done``: ``all-gather-start`` ->
+    r"""The collective an instruction runs, without its ``-start`` / ``-done``: ``all-gather-start`` ->
     ``all-gather``. XLA:TPU writes a reduce-scatter as an ``all-reduce-scatter`` fusion (all-reduce +
     dynamic-slice): its all-reduce is the reduce-scatter it computes. Any other opcode comes back as it is.
 
@@ -259,7 +259,7 @@ def collective_base(instr: HloInstruction) -> str:
 
 
 def chain_id(instr: HloInstruction) -> str | None:
-    """The ``chain_id`` XLA:TPU gives every copy of one async collective along its chain of fusions.
+    r"""The ``chain_id`` XLA:TPU gives every copy of one async collective along its chain of fusions.
 
     Example:
       >>> m = parse_module('ENTRY %e () -> f32[] {\n  ROOT %a = f32[] all-gather(%x), '
