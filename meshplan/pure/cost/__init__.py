@@ -1,5 +1,6 @@
 """What a training step costs on a mesh: the recipe priced (:class:`TrainingRecipe`), the collectives' alpha-beta
-times (:func:`collective_time`), the collectives a sharded step runs and their bytes
+times (:func:`collective_time`), a compiled program's step simulated from its schedule
+(:func:`simulate_schedule`), the collectives a sharded step runs and their bytes
 (:func:`xla_collectives`), its FLOPs (:func:`step_flops`), the fullest device's bytes at the step's peak
 (:func:`step_memory`) with the spread XLA's compiles showed around it (:func:`calibration_spread`), and the step
 time with the communication left exposed (:func:`step_time`), an FP8 recipe's weight matmuls at the FP8 peak
@@ -59,6 +60,16 @@ from meshplan.pure.cost._profile_pricing import (
     profiled_device,
     refine_profile,
 )
+from meshplan.pure.cost._roofline import (
+    SCHEDULE_FIT,
+    Roofline,
+    ScheduleLinks,
+    SizeEfficiency,
+    default_roofline,
+    roofline,
+    schedule_links,
+)
+from meshplan.pure.cost._schedule_time import CollectiveExposure, OpTime, ScheduleTime, simulate_schedule
 from meshplan.pure.cost._recipe import (
     ATTENTION_KINDS,
     OPTIMIZER_COPIES,
@@ -119,3 +130,6 @@ __all__ += ["STEP_TIME_RESOLUTION", "resolution_percent"]
 __all__ += ["LinkFit", "MatmulFit", "ProfileFigures", "ProfilePricing", "StepFit", "fit_link", "fit_matmuls",
             "fit_steps", "profile_document", "profile_figures", "profiled_cluster", "profiled_device",
             "matmul_shapes", "refine_profile", "ring_terms", "sweep_shapes"]
+# a compiled program's schedule simulated: the device's roofline, the links its collectives cross
+__all__ += ["SCHEDULE_FIT", "CollectiveExposure", "OpTime", "Roofline", "ScheduleLinks", "ScheduleTime",
+            "SizeEfficiency", "default_roofline", "roofline", "schedule_links", "simulate_schedule"]

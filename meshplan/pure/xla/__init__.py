@@ -3,7 +3,8 @@ HLO module with their bytes (:func:`parse_hlo_collectives`, :func:`collective_to
 assignment's live buffers at the peak (:func:`parse_buffer_report`). Text in, plain records out; the facade
 asks the compiler for the text. XLA's memory figures for a compiled step as a record (:class:`CompiledMemory`),
 and what a compiled figure means for a run: a deviceless XLA:GPU peak's measured range on the GPU
-(:func:`deviceless_gpu_run_range`).
+(:func:`deviceless_gpu_run_range`). The scheduled program a device runs, with its ops' FLOPs and bytes, its
+async collectives and loops (:func:`read_schedule`), and XLA's own step floor (:func:`xla_floor`).
 
 Example:
   >>> hlo = '''ENTRY %main (p: bf16[4,8]) -> bf16[32,8] {
@@ -25,7 +26,20 @@ from meshplan.pure.xla._hlo_collectives import (
     ratio_table,
 )
 from meshplan.pure.xla._run_range import DEVICELESS_GPU_RUN_RATIO, deviceless_gpu_run_range
+from meshplan.pure.xla._schedule import read_schedule
+from meshplan.pure.xla._schedule_records import (
+    OP_KINDS,
+    ProgramTotals,
+    ScheduledCollective,
+    ScheduledComputation,
+    ScheduledOp,
+    ScheduledProgram,
+)
+from meshplan.pure.xla._xla_floor import XLA_TPU_UNPRICED, xla_floor
 
 __all__ = ["BUFFER_KINDS", "DEVICELESS_GPU_RUN_RATIO", "BufferReport", "CompiledMemory", "HLO_COLLECTIVE_KINDS",
            "HloCollective", "LiveBuffer", "collective_shares", "collective_totals", "deviceless_gpu_run_range", "parse_buffer_report",
            "parse_hlo_collectives", "ratio_table"]
+# the scheduled program: ops in order with FLOPs and bytes, async collectives, loops; XLA's own floor
+__all__ += ["OP_KINDS", "ProgramTotals", "ScheduledCollective", "ScheduledComputation", "ScheduledOp",
+            "ScheduledProgram", "XLA_TPU_UNPRICED", "read_schedule", "xla_floor"]

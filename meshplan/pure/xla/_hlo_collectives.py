@@ -40,10 +40,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.xla._hlo_text import (
+    ITEMSIZE,
+    array_types,
+    chain_id,
+    collective_base,
+    computation_runs,
+    group_size,
+    parse_module,
+)
 
 __all__ = ["HLO_COLLECTIVE_KINDS", "HloCollective", "collective_shares", "collective_totals", "parse_hlo_collectives",
            "ratio_table"]
@@ -52,26 +60,6 @@ HLO_COLLECTIVE_KINDS: tuple[str, ...] = ("all-gather", "reduce-scatter", "all-re
                                          "collective-permute")
 """The collective opcodes read from HLO, in a fixed order."""
 
-_ITEMSIZE = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
-             "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
-             "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
-# `%name = <type> <opcode>(<operands>), attributes`: the type is an array type or a (nested) tuple of them.
-_INSTR = re.compile(r"^\s+(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([a-z][\w\-]*)\((.*)$")
-_ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
-_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
-_GROUPS_LIST = re.compile(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}")
-_GROUPS_IOTA = re.compile(r"replica_groups=\[([\d,]+)\]<=\[")
-# `mesh['a'=2,'b'=4] {'b'}`, possibly with `, device_ids=([2,4]T(1,0))` (no braces) before the axes.
-_CHAIN = re.compile(r'chain_id="([^"]+)"')
-_GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}")
-# Computations an instruction calls: a while's body (run known_trip_count times), everything else once.
-_CALLEE = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
-_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
-_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-# A loop condition `ROOT compare(%i, %n), direction=LT` with `%n = s32[] constant(N)`: jax's scan / fori_loop
-# counter runs 0, 1, ..., N - 1 (XLA:TPU does not state known_trip_count).
-_CONSTANT = re.compile(r"^[su](?:8|16|32|64)\[\]\S*$")
-_LESS_THAN = re.compile(r"^%?([\w.\-]+),\s*%?([\w.\-]+)\),.*\bdirection=LT\b")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,37 +92,7 @@ class HloCollective:
 
 def _array_bytes(text: str) -> list[tuple[str, int]]:
     """Every array type in ``text`` (a type, possibly a tuple) as ``(dtype, bytes)``."""
-    out = []
-    for dtype, dims in _ARRAY.findall(text):
-        if dtype in _ITEMSIZE:
-            out.append((dtype, _ITEMSIZE[dtype] * math.prod(int(d) for d in dims.split(",") if d)))
-    return out
-
-
-def _group_size(attrs: str) -> int:
-    m = _GROUPS_MESH.search(attrs)
-    if m:
-        sizes = dict(re.findall(r"'([^']+)'=(\d+)", m.group(1)))
-        return math.prod(int(sizes[a]) for a in re.findall(r"'([^']+)'", m.group(2)) if a in sizes)
-    m = _GROUPS_IOTA.search(attrs)
-    if m:
-        return int(m.group(1).split(",")[-1])
-    m = _GROUPS_LIST.search(attrs)
-    if m:
-        return len(m.group(1).split("}")[0].strip("{").split(","))
-    return 0
-
-
-def _operand_names(rest: str) -> list[str]:
-    """The ``%names`` in the operand list (up to the closing parenthesis at depth 0)."""
-    depth, end = 1, len(rest)
-    for k, ch in enumerate(rest):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0:
-            end = k
-            break
-    return re.findall(r"%([\w.\-]+)", re.sub(r"/\*.*?\*/", "", rest[:end]))
+    return [(dtype, ITEMSIZE[dtype] * math.prod(dims)) for dtype, dims in array_types(text)]
 
 
 def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
@@ -159,71 +117,29 @@ def parse_hlo_collectives(text: str) -> tuple[HloCollective, ...]:
     """
     if not isinstance(text, str):
         raise MeshplanTypeError(f"text={text!r:.80} must be the HLO module's text (a str).")
+    module = parse_module(text)
     types: dict[str, list[tuple[str, int]]] = {}
-    found: list[tuple[str, str, str, list[str], str]] = []
+    found: list[tuple[str, str, str, tuple[str, ...], str]] = []
     chain_home: dict[str, str] = {}  # XLA:TPU async chain id -> the computation that starts it
-    callers: dict[str, list[tuple[str, int]]] = {}  # computation -> (calling computation, runs per call)
-    loops: list[tuple[str, str, str]] = []  # (calling computation, body, condition) of loops of unstated count
-    constants: dict[tuple[str, str], int] = {}  # (computation, name) -> an integer scalar constant's value
-    bounds: dict[str, int] = {}  # loop condition computation -> N of its `i < N`
-    entry = ""
-    computation = ""
-    for line in text.splitlines():
-        m = _INSTR.match(line)
-        if m is None:
-            # Computation headers start at column 0 (instructions are indented) and open a block.
-            c = _COMPUTATION.match(line)
-            if c is not None and not line[:1].isspace():
-                computation = c.group(1)
-                entry = computation if line.startswith("ENTRY") else entry
-            continue
-        name, rtype, opcode, rest = m.groups()
-        if opcode == "constant" and _CONSTANT.match(rtype) and re.match(r"-?\d+\)", rest):
-            constants[(computation, name)] = int(rest.split(")")[0])
-        if opcode == "compare" and line.lstrip().startswith("ROOT"):
-            lt = _LESS_THAN.match(rest)
-            if lt is not None and (computation, lt.group(2)) in constants:
-                bounds[computation] = constants[(computation, lt.group(2))]
-        trips = _TRIPS.search(rest) if opcode == "while" else None
-        for role, callee in _CALLEE.findall(rest):
-            if role == "body" and opcode == "while" and trips is None:
-                test = re.search(r"\bcondition=%?([\w.\-]+)", rest)
-                loops.append((computation, callee, test.group(1) if test else ""))
+    for computation, instrs in module.computations.items():
+        for instr in instrs:
+            types[instr.name] = _array_bytes(instr.shape)
+            if instr.opcode.endswith("-done") or collective_base(instr) not in HLO_COLLECTIVE_KINDS:
                 continue
-            count = int(trips.group(1)) if role == "body" and trips is not None else 1
-            callers.setdefault(callee, []).append((computation, count))
-        for group in _BRANCHES.findall(rest):
-            for callee in re.findall(r"%?([\w.\-]+)", group):
-                callers.setdefault(callee, []).append((computation, 1))
-        types[name] = _array_bytes(rtype)
-        base = opcode[:-6] if opcode.endswith("-start") else opcode
-        if base in HLO_COLLECTIVE_KINDS:
-            chain = _CHAIN.search(rest)
-            if chain is not None and chain_home.setdefault(chain.group(1), computation) != computation:
+            chain = chain_id(instr)
+            if chain is not None and chain_home.setdefault(chain, computation) != computation:
                 continue  # a continuation or the done half of an async collective already counted
-            if base == "all-reduce" and computation.startswith("all-reduce-scatter"):
-                base = "reduce-scatter"  # XLA:TPU's reduce-scatter: an all-reduce + dynamic-slice fusion
-            found.append((base, name, computation, _operand_names(rest), rest))
-    for caller, body, cond in loops:  # the loops XLA gave no count: the condition's bound, else once
-        callers.setdefault(body, []).append((caller, max(bounds.get(cond, 1), 1)))
-    runs: dict[str, int] = {}
-
-    def times(comp: str, seen: frozenset[str] = frozenset()) -> int:
-        # Runs of a computation per step: summed over its call sites (the entry, or one never called, runs once).
-        if comp not in runs:
-            sites = [(c, r) for c, r in callers.get(comp, []) if c not in seen and c != comp]
-            runs[comp] = (1 if comp == entry or not sites
-                          else sum(r * times(c, seen | {comp}) for c, r in sites))
-        return runs[comp]
+            found.append((collective_base(instr), instr.name, computation, instr.operands, instr.attrs))
+    runs = computation_runs(module)
 
     out = []
     for kind, name, comp, operands, attrs in found:
         arrays = [a for op in operands for a in types.get(op, [])]
-        n = _group_size(attrs)
+        n = group_size(attrs)
         size = sum(b for _, b in arrays)
         nbytes = size * n if kind == "all-gather" else size
         out.append(HloCollective(kind, name, comp, tuple(d for d, _ in arrays), tuple(b for _, b in arrays),
-                                 n, nbytes, len(arrays), max(times(comp), 1)))
+                                 n, nbytes, len(arrays), runs.get(comp, 1)))
     return tuple(out)
 
 
