@@ -23,8 +23,9 @@ from meshplan.pure.mesh import HybridMeshShape, layout_device_ids
 from meshplan.pure.report import PlanReport
 from meshplan.pure.cost import Spread, axis_domain_counts, peak_bounds
 from meshplan.pure.report._summary import (
-    RANK_COLUMNS,
     chosen_mesh,
+    compiled_step_line,
+    compiled_step_text,
     create_mesh_call,
     header_facts,
     maxtext_flags,
@@ -32,11 +33,13 @@ from meshplan.pure.report._summary import (
     range_text,
     ranked_rows,
     seconds,
+    shown_columns,
     spread_of,
     ties_line,
 )
 from meshplan.pure.report._verified import lowering_line, pipeline_verification_lines, verification_lines
 from meshplan.pure.search import SearchResult
+from meshplan.pure.verify import CompiledStep
 
 __all__ = ["device_grid", "ranked_table", "render_footer", "render_mesh", "render_pipeline_summary", "render_plan",
            "write_png"]
@@ -84,7 +87,7 @@ def render_plan(report: PlanReport, console: Any, *, detail: bool = False) -> No
     console.print(f"\n[bold]Ranked meshes[/bold]: {result.num_fitting} of {result.num_candidates} fit, "
                   f"top {len(result.candidates)} by predicted "
                   f"{'step time' if req.rank_by == 'time' else 'communication'}")
-    console.print(ranked_table(result, console.width, compiled))
+    console.print(ranked_table(result, console.width, compiled, report.compiled_steps))
     ties = ties_line(result)
     if ties:
         console.print(ties, markup=False)
@@ -94,11 +97,14 @@ def render_plan(report: PlanReport, console: Any, *, detail: bool = False) -> No
             by_source.setdefault(compiled[cand.text][1], []).append(f"#{cand.rank}")
     for source, ranks in sorted(by_source.items()):
         console.print(f"exact ({', '.join(ranks)}): XLA's compiled peak, {source}", markup=False)
+    timed = compiled_step_line(result, report.compiled_steps)
+    if timed:
+        console.print(timed, markup=False)
     found = spread_of(result)
     margin = _margin(result, None if found is None else found[1])
     if margin:
         console.print(margin)
-    _render_chosen(result, console, compiled)
+    _render_chosen(result, console, compiled, report.compiled_steps)
     if detail:
         from meshplan.cli._detail import render_detail, render_verification
 
@@ -155,7 +161,8 @@ def render_pipeline_summary(found: Any, result: SearchResult, console: Any) -> N
                   f"{len(found.candidates)} layout{'s' if len(found.candidates) != 1 else ''}.")
 
 
-def ranked_table(result: SearchResult, width: int, compiled: Mapping[str, tuple[int, str]] | None = None) -> Any:
+def ranked_table(result: SearchResult, width: int, compiled: Mapping[str, tuple[int, str]] | None = None,
+                 steps: Mapping[str, CompiledStep] | None = None) -> Any:
     """The ranked meshes as a rich table no wider than ``width``: cells never wrap; columns of lower
     priority are dropped until it fits (the mesh, memory, step and verdict always stay)."""
     from rich import box
@@ -163,9 +170,9 @@ def ranked_table(result: SearchResult, width: int, compiled: Mapping[str, tuple[
     from rich.measure import Measurement
     from rich.table import Table
 
-    rows = ranked_rows(result, compiled)
+    rows = ranked_rows(result, compiled, steps)
     probe = Console(width=max(width, 1), file=io.StringIO(), color_system=None)  # measures, never prints
-    keep = list(RANK_COLUMNS)
+    keep = list(shown_columns(rows))
     while True:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
         for col in keep:
@@ -198,7 +205,8 @@ def _margin(result: SearchResult, spread: Spread | None) -> str:
             f"{fmt_bytes(req.budget)} budget; {check}.")
 
 
-def _render_chosen(result: SearchResult, console: Any, compiled: Mapping[str, tuple[int, str]]) -> None:
+def _render_chosen(result: SearchResult, console: Any, compiled: Mapping[str, tuple[int, str]],
+                   steps: Mapping[str, CompiledStep]) -> None:
     best, over = chosen_mesh(result, compiled)
     c = result.request.cluster
     unit = c.ici_domain_name
@@ -214,7 +222,10 @@ def _render_chosen(result: SearchResult, console: Any, compiled: Mapping[str, tu
         rng = "" if bounds is None else f", range {range_text(bounds)}"
         console.print(f"  memory {fmt_bytes(best.memory.total)} of the {fmt_bytes(best.memory.budget)} budget "
                       f"(estimate{rng})")
-    if best.step is not None:
+    if best.text in steps:
+        estimate = None if best.step is None else best.step.step_s
+        console.print(f"  step   {compiled_step_text(steps[best.text], estimate)}", markup=False)
+    elif best.step is not None:
         console.print(f"  step   {seconds(best.step.step_s)} (estimate)")
     for name, size, i, d in zip(best.axis_names, best.axis_sizes, best.ici_shape, best.dcn_shape, strict=True):
         if size == 1:

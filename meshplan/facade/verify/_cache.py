@@ -30,12 +30,12 @@ from typing import Any
 from meshplan.facade.verify._compilers import installed_versions
 from meshplan.facade.verify._gpu_targets import gpu_target_config, known_gpu_targets
 from meshplan.facade.verify._jobs import CompileJob
-from meshplan.pure.verify import CompileOutcome
+from meshplan.pure.verify import CompiledStep, CompileOutcome
 from meshplan.pure.xla import CompiledMemory, LiveBuffer
 
 __all__ = ["CacheInfo", "cache_dir", "cache_info", "clear_cache", "job_key", "load_outcome", "store_outcome"]
 
-_VERSION = 2  # the entry format; a change makes old entries misses
+_VERSION = 3  # the entry format; a change makes old entries misses
 _SUFFIX = ".json"
 
 
@@ -119,7 +119,8 @@ def _outcome_dict(outcome: CompileOutcome) -> dict[str, Any]:
         mem["largest"] = [dataclasses.asdict(b) for b in outcome.memory.largest]
     return {"format": _VERSION, "target": outcome.target, "memory": mem, "oom": outcome.oom,
             "oom_required_bytes": outcome.oom_required_bytes, "oom_available_bytes": outcome.oom_available_bytes,
-            "error": outcome.error, "seconds": outcome.seconds, "deviceless": outcome.deviceless}
+            "error": outcome.error, "seconds": outcome.seconds, "deviceless": outcome.deviceless,
+            "step": None if outcome.step is None else outcome.step.to_dict(), "step_note": outcome.step_note}
 
 
 def _outcome_from(data: Any) -> CompileOutcome | None:
@@ -135,7 +136,9 @@ def _outcome_from(data: Any) -> CompileOutcome | None:
         return CompileOutcome(str(data["target"]), memory, oom=bool(data["oom"]),
                               oom_required_bytes=data["oom_required_bytes"],
                               oom_available_bytes=data["oom_available_bytes"], error=str(data["error"]),
-                              seconds=float(data["seconds"]), deviceless=bool(data["deviceless"]))
+                              seconds=float(data["seconds"]), deviceless=bool(data["deviceless"]),
+                              step=None if data["step"] is None else CompiledStep.from_dict(data["step"]),
+                              step_note=str(data["step_note"]))
     except (KeyError, TypeError, ValueError):  # a hand-edited or foreign file: a miss, rewritten later
         return None
 

@@ -39,7 +39,7 @@ from meshplan.pure.xla._buffer_report import LiveBuffer, parse_buffer_report
 from meshplan.pure.xla._compiled_memory import CompiledMemory
 from meshplan.pure.specs._tree import flatten_with_path, path_str
 
-__all__ = ["compiled_memory", "jitted_step", "lower_step"]
+__all__ = ["compile_with_memory", "compiled_memory", "jitted_step", "lower_step"]
 
 _NO_PEAK = "argument + output - alias + temp (this backend reports no peak_memory_in_bytes)"
 # XLA:CPU reports a peak_memory_in_bytes that leaves the temporaries out (it is below temp_size_in_bytes
@@ -243,6 +243,22 @@ def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
       >>> m.alias_bytes
       1024
     """
+    return compile_with_memory(step, *abstract_args, mesh=mesh, compiler_options=compiler_options,
+                               top_buffers=top_buffers, **abstract_kwargs)[1]
+
+
+def compile_with_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
+                        compiler_options: Mapping[str, Any] | None = None, top_buffers: int = 10,
+                        **abstract_kwargs: Any) -> tuple[Any, CompiledMemory]:
+    """:func:`compiled_memory`, and the compiled program it read the figures from (for its schedule: one
+    compile gives both the verification's peak and its step time).
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> compiled, m = compile_with_memory(jax.jit(lambda a: a * 2), jax.ShapeDtypeStruct((8,), jnp.float32))
+      >>> "HloModule" in compiled.as_text(), m.argument_bytes
+      (True, 32)
+    """
     jitted = jitted_step(step, (abstract_args, abstract_kwargs), compiler_options)
     if mesh is not None and not isinstance(mesh, Mesh):
         raise MeshplanTypeError(f"mesh={mesh!r:.80} must be a jax.sharding.Mesh or None.")
@@ -286,7 +302,7 @@ def compiled_memory(step: Any, *abstract_args: Any, mesh: Mesh | None = None,
         peak, source = argument + output - alias + temp, _NO_PEAK
     elif platform == "cpu":
         peak, source = argument + output - alias + temp, _CPU_PEAK
-    return CompiledMemory(
+    return compiled, CompiledMemory(
         argument_bytes=argument, output_bytes=output, alias_bytes=alias, temp_bytes=temp, peak_bytes=peak,
         peak_source=source, reported_peak_bytes=reported, generated_code_bytes=int(ma.generated_code_size_in_bytes),
         host_temp_bytes=int(getattr(ma, "host_temp_size_in_bytes", 0) or 0),

@@ -31,9 +31,9 @@ from typing import Any
 
 from meshplan.facade.verify._jobs import CompileJob
 from meshplan.facade.verify._targets import compile_target, hybrid_device_order
-from meshplan.pure.verify import CompileOutcome
+from meshplan.pure.verify import CompiledStep, CompileOutcome, compiled_step_of
 
-__all__ = ["compile_job", "default_memory_limit", "default_parallel", "run_jobs"]
+__all__ = ["compile_job", "default_memory_limit", "default_parallel", "run_jobs", "simulated_step"]
 
 _TOP_BUFFERS = 5  # buffers live at the peak kept per compiled mesh
 
@@ -69,7 +69,7 @@ def compile_job(job: CompileJob) -> CompileOutcome:
       >>> compile_job(job).memory.num_devices
       8
     """
-    from meshplan.facade.verify._compiled import compiled_memory
+    from meshplan.facade.verify._compiled import compile_with_memory
     from meshplan.facade.verify._reference import reference_step
     from meshplan.pure._format import fmt_bytes
     from meshplan.pure.errors import CompiledOutOfMemoryError
@@ -89,14 +89,45 @@ def compile_job(job: CompileJob) -> CompileOutcome:
     # XLA:CPU: less LLVM effort halves the compile; buffer assignment (the figures) comes before it.
     options = {"xla_backend_optimization_level": 0} if job.target == "cpu" else None
     try:
-        mem = compiled_memory(fn, *args, compiler_options=options, top_buffers=_TOP_BUFFERS)
+        compiled, mem = compile_with_memory(fn, *args, compiler_options=options, top_buffers=_TOP_BUFFERS)
     except CompiledOutOfMemoryError as err:
         need = (f"XLA needs {fmt_bytes(err.required_bytes)} of {fmt_bytes(err.available_bytes)}"
                 if err.required_bytes and err.available_bytes else "XLA ran out of memory")
         return CompileOutcome(where.label, None, oom=True, oom_required_bytes=err.required_bytes,
                               oom_available_bytes=err.available_bytes, error=f"does not fit: {need}",
                               seconds=time.perf_counter() - start, deviceless=where.deviceless)
-    return CompileOutcome(where.label, mem, seconds=time.perf_counter() - start, deviceless=where.deviceless)
+    step, note = simulated_step(compiled, job)
+    return CompileOutcome(where.label, mem, seconds=time.perf_counter() - start, deviceless=where.deviceless,
+                          step=step, step_note=note)
+
+
+def simulated_step(compiled: Any, job: CompileJob) -> tuple[CompiledStep | None, str]:
+    """The compiled program's step simulated from its schedule on ``job``'s cluster, and what to say of it.
+
+    A program the reader or the simulator cannot price keeps its memory figures; its step is ``None`` and the
+    note says why. XLA:CPU's program (``target="cpu"``) is XLA:CPU's lowering priced on the cluster's devices:
+    the note says its step is not the cluster's program's.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from meshplan.pure import get_preset, parse_cluster
+      >>> from meshplan.facade.verify._reference import ReferenceConfig
+      >>> job = CompileJob(get_preset("gpt2").spec, parse_cluster("1x1xH100"), (), (), None, None, batch=1, seq=8,
+      ...                  config=ReferenceConfig())
+      >>> step, note = simulated_step(jax.jit(lambda a: a @ a).lower(jnp.zeros((256, 256))).compile(), job)
+      >>> step.step_s > 0, note
+      (True, '')
+    """
+    from meshplan.facade.verify._compiled_schedule import compiled_step_time
+    from meshplan.pure.errors import MeshplanError
+
+    try:
+        timed = compiled_step_time(compiled, cluster=job.cluster)
+    except MeshplanError as err:
+        return None, f"no compiled step time: {str(err).splitlines()[0][:200]}"
+    note = ("XLA:CPU's program priced on the cluster's devices: a check of the schedule, not the cluster's own "
+            "program" if job.target == "cpu" else "")
+    return compiled_step_of(timed.schedule, xla_floor_s=timed.xla_optimal_seconds), note
 
 
 def default_parallel() -> int:

@@ -35,13 +35,15 @@ from meshplan.pure.report._pipeline_summary import (
 )
 from meshplan.pure.report._report import PlanReport, as_report
 from meshplan.pure.report._summary import (
-    RANK_COLUMNS,
     create_mesh_call,
     header_facts,
     maxtext_flags,
     memory_range,
     range_text,
+    chosen_mesh,
+    compiled_step_line,
     ranked_rows,
+    shown_columns,
     ties_line,
 )
 from meshplan.pure.report._svg import (
@@ -54,7 +56,8 @@ from meshplan.pure.report._svg import (
     step_bar,
 )
 from meshplan.pure.report._verified import pipeline_verification_lines, verification_lines
-from meshplan.pure.search import PipelineSearch, SearchResult
+from meshplan.pure.search import MeshCandidate, PipelineSearch, SearchResult
+from meshplan.pure.verify import CompiledStep
 
 __all__ = ["CSS", "mesh_html", "plan_html"]
 
@@ -96,11 +99,13 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _ranked_table(result: SearchResult, compiled: Mapping[str, tuple[int, str]]) -> str:
-    cols = RANK_COLUMNS
+def _ranked_table(result: SearchResult, compiled: Mapping[str, tuple[int, str]],
+                  steps: Mapping[str, CompiledStep]) -> str:
+    rows = ranked_rows(result, compiled, steps)
+    cols = shown_columns(rows)
     head = "".join(f'<th class="{"num" if c.numeric else ""}">{_e(c.title)}</th>' for c in cols)
     body = []
-    for row in ranked_rows(result, compiled):
+    for row in rows:
         cells = "".join(f'<td class="{"num" if c.numeric else ""}">{_e(row[c.key])}</td>' for c in cols)
         body.append(f'<tr class="{"best" if row["rank"] == "1" else ""}">{cells}</tr>')
     return (f'<div class="scroll"><table class="ranked"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
@@ -172,8 +177,7 @@ def _pipelines(found: PipelineSearch, result: SearchResult) -> str:
     return "".join(out)
 
 
-def _snippets(result: SearchResult) -> str:
-    best = result.best
+def _snippets(best: MeshCandidate) -> str:
     code = "\n".join(["import meshplan", "", *create_mesh_call(best, width=88)])
     layout = ""
     if best.activations is not None:
@@ -191,7 +195,7 @@ def _notes(lines: Sequence[str], cls: str) -> str:
 
 def _body(report: PlanReport) -> str:
     result, compiled, pipelines = report.result, dict(report.compiled), report.pipelines
-    req, best = result.request, result.best
+    req, best = result.request, chosen_mesh(result, compiled)[0]
     facts = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>"
                     for k, v in (*header_facts(result, budget_source=report.budget_source),
                                  *(("note", n) for n in report.notes)))
@@ -201,6 +205,7 @@ def _body(report: PlanReport) -> str:
                       for r in result.rejections)
     exact = "".join(f'<p class="note exact">{_e(mesh)}: exact = XLA\'s compiled peak ({_e(source)}).</p>'
                     for mesh, (_, source) in sorted(compiled.items()))
+    exact += _notes([t for t in (compiled_step_line(result, report.compiled_steps),) if t], "compiled-step")
     no_pipelines = (f'<h2 id="pipelines">Pipeline layouts</h2><p class="note">{_e(report.pipeline_note)}.</p>'
                     if pipelines is None and report.pipeline_note else "")
     by = "step time" if req.rank_by == "time" else "communication"
@@ -209,14 +214,14 @@ def _body(report: PlanReport) -> str:
         f'<dl class="facts">{facts}</dl>',
         (f"<h2>Ranked meshes</h2><p>{result.num_fitting} of {result.num_candidates} meshes fit; the top "
         f"{len(result.candidates)} by predicted {by}.</p>"),
-        _ranked_table(result, compiled), _notes([t for t in (ties_line(result),) if t], "ties"), exact,
+        _ranked_table(result, compiled, report.compiled_steps), _notes([t for t in (ties_line(result),) if t], "ties"), exact,
         _notes(verification_lines(report), "verification"),
         _pipelines(pipelines, result) if pipelines is not None else no_pipelines,
         _notes(pipeline_verification_lines(report), "pipeline-verification"),
         "<h2>Memory and step time per mesh</h2>", _legend(result), _candidates(result, compiled),
         f"<h2>Chosen mesh: {_e(best.text)}</h2>",
         device_grid_svg(req.cluster, best.axis_names, best.hybrid),
-        _snippets(result),
+        _snippets(best),
         (f"<h2>Left out</h2><p>{len(result.rejected)} leanest meshes over the budget and {left} meshes left out "
         f"for these reasons:</p><ul>{over}{reasons}</ul>"),
     ])

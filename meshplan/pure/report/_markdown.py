@@ -27,14 +27,17 @@ from meshplan.pure.report._pipeline_summary import (
 )
 from meshplan.pure.report._report import PlanReport, as_report
 from meshplan.pure.report._summary import (
-    RANK_COLUMNS,
     create_mesh_call,
     header_facts,
     maxtext_flags,
     memory_range,
     range_text,
+    chosen_mesh,
+    compiled_step_line,
+    compiled_step_text,
     ranked_rows,
     seconds,
+    shown_columns,
     ties_line,
 )
 from meshplan.pure.report._verified import pipeline_verification_lines, verification_lines
@@ -80,7 +83,7 @@ def plan_markdown(report: PlanReport | SearchResult) -> str:
     """
     report = as_report(report)
     result, compiled, found = report.result, report.compiled, report.pipelines
-    req, best = result.request, result.best
+    req, best = result.request, chosen_mesh(result, compiled)[0]
     lines = [f"### meshplan plan: {req.model} on {req.cluster.text}", ""]
     lines += [f"- **{label}**: {_cell(fact)}" for label, fact in header_facts(result,
                                                                             budget_source=report.budget_source)]
@@ -88,15 +91,20 @@ def plan_markdown(report: PlanReport | SearchResult) -> str:
     by = "step time" if req.rank_by == "time" else "communication"
     lines += ["", (f"**Ranked meshes**: {result.num_fitting} of {result.num_candidates} fit; top "
                   f"{len(result.candidates)} by predicted {by}."), ""]
-    lines.append("| " + " | ".join(c.title for c in RANK_COLUMNS) + " |")
-    lines.append("|" + "|".join("--:" if c.numeric else ":--" for c in RANK_COLUMNS) + "|")
-    for row in ranked_rows(result, compiled):
-        lines.append("| " + " | ".join(_cell(row[c.key]) for c in RANK_COLUMNS) + " |")
+    rows = ranked_rows(result, compiled, report.compiled_steps)
+    cols = shown_columns(rows)
+    lines.append("| " + " | ".join(c.title for c in cols) + " |")
+    lines.append("|" + "|".join("--:" if c.numeric else ":--" for c in cols) + "|")
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row[c.key]) for c in cols) + " |")
     ties = ties_line(result)
     if ties:
         lines.append(f"\n{_inline(ties)}")
     for mesh, (_, source) in sorted(compiled.items()):
         lines.append(f"\n`{mesh}`: exact = XLA's compiled peak ({_cell(source)}).")
+    timed = compiled_step_line(result, report.compiled_steps)
+    if timed:
+        lines.append(f"\n{_inline(timed)}")
     lines += [f"\n{_inline(line)}" for line in verification_lines(report)]
     if found is not None:
         lines += ["", *_pipelines(found, result)]
@@ -106,7 +114,9 @@ def plan_markdown(report: PlanReport | SearchResult) -> str:
     bounds = memory_range(result, best)
     mem = f"{fmt_bytes(best.memory.total)} of the {fmt_bytes(best.memory.budget)} budget (estimate" + (
         ")" if bounds is None else f", range {range_text(bounds)})")
-    step = "" if best.step is None else f"; step {seconds(best.step.step_s)} (estimate)"
+    steps = report.compiled_steps
+    step = ("" if best.step is None else f"; step {seconds(best.step.step_s)} (estimate)") if best.text not in steps \
+        else f"; step {compiled_step_text(steps[best.text], None if best.step is None else best.step.step_s)}"
     lines += ["", f"**Chosen mesh**: `{best.text}`: {mem}{step}", "", "```python",
               *create_mesh_call(best, width=100), "```", "", f"MaxText: `{maxtext_flags(best)}`", ""]
     left = sum(r.count for r in result.rejections)

@@ -35,7 +35,7 @@ from meshplan.pure._fields import (
 from meshplan.pure.errors import PlanError
 from meshplan.pure.report._summary import default_budget_source
 from meshplan.pure.search import MeshCandidate, PipelineSearch, SearchResult
-from meshplan.pure.verify import PlanVerification
+from meshplan.pure.verify import CompiledStep, PlanVerification
 
 __all__ = ["PlanReport", "as_report"]
 
@@ -83,6 +83,15 @@ class PlanReport:
             return {}
         return {r.mesh: (r.peak_bytes, r.compiler) for r in (*self.verification.rows, *self.verification.removed)
                 if r.peak_bytes is not None and r.status in ("exact", "over budget")}
+
+    @property
+    def compiled_steps(self) -> Mapping[str, CompiledStep]:
+        """Mesh text -> its compiled program's step (simulated from the schedule), for every ranked mesh the
+        compiler gave one for."""
+        if self.verification is None:
+            return {}
+        return {r.mesh: r.compiled_step for r in (*self.verification.rows, *self.verification.removed)
+                if r.compiled_step is not None and r.status in ("exact", "over budget")}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: the search result's, with the rest under ``report``."""

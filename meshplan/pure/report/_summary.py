@@ -34,10 +34,12 @@ from meshplan.pure.cost._step_memory import CALIBRATIONS, calibration_key
 from meshplan.pure.errors import MeshplanTypeError
 from meshplan.pure.search import tied_count
 from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.verify import CompiledStep
 from meshplan.pure.report._export import maxtext_settings
 from meshplan.pure.search._result import SearchResult
 
-__all__ = ["RANK_COLUMNS", "Column", "chosen_mesh", "default_budget_source", "ties_line", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
+__all__ = ["RANK_COLUMNS", "Column", "chosen_mesh", "compiled_step_line", "compiled_step_text", "default_budget_source", "shown_columns",
+           "ties_line", "compute_rate", "create_mesh_call", "header_facts", "maxtext_flags",
            "memory_range", "moe_dispatch_text", "param_count", "range_text", "ranked_rows", "seconds", "spread_of"]
 
 
@@ -63,6 +65,7 @@ RANK_COLUMNS: tuple[Column, ...] = (
     Column("memory", "memory/device", 1, True),
     Column("range", "range or exact", 3, True),
     Column("step", "step", 1, True),
+    Column("compiled", "compiled step", 2, True),
     Column("mfu", "MFU", 2, True),
     Column("exposed", "exposed comm", 2, True),
     Column("micro", "micro-batches", 5, True),
@@ -70,7 +73,21 @@ RANK_COLUMNS: tuple[Column, ...] = (
     Column("dcn", "DCN split", 4),
     Column("verdict", "verdict", 1),
 )
-"""The ranked table's columns in display order; a narrow terminal drops priority 5, then 4, ... first."""
+"""The ranked table's columns in display order; a narrow terminal drops priority 5, then 4, ... first. The
+``compiled`` column (the compiled schedule's step) is shown only where some ranked mesh has one
+(:func:`shown_columns`)."""
+
+
+def shown_columns(rows: tuple[dict[str, str], ...]) -> tuple[Column, ...]:
+    """:data:`RANK_COLUMNS` less the compiled step's where no row has one (a plan with nothing compiled).
+
+    Example:
+      >>> [c.key for c in shown_columns(({"compiled": "-"},))][:5]
+      ['rank', 'mesh', 'memory', 'range', 'step']
+    """
+    if any(r.get("compiled", "-") != "-" for r in rows):
+        return RANK_COLUMNS
+    return tuple(c for c in RANK_COLUMNS if c.key != "compiled")
 
 # MaxText's base.yml leaves these two at -1 ("fill in the rest"); they are written even when 1 so that
 # MaxText infers nothing and builds exactly the mesh priced.
@@ -241,7 +258,7 @@ def ties_line(result: SearchResult) -> str | None:
     Example:
       >>> from meshplan.pure import search_meshes
       >>> ties_line(search_meshes("llama3-70b", "8x8xH100", top_k=5))[:40]
-      '#1-#5 are tied: their predicted steps a'
+      '#1-#5 are tied: their predicted steps ar'
     """
     n = _tied(_check(result))
     if n < 2:
@@ -274,14 +291,15 @@ def _split(cand: MeshCandidate, parts: tuple[int, ...]) -> str:
     return ",".join(shown) or "1"
 
 
-def ranked_rows(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | None = None
-                ) -> tuple[dict[str, str], ...]:
+def ranked_rows(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | None = None,
+                steps: Mapping[str, CompiledStep] | None = None) -> tuple[dict[str, str], ...]:
     """One dict of cell texts per ranked mesh, keyed by :data:`RANK_COLUMNS`' keys.
 
     The verdict is short: ``best``, the step time against the best (``+0.4% time``), and ``tight`` where the
     mesh fits at the estimate but not at the top of the recorded range. ``compiled`` maps a mesh's text to
     XLA's compiled peak and the compiler that gave it, for the meshes verified: their range cell reads
-    ``exact 45.0 GiB`` and their verdict follows the compiled figure.
+    ``exact 45.0 GiB`` and their verdict follows the compiled figure. ``steps`` maps a mesh's text to its
+    compiled program's step, simulated from the schedule: the ``compiled`` cell (``-`` where none).
 
     Example:
       >>> from meshplan.pure import search_meshes
@@ -294,6 +312,7 @@ def ranked_rows(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | 
     """
     priced = _check(result).request.cluster.device.peak_bf16_flops is not None
     exact = dict(compiled or {})
+    timed = dict(steps or {})
     rows = []
     for cand in result.candidates:
         st, bounds = cand.step, memory_range(result, cand)
@@ -306,6 +325,7 @@ def ranked_rows(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | 
         rows.append({
             "rank": str(cand.rank), "mesh": cand.text, "memory": fmt_bytes(cand.memory.total),
             "range": rng, "step": "-" if st is None else seconds(st.step_s),
+            "compiled": seconds(timed[cand.text].step_s) if cand.text in timed else "-",
             "mfu": "-" if st is None or not priced else f"{st.mfu:.1%}",
             "exposed": "-" if st is None else seconds(st.exposed_s),
             "micro": "-" if st is None else str(st.micro_batches),
@@ -313,6 +333,40 @@ def ranked_rows(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | 
             "verdict": verdict,
         })
     return tuple(rows)
+
+
+def compiled_step_line(result: SearchResult, steps: Mapping[str, CompiledStep]) -> str | None:
+    """The sentence under the ranked table saying what the compiled step is and how it was priced, or ``None``
+    when no ranked mesh has one.
+
+    Example:
+      >>> from meshplan.pure import search_meshes
+      >>> result = search_meshes("gpt2", "2x4xH100", batch=8, seq=1024, top_k=2)
+      >>> compiled_step_line(result, {result.best.text: CompiledStep(1.0, 0.9, 0.1)})[:30]
+      'compiled step (#1): the progra'
+    """
+    ranks = [f"#{c.rank}" for c in _check(result).candidates if c.text in steps]
+    if not ranks:
+        return None
+    kind = "tpu" if result.request.cluster.device.ici_scope == "slice" else "gpu"
+    how = ("each op at the matmul efficiency fitted on 5 recorded H200 steps (8 steps held out: 1.01-1.11x "
+           "measured)" if kind == "gpu" else "each op at a flat efficiency, not fitted on TPU steps")
+    return (f"compiled step ({', '.join(ranks)}): the program XLA compiled, simulated op by op in its schedule "
+            f"({how}; memory-bound ops at 85% of HBM), each collective from its start to the done that waits "
+            "for it on the link its devices cross; an estimate of the compiled program, not a measured step.")
+
+
+def compiled_step_text(step: CompiledStep, estimate: float | None) -> str:
+    """The chosen mesh's step as the summaries say it, compiled schedule first, the estimate beside it.
+
+    Example:
+      >>> compiled_step_text(CompiledStep(5.8, 5.6, 0.2), 4.82)
+      '5.80 s (compiled schedule: compute 5.60 s + waiting 200.0 ms; the estimate 4.82 s)'
+    """
+    floor = "" if step.xla_floor_s is None else f"; XLA's floor {seconds(step.xla_floor_s)}"
+    est = "" if estimate is None else f"; the estimate {seconds(estimate)}"
+    return (f"{seconds(step.step_s)} (compiled schedule: compute {seconds(step.compute_s)} + waiting "
+            f"{seconds(step.exposed_s)}{floor}{est})")
 
 
 def chosen_mesh(result: SearchResult, compiled: Mapping[str, tuple[int, str]] | None = None

@@ -43,6 +43,8 @@ def verification_lines(report: PlanReport) -> tuple[str, ...]:
     lines += [f"{', '.join(rows)}: not verified ({reason})" for reason, rows in why.items()]
     if checked.note:
         lines.append(f"verification: {checked.note}")
+    notes = sorted({r.step_note for r in (*checked.rows, *checked.removed) if r.step_note})
+    lines += [f"compiled step: {note}" for note in notes]
     lowering = lowering_line(report)
     return (*lines, *((lowering,) if lowering else ()))
 

@@ -2,12 +2,15 @@
 
 The facade (:mod:`meshplan.facade.verify`) compiles reference steps ahead of time; what it returns and decides
 is plain data and pure functions here, so the report's renderers and ``--json`` read it without a compiler:
-each compile's :class:`CompileOutcome`, each mesh's :class:`VerifyRow` (exact, estimate, over budget, not
+each compile's :class:`CompileOutcome` with its program's step simulated from the schedule
+(:class:`CompiledStep`), each mesh's :class:`VerifyRow` (exact, estimate, over budget, not
 verified), a plan's :class:`PlanVerification`, the verdict on a compiled peak (:func:`compiled_fit`), the one
 outcome-to-row conversion (:func:`outcome_row`) and which meshes a plan compiles (:func:`next_to_compile`).
 """
 
+from meshplan.pure.verify._compiled_step import CompiledStep, CostlyOp, ExposedCollective, compiled_step_of
 from meshplan.pure.verify._outcome import CompileOutcome
+from meshplan.pure.verify._ranking import rank_by_compiled
 from meshplan.pure.verify._rows import STATUSES, PlanVerification, VerifyRow
 from meshplan.pure.verify._verdict import (
     OOM_SOURCE,
@@ -19,5 +22,7 @@ from meshplan.pure.verify._verdict import (
     uncompiled_dispatch,
 )
 
-__all__ = ["OOM_SOURCE", "STATUSES", "CompileOutcome", "PlanVerification", "VerifyRow", "compiled_fit",
-           "estimate_range", "estimate_row", "next_to_compile", "outcome_row", "uncompiled_dispatch"]
+__all__ = ["OOM_SOURCE", "STATUSES", "CompileOutcome", "CompiledStep", "CostlyOp", "ExposedCollective",
+           "compiled_step_of", "PlanVerification", "VerifyRow", "compiled_fit",
+           "estimate_range", "estimate_row", "next_to_compile", "outcome_row", "rank_by_compiled",
+           "uncompiled_dispatch"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from meshplan.pure.verify._compiled_step import CompiledStep
 from meshplan.pure.xla._compiled_memory import CompiledMemory
 
 __all__ = ["CompileOutcome"]
@@ -26,6 +27,9 @@ class CompileOutcome:
       seconds: the wall time of the job, worker start included.
       deviceless: XLA:GPU compiled for GPUs it did not run on (no autotuning: a run on the GPU may peak
         higher, :func:`~meshplan.pure.xla.deviceless_gpu_run_range`).
+      step: the compiled program's step, simulated from its schedule (``None``: not simulated; ``step_note``
+        says why).
+      step_note: why there is no simulated step, or what the simulated one assumed (``""``: nothing to say).
 
     Example:
       >>> CompileOutcome("8 x XLA:CPU", None, error="timed out after 1 s").ok
@@ -40,6 +44,8 @@ class CompileOutcome:
     error: str = ""
     seconds: float = 0.0
     deviceless: bool = False
+    step: CompiledStep | None = None
+    step_note: str = ""
 
     @property
     def ok(self) -> bool:

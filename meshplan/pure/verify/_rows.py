@@ -26,6 +26,7 @@ from meshplan.pure._fields import (
 )
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import PlanError
+from meshplan.pure.verify._compiled_step import CompiledStep
 from meshplan.pure.xla._buffer_report import LiveBuffer
 
 __all__ = ["STATUSES", "PlanVerification", "VerifyRow"]
@@ -59,6 +60,10 @@ class VerifyRow:
         (:func:`~meshplan.pure.xla.deviceless_gpu_run_range`: x 1.06, as measured on an H100); ``None``
         where the compiled peak is the run's (TPU, XLA:CPU, a local GPU).
       deviceless: XLA:GPU compiled for GPUs it did not run on (no autotuning).
+      compiled_step: the compiled program's step, simulated from its schedule (``None``: not compiled, or not
+        simulated: ``step_note`` says why).
+      step_note: why there is no compiled step, or what it was priced with where that is not the cluster's
+        own program (``""``: nothing to say).
 
     Example:
       >>> row = VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125, status="exact")
@@ -90,6 +95,8 @@ class VerifyRow:
     note: str = ""
     run_high_bytes: int | None = None
     deviceless: bool = False
+    compiled_step: CompiledStep | None = None
+    step_note: str = ""
 
     def __post_init__(self) -> None:
         check_fields(self, _ROW_CHECKS)
@@ -117,10 +124,12 @@ class VerifyRow:
 
     def summary(self) -> str:
         """One line: ``'exact: peak 27.0 GiB'``, ``'estimate: 26.0 GiB (range 22.1 GiB - 30.4 GiB)'``, or
-        ``'not verified: estimate 26.0 GiB (...); timed out after 600 s'``."""
+        ``'not verified: estimate 26.0 GiB (...); timed out after 600 s'``; a compiled row with its compiled
+        schedule's step (``'exact: peak 27.0 GiB; step 5.80 s (compute ...)'``)."""
         if self.status in ("exact", "over budget") and self.peak_bytes is not None:
             run = "" if self.run_high_bytes is None else f" (a run <= {fmt_bytes(self.run_high_bytes)})"
-            return f"{self.status}: peak {fmt_bytes(self.peak_bytes)}{run}"
+            step = "" if self.compiled_step is None else f"; step {self.compiled_step.describe()}"
+            return f"{self.status}: peak {fmt_bytes(self.peak_bytes)}{run}{step}"
         rng = ("" if self.range_low_bytes is None or self.range_high_bytes is None else
                f" (range {fmt_bytes(self.range_low_bytes)} - {fmt_bytes(self.range_high_bytes)})")
         est = "-" if self.analytic_bytes is None else fmt_bytes(self.analytic_bytes)
@@ -134,6 +143,8 @@ class VerifyRow:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["largest"] = [b.to_dict() for b in self.largest]
         out["analytic_over_exact"] = self.ratio
+        out["compiled_step"] = None if self.compiled_step is None else self.compiled_step.to_dict()
+        out["compiled_step_s"] = None if self.compiled_step is None else self.compiled_step.step_s
         return out
 
     @classmethod
@@ -143,7 +154,9 @@ class VerifyRow:
         Raises:
           PlanError: not a row; the message names the field.
         """
-        fields = fields_of(cls, data, ignore=("analytic_over_exact",))
+        fields = fields_of(cls, data, ignore=("analytic_over_exact", "compiled_step_s"))
+        if fields.get("compiled_step") is not None:
+            fields["compiled_step"] = nested("compiled_step", lambda: CompiledStep.from_dict(fields["compiled_step"]))
         if "largest" in fields:
             fields["largest"] = records("largest", lambda b: LiveBuffer(**fields_of(LiveBuffer, b)),
                                         fields["largest"])
@@ -219,4 +232,5 @@ _ROW_CHECKS = {
     "status": _status, "compiler": as_text, "range_low_bytes": _bytes_or_none, "range_high_bytes": _bytes_or_none,
     "cached": as_bool, "schedule": as_text, "compiled_schedule": as_text, "note": as_text,
     "run_high_bytes": _bytes_or_none, "deviceless": as_bool,
+    "compiled_step": optional(instance_of(CompiledStep)), "step_note": as_text,
 }

@@ -146,7 +146,7 @@ def outcome_row(base: VerifyRow, outcome: CompileOutcome, *, compiler: str, cach
         temp_bytes=mem.temp_bytes, peak_bytes=mem.peak_bytes, peak_source=mem.peak_source,
         compile_seconds=mem.compile_seconds, largest=mem.largest, largest_note=mem.largest_note, compiler=compiler,
         cached=cached, run_high_bytes=run_high, error=why, deviceless=outcome.deviceless,
-        compiled_schedule=compiled_schedule, note=note)
+        compiled_schedule=compiled_schedule, note=note, compiled_step=outcome.step, step_note=outcome.step_note)
 
 
 def next_to_compile(range_highs: Sequence[int | None], budget_bytes: int, decided: Mapping[int, str], *,

@@ -1,0 +1,58 @@
+"""The compiled schedule decides among the meshes it timed: verified meshes ranked by their compiled step.
+
+A plan's ranking is its estimate's. Once the best meshes are compiled, each has its program's step simulated
+from the schedule XLA made (:class:`~meshplan.pure.verify.CompiledStep`), a surer figure than the estimate.
+:func:`rank_by_compiled` reorders the meshes with a compiled step among the places they hold, fastest compiled
+step first; every other mesh keeps its place, since an estimate and a compiled step are not priced alike and
+are not compared. Ranks are renumbered and the verification's rows follow their meshes.
+
+Example:
+  >>> from meshplan.pure.search import search_meshes
+  >>> from meshplan.pure.verify import PlanVerification, VerifyRow, CompiledStep
+  >>> result = search_meshes("gpt2", "2x4xH100", batch=8, seq=1024, top_k=3)
+  >>> a, b = result.candidates[:2]
+  >>> rows = (VerifyRow(a.text, 1, 1, 2, "", compiled_step=CompiledStep(2.0, 2.0, 0.0)),
+  ...         VerifyRow(b.text, 2, 1, 2, "", compiled_step=CompiledStep(1.0, 1.0, 0.0)))
+  >>> ranked, checked = rank_by_compiled(result, PlanVerification(rows, (), "XLA", "", 0.0))
+  >>> [c.text for c in ranked.candidates[:2]] == [b.text, a.text], [r.rank for r in checked.rows]
+  (True, [2, 1])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from meshplan.pure.errors import MeshplanTypeError
+from meshplan.pure.search import SearchResult
+from meshplan.pure.verify._rows import PlanVerification
+
+__all__ = ["rank_by_compiled"]
+
+
+def rank_by_compiled(result: SearchResult, checked: PlanVerification) -> tuple[SearchResult, PlanVerification]:
+    """``result`` with its compiled meshes reordered by compiled step among their places, and ``checked`` with
+    its rows' ranks following them (see the module docstring).
+
+    Raises:
+      MeshplanTypeError: ``result`` or ``checked`` of the wrong type.
+    """
+    if not isinstance(result, SearchResult):
+        raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult.")
+    if not isinstance(checked, PlanVerification):
+        raise MeshplanTypeError(f"checked={checked!r:.80} must be a PlanVerification.")
+    steps = {r.mesh: r.compiled_step.step_s for r in checked.rows
+             if r.compiled_step is not None and r.status == "exact"}
+    cands = list(result.candidates)
+    places = [i for i, c in enumerate(cands) if c.text in steps]
+    timed = sorted((cands[i] for i in places), key=lambda c: (steps[c.text], c.rank or 0))
+    for i, c in zip(places, timed, strict=True):
+        cands[i] = c
+    renumbered = tuple(c if c.rank == i else dataclasses.replace(c, rank=i) for i, c in enumerate(cands, start=1))
+    rank_of = {c.text: c.rank for c in renumbered}
+
+    def follow(rows: tuple) -> tuple:  # type: ignore[type-arg]
+        return tuple(r if r.rank is None or r.mesh not in rank_of else dataclasses.replace(r, rank=rank_of[r.mesh])
+                     for r in rows)
+
+    return (dataclasses.replace(result, candidates=renumbered),
+            dataclasses.replace(checked, rows=follow(checked.rows), removed=follow(checked.removed)))
