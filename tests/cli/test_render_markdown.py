@@ -38,10 +38,11 @@ def test_format_markdown_prints_the_summary_ready_for_a_pull_request(capsys, res
         assert f"- **{label}**: {fact}" in lines
     table = [ln for ln in lines if ln.startswith("|")]
     assert len(table) == 2 + len(result.candidates)  # header, alignment, one row per mesh
-    assert all(ln.count("|") == len(RANK_COLUMNS) + 1 for ln in table)
-    assert table[2].startswith("| 1 | dp=2,fsdp=32 | 44.7 GiB |")
+    shown = [c for c in RANK_COLUMNS if c.key != "compiled"]  # nothing compiled: no compiled-step column
+    assert all(ln.count("|") == len(shown) + 1 for ln in table)
+    assert table[2].startswith(f"| 1 | {result.best.text} | ")
     code = out.split("```python\n")[1].split("```")[0]
-    assert "meshplan.create_mesh(axis_dims=(2, 32, 1, 1)" in code
+    assert f"meshplan.create_mesh(axis_dims={result.best.axis_sizes}" in code
     compile(code, "markdown", "eval")  # the block is Python
 
 
@@ -56,11 +57,16 @@ def test_the_notebook_reprs_are_the_markdown_and_an_html_fragment(result) -> Non
 
 
 def test_a_verified_mesh_is_drawn_with_its_compiled_peak_as_exact(result) -> None:
-    best = result.best.text
-    page = plan_html(report(result, {best: (45 * 2**30, "XLA:GPU, jax 0.10.2")}))
+    from meshplan.pure._format import fmt_bytes
+    from meshplan.pure.report._summary import memory_range, range_text
+
+    best, second = result.candidates[:2]
+    page = plan_html(report(result, {best.text: (45 * 2**30, "XLA:GPU, jax 0.10.2")}))
     assert page.count('class="compiled"') == 1
-    assert f"#1 {best}: 44.7 GiB per device (compiled peak 45.0 GiB (exact, XLA:GPU, jax 0.10.2))" in page
-    assert "#2 fsdp=64: 32.4 GiB per device (estimate, range 27.6-41.9 GiB)" in page
+    assert (f"#1 {best.text}: {fmt_bytes(best.memory.total)} per device (compiled peak 45.0 GiB (exact, XLA:GPU, "
+            "jax 0.10.2))") in page
+    assert (f"#2 {second.text}: {fmt_bytes(second.memory.total)} per device (estimate, range "
+            f"{range_text(memory_range(result, second))})") in page
     assert plan_html(result).count('class="compiled"') == 0
 
 
