@@ -41,7 +41,7 @@ def render_rows(rows: Sequence[VerifyRow], console: Any, *, title: str) -> None:
 
     table = Table(title=title)
     for col in ("#", "mesh", "micro-batches", "target", "analytic", "XLA argument", "XLA temp", "XLA peak",
-                "analytic/peak", "fits (XLA)", "compile"):
+                "analytic/peak", "fits (XLA)", "compiled step", "compile"):
         table.add_column(col, justify="left" if col in ("mesh", "target", "fits (XLA)") else "right")
     for r in rows:
         run = "" if r.run_high_bytes is None else f" (a run <= {fmt_bytes(r.run_high_bytes)})"
@@ -49,7 +49,8 @@ def render_rows(rows: Sequence[VerifyRow], console: Any, *, title: str) -> None:
         table.add_row("" if r.rank is None else str(r.rank), r.mesh, str(r.micro_batches), r.target,
                       "-" if r.analytic_bytes is None else fmt_bytes(r.analytic_bytes),
                       _b(r.argument_bytes), _b(r.temp_bytes), _b(r.peak_bytes),
-                      "-" if r.ratio is None else f"{r.ratio:.2f}", fits, f"{r.compile_seconds:.1f} s")
+                      "-" if r.ratio is None else f"{r.ratio:.2f}", fits,
+                      "-" if r.compiled_step is None else r.compiled_step.describe(), f"{r.compile_seconds:.1f} s")
     console.print(table)
     sources = sorted({r.peak_source for r in rows if r.peak_source})
     console.print("peak: " + "; ".join(sources) + ". analytic: the planner's per-device total "

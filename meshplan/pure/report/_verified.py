@@ -70,7 +70,10 @@ def _pipeline_row(r: VerifyRow) -> str:
         over = f"{run}; over the {fmt_bytes(r.budget_bytes)} budget" if r.fits is False else run
         # Name the compiled schedule only where it is not the row's own (a Megatron row compiled as circular).
         what = f" (compiled: {r.compiled_schedule}){over}; {r.note}" if r.note else over
-        return f"{head}: {r.status}: compiled peak {fmt_bytes(r.peak_bytes)} against the estimate {est}{what}"
+        # The step as XLA scheduled the pipelined program: its bubble included, as the compiled loop runs it.
+        step = "" if r.compiled_step is None else f"; step {r.compiled_step.describe()} as compiled"
+        return (f"{head}: {r.status}: compiled peak {fmt_bytes(r.peak_bytes)} against the estimate {est}{what}"
+                f"{step}")
     return f"{head}: {r.summary()}"
 
 
