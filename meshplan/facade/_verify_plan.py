@@ -45,7 +45,8 @@ def compiler_problem(cluster: Any, target: str = "auto") -> tuple[str, str | Non
       True
     """
     from meshplan.facade._compiled import libtpu_available
-    from meshplan.facade._gpu_targets import compiler_version, cuda_plugin_problem, known_gpu_targets
+    from meshplan.facade._gpu_targets import (ESTIMATE_ONLY, compiler_version, cuda_plugin_problem,
+                                              known_gpu_targets)
 
     if target == "cpu":
         return compiler_version("cpu"), None
@@ -55,6 +56,8 @@ def compiler_problem(cluster: Any, target: str = "auto") -> tuple[str, str | Non
         return compiler_version("tpu"), None
     # No look at local GPUs: that would start jax's backends (and the CUDA plugin) in the caller's
     # process. The workers run with JAX_PLATFORMS=cpu and compile from meshplan's shipped description.
+    if cluster.device.name in ESTIMATE_ONLY:
+        return "XLA:GPU", ESTIMATE_ONLY[cluster.device.name]
     problem = cuda_plugin_problem()
     if problem is not None:
         return "XLA:GPU", f"{problem}, for exact figures with no GPU"

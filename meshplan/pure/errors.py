@@ -28,6 +28,8 @@ __all__ = [
     "DistributedError",
     "DistributedArgumentError",
     "BarrierTimeoutError",
+    "CompareError",
+    "ExecutorError",
 ]
 
 
@@ -128,3 +130,13 @@ class DistributedArgumentError(DistributedError, ValueError):
 
 class BarrierTimeoutError(DistributedError, TimeoutError):
     """Not every process reached a barrier in time."""
+
+
+class CompareError(PlanError):
+    """A cluster comparison's input is malformed: a cluster list item, a price, a token count, a ranking
+    criterion. The message names the bad item and what would be valid."""
+
+
+class ExecutorError(MeshplanError, RuntimeError):
+    """The compile executor (a Dask cluster given by address) cannot be reached or used; the message names
+    the address and the engine's own error."""
