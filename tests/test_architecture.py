@@ -50,12 +50,13 @@ def test_pure_module_never_touches_devices_or_the_facade(path: pathlib.Path) -> 
     assert not bad, f"{path.name} imports {sorted(bad)}; imports flow facade -> pure, never back"
 
 
-# --- layers inside pure: search -> cost -> xla -> cluster -> presets -> rules -> specs -> mesh --------------------
-# (xla, the compiler-text parsers, sits below cost so that both cost and search may read it; it reads neither.)
+# --- layers inside pure: report -> compare -> search -> cost -> xla -> cluster -> presets -> rules -> specs -> mesh
+# (xla, the compiler-text parsers, sits below cost so that both cost and search may read it; it reads neither.
+# compare ranks the answers of several searches; report renders them, so it sits on top.)
 # Shared helpers sit below them all.
 
 # A module may import its own layer and any layer after it in this list, never one before it.
-_LAYERS = ("search", "cost", "xla", "cluster", "presets", "rules", "specs", "mesh")
+_LAYERS = ("report", "compare", "search", "cost", "xla", "cluster", "presets", "rules", "specs", "mesh")
 _SHARED = {"meshplan.pure._types", "meshplan.pure._check", "meshplan.pure._format", "meshplan.pure._fields",
            "meshplan.pure.errors"}
 
@@ -106,6 +107,8 @@ def test_shared_pure_modules_import_no_layer(path: pathlib.Path) -> None:
     ("from meshplan.pure.search._candidate import MeshCandidate\n", "cost"),
     ("from meshplan.pure.cost._step_memory import step_memory\n", "xla"),
     ("from meshplan.pure.cost._collective_time import collective_time\n", "cluster"),
+    ("from meshplan.pure.compare._rank import rank_options\n", "search"),
+    ("from meshplan.pure.report._compare_svg import compare_svgs\n", "compare"),
 ])
 def test_the_layer_test_catches_an_upward_import(source: str, inside: str) -> None:
     # The check above must be able to fail: each of these imports points up from the layer ``inside``.
@@ -144,7 +147,7 @@ def test_the_top_level_names_the_facade_lazily_and_all_of_them_resolve() -> None
 @pytest.mark.parametrize("package", ["meshplan", "meshplan.pure", "meshplan.pure.mesh", "meshplan.pure.specs",
                                      "meshplan.pure.rules", "meshplan.pure.presets", "meshplan.pure.cluster",
                                      "meshplan.pure.xla", "meshplan.pure.cost", "meshplan.pure.search",
-                                     "meshplan.facade"])
+                                     "meshplan.pure.compare", "meshplan.pure.report", "meshplan.facade"])
 def test_init_modules_only_re_export(package: str) -> None:
     # An __init__ holds imports, __all__ and (top level only) the lazy loader: no logic of its own.
     path = ROOT.parent / package.replace(".", "/") / "__init__.py"
