@@ -42,6 +42,7 @@ from meshplan.pure import (
     search_meshes,
     validate_specs,
 )
+from meshplan.pure.compare import CompareOption, Comparison
 
 __version__ = "0.1.0"
 
@@ -66,6 +67,7 @@ _FACADE = {
     "compiled_collectives": "_hlo",
     "PlanVerification": "_verify_row", "VerifyRow": "_verify_row", "verify_plan": "_verify_plan",
     "verify_pipelines": "_verify_pipeline",
+    "compare_clusters": "_compare", "dask_executor": "_executor",
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -97,6 +99,8 @@ __all__ += ["compiled_collectives"]
 __all__ += ["PlanVerification", "VerifyRow", "verify_pipelines", "verify_plan"]
 # a pipelined train step (stage-stacked weights over pp, ppermute under shard_map)
 __all__ += ["PipelineStep", "pipeline_step"]
+# which cluster to rent: one model on several clusters, ranked; compiles on local workers or a Dask cluster
+__all__ += ["CompareOption", "Comparison", "compare_clusters", "dask_executor"]
 
 
 def __getattr__(name: str) -> Any:
@@ -118,6 +122,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._hlo import compiled_collectives
     from meshplan.facade._verify_pipeline import verify_pipelines
     from meshplan.facade._verify_plan import verify_plan
+    from meshplan.facade._compare import compare_clusters
+    from meshplan.facade._executor import dask_executor
     from meshplan.facade._verify_row import PlanVerification, VerifyRow
     from meshplan.facade._config import MeshConfig
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string

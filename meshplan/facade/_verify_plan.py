@@ -125,7 +125,8 @@ def _job(cand: Any, result: SearchResult, spec: Any, config: Any, target: str) -
 
 def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target: str = "auto",
                 config: Any = None, time_budget_s: float = 300.0, timeout_s: float = 600.0,
-                parallel: int | None = None, cache: bool = True, stream: TextIO | None = None) -> PlanVerification:
+                parallel: int | None = None, cache: bool = True, stream: TextIO | None = None,
+                executor: Any = None) -> PlanVerification:
     """Compile the reference step of a plan's top meshes; drop those whose compiled peak is over the budget.
 
     Args:
@@ -140,6 +141,9 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
       parallel: compiles side by side (default: one per core).
       cache: read and write the compile cache (:func:`meshplan.facade._compile_cache.cache_dir`).
       stream: progress lines (default stderr).
+      executor: where the compiles run: ``None`` (this machine's worker pool) or a
+        ``concurrent.futures.Executor`` (a Dask cluster's: :func:`meshplan.facade._executor.dask_executor`).
+        Outcomes come back here and are cached here.
 
     Returns:
       A :class:`PlanVerification`; with no compiler installed for the target, every row is an estimate
@@ -235,7 +239,7 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
             out.flush()
 
         outcomes = run_jobs([jobs[i] for i in todo], parallel=parallel, timeout_s=min(timeout_s, max(left, 1.0)),
-                            on_done=done)
+                            on_done=done, executor=executor)
         for i, outcome in zip(todo, outcomes, strict=True):
             decided[i] = _from_outcome(ranked[i], result, config, outcome, compiler, cached=False)
             if cache:

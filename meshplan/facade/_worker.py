@@ -353,7 +353,8 @@ def _run_one(job: CompileJob, *, timeout_s: float, memory_limit: int, workdir: s
 
 def run_jobs(jobs: Sequence[CompileJob], *, parallel: int | None = None, timeout_s: float = 600.0,
              memory_limit: int | None = None,
-             on_done: Callable[[int, CompileOutcome], None] | None = None) -> list[CompileOutcome]:
+             on_done: Callable[[int, CompileOutcome], None] | None = None,
+             executor: concurrent.futures.Executor | None = None) -> list[CompileOutcome]:
     """Compile each job in its own worker subprocess, ``parallel`` at a time; outcomes in the jobs' order.
 
     Args:
@@ -362,6 +363,8 @@ def run_jobs(jobs: Sequence[CompileJob], *, parallel: int | None = None, timeout
       timeout_s: the most one compile may take, worker start included.
       memory_limit: address space per worker in bytes (default: the machine's memory shared, >= 8 GiB).
       on_done: called with (job index, outcome) as each finishes (progress).
+      executor: run the jobs there instead (a Dask cluster's executor: :mod:`meshplan.facade._executor`),
+        each still in a subprocess of the machine that runs it, under the memory limit and timeout.
 
     Returns:
       One :class:`CompileOutcome` per job; a crash, a timeout or an error is an outcome with ``error`` set.
@@ -372,6 +375,10 @@ def run_jobs(jobs: Sequence[CompileJob], *, parallel: int | None = None, timeout
     """
     if not jobs:
         return []
+    if executor is not None:
+        from meshplan.facade._executor import run_on
+
+        return run_on(executor, jobs, timeout_s=timeout_s, memory_limit=memory_limit, on_done=on_done)
     workers = max(1, min(parallel or default_parallel(), len(jobs)))
     limit = memory_limit or default_memory_limit(workers)
     results: list[CompileOutcome | None] = [None] * len(jobs)

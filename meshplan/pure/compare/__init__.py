@@ -16,6 +16,7 @@ from meshplan.pure.compare._option import (
     cost_per_million_tokens,
     option_from_search,
     train_figures,
+    unfit_option,
 )
 from meshplan.pure.compare._parse import (
     MAX_OPTIONS,
@@ -43,4 +44,5 @@ from meshplan.pure.compare._rank import (
 __all__ = ["CRITERIA", "DEFAULT_KNEE_THRESHOLD", "MAX_OPTIONS", "MAX_TOKENS", "CompareOption", "Comparison",
            "KindScaling", "ScalingStep", "Verified", "build_comparison", "check_prices", "cost_per_million_tokens",
            "expand_braces", "node_range", "option_from_search", "parse_cluster_list", "parse_prices",
-           "parse_tokens", "price_key", "rank_options", "scaling_knees", "smallest_fitting", "train_figures"]
+           "parse_tokens", "price_key", "rank_options", "scaling_knees", "smallest_fitting", "train_figures",
+           "unfit_option"]

@@ -21,10 +21,12 @@ from typing import Any
 
 from meshplan.pure._check import as_count, as_real, as_str
 from meshplan.pure.errors import CompareError, MeshplanTypeError
+from meshplan.pure.cluster import Cluster
 from meshplan.pure.cost import calibration_spread, peak_bounds
 from meshplan.pure.search import SearchResult
 
-__all__ = ["CompareOption", "Verified", "cost_per_million_tokens", "option_from_search", "train_figures"]
+__all__ = ["CompareOption", "Verified", "cost_per_million_tokens", "option_from_search", "train_figures",
+           "unfit_option"]
 
 _STATUSES = ("exact", "estimate", "not verified", "over budget", "none fits")
 
@@ -270,6 +272,23 @@ def option_from_search(result: SearchResult, verified: Verified | None = None, *
     return CompareOption(fits=fits, mesh=cand.text, status=verified.status, memory_bytes=verified.peak_bytes,
                          step_s=step_s if fits else 0.0, mfu=mfu if fits else 0.0, compiler=verified.compiler,
                          note=note, micro_batches=micro, **common)
+
+
+def unfit_option(cluster: Cluster, *, budget_bytes: int, tokens_per_step: int, note: str,
+                 price_per_device_hour: float | None = None) -> CompareOption:
+    """The option of a cluster where the search found nothing that fits (``note``: its reason, e.g. the
+    search's own message).
+
+    Example:
+      >>> from meshplan.pure.cluster import parse_cluster
+      >>> unfit_option(parse_cluster("H100"), budget_bytes=60 * 2**30, tokens_per_step=8192, note="too big").status
+      'none fits'
+    """
+    if not isinstance(cluster, Cluster):
+        raise MeshplanTypeError(f"cluster={cluster!r:.60} must be a Cluster.")
+    return CompareOption(cluster.text, cluster.device.name, cluster.num_devices, False, "", "none fits", None,
+                         budget_bytes, 0.0, tokens_per_step, 0.0, note=note,
+                         price_per_device_hour=price_per_device_hour)
 
 
 def _none_fits(result: SearchResult) -> str:

@@ -8,10 +8,12 @@ unpriced ones when ranking by cost; ties go to fewer devices, then the cluster
 text, so every host ranks alike.
 
 :func:`scaling_knees` walks each device kind's options in device order and reports,
-between consecutive sizes that fit, the speedup against the device ratio: its
-*scaling efficiency* ``(step_small / step_large) / (devices_large /
-devices_small)`` at the comparison's one global batch, which is also the ratio
-of their costs per token. The *knee* is the last size before the first step whose
+between consecutive sizes that fit, the throughput gained against the device
+ratio: its *scaling efficiency* ``(tokens_per_s_large / tokens_per_s_small) /
+(devices_large / devices_small)``, the ratio of their costs per token at one price.
+With one global batch for every option it is the step-time speedup over the device
+ratio (strong scaling); with each option's own batch, the per-device throughput
+kept (weak scaling). The *knee* is the last size before the first step whose
 efficiency is below ``threshold`` (default 0.8: beyond it a token costs 25% more
 for the extra speed): adding devices past it stops paying.
 """
@@ -107,7 +109,7 @@ class ScalingStep:
     Attributes:
       small, large: the two clusters' texts.
       devices_small, devices_large: their device counts.
-      speedup: ``step_small / step_large``.
+      speedup: ``tokens_per_s_large / tokens_per_s_small`` (``step_small / step_large`` at one global batch).
       efficiency: ``speedup / (devices_large / devices_small)``; also the cost per token of the small over the
         large option at one price per device-hour.
     """
@@ -183,12 +185,13 @@ def scaling_knees(options: Sequence[CompareOption], *,
     out = []
     for device in sorted({o.device for o in opts}):
         sizes: dict[int, CompareOption] = {}
-        for o in sorted((o for o in opts if o.device == device and o.fits), key=lambda o: (o.devices, o.step_s)):
+        for o in sorted((o for o in opts if o.device == device and o.fits),
+                        key=lambda o: (o.devices, -o.tokens_per_s, o.cluster)):
             sizes.setdefault(o.devices, o)  # the faster option of a size (two shapes of one count)
         ordered = [sizes[n] for n in sorted(sizes)]
         steps = []
         for a, b in zip(ordered, ordered[1:]):
-            speedup = a.step_s / b.step_s
+            speedup = b.tokens_per_s / a.tokens_per_s
             steps.append(ScalingStep(a.cluster, b.cluster, a.devices, b.devices, speedup,
                                      speedup / (b.devices / a.devices)))
         knee = next((s.small for s in steps if s.efficiency < limit), None)
@@ -202,7 +205,9 @@ class Comparison:
 
     Attributes:
       model: the model's name.
-      batch, seq: the one global batch (sequences) and sequence length every option runs.
+      batch: the one global batch in sequences every option runs (``None``: each option's own default, one
+        sequence per device).
+      seq: tokens per sequence.
       by: the ranking criterion.
       options: every option, ranked.
       smallest: the fitting option with the fewest devices (``None``: none fits).
@@ -214,7 +219,7 @@ class Comparison:
     """
 
     model: str
-    batch: int
+    batch: int | None
     seq: int
     by: str
     options: tuple[CompareOption, ...]
@@ -243,7 +248,8 @@ class Comparison:
 
 
 
-def build_comparison(model: str, batch: int, seq: int, options: Sequence[CompareOption], *, by: str = "time",
+def build_comparison(model: str, batch: int | None, seq: int, options: Sequence[CompareOption], *,
+                     by: str = "time",
                      tokens: int | None = None, price_source: str = "", notes: Sequence[str] = (),
                      seconds: float = 0.0, threshold: float = DEFAULT_KNEE_THRESHOLD) -> Comparison:
     """The :class:`Comparison` of ``options``: ranked by ``by``, the smallest that fits, the knees.

@@ -19,7 +19,7 @@ from meshplan.pure._format import fmt_bytes
 from meshplan.pure.compare import Comparison, CompareOption
 
 __all__ = ["COMPARE_COLUMNS", "CompareColumn", "compare_header", "compare_rows", "compare_verdicts", "fmt_count",
-           "fmt_duration", "fmt_money", "shown_columns"]
+           "fmt_duration", "fmt_money", "fmt_seconds", "shown_columns"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,10 +59,24 @@ def fmt_count(x: float) -> str:
       >>> fmt_count(1_234_567), fmt_count(35_120.0), fmt_count(812.4)
       ('1.23M', '35.1k', '812')
     """
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= scale:
             return f"{x / scale:.3g}{suffix}"
     return f"{x:.3g}"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """``4.63 s``, ``812 ms``, ``261 us`` (three significant figures).
+
+    Example:
+      >>> fmt_seconds(4.6312), fmt_seconds(0.8121), fmt_seconds(0.000261)
+      ('4.63 s', '812 ms', '261 us')
+    """
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
 
 
 def fmt_money(usd: float) -> str:
@@ -108,7 +122,7 @@ def _row(rank: int, o: CompareOption, tokens: int | None) -> dict[str, str]:
         "mesh": o.mesh or ("none fits" if o.status == "none fits" else "-"),
         "memory": _memory(o),
         "headroom": "-" if headroom is None else fmt_bytes(headroom),
-        "step": f"{o.step_s:.3g} s" if o.fits else "-",
+        "step": fmt_seconds(o.step_s) if o.fits else "-",
         "tokens": fmt_count(o.tokens_per_s) if o.fits else "-",
         "per_device": fmt_count(o.tokens_per_s_per_device) if o.fits else "-",
         "mfu": f"{o.mfu:.1%}" if o.fits and o.mfu > 0 else "-",
@@ -152,7 +166,9 @@ def compare_header(comparison: Comparison) -> list[tuple[str, str]]:
     """
     c = comparison
     facts = [("model", c.model),
-             ("step", f"one global batch for every option: {c.batch} x {c.seq} tokens ({c.batch * c.seq:,} per step)"),
+             ("step", f"one global batch for every option: {c.batch} x {c.seq} tokens ({c.batch * c.seq:,} per step)"
+              if c.batch is not None else f"each option's own batch: one sequence of {c.seq} tokens per device "
+              "(--batch N for one global batch, so step times compare)"),
              ("ranked", {"time": "by time (cluster tokens per second: the shortest run)",
                          "cost": "by cost (USD per million tokens at the prices given)",
                          "tokens-per-device": "by tokens per second per device"}[c.by])]

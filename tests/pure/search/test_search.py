@@ -370,16 +370,19 @@ def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
 # itself changes on purpose (memory calibration, collective or FLOP model), regenerate them with
 # ``python -c "from tests.pure.search.test_search import print_fingerprints; print_fingerprints()"``
 # and say so in the commit. (Regenerated when the request gained ``moe_layers`` and the recipe ``moe_dispatch``:
-# the JSON without those two fields was byte-identical to the old code's for every case.)
+# the JSON without those two fields was byte-identical to the old code's for every case. Regenerated again when the
+# device gained ``hbm_bandwidth`` and ``domain_nodes``: the GPU cases' JSON without ``domain_nodes`` is
+# byte-identical to the code before it; the TPU cases moved with the TPU HBM, which is now what libtpu lets a
+# program use.)
 FINGERPRINT_CASES = {
-    ("llama3-70b", "512x8xH100", ()): "7bae5417b14b0f42",
-    ("mixtral-8x7b", "512x8xH100", ()): "2fc81e08187fa325",
-    ("deepseek-v3", "512x8xH100", ()): "1c2f06d52702e33a",
-    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "32e32137f6494fca",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "fb88a25f8ad67830",
-    ("gpt2", "2x8xH100", (("batch", 64),)): "aade8f26576c67cd",
-    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "040f836da6bcce9d",
-    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "0a21ae1aff8edbe8",
+    ("llama3-70b", "512x8xH100", ()): "c7c7654b9c6be901",
+    ("mixtral-8x7b", "512x8xH100", ()): "5a39d2b5ad503170",
+    ("deepseek-v3", "512x8xH100", ()): "3c3bcbb8f8edd431",
+    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "3646043cc00f6bc9",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "b497b269a9c84f5b",
+    ("gpt2", "2x8xH100", (("batch", 64),)): "4f9f403167d61bfd",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "6d8567d196e2e462",
+    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "d2fa0b07c89ad122",
     ("deepseek-v3", "8x8xH100", ()): "3fbe69e0ba5c9fdb",  # nothing fits: the message and its larger-cluster suggestion
 }
 
