@@ -1,4 +1,4 @@
-"""The meshplan command line: plan, check, models, show-mesh and demo.
+"""The meshplan command line: plan, compare, check, models, show-mesh and demo.
 
 This docstring is also what "meshplan plan --help" prints, so it is plain text.
 
@@ -482,6 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Hugging Face config.json files or MaxText model ymls to read instead of the presets")
     models.add_argument("--json", action="store_true", help="print the rows as JSON")
     models.set_defaults(func=_list_models)
+
+    from meshplan.cli import _compare
+    _compare.add_parser(sub)
 
     demo = sub.add_parser("demo", help="plan a small model and place it on simulated CPU devices")
     demo.add_argument("--devices", type=_demo_devices, default=8,
