@@ -16,6 +16,7 @@ anyone rents.
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -186,7 +187,10 @@ def node_range(device: str, nodes: Sequence[int] | str) -> tuple[Cluster, ...]:
     """
     if not isinstance(device, str):
         raise MeshplanTypeError(f"device={device!r:.60} must be a catalogue name such as 'H100'.")
-    spec = parse_cluster(device).device  # ClusterError naming the known devices
+    try:
+        spec = DEVICE_SPECS[price_key(device)]
+    except CompareError:
+        spec = parse_cluster(device).device  # ClusterError naming the known devices (and a close match)
     if spec.ici_scope == "slice":
         raise CompareError(f"--device {device}: TPUs are sized by slice, not nodes; write e.g. "
                            f"--clusters '{spec.name}-{{32..512}}'.")
@@ -286,7 +290,8 @@ def parse_prices(text: str | Mapping[str, Any], *,
 
 
 def _price_value(kind: str, value: Any) -> float:
-    shown = f"--price {kind.strip()}={value.strip() if isinstance(value, str) else value!r}"
+    written = value.strip() if isinstance(value, str) else repr(value)
+    shown = f"--price {kind.strip()}={written}"
     if isinstance(value, bool):
         raise CompareError(f"{shown}: the price must be a number (USD per device-hour), e.g. {kind.strip()}=2.49.")
     if isinstance(value, str):
@@ -338,7 +343,8 @@ def parse_tokens(text: str | int) -> int:
         if match is None:
             raise CompareError(f"--tokens {text!r:.40} is not a token count; write e.g. 2T, 500B, 1.5e12 or "
                                "2000000000000 (K, M, B/G, T, P are powers of 1000).")
-        count = round(float(match[1]) * _SUFFIX[match[2].upper()])
+        # Decimal, not float: a count past 2**53 tokens reads back exactly.
+        count = int((decimal.Decimal(match[1]) * _SUFFIX[match[2].upper()]).to_integral_value())
     if not 1 <= count <= MAX_TOKENS:
         raise CompareError(f"--tokens {text!r:.40} must be between 1 and 10**18 tokens.")
     return count

@@ -48,7 +48,9 @@ def _options(options: Any) -> tuple[CompareOption, ...]:
 
 
 def _key(option: CompareOption, by: str) -> tuple[Any, ...]:
-    tie = (option.devices, option.cluster)
+    # Fewer devices, then the text; the rest only orders options a caller built twice for one cluster.
+    tie = (option.devices, option.cluster, option.mesh, option.step_s, option.tokens_per_step,
+           option.price_per_device_hour or 0.0, option.status, option.memory_bytes or 0)
     if not option.fits:
         return (2, 0.0, *tie)
     if by == "cost":

@@ -143,7 +143,8 @@ def compare_svgs(comparison: Comparison) -> tuple[str, str | None]:
     """
     if not isinstance(comparison, Comparison):
         raise MeshplanTypeError(f"comparison={comparison!r:.60} must be a Comparison.")
-    step = line_plot("step time against devices (estimate, one global batch)", "seconds per step",
+    batch = "one global batch" if comparison.batch is not None else "each option's own batch"
+    step = line_plot(f"step time against devices (estimate, {batch})", "seconds per step",
                      _series(comparison, lambda o: o.step_s,
                              lambda o: f"{o.cluster}: {o.step_s:.3g} s per step ({o.mesh})"),
                      lambda v: f"{v:g}")
