@@ -452,6 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--no-verify", action="store_true", help="show the estimates only; compile nothing")
     plan.add_argument("--verify-time", type=_positive, default=300, metavar="S",
                       help="stop starting compiles after S seconds (default 300); the rest stay estimates")
+    plan.add_argument("--executor", metavar="ADDRESS",
+                      help="compile the verified meshes on the Dask cluster at ADDRESS (meshplan[dask]; default: "
+                           "local workers); --executor-fallback: local workers if it cannot be reached")
+    plan.add_argument("--executor-fallback", action="store_true", help=argparse.SUPPRESS)
     _verify.add_mem_fraction(plan)
     _verify.add_reference_flags(plan)
     plan.set_defaults(func=_plan)

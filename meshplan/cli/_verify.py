@@ -289,10 +289,15 @@ def verify_for_plan(result: Any, spec: ModelSpec, args: Any) -> Any:
     :class:`~meshplan.PlanVerification` (rows exact, estimates, removed or not verified)."""
     from meshplan.facade._verify_plan import verify_plan
 
+    from meshplan.facade._executor import resolve_executor
+
     req = result.request
     config = reference_config(args, req.param_dtype if req.param_dtype != "mixed" else "bfloat16")
+    choice = resolve_executor(getattr(args, "executor", None), fallback=getattr(args, "executor_fallback", False))
+    if choice.note:
+        print(f"meshplan: {choice.note}", file=sys.stderr)
     return verify_plan(result, model=spec, top=args.verify or 3, target=args.target, config=config,
-                       time_budget_s=args.verify_time)
+                       time_budget_s=args.verify_time, executor=choice.executor)
 
 
 def verify_pipelines_for_plan(found: Any, result: Any, spec: ModelSpec, args: Any, *, top: int,

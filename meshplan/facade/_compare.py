@@ -180,7 +180,13 @@ def compare_clusters(model: str | ModelSpec, clusters: str | Sequence[str] | Seq
     from meshplan.facade._model_file import resolve_model
 
     start = time.perf_counter()
+    if stream is not None and not callable(getattr(stream, "write", None)):
+        raise MeshplanTypeError(f"stream={stream!r:.60} must be a text stream (with .write) or None.")
     out = stream if stream is not None else sys.stderr
+    if mem_fraction is not None:
+        mem_fraction = as_real(mem_fraction, "mem_fraction", error=CompareError)
+    if headroom is not None:
+        headroom = as_real(headroom, "headroom", allow_zero=True, error=CompareError)
     spec = resolve_model(model)
     options_in = _clusters(clusters, nodes, device)
     if by not in CRITERIA:

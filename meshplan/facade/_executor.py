@@ -65,11 +65,11 @@ def dask_executor(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> conc
     except ImportError:
         raise ExecutorError(f"--executor {address}: Dask distributed is not installed; {_INSTALL}.") from None
     try:
-        client = Client(address.strip(), timeout=timeout_s, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as err:  # Dask's own connect errors (all OSError subclasses or ValueError)
+        client = Client(address.strip(), timeout=timeout_s, set_as_default=False)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError, ValueError) as err:  # Dask's connect errors: OSError subclasses, or ValueError
         raise ExecutorError(f"cannot reach the Dask scheduler at {address.strip()!r} within {timeout_s:g} s: "
                             f"{type(err).__name__}: {str(err).strip()[:300]}") from None
-    executor: concurrent.futures.Executor = client.get_executor()
+    executor: concurrent.futures.Executor = client.get_executor()  # type: ignore[no-untyped-call]
     executor._meshplan_client = client  # type: ignore[attr-defined]  # keeps the client alive with its executor
     return executor
 

@@ -120,3 +120,15 @@ def test_an_unreachable_executor_fails_fast_with_the_address_or_falls_back_when_
     assert choice.executor is None and choice.note.startswith("fell back to local workers: cannot reach")
     with pytest.raises(meshplan.MeshplanTypeError):
         resolve_executor(42)
+
+
+def test_plan_compiles_its_verified_meshes_on_the_cluster_too(dask_cluster, tmp_path, monkeypatch, capsys):
+    from meshplan import cli
+
+    monkeypatch.setenv("MESHPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["plan", "--model", "gpt2", "--cluster", "1x8xH100", "--seq", "64", "--verify", "1", "--target", "cpu",
+            "--no-pipeline"]
+    assert cli.main([*argv, "--executor", dask_cluster]) == 0
+    assert "exact" in capsys.readouterr().out
+    assert cli.main([*argv, "--executor", "tcp://127.0.0.1:9"]) == 1
+    assert "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'" in capsys.readouterr().err

@@ -369,7 +369,7 @@ def parse_cluster(text: str, *, devices: Mapping[str, DeviceSpec] | None = None)
 
     Example:
       >>> parse_cluster("v5p-256")
-      Cluster('v5p-256': 128 devices, 32 nodes x 4, 95 GiB HBM each)
+      Cluster('v5p-256': 128 devices, 32 nodes x 4, 102.803 GB HBM each)
       >>> parse_cluster("2xH200").num_devices
       16
     """

@@ -142,6 +142,9 @@ class CompareOption:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, as_count(value, name, error=CompareError))
+        for name in ("mesh", "compiler", "note"):
+            as_str(getattr(self, name), f"CompareOption.{name}", error=CompareError)
+        object.__setattr__(self, "micro_batches", as_count(self.micro_batches, "micro_batches", error=CompareError))
 
     @property
     def tokens_per_s(self) -> float:
@@ -167,6 +170,7 @@ class CompareOption:
 
     def train(self, tokens: int) -> tuple[float, float | None] | None:
         """(hours, USD) to train ``tokens`` tokens here (USD ``None`` when unpriced; ``None`` when nothing fits)."""
+        tokens = as_count(tokens, "tokens", maximum=10**18, error=CompareError)
         if not self.fits:
             return None
         return train_figures(tokens, self.tokens_per_s, self.devices, self.price_per_device_hour)
@@ -178,6 +182,7 @@ class CompareOption:
                    headroom_bytes=self.headroom_bytes, verified=self.status == "exact",
                    cost_per_million_tokens=self.cost_per_million_tokens)
         if tokens is not None:
+            tokens = as_count(tokens, "tokens", maximum=10**18, error=CompareError)
             trained = self.train(tokens)
             out["train_tokens"] = tokens
             out["train_hours"] = None if trained is None else trained[0]
@@ -192,9 +197,10 @@ def cost_per_million_tokens(price_per_device_hour: float, devices: int, tokens_p
       >>> cost_per_million_tokens(2.0, 8, 16384.0)  # 16 USD an hour for 59M tokens
       0.2712673611111111
     """
-    if tokens_per_s <= 0:
-        raise CompareError(f"tokens_per_s={tokens_per_s!r} must be > 0 to price a token.")
-    return price_per_device_hour * devices / (tokens_per_s * 3600.0) * 1e6
+    price = as_real(price_per_device_hour, "price_per_device_hour", error=CompareError)
+    count = as_count(devices, "devices", error=CompareError)
+    rate = as_real(tokens_per_s, "tokens_per_s", error=CompareError)
+    return price * count / (rate * 3600.0) * 1e6
 
 
 def train_figures(tokens: int, tokens_per_s: float, devices: int,
@@ -205,10 +211,13 @@ def train_figures(tokens: int, tokens_per_s: float, devices: int,
       >>> train_figures(10**12, 1e6, 64, 2.0)  # 1e6 s = 277.8 h on 64 devices at 2 USD
       (277.77777777777777, 35555.555555555555)
     """
-    if tokens_per_s <= 0:
-        raise CompareError(f"tokens_per_s={tokens_per_s!r} must be > 0 to time a run.")
-    hours = tokens / tokens_per_s / 3600.0
-    return hours, None if price_per_device_hour is None else hours * devices * price_per_device_hour
+    count = as_count(tokens, "tokens", maximum=10**18, error=CompareError)
+    rate = as_real(tokens_per_s, "tokens_per_s", error=CompareError)
+    n = as_count(devices, "devices", error=CompareError)
+    price = None if price_per_device_hour is None else as_real(price_per_device_hour, "price_per_device_hour",
+                                                                   error=CompareError)
+    hours = count / rate / 3600.0
+    return hours, None if price is None else hours * n * price
 
 
 def option_from_search(result: SearchResult, verified: Verified | None = None, *,
@@ -240,6 +249,8 @@ def option_from_search(result: SearchResult, verified: Verified | None = None, *
         raise MeshplanTypeError(f"result={result!r:.60} must be a SearchResult (what search_meshes returns).")
     if verified is not None and not isinstance(verified, Verified):
         raise MeshplanTypeError(f"verified={verified!r:.60} must be a Verified or None.")
+    if price_per_device_hour is not None:
+        price_per_device_hour = as_real(price_per_device_hour, "price_per_device_hour", error=CompareError)
     req = result.request
     cluster = req.cluster
     common: dict[str, Any] = dict(cluster=cluster.text, device=cluster.device.name, devices=cluster.num_devices,
@@ -286,6 +297,8 @@ def unfit_option(cluster: Cluster, *, budget_bytes: int, tokens_per_step: int, n
     """
     if not isinstance(cluster, Cluster):
         raise MeshplanTypeError(f"cluster={cluster!r:.60} must be a Cluster.")
+    if price_per_device_hour is not None:
+        price_per_device_hour = as_real(price_per_device_hour, "price_per_device_hour", error=CompareError)
     return CompareOption(cluster.text, cluster.device.name, cluster.num_devices, False, "", "none fits", None,
                          budget_bytes, 0.0, tokens_per_step, 0.0, note=note,
                          price_per_device_hour=price_per_device_hour)

@@ -224,7 +224,9 @@ def price_key(kind: str, devices: Mapping[str, DeviceSpec] | None = None) -> str
       >>> price_key("h100"), price_key("Trillium")
       ('H100', 'v6e')
     """
-    table = DEVICE_SPECS if devices is None else devices
+    if not isinstance(kind, str):
+        raise MeshplanTypeError(f"price kind={kind!r:.40} must be a device kind such as 'H100'.")
+    table = DEVICE_SPECS if devices is None else _table(devices)
     by_lower = {k.lower(): k for k in table}
     key = kind.strip().lower()
     if key in by_lower:
@@ -233,6 +235,13 @@ def price_key(kind: str, devices: Mapping[str, DeviceSpec] | None = None) -> str
         return _ALIASES[key]
     raise CompareError(f"price for unknown device kind {kind.strip()!r:.40}; known kinds: "
                        f"{sorted(table, key=str.lower)}.")
+
+
+def _table(devices: Any) -> Mapping[str, DeviceSpec]:
+    if not isinstance(devices, Mapping) or not all(isinstance(k, str) and isinstance(v, DeviceSpec)
+                                                   for k, v in devices.items()):
+        raise MeshplanTypeError(f"devices={devices!r:.60} must map names to DeviceSpec.")
+    return devices
 
 
 _MAX_PRICE = 1e6  # USD per device-hour: beyond any rental; refuses a misplaced decimal point early
@@ -364,6 +373,11 @@ def check_prices(prices: Mapping[str, float], clusters: Sequence[Cluster]) -> No
       ...
       meshplan.pure.errors.CompareError: --price v5p: no compared cluster has v5p devices (compared: ['H100']); price the kinds compared.
     """
+    if not isinstance(prices, Mapping) or not all(isinstance(k, str) for k in prices):
+        raise MeshplanTypeError(f"prices={prices!r:.60} must map device kinds (str) to prices (parse_prices' answer).")
+    if isinstance(clusters, (str, bytes)) or not isinstance(clusters, Sequence) or not all(
+            isinstance(c, Cluster) for c in clusters):
+        raise MeshplanTypeError(f"clusters={clusters!r:.60} must be a sequence of Cluster (parse_cluster_list's).")
     kinds = sorted({c.device.name for c in clusters})
     for kind in sorted(prices):
         if kind not in kinds:

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from meshplan.pure._check import as_real
+from meshplan.pure._check import as_count, as_real
 from meshplan.pure.compare._option import CompareOption
 from meshplan.pure.errors import CompareError, MeshplanTypeError
 
@@ -81,7 +81,7 @@ def rank_options(options: Sequence[CompareOption], by: str = "time") -> tuple[Co
       (['2x8xH100', '1x8xH100'], ['1x8xH100', '2x8xH100'])
     """
     opts = _options(options)
-    if by not in CRITERIA:
+    if not isinstance(by, str) or by not in CRITERIA:
         raise CompareError(f"--by {by!r:.40} must be one of {list(CRITERIA)}.")
     if by == "cost" and not any(o.price_per_device_hour is not None for o in opts):
         raise CompareError("--by cost needs prices: give --price KIND=USD_PER_DEVICE_HOUR for the kinds compared "
@@ -264,6 +264,16 @@ def build_comparison(model: str, batch: int | None, seq: int, options: Sequence[
       >>> build_comparison("gpt2", 8, 1024, [a]).smallest.cluster
       '1x8xH100'
     """
+    if not isinstance(model, str):
+        raise MeshplanTypeError(f"model={model!r:.60} must be the model's name (a str).")
+    batch = None if batch is None else as_count(batch, "batch", error=CompareError)
+    seq = as_count(seq, "seq", error=CompareError)
+    tokens = None if tokens is None else as_count(tokens, "tokens", maximum=10**18, error=CompareError)
+    if not isinstance(price_source, str):
+        raise MeshplanTypeError(f"price_source={price_source!r:.40} must be a str.")
+    if isinstance(notes, str) or not isinstance(notes, Sequence) or not all(isinstance(n, str) for n in notes):
+        raise MeshplanTypeError(f"notes={notes!r:.60} must be a sequence of str.")
+    seconds = as_real(seconds, "seconds", allow_zero=True, error=CompareError)
     ranked = rank_options(options, by)
     return Comparison(model, batch, seq, by, ranked, smallest_fitting(ranked),
                       scaling_knees(ranked, threshold=threshold), tokens, price_source, tuple(notes), seconds)

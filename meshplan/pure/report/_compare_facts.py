@@ -17,6 +17,7 @@ import dataclasses
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.compare import Comparison, CompareOption
+from meshplan.pure.errors import MeshplanTypeError
 
 __all__ = ["COMPARE_COLUMNS", "CompareColumn", "compare_header", "compare_rows", "compare_verdicts", "fmt_count",
            "fmt_duration", "fmt_money", "fmt_seconds", "shown_columns"]
@@ -50,6 +51,12 @@ COMPARE_COLUMNS: tuple[CompareColumn, ...] = (
     CompareColumn("train_cost", "train cost", 2, priced=True, timed=True),
 )
 """The ranked table's columns, in order."""
+
+
+def _check(comparison: object) -> Comparison:
+    if not isinstance(comparison, Comparison):
+        raise MeshplanTypeError(f"comparison={comparison!r:.60} must be a Comparison (what compare_clusters returns).")
+    return comparison
 
 
 def fmt_count(x: float) -> str:
@@ -134,7 +141,7 @@ def _row(rank: int, o: CompareOption, tokens: int | None) -> dict[str, str]:
 
 def shown_columns(comparison: Comparison) -> tuple[CompareColumn, ...]:
     """The columns this comparison shows: cost columns only with prices, train columns only with ``tokens``."""
-    priced = any(o.price_per_device_hour is not None for o in comparison.options)
+    priced = any(o.price_per_device_hour is not None for o in _check(comparison).options)
     return tuple(c for c in COMPARE_COLUMNS if (priced or not c.priced) and (comparison.tokens or not c.timed))
 
 
@@ -147,6 +154,7 @@ def compare_rows(comparison: Comparison) -> list[dict[str, str]]:
       >>> compare_rows(build_comparison("gpt2", 8, 1024, [a]))[0]["memory"]
       'exact 40.0 GiB'
     """
+    _check(comparison)
     rank = 0
     out = []
     for o in comparison.options:
@@ -164,7 +172,7 @@ def compare_header(comparison: Comparison) -> list[tuple[str, str]]:
       >>> dict(compare_header(build_comparison("gpt2", 8, 1024, [a])))["step"]
       'one global batch for every option: 8 x 1024 tokens (8,192 per step)'
     """
-    c = comparison
+    c = _check(comparison)
     facts = [("model", c.model),
              ("step", f"one global batch for every option: {c.batch} x {c.seq} tokens ({c.batch * c.seq:,} per step)"
               if c.batch is not None else f"each option's own batch: one sequence of {c.seq} tokens per device "
@@ -193,7 +201,7 @@ def compare_verdicts(comparison: Comparison) -> list[str]:
       >>> compare_verdicts(build_comparison("gpt2", 8, 1024, [a]))[:2]
       ['best: 1x8xH100 (fsdp=8), 4.1k tokens/s', 'smallest that fits: 1x8xH100 (8 devices)']
     """
-    c = comparison
+    c = _check(comparison)
     out = []
     best = c.best
     if best is None:
