@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import re
@@ -74,28 +75,34 @@ def _dask(tmp: Path) -> tuple[str, list[subprocess.Popen]]:
     return address, procs
 
 
-def bench_compare(model: str, clusters: str, dask: bool, timeout: float) -> None:
+def bench_compare(model: str, clusters: str, dask: bool, timeout: float, workdir: str | None) -> None:
     base = ["compare", "--model", model, "--clusters", clusters, "--json"]
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
+    rows: list[tuple[str, float, str]] = []
+
+    def done(name: str, t: float, status: str) -> None:
+        rows.append((name, t, status))
+        print(f"{name}: {t:.1f} s ({status})", flush=True)
+
+    with (contextlib.nullcontext(workdir) if workdir else tempfile.TemporaryDirectory(prefix="bench-compare-")) as tmp:
         env = {**os.environ, "MESHPLAN_CACHE_DIR": str(Path(tmp) / "cache"), "MESHPLAN_VERIFY": "1"}
         t0, out, err, rc = _cli([*base, "--no-verify"], env, timeout)
         assert rc == 0, err[-2000:]
-        rows.append(("--no-verify (baseline)", t0, _statuses(out)))
+        done("--no-verify (baseline)", t0, _statuses(out))
         t, out, err, rc = _cli([*base, "--verify", "3"], env, timeout)
         assert rc == 0, err[-2000:]
-        rows.append(("--verify 3, empty cache", t, _statuses(out)))
+        done("--verify 3, empty cache", t, _statuses(out))
         compiles = err.count("meshplan: compiling")
+        print(f"cold: {compiles} compiles", flush=True)
         t, out, err, rc = _cli([*base, "--verify", "3"], env, timeout)
         assert rc == 0, err[-2000:]
-        rows.append(("--verify 3, cached re-run", t, _statuses(out)))
+        done("--verify 3, cached re-run", t, _statuses(out))
         if dask:
             address, procs = _dask(Path(tmp))
             try:
                 env2 = {**env, "MESHPLAN_CACHE_DIR": str(Path(tmp) / "cache-dask")}
                 t, out, err, rc = _cli([*base, "--verify", "3", "--executor", address], env2, timeout)
                 assert rc == 0, err[-2000:]
-                rows.append((f"--verify 3 --executor (2 Dask workers), empty cache", t, _statuses(out)))
+                done("--verify 3 --executor (2 Dask workers), empty cache", t, _statuses(out))
             finally:
                 for p in procs:
                     p.terminate()
@@ -207,6 +214,7 @@ def main() -> int:
     parser.add_argument("--clusters", default="4x8xH100,8x8xH100,4x8xH200,v5p-128")
     parser.add_argument("--dask", action="store_true", help="also the cold run on a local two-worker Dask cluster")
     parser.add_argument("--timeout", type=float, default=3600.0, help="the most one CLI run may take")
+    parser.add_argument("--workdir", help="keep the caches here (default: a temporary directory, removed)")
     parser.add_argument("--tpu-profile", action="store_true")
     parser.add_argument("--layers", default="2,3,4,8,16,32")
     parser.add_argument("--tpu-hbm", action="store_true")
@@ -216,7 +224,7 @@ def main() -> int:
     elif args.tpu_profile:
         bench_tpu_profile([int(n) for n in args.layers.split(",")])
     else:
-        bench_compare(args.model, args.clusters, args.dask, args.timeout)
+        bench_compare(args.model, args.clusters, args.dask, args.timeout, args.workdir)
     return 0
 
 
