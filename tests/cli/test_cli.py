@@ -211,7 +211,8 @@ def test_plan_moe_dispatch_dropless_prices_the_routed_tokens_and_says_so(capsys)
 def test_plan_refuses_float8_on_a_device_without_fp8_units(capsys) -> None:
     args = ["plan", "--model", "gpt2", "--cluster", "8xA100", "--matmul-dtype", "float8", "--no-verify"]
     assert cli.main(args) == 1
-    assert "'A100-80GB' has no peak_fp8_flops. Devices with one: ['H100', 'H200']" in capsys.readouterr().err
+    assert ("'A100-80GB' has no peak_fp8_flops. Devices with one: ['B200', 'GB200', 'H100', 'H20', 'H200', 'H800', "
+            "'MI300X', 'MI325X', 'tpu7x']") in capsys.readouterr().err
     assert cli.main([*args, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["error"]["type"] == "PlanError"
     with pytest.raises(SystemExit) as info:  # argparse: not one of the choices
