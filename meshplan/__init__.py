@@ -42,6 +42,7 @@ from meshplan.pure import (
 from meshplan.pure.report import export_plan, logical_export, maxtext_settings
 from meshplan.pure.verify import PlanVerification, VerifyRow
 from meshplan.pure.xla import CompiledMemory
+from meshplan.pure.compare import CompareOption, Comparison
 
 __version__ = "0.1.0"
 
@@ -68,6 +69,7 @@ _FACADE = {
     "Measurement": "meshplan.facade._measure", "measure_plan": "meshplan.facade._measure",
     **dict.fromkeys(("ProfileSettings", "load_profile", "profile_machine", "save_profile"), "meshplan.facade._profile"),
     "live_cluster": "meshplan.facade._machine",
+    "compare_clusters": "meshplan.facade._compare", "dask_executor": "meshplan.facade.verify._executor",
 }
 
 __all__ = ["errors", *errors.__all__]
@@ -102,6 +104,8 @@ __all__ += ["PipelineStep", "pipeline_step"]
 # the hardware decides: time a plan's layouts on the live devices, profile the machine, price plans with it
 __all__ += ["Measurement", "ProfileSettings", "live_cluster", "load_profile", "measure_plan", "profile_machine",
             "save_profile"]
+# which cluster to rent: one model on several clusters, ranked; compiles on local workers or a Dask cluster
+__all__ += ["CompareOption", "Comparison", "compare_clusters", "dask_executor"]
 
 
 def __getattr__(name: str) -> Any:
@@ -123,7 +127,9 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from meshplan.facade._cpu import cpu_context, create_cpu_mesh, force_cpu, parse_mesh_from_string
     from meshplan.facade._distributed import barrier_sync, host_batch_slice, host_mesh_shape
     from meshplan.facade._logical import LogicalShardingRule, logical_names
+    from meshplan.facade._compare import compare_clusters
     from meshplan.facade._machine import live_cluster
+    from meshplan.facade.verify._executor import dask_executor
     from meshplan.facade._measure import Measurement, measure_plan
     from meshplan.facade._profile import ProfileSettings, load_profile, profile_machine, save_profile
     from meshplan.facade._mesh import calculate_host_mesh_shape, clear_mesh_cache, create_mesh, mesh_cache_info

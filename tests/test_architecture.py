@@ -50,13 +50,15 @@ def test_pure_module_never_touches_devices_or_the_facade(path: pathlib.Path) -> 
     assert not bad, f"{path.name} imports {sorted(bad)}; imports flow facade -> pure, never back"
 
 
-# --- layers inside pure: report -> verify -> search -> serve -> cost -> xla -> cluster -> presets -> rules -> specs
+# --- layers inside pure: report -> compare -> verify -> search -> serve -> cost -> xla -> cluster -> presets -> rules -> specs
 # -> mesh. (xla, the compiler-text parsers, sits below cost so that both cost and search may read it; it reads
 # neither. serve, the serving plans, reads cost's collective model; verify holds what a compiled plan is made of,
-# report everything a reader sees: both sit above the search.) Shared helpers sit below them all.
+# report everything a reader sees: both sit above the search; compare ranks several searches' answers.) Shared
+# helpers sit below them all.
 
 # A module may import its own layer and any layer after it in this list, never one before it.
-_LAYERS = ("report", "verify", "search", "serve", "cost", "xla", "cluster", "presets", "rules", "specs", "mesh")
+_LAYERS = ("report", "compare", "verify", "search", "serve", "cost", "xla", "cluster", "presets", "rules", "specs",
+           "mesh")
 _SHARED = {"meshplan.pure._types", "meshplan.pure._check", "meshplan.pure._format", "meshplan.pure._fields",
            "meshplan.pure.errors"}
 
@@ -109,6 +111,8 @@ def test_shared_pure_modules_import_no_layer(path: pathlib.Path) -> None:
     ("from meshplan.pure.cost._collective_time import collective_time\n", "cluster"),
     ("from meshplan.pure.serve._plan import plan_serving\n", "cost"),
     ("from meshplan.pure.report import serve_html\n", "serve"),
+    ("from meshplan.pure.compare._rank import rank_options\n", "search"),
+    ("from meshplan.pure.report._compare_svg import compare_svgs\n", "compare"),
 ])
 def test_the_layer_test_catches_an_upward_import(source: str, inside: str) -> None:
     # The check above must be able to fail: each of these imports points up from the layer ``inside``.

@@ -276,7 +276,11 @@ def clusters(*, devices: Sequence[str] | None = None, min_nodes: int = 1, max_no
     def build(t: tuple[str, int, int]) -> Cluster:
         name, hosts, slices = t
         spec = DEVICE_SPECS[name]
-        if spec.ici_scope != "slice":
+        if spec.ici_scope == "rack" and spec.domain_nodes is not None:
+            # An NVLink rack holds at most domain_nodes hosts: part of one rack, or several whole racks.
+            hosts = min(hosts, spec.domain_nodes)
+            slices = slices if hosts == spec.domain_nodes else 1
+        elif spec.ici_scope != "slice":
             slices = 1
         return Cluster(spec, num_nodes=hosts * slices, devices_per_node=spec.devices_per_node,
                        num_slices=slices)

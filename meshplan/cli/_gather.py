@@ -72,11 +72,17 @@ def _replace(report: PlanReport, **changes: Any) -> PlanReport:
 
 def _verify(result: SearchResult, spec: ModelSpec, args: argparse.Namespace) -> PlanVerification:
     """The top ``--verify K`` (default 3) meshes compiled: rows exact, estimates, removed or not verified."""
-    from meshplan.facade.verify import verify_plan  # lazily: the facade imports jax
+    import sys
+
+    from meshplan.facade.verify import resolve_executor, verify_plan  # lazily: the facade imports jax
 
     req = result.request
+    choice = resolve_executor(getattr(args, "executor", None), fallback=getattr(args, "executor_fallback", False))
+    if choice.note:
+        print(f"meshplan: {choice.note}", file=sys.stderr)
     return verify_plan(result, model=spec, top=args.verify or 3, target=args.target,
-                       config=reference_config(args, req.param_dtype), time_budget_s=args.verify_time)
+                       config=reference_config(args, req.param_dtype), time_budget_s=args.verify_time,
+                       executor=choice.executor)
 
 
 def _pipelines(result: SearchResult, spec: ModelSpec, args: argparse.Namespace, fixed: dict[str, int],

@@ -60,10 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
       >>> build_parser().parse_args(["cache", "info"]).action
       'info'
     """
-    from meshplan.cli import _cache, _check, _demo, _measure, _models, _plan, _profile, _serve, _show_mesh
+    from meshplan.cli import (_cache, _check, _compare, _demo, _measure, _models, _plan, _profile, _serve,
+                              _show_mesh)
 
     parser = Parser(prog="meshplan", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (_plan, _check, _serve, _show_mesh, _cache, _models, _demo, _measure, _profile):
+    for command in (_plan, _check, _compare, _serve, _show_mesh, _cache, _models, _demo, _measure, _profile):
         command.add_parser(sub)
     return parser

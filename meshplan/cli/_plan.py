@@ -112,6 +112,10 @@ def add_parser(sub: Any) -> None:
     plan.add_argument("--no-verify", action="store_true", help="show the estimates only; compile nothing")
     plan.add_argument("--verify-time", type=positive, default=300, metavar="S",
                       help="stop starting compiles after S seconds (default 300); the rest stay estimates")
+    plan.add_argument("--executor", metavar="ADDRESS",
+                      help="compile the verified meshes on the Dask cluster at ADDRESS (meshplan[dask]; default: "
+                           "local workers); --executor-fallback: local workers if it cannot be reached")
+    plan.add_argument("--executor-fallback", action="store_true", help=argparse.SUPPRESS)
     add_mem_fraction(plan)
     add_reference_flags(plan)
     plan.add_argument("--profile", metavar="FILE",

@@ -30,6 +30,8 @@ __all__ = [
     "BarrierTimeoutError",
     "ProfileError",
     "DeviceMismatchError",
+    "CompareError",
+    "ExecutorError",
 ]
 
 
@@ -141,3 +143,11 @@ class ProfileError(MeshplanError, ValueError):
 class DeviceMismatchError(MeshplanError, ValueError):
     """The live devices are not the ones a plan was made for (``measure`` on another machine): the message
     says what was found and what the plan expects."""
+class CompareError(PlanError):
+    """A cluster comparison's input is malformed: a cluster list item, a price, a token count, a ranking
+    criterion. The message names the bad item and what would be valid."""
+
+
+class ExecutorError(MeshplanError, RuntimeError):
+    """The compile executor (a Dask cluster given by address) cannot be reached or used; the message names
+    the address and the engine's own error."""

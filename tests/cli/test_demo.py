@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root: `python -m meshplan` runs this checkout
 
 
 def test_demo_estimate_equals_the_live_bytes_on_every_device() -> None:

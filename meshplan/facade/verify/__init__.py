@@ -22,6 +22,7 @@ from meshplan.facade.verify._compilers import (
     libtpu_available,
 )
 from meshplan.facade.verify._driver import Compile, compile_rows
+from meshplan.facade.verify._executor import dask_executor, resolve_executor
 from meshplan.facade.verify._gpu_targets import GPU_TARGETS_DIR, gpu_target_config, known_gpu_targets
 from meshplan.facade.verify._hlo import compiled_collectives
 from meshplan.facade.verify._jobs import CompileJob, reference_config
@@ -41,6 +42,6 @@ __all__ += ["PipelineStep", "ReferenceConfig", "ReferenceStep", "pipeline_step",
 __all__ += ["COMPILE_TARGETS", "GPU_TARGETS_DIR", "Compiler", "compiler_for", "compiler_version",
             "cuda_plugin_available", "cuda_plugin_problem", "deviceless_gpu_ready", "gpu_target_config", "installed_versions",
             "known_gpu_targets", "libtpu_available"]
-# verification: one driver (jobs -> cache -> workers -> rows) and its three callers
+# verification: one driver (jobs -> cache -> workers -> rows) and its three callers; workers local or on Dask
 __all__ += ["CacheInfo", "Compile", "CompileJob", "cache_dir", "cache_info", "check_layout", "clear_cache",
-            "compile_rows", "run_jobs", "verify_pipelines", "verify_plan"]
+            "compile_rows", "dask_executor", "resolve_executor", "run_jobs", "verify_pipelines", "verify_plan"]

@@ -20,7 +20,7 @@ import importlib.metadata
 import importlib.util
 import os
 
-from meshplan.facade.verify._gpu_targets import known_gpu_targets
+from meshplan.facade.verify._gpu_targets import ESTIMATE_ONLY, known_gpu_targets
 from meshplan.pure.cluster import Cluster
 from meshplan.pure.errors import PlanError
 
@@ -185,6 +185,8 @@ def compiler_for(cluster: Cluster, target: str = "auto") -> Compiler:
         if not libtpu_available():
             return Compiler("tpu", "XLA:TPU", "libtpu is not installed: pip install 'meshplan[tpu]' for exact figures")
         return Compiler("tpu", compiler_version("tpu"), None)
+    if cluster.device.name in ESTIMATE_ONLY:
+        return Compiler("gpu", "XLA:GPU", ESTIMATE_ONLY[cluster.device.name])
     problem = cuda_plugin_problem()
     if problem is not None:
         return Compiler("gpu", "XLA:GPU", f"{problem}, for exact figures with no GPU")

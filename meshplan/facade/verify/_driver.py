@@ -11,6 +11,7 @@ Progress goes to ``stream`` as each compile starts and ends.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 from collections.abc import Sequence
 from typing import TextIO
@@ -45,7 +46,8 @@ class Compile:
 
 
 def compile_rows(items: Sequence[Compile], *, compiler: str, stream: TextIO, cache: bool = True,
-                 timeout_s: float = 600.0, parallel: int | None = None) -> list[VerifyRow]:
+                 timeout_s: float = 600.0, parallel: int | None = None,
+                 executor: concurrent.futures.Executor | None = None) -> list[VerifyRow]:
     """Compile ``items`` (cache first, then workers side by side); one row per item, in order.
 
     Args:
@@ -55,6 +57,8 @@ def compile_rows(items: Sequence[Compile], *, compiler: str, stream: TextIO, cac
       cache: read and write the compile cache (:func:`~meshplan.facade.verify._cache.cache_dir`).
       timeout_s: the most one compile may take, worker start included.
       parallel: compiles side by side (default: one per core).
+      executor: run the compiles there (a Dask cluster's executor:
+        :func:`~meshplan.facade.verify.dask_executor`); the outcomes come back and are cached here.
 
     Returns:
       Each item's row: exact, over budget or not verified (a crash, a timeout: the reason).
@@ -84,7 +88,8 @@ def compile_rows(items: Sequence[Compile], *, compiler: str, stream: TextIO, cac
                      f"{outcome.seconds:.1f} s\n")
         stream.flush()
 
-    outcomes = run_jobs([items[i].job for i in todo], parallel=parallel, timeout_s=timeout_s, on_done=done)
+    outcomes = run_jobs([items[i].job for i in todo], parallel=parallel, timeout_s=timeout_s, on_done=done,
+                        executor=executor)
     for i, outcome in zip(todo, outcomes, strict=True):
         rows[i] = _row(items[i], outcome, compiler, cached=False)
         if cache:

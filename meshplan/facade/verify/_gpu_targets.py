@@ -20,10 +20,27 @@ from pathlib import Path
 from meshplan.pure.cluster._devices import DeviceSpec
 from meshplan.pure.errors import ClusterError
 
-__all__ = ["GPU_TARGETS_DIR", "gpu_target_config", "known_gpu_targets"]
+__all__ = ["ESTIMATE_ONLY", "GPU_TARGETS_DIR", "gpu_target_config", "known_gpu_targets"]
 
 GPU_TARGETS_DIR = Path(__file__).with_name("gpu_targets")
 """Where the shipped ``<name>.txtpb`` target descriptions live (package data)."""
+
+
+ESTIMATE_ONLY = {
+    "H800": ("NVIDIA publishes no H800 device figures (its SM count, the memory its driver reports) to write a "
+             "compile target from; it is H100 silicon with cut NVLink, so an H100 compile of the same layout is a "
+             "close proxy, not its figure"),
+    "H20": ("NVIDIA publishes no H20 device figures (its SM count, the memory its driver reports) to write a "
+            "compile target from"),
+    "GB200": ("no public device query of a GB200 GPU (its SM count, the memory its driver reports) to write a "
+              "compile target from; the B200 description is the same die at another power and memory size, not "
+              "its figure"),
+    "MI300X": ("AMD GPUs compile with jax's ROCm plugin, which meshplan does not install; XLA's deviceless "
+               "target descriptions are read by the CUDA plugin, and a deviceless ROCm compile is untested"),
+    "MI325X": ("AMD GPUs compile with jax's ROCm plugin, which meshplan does not install; XLA's deviceless "
+               "target descriptions are read by the CUDA plugin, and a deviceless ROCm compile is untested"),
+}
+"""Catalogue GPUs with no shipped target description, each with why its rows stay estimates."""
 
 
 def known_gpu_targets() -> tuple[str, ...]:
@@ -31,7 +48,7 @@ def known_gpu_targets() -> tuple[str, ...]:
 
     Example:
       >>> known_gpu_targets()
-      ('A100-80GB', 'H100', 'H200')
+      ('A100-80GB', 'B200', 'H100', 'H200')
     """
     return tuple(sorted(p.stem for p in GPU_TARGETS_DIR.glob("*.txtpb")))
 

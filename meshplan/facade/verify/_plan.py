@@ -52,7 +52,8 @@ def _job(cand: MeshCandidate, result: SearchResult, spec: ModelSpec, config: Ref
 
 def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target: str = "auto",
                 config: Any = None, time_budget_s: float = 300.0, timeout_s: float = 600.0,
-                parallel: int | None = None, cache: bool = True, stream: TextIO | None = None) -> PlanVerification:
+                parallel: int | None = None, cache: bool = True, stream: TextIO | None = None,
+                executor: Any = None) -> PlanVerification:
     """Compile the reference step of a plan's top meshes; drop those whose compiled peak is over the budget.
 
     Args:
@@ -68,6 +69,9 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
       parallel: compiles side by side (default: one per core).
       cache: read and write the compile cache (:func:`meshplan.facade.verify.cache_dir`).
       stream: progress lines (default stderr).
+      executor: where the compiles run: ``None`` (this machine's worker pool) or a
+        ``concurrent.futures.Executor`` (a Dask cluster's: :func:`~meshplan.facade.verify.dask_executor`).
+        Outcomes come back here and are cached here.
 
     Returns:
       A :class:`PlanVerification`; with no compiler installed for the target, every row is an estimate
@@ -134,7 +138,7 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
                          f"compiling the reference step of {model.name} on {ranked[i].text} (rank {ranked[i].rank}) "
                          f"for {req.cluster.text}") for i in want]
         compiled = compile_rows(items, compiler=compiler.name, stream=out, cache=cache, parallel=parallel,
-                                timeout_s=min(timeout_s, max(left, 1.0)))
+                                timeout_s=min(timeout_s, max(left, 1.0)), executor=executor)
         decided.update(zip(want, compiled, strict=True))
     every = [decided.get(i, row) for i, row in enumerate(estimates)]
     shown = tuple(r for r in every if r.status != "over budget")

@@ -3,13 +3,18 @@
 A :class:`Cluster` says how many :class:`~meshplan.pure.DeviceSpec`
 devices there are and how they are grouped; :func:`parse_cluster` reads the
 short forms people type: ``"8x8xH100"``, ``"2xH200"``, ``"v5p-256"``,
-``"2xv5e-256"``.
+``"2xv5e-256"``, ``"tpu7x-128"``, ``"GB200-NVL72"``, ``"2xGB200-NVL72"``.
 
 Two groupings matter and they differ between GPUs and TPUs:
 
-- a *node* (host) is one machine: 8 GPUs, 4 TPU v4/v5p chips, 8 v5e/v6e chips;
+- a *node* (host) is one machine: 8 GPUs, 4 GB200 GPUs, 4 TPU v4/v5p chips,
+  8 v5e/v6e chips, 8 TPU7x devices (4 chips of 2);
 - the *ICI domain* is the set of devices joined by the fast link: the node for
-  GPUs (NVLink ends at the node), the whole slice for TPUs (ICI spans hosts).
+  most GPUs (NVLink ends at the node), the whole slice for TPUs (ICI spans
+  hosts), and for a GB200 NVL72 the whole rack: 18 hosts of 4 GPUs joined by
+  NVLink switches. A rack is a "slice" of a GPU cluster: ``num_slices`` counts
+  the NVLink domains, the network joins them, and tp/fsdp/ep may span the 18
+  hosts of one domain at NVLink speed.
 
 The mesh search splits every mesh into an ICI part of size
 :attr:`Cluster.ici_domain_size` and a DCN part of size
@@ -46,10 +51,11 @@ MAX_DEVICES = 2**22
 class _TpuNaming:
     """How one TPU generation's accelerator-type names count devices."""
 
-    cores_per_name_unit: int  # v4/v5p names count TensorCores (2 per chip); v5e/v6e count chips
+    cores_per_name_unit: int  # v4/v5p/TPU7x names count TensorCores (2 per chip); v5e/v6e count chips
     small_chip_counts: tuple[int, ...]  # allowed slice sizes below one full "block"
     block_chips: int  # larger slices are multiples of this
     max_chips: int  # the largest single slice
+    devices_per_chip: int = 1  # jax devices per chip: 2 on TPU7x (each chiplet's TensorCore), else 1
 
 
 # Sources (cloud.google.com/tpu/docs/...): "types-topologies": v2-v4 names count TensorCores
@@ -58,12 +64,17 @@ class _TpuNaming:
 # "v$VERSION-$CHIP_COUNT" (v5e's API spelling is "v5litepod-N") with slices of 1, 4, 8, ..., 256
 # chips. v4/v5p topologies AxBxC have each dim <= 4 or a multiple of 4, giving 4, 8, 16, 32 chips
 # or a multiple of 64 (a 4x4x4 cube). Largest single slice: v4 4096 chips (a pod), v5p 6144 chips
-# (16x16x24), v5e/v6e 256 chips (2D 16x16 pod).
+# (16x16x24), v5e/v6e 256 chips (2D 16x16 pod). TPU7x (cloud.google.com/tpu/docs/tpu7x): "tpu7x-N"
+# counts TensorCores, and each of a chip's two TensorCores is its own jax device, so tpu7x-128 is 64
+# chips (4x4x4) and 128 devices; slices of 1, 4, 8, 16, 32 chips or a multiple of 64 up to the 9,216-chip
+# pod (AXLearn's and MaxText's accelerator tables list the same shapes: tpu7x-8 = 2x2x1, tpu7x-16 =
+# 2x2x2, tpu7x-128 = 4x4x4).
 _TPU_NAMING: Mapping[str, _TpuNaming] = types.MappingProxyType({
     "v4": _TpuNaming(2, (4, 8, 16, 32), 64, 4096),
     "v5p": _TpuNaming(2, (4, 8, 16, 32), 64, 6144),
     "v5e": _TpuNaming(1, (1, 4, 8, 16, 32, 64, 128), 256, 256),
     "v6e": _TpuNaming(1, (1, 4, 8, 16, 32, 64, 128), 256, 256),
+    "tpu7x": _TpuNaming(2, (1, 4, 8, 16, 32), 64, 9216, devices_per_chip=2),
 })
 
 
@@ -117,6 +128,13 @@ class Cluster:
         if not type_errors and not value_errors and self.num_nodes % self.num_slices:
             value_errors.append(f"num_nodes={self.num_nodes} must split evenly into "
                                 f"num_slices={self.num_slices}")
+        if (not type_errors and not value_errors and self.device.ici_scope == "rack"
+                and self.device.domain_nodes is not None
+                and self.num_nodes // self.num_slices > self.device.domain_nodes):
+            value_errors.append(
+                f"{self.num_nodes // self.num_slices} hosts per NVLink domain: one {self.device.name} domain "
+                f"joins at most domain_nodes={self.device.domain_nodes} hosts; {self.num_nodes} hosts need "
+                f"num_slices={-(-self.num_nodes // self.device.domain_nodes)} (one per domain) or more")
         if not type_errors and not value_errors and self.num_nodes * self.devices_per_node > MAX_DEVICES:
             # The search factors the device count and prices every mesh: an
             # absurd count must be refused at once, not computed for hours.
@@ -154,8 +172,8 @@ class Cluster:
 
     @property
     def ici_domain_size(self) -> int:
-        """Devices joined by the fast link: a node for GPUs, a slice for TPUs."""
-        return self.devices_per_slice if self.device.ici_scope == "slice" else self.devices_per_node
+        """Devices joined by the fast link: a node for GPUs, a slice for TPUs, an NVLink rack for GB200."""
+        return self.devices_per_slice if self.device.ici_scope in ("slice", "rack") else self.devices_per_node
 
     @property
     def num_ici_domains(self) -> int:
@@ -164,8 +182,9 @@ class Cluster:
 
     @property
     def ici_domain_name(self) -> str:
-        """What one fast domain is called: ``"node"`` for GPUs, ``"slice"`` for TPUs."""
-        return "slice" if self.device.ici_scope == "slice" else "node"
+        """What one fast domain is called: ``"node"`` for GPUs, ``"slice"`` for TPUs, ``"NVLink domain"``
+        for a rack of GPUs joined by NVLink switches (GB200 NVL72)."""
+        return {"slice": "slice", "rack": "NVLink domain"}.get(self.device.ici_scope, "node")
 
     def device_infos(self) -> tuple[DeviceInfo, ...]:
         """Plain descriptions of the cluster's devices, numbered as jax numbers real ones.
@@ -179,9 +198,11 @@ class Cluster:
           [(0, 0, 0), (4, 1, 1)]
         """
         tpu = self.device.ici_scope == "slice"
+        # An NVLink rack is a slice of GPUs: its devices are numbered domain by domain, as TPU slices are.
+        sliced = self.device.ici_scope in ("slice", "rack")
         return tuple(
             DeviceInfo(i, process_index=i // self.devices_per_node,
-                       slice_index=i // self.devices_per_slice if tpu else None,
+                       slice_index=i // self.devices_per_slice if sliced else None,
                        platform="tpu" if tpu else "gpu")
             for i in range(self.num_devices)
         )
@@ -222,12 +243,19 @@ class Cluster:
         clusters (built by hand) get the node form, which parse_cluster refuses.
         """
         naming = _TPU_NAMING.get(self.device.name)
-        chips = self.devices_per_slice
-        # Only the shipped TPU specs have slice names; a custom spec called "v5p" keeps the node form.
-        shipped = naming is not None and self.device == DEVICE_SPECS[self.device.name]
-        if (naming is not None and shipped and _chips_ok(naming, chips)
-                and _tpu_host_split(self.device, chips) == (self.nodes_per_slice, self.devices_per_node)):
-            base = f"{self.device.name}-{chips * naming.cores_per_name_unit}"
+        shipped = self.device.name in DEVICE_SPECS and self.device == DEVICE_SPECS[self.device.name]
+        if naming is not None and self.devices_per_slice % naming.devices_per_chip == 0:
+            chips = self.devices_per_slice // naming.devices_per_chip
+            # Only the shipped TPU specs have slice names; a custom spec called "v5p" keeps the node form.
+            if (shipped and _chips_ok(naming, chips)
+                    and _tpu_host_split(self.device, self.devices_per_slice)
+                    == (self.nodes_per_slice, self.devices_per_node)):
+                base = f"{self.device.name}-{chips * naming.cores_per_name_unit}"
+                return base if self.num_slices == 1 else f"{self.num_slices}x{base}"
+        rack = self.device.domain_nodes
+        if (shipped and rack is not None and self.nodes_per_slice == rack
+                and self.devices_per_node == self.device.devices_per_node):
+            base = f"{self.device.name}-NVL{rack * self.devices_per_node}"
             return base if self.num_slices == 1 else f"{self.num_slices}x{base}"
         return f"{self.num_nodes}x{self.devices_per_node}x{self.device.name}"
 
@@ -257,20 +285,22 @@ class Cluster:
                 f"{self.devices_per_node}{slices}, {fmt_bytes(self.hbm_bytes, style='exact')} HBM each)")
 
 
-def _tpu_host_split(device: DeviceSpec, chips: int) -> tuple[int, int]:
-    """(hosts, chips per host) of one slice: sub-host slices sit on one host."""
+def _tpu_host_split(device: DeviceSpec, devices: int) -> tuple[int, int]:
+    """(hosts, devices per host) of one slice of ``devices`` devices: sub-host slices sit on one host."""
     per_host = device.devices_per_node
-    if chips <= per_host:
-        return 1, chips
-    return chips // per_host, per_host
+    if devices <= per_host:
+        return 1, devices
+    return devices // per_host, per_host
 
 
-_TPU_RE = re.compile(r"^(?:(?P<slices>\d+)x)?(?P<gen>v4|v5p|v5e|v5litepod|v6e)-(?P<count>\d+)$")
+_TPU_RE = re.compile(r"^(?:(?P<slices>\d+)x)?(?P<gen>v4|v5p|v5e|v5litepod|v6e|tpu7x|v7x)-(?P<count>\d+)$")
+_RACK_RE = re.compile(r"^(?:(?P<racks>\d+)x)?(?P<dev>[a-z][a-z0-9_.]*)-nvl(?P<gpus>\d+)$")
 _GPU_RE = re.compile(r"^(?:(?P<a>\d+)x)?(?:(?P<b>\d+)x)?(?P<dev>[a-z][a-z0-9_.-]*)$")
 
 _FORMS = ("'<nodes>x<devices_per_node>x<DEVICE>' (e.g. '8x8xH100'), '<nodes>x<DEVICE>' "
           "(e.g. '2xH200', default devices per node), '<DEVICE>' (one node), "
-          "'[<slices>x]<tpu>-<N>' (e.g. 'v5p-256', '2xv5e-256', 'v5litepod-16')")
+          "'[<slices>x]<tpu>-<N>' (e.g. 'v5p-256', '2xv5e-256', 'v5litepod-16', 'tpu7x-128'), "
+          "'[<racks>x]GB200-NVL72' (one or more 72-GPU NVLink racks)")
 
 
 def _device_table(devices: Any) -> Mapping[str, DeviceSpec]:
@@ -316,7 +346,12 @@ def parse_cluster(text: str, *, devices: Mapping[str, DeviceSpec] | None = None)
       v5e (API name ``v5litepod-N``) and v6e names count chips, so
       ``v5e-256`` is 256 chips on 32 hosts of 8. Slices smaller than a host
       (``v5e-4``) sit on one host;
-    - ``"2xv5p-256"``: two such slices joined by DCN (multislice).
+    - ``"tpu7x-128"``: a TPU7x slice; the name counts TensorCores, each its own
+      jax device (two per chip), so 128 devices on 64 chips, 16 hosts of 8;
+    - ``"2xv5p-256"``: two such slices joined by DCN (multislice);
+    - ``"GB200-NVL72"``, ``"2xGB200-NVL72"``: GB200 racks, each 18 hosts of 4
+      GPUs in one NVLink domain; the node form (``"8x4xGB200"``) puts up to 18
+      hosts in one domain and more in whole racks of 18.
 
     Args:
       text: the description.
@@ -334,7 +369,7 @@ def parse_cluster(text: str, *, devices: Mapping[str, DeviceSpec] | None = None)
 
     Example:
       >>> parse_cluster("v5p-256")
-      Cluster('v5p-256': 128 devices, 32 nodes x 4, 95 GiB HBM each)
+      Cluster('v5p-256': 128 devices, 32 nodes x 4, 102.803 GB HBM each)
       >>> parse_cluster("2xH200").num_devices
       16
     """
@@ -346,6 +381,9 @@ def parse_cluster(text: str, *, devices: Mapping[str, DeviceSpec] | None = None)
     tpu = _TPU_RE.match(compact) if table is DEVICE_SPECS else None
     if tpu:
         return _parse_tpu(text, tpu)
+    rack = _RACK_RE.match(compact)
+    if rack:
+        return _parse_rack(text, rack, table)
     gpu = _GPU_RE.match(compact)
     if not gpu:
         raise ClusterError(f"cannot read cluster {text!r}; valid forms: {_FORMS}.")
@@ -360,11 +398,41 @@ def parse_cluster(text: str, *, devices: Mapping[str, DeviceSpec] | None = None)
         nodes, per_node = _count(text, "nodes", gpu["a"]), device.devices_per_node
     else:
         nodes, per_node = 1, device.devices_per_node
-    return Cluster(device, num_nodes=nodes, devices_per_node=per_node)
+    return Cluster(device, num_nodes=nodes, devices_per_node=per_node, num_slices=_domains(text, device, nodes))
+
+
+def _domains(text: str, device: DeviceSpec, nodes: int) -> int:
+    """NVLink domains of a rack-scoped GPU written in the node form: one up to ``domain_nodes`` hosts, else
+    whole racks (1 for every other GPU)."""
+    rack = device.domain_nodes
+    if device.ici_scope != "rack" or rack is None or nodes <= rack:
+        return 1
+    if nodes % rack:
+        raise ClusterError(f"{text!r}: {nodes} {device.name} hosts do not fill whole NVLink racks of {rack} hosts; "
+                           f"use up to {rack} hosts (one domain) or a multiple of {rack}, e.g. "
+                           f"'{2 * rack}x{device.devices_per_node}x{device.name}' or "
+                           f"'2x{device.name}-NVL{rack * device.devices_per_node}'.")
+    return nodes // rack
+
+
+def _parse_rack(text: str, match: re.Match[str], table: Mapping[str, DeviceSpec]) -> Cluster:
+    device = _lookup_device(match["dev"], table)
+    rack, per_node = device.domain_nodes, device.devices_per_node
+    if device.ici_scope != "rack" or rack is None:
+        raise ClusterError(f"{text!r}: {device.name} has no multi-host NVLink domain (its NVLink ends at the "
+                           f"node); write e.g. '4x{per_node}x{device.name}'. Rack forms exist for "
+                           f"{sorted(n for n, d in table.items() if d.ici_scope == 'rack')}.")
+    racks = 1 if match["racks"] is None else _count(text, "racks", match["racks"])
+    gpus = _count(text, "NVLink domain size", match["gpus"])
+    if gpus != rack * per_node:
+        raise ClusterError(f"{text!r}: a {device.name} NVLink rack holds {rack * per_node} GPUs "
+                           f"({rack} hosts x {per_node}); write '{device.name}-NVL{rack * per_node}', or the node "
+                           f"form ('8x{per_node}x{device.name}') for part of a rack.")
+    return Cluster(device, num_nodes=racks * rack, devices_per_node=per_node, num_slices=racks)
 
 
 def _parse_tpu(text: str, match: re.Match[str]) -> Cluster:
-    gen = "v5e" if match["gen"] == "v5litepod" else match["gen"]
+    gen = {"v5litepod": "v5e", "v7x": "tpu7x"}.get(match["gen"], match["gen"])
     naming = _TPU_NAMING[gen]
     device = DEVICE_SPECS[gen]
     slices = 1 if match["slices"] is None else _count(text, "slices", match["slices"])
@@ -379,5 +447,5 @@ def _parse_tpu(text: str, match: re.Match[str]) -> Cluster:
         note = " (the name counts 2 TensorCores per chip)" if unit == "TensorCores" else ""
         raise ClusterError(f"{text!r}: no {gen} slice has {size}; valid slices have "
                            f"{_allowed_chips(naming)}{note}.")
-    hosts, per_host = _tpu_host_split(device, chips)
+    hosts, per_host = _tpu_host_split(device, chips * naming.devices_per_chip)
     return Cluster(device, num_nodes=hosts * slices, devices_per_node=per_host, num_slices=slices)

@@ -8,7 +8,10 @@ against them. This module only names the slice: the shapes are MaxText's
 ``(2, 2, 1)``, wrapped from 64 chips; ``v5e-256`` -> ``v5e:16x16``, wrapped on
 the first two dims). v4/v5p slices of 64 chips or more are 4x4x4 blocks
 arranged as the most cubic box (smallest largest side, then largest smallest
-side), which reproduces every entry of that table.
+side), which reproduces every entry of that table. TPU7x slices take the same
+chip grids (AXLearn's table: ``tpu7x-128`` -> ``tpu7x:4x4x4``, ``"default"``
+chip config: each of a chip's two TensorCores is a device, so the topology has
+twice as many devices as chips).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from meshplan.pure.cluster._cluster import Cluster
 __all__ = ["TpuTopology", "tpu_topology"]
 
 # libtpu's generation prefix in topology names.
-_PREFIX = {"v4": "v4", "v5p": "v5", "v5e": "v5e", "v6e": "v6e"}
+_PREFIX = {"v4": "v4", "v5p": "v5", "v5e": "v5e", "v6e": "v6e", "tpu7x": "tpu7x"}
 _SMALL_3D = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4)}
 _GRID_2D = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16), 256: (16, 16)}
 
@@ -37,7 +40,8 @@ class TpuTopology:
       chips_per_host_bounds: the chip grid of one host.
       num_slices: slices joined by DCN.
       wrap: torus wrap-around per grid dimension.
-      chips_per_slice: chips (= jax devices) in one slice.
+      chips_per_slice: chips in one slice.
+      devices_per_chip: jax devices per chip (2 on TPU7x, else 1).
 
     Example:
       >>> from meshplan.pure.cluster import parse_cluster
@@ -51,6 +55,7 @@ class TpuTopology:
     num_slices: int
     wrap: tuple[bool, bool, bool]
     chips_per_slice: int
+    devices_per_chip: int = 1
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -60,7 +65,7 @@ class TpuTopology:
     @property
     def num_devices(self) -> int:
         """Devices over all slices."""
-        return self.chips_per_slice * self.num_slices
+        return self.chips_per_slice * self.devices_per_chip * self.num_slices
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``get_topology_desc`` (with ``platform="tpu"``)."""
@@ -117,7 +122,11 @@ def tpu_topology(cluster: Cluster) -> TpuTopology:
     if prefix is None or cluster.device.ici_scope != "slice":
         raise ClusterError(f"cluster {cluster.text!r} ({gen}) is not a TPU cluster; AOT topologies exist for "
                            f"{sorted(_PREFIX)}.")
-    chips = cluster.devices_per_slice
+    per_chip = 2 if prefix == "tpu7x" else 1
+    chips = cluster.devices_per_slice // per_chip
+    if chips * per_chip != cluster.devices_per_slice:
+        raise ClusterError(f"cluster {cluster.text!r}: {cluster.devices_per_slice} devices per slice is not a whole "
+                           f"number of {gen} chips ({per_chip} devices each).")
     wrap: tuple[bool, bool, bool]
     if prefix in ("v5e", "v6e"):
         grid2 = _GRID_2D.get(chips)
@@ -129,7 +138,9 @@ def tpu_topology(cluster: Cluster) -> TpuTopology:
         bounds = (1, 1, 1) if chips == 1 else (2, 2, 1)
         config = "default"
     else:
-        if chips in _SMALL_3D:
+        if prefix == "tpu7x" and chips == 1:
+            grid = (1, 1, 1)
+        elif chips in _SMALL_3D:
             grid = _SMALL_3D[chips]
         elif chips % 64 == 0:
             grid = tuple(4 * d for d in _cubic_blocks(chips // 64))
@@ -139,5 +150,8 @@ def tpu_topology(cluster: Cluster) -> TpuTopology:
         wrap = (True, True, True) if chips >= 64 else (False, False, False)
         bounds = (2, 2, 1)
         config = "megacore"
+        if prefix == "tpu7x":
+            bounds = (1, 1, 1) if chips == 1 else bounds
+            config = "default"  # each TensorCore its own device: no megacore
     name = f"{prefix}:" + "x".join(str(d) for d in grid)
-    return TpuTopology(name, config, bounds, cluster.num_slices, wrap, chips)
+    return TpuTopology(name, config, bounds, cluster.num_slices, wrap, chips, per_chip)

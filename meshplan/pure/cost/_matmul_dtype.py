@@ -89,8 +89,8 @@ def fp8_peak(device: DeviceSpec, matmul_dtype: str) -> float | None:
       Traceback (most recent call last):
       ...
       meshplan.pure.errors.PlanError: matmul_dtype='float8' needs a device with FP8 matmul units: 'v5p' has no \
-peak_fp8_flops. Devices with one: ['H100', 'H200']; use matmul_dtype='bfloat16' there, or give the device its \
-dense FP8 peak (DeviceSpec(..., peak_fp8_flops=...)).
+peak_fp8_flops. Devices with one: ['B200', 'GB200', 'H100', 'H20', 'H200', 'H800', 'MI300X', 'MI325X', 'tpu7x']; \
+use matmul_dtype='bfloat16' there, or give the device its dense FP8 peak (DeviceSpec(..., peak_fp8_flops=...)).
     """
     if not isinstance(device, DeviceSpec):
         raise MeshplanTypeError(f"device={device!r:.80} must be a DeviceSpec, not {type(device).__name__}.")

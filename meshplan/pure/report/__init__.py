@@ -7,9 +7,14 @@ pipeline layouts and theirs); the terminal, :func:`plan_markdown`, :func:`plan_h
 notebook. The exports turn the best mesh into a flax logical-axis table or MaxText settings
 (:func:`export_plan`, :func:`logical_export`, :func:`maxtext_settings`). A serving plan
 (:func:`meshplan.pure.serve.plan_serving`) has its own facts and renderers here too (:func:`serve_markdown`,
-:func:`serve_html`), and :func:`show` displays it as well.
+:func:`serve_html`), and :func:`show` displays it as well; so does a cluster comparison (:func:`compare_markdown`,
+:func:`compare_html`, :func:`compare_svgs`).
 """
 
+from meshplan.pure.report._compare_facts import COMPARE_COLUMNS, CompareColumn, compare_header, compare_rows
+from meshplan.pure.report._compare_html import compare_html
+from meshplan.pure.report._compare_markdown import compare_markdown
+from meshplan.pure.report._compare_svg import compare_svgs
 from meshplan.pure.report._export import (
     EXPORT_FORMATS,
     MAXTEXT_AXIS_MAP,
@@ -42,3 +47,6 @@ __all__ += ["EXPORT_FORMATS", "MAXTEXT_AXIS_MAP", "MAXTEXT_MESH_AXES", "LogicalE
 # A serving plan's facts and renderers.
 __all__ += ["SERVE_COLUMNS", "ServeColumn", "serve_header", "serve_headline", "serve_html", "serve_markdown",
             "serve_notes", "serve_rows", "step_text"]
+# A cluster comparison's facts, markdown, HTML and plots.
+__all__ += ["COMPARE_COLUMNS", "CompareColumn", "compare_header", "compare_html", "compare_markdown", "compare_rows",
+            "compare_svgs"]

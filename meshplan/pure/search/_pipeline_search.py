@@ -107,12 +107,13 @@ def _stage_model(spec: ModelSpec, pp: int) -> ModelSpec:
 def _placements(clus: Cluster, num_layers: int) -> list[tuple[int, str, Cluster, Link]]:
     """``(pp, "dcn" | "ici", stage cluster, boundary link)``: over the network first, then inside a node."""
     tpu = clus.device.ici_scope == "slice"
+    sliced = clus.device.ici_scope in ("slice", "rack")  # stages over the network: between slices / NVLink racks
     out = []
-    domains = clus.num_slices if tpu else clus.num_nodes
+    domains = clus.num_slices if sliced else clus.num_nodes
     for pp in divisors(domains):
         if 2 <= pp <= num_layers:
             sub = Cluster(clus.device, clus.num_nodes // pp, clus.devices_per_node,
-                          clus.num_slices // pp if tpu else clus.num_slices)
+                          clus.num_slices // pp if sliced else clus.num_slices)
             out.append((pp, "dcn", sub, clus.inter_link))
     if not tpu and clus.num_slices == 1:
         for pp in divisors(clus.devices_per_node):

@@ -663,6 +663,8 @@ def _fitting_cluster(search: _Search, batch_given: bool) -> Cluster | None:
     c = req.cluster
     for f in _SCALES:
         slices = c.num_slices * f if c.device.ici_scope == "slice" else c.num_slices
+        if c.device.ici_scope == "rack" and c.device.domain_nodes is not None:  # whole NVLink racks past one
+            slices = max(1, -(-c.num_nodes * f // c.device.domain_nodes))
         try:
             bigger = dataclasses.replace(c, num_nodes=c.num_nodes * f, num_slices=slices)
         except ClusterError:  # beyond MAX_DEVICES: no larger cluster to suggest

@@ -43,7 +43,7 @@ def mesh_count(n: int) -> str:
 
 
 def unit(cluster: Cluster) -> str:
-    return "node" if cluster.device.ici_scope == "node" else "slice"
+    return cluster.ici_domain_name
 
 
 def axis_problem(axis: str, v: int, req: SearchRequest, model: ModelSpec) -> str | None:

@@ -16,8 +16,9 @@ from meshplan.pure.cluster._devices import DEVICE_SPECS, DeviceSpec
 from meshplan.pure.errors import ClusterError, MeshplanTypeError
 
 GB, GIB = 10**9, 2**30
-GPUS = ("H100", "H200", "A100-80GB")
-TPUS = ("v4", "v5e", "v5p", "v6e")
+GPUS = ("H100", "H200", "H800", "H20", "A100-80GB", "B200", "MI300X", "MI325X")  # NVLink / fabric ends at the node
+RACKS = ("GB200",)  # NVLink joins a rack of hosts
+TPUS = ("v4", "v5e", "v5p", "v6e", "tpu7x")
 
 
 def _custom(**overrides: object) -> DeviceSpec:
@@ -34,10 +35,12 @@ def test_device_table_has_the_published_hbm_sizes() -> None:
     assert DEVICE_SPECS["H100"].hbm_bytes == 80 * GB
     assert DEVICE_SPECS["H200"].hbm_bytes == 141 * GB
     assert DEVICE_SPECS["A100-80GB"].hbm_bytes == 80 * GB
-    assert DEVICE_SPECS["v4"].hbm_bytes == 32 * GIB
-    assert DEVICE_SPECS["v5e"].hbm_bytes == 16 * GB
-    assert DEVICE_SPECS["v5p"].hbm_bytes == 95 * GIB
-    assert DEVICE_SPECS["v6e"].hbm_bytes == 32 * GB
+    assert DEVICE_SPECS["B200"].hbm_bytes == 1440 * GB // 8  # DGX B200: 1,440 GB over 8 GPUs
+    # TPUs: what libtpu lets a program use (tests/facade/test_tpu_hbm.py compiles it), under the docs' capacity.
+    assert DEVICE_SPECS["v4"].hbm_bytes < 32 * GIB
+    assert DEVICE_SPECS["v5e"].hbm_bytes < 16 * GIB
+    assert DEVICE_SPECS["v5p"].hbm_bytes > 95 * GIB
+    assert 32 * GB < DEVICE_SPECS["v6e"].hbm_bytes < 32 * GIB
 
 
 def test_nvlink_figures_are_one_direction_halves_of_the_bidirectional_totals() -> None:
@@ -53,8 +56,8 @@ def test_fp8_peaks_are_the_dense_halves_of_the_sparse_datasheet_figures() -> Non
     # H100 / H200 SXM: "3,958 TFLOPS" FP8 with sparsity, so 1,979 dense.
     for name in ("H100", "H200"):
         assert DEVICE_SPECS[name].peak_fp8_flops == 3958e12 / 2
-    # A100 has no FP8 tensor cores; the TPU datasheets give int8, not fp8.
-    assert {DEVICE_SPECS[t].peak_fp8_flops for t in ("A100-80GB", *TPUS)} == {None}
+    # A100 has no FP8 tensor cores; the TPU datasheets before TPU7x give int8, not fp8.
+    assert {DEVICE_SPECS[t].peak_fp8_flops for t in ("A100-80GB", *TPUS) if t != "tpu7x"} == {None}
 
 
 @given(st.floats(1e9, 1e18), st.floats(1e9, 1e18))
@@ -72,8 +75,9 @@ def test_a_device_dict_from_before_fp8_peaks_still_loads() -> None:
 
 def test_hbm_bandwidths_are_the_datasheet_peaks() -> None:
     # NVIDIA datasheets (SXM parts) and the Cloud TPU system-architecture tables, bytes per second.
-    expected = {"H100": 3.35e12, "H200": 4.8e12, "A100-80GB": 2.039e12, "v4": 1.2e12, "v5e": 819e9,
-                "v5p": 2.765e12, "v6e": 1.64e12}
+    expected = {"H100": 3.35e12, "H200": 4.8e12, "H800": 3.35e12, "H20": 4.0e12, "A100-80GB": 2.039e12,
+                "B200": 8e12, "GB200": 8e12, "MI300X": 5.3e12, "MI325X": 6e12, "v4": 1.2e12, "v5e": 819e9,
+                "v5p": 2.765e12, "v6e": 1.64e12, "tpu7x": 7.38e12 / 2}
     assert {name: spec.hbm_bandwidth for name, spec in DEVICE_SPECS.items()} == expected
 
 
@@ -94,7 +98,9 @@ def test_every_device_has_a_faster_fast_link_than_network() -> None:
 
 def test_gpus_end_ici_at_the_node_and_tpus_at_the_slice() -> None:
     assert {DEVICE_SPECS[g].ici_scope for g in GPUS} == {"node"}
+    assert {DEVICE_SPECS[r].ici_scope for r in RACKS} == {"rack"}
     assert {DEVICE_SPECS[t].ici_scope for t in TPUS} == {"slice"}
+    assert set(GPUS) | set(RACKS) | set(TPUS) == set(DEVICE_SPECS)
 
 
 def test_device_table_keys_match_names_and_cannot_be_mutated() -> None:
@@ -125,7 +131,9 @@ def test_device_links_are_cost_model_links() -> None:
         ({"peak_fp8_flops": 2e15}, ClusterError, "peak_fp8_flops=2e\\+15 needs peak_bf16_flops"),
         ({"hbm_bandwidth": 0.0}, ClusterError, "hbm_bandwidth"),
         ({"hbm_bandwidth": "3e12"}, MeshplanTypeError, "hbm_bandwidth"),
-        ({"ici_scope": "rack"}, ClusterError, "ici_scope"),
+        ({"ici_scope": "pod"}, ClusterError, "ici_scope"),
+        ({"ici_scope": "rack"}, ClusterError, "needs domain_nodes"),
+        ({"domain_nodes": 18}, ClusterError, "only read with ici_scope='rack'"),
         ({"name": ""}, ClusterError, "name"),
         ({"name": 3}, MeshplanTypeError, "name"),
     ],
@@ -248,8 +256,12 @@ def test_v5p_256_is_128_chips_on_32_hosts_and_v5e_256_is_256_chips() -> None:
         ("v6e-2", "1, 4, 8"),
         ("v4-16384", "4096"),
         ("2xv5p", "slice name"),
-        ("8x8xB200", "known devices"),
+        ("8x8xB300", "known devices"),
         ("8x8xh10", "H100"),
+        ("20x4xGB200", "whole NVLink racks"),
+        ("GB200-NVL36", "holds 72 GPUs"),
+        ("H100-NVL8", "no multi-host NVLink domain"),
+        ("tpu7x-6", "3 chips"),
     ],
 )
 def test_parse_cluster_rejects_bad_text_with_a_helpful_message(text: str, fragment: str) -> None:
@@ -259,7 +271,7 @@ def test_parse_cluster_rejects_bad_text_with_a_helpful_message(text: str, fragme
 
 def test_unknown_device_error_lists_every_known_device() -> None:
     with pytest.raises(ClusterError) as info:
-        parse_cluster("2xMI300X")
+        parse_cluster("2xMI400X")
     for name in DEVICE_SPECS:
         assert name in str(info.value)
 
@@ -311,6 +323,8 @@ def test_gpu_cluster_text_round_trips(device: str, nodes: int, per_node: int) ->
 
 @given(st.sampled_from(sorted(DEVICE_SPECS)), st.integers(1, 64), st.integers(1, 8))
 def test_cluster_survives_a_json_round_trip(device: str, nodes: int, slices: int) -> None:
+    rack = DEVICE_SPECS[device].domain_nodes
+    nodes = nodes if rack is None else min(nodes, rack)  # an NVLink domain holds at most its rack's hosts
     c = Cluster(DEVICE_SPECS[device], num_nodes=nodes * slices, devices_per_node=4, num_slices=slices)
     again = Cluster.from_dict(json.loads(json.dumps(c.to_dict())))
     assert again == c

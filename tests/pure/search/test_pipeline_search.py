@@ -123,7 +123,7 @@ def test_a_model_with_fewer_layers_than_devices_per_node_gets_no_deeper_pipeline
 # --- Published schedules: ZeRO over dp, DualPipe ------------------------------------------------------------------
 
 from meshplan.pure.cost._estimates import MemoryBreakdown  # noqa: E402
-from meshplan.pure.search._pipeline_search import _zero_state, price_pipeline  # noqa: E402
+from meshplan.pure.search._pipeline_search import _zero_state  # noqa: E402
 
 _sizes = st.integers(0, 10**12)
 
