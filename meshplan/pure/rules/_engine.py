@@ -294,8 +294,8 @@ def _plan_by_shape(rule: Rule, facts: TreeFacts, sizes: Mapping[str, int], ids: 
         for entry in failures.values():
             entry[2] = 0
         for uid, count in collections.Counter(ids).items():
-            if (entry := failures.get(key_of.get(uid))) is not None:
-                entry[2] += count
+            if (refused := failures.get(key_of.get(uid))) is not None:
+                refused[2] += count
     return _lookup(decision_of, ids), _lookup(spec_of, ids), id(None) in decision_of
 
 
