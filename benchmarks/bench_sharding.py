@@ -23,7 +23,8 @@ Run: ``python benchmarks/bench_sharding.py`` (8 simulated CPU devices).
    garbage collector runs as in a user's program (nothing frozen), and each
    result is dropped before the next call (one row keeps it, and runs the
    young collection it is due inside its timing). Goal: <= 2. ``--cpu``: the
-   same rows in this process's CPU time (steadier on a loaded machine).
+   same rows in this process's CPU time (steadier on a loaded machine);
+   ``--gc``: how many full collections ran during each row's calls.
 """
 
 from __future__ import annotations
@@ -191,13 +192,15 @@ def deepseek_rows(rounds: int) -> list[tuple[str, float, float]]:
     return [(f"{leaves} leaves: plan_tree {label}", statistics.median(t), base) for label, t in times.items()]
 
 
-def facade_rows(best: int, clock: Callable[[], float] = time.perf_counter) -> list[tuple[str, float, float]]:
+def facade_rows(best: int, clock: Callable[[], float] = time.perf_counter,
+                collections: dict[str, int] | None = None) -> list[tuple[str, float, float]]:
     """The public planners on DeepSeek-V3 with one leaf per expert: ``AutoShardingRule(mesh=mesh,
     min_shard_size=1024)``, ``MemoryConstrainedShardingRule(512 MiB, mesh=mesh)`` (each built per call, as users
     write it), ``MeshPartitionHelper(mesh).plan(tree).specs``, the pure ``plan_tree(tree, AutoRule(), sizes).specs``
     the first binds, and the first again with its specs kept. Each row is its own block of rounds, floor and call
     alternating: its best call against the best floor of its block, timed by ``clock`` (``time.process_time``:
-    this process's CPU time, which a loaded machine's neighbours move less than the wall clock)."""
+    this process's CPU time, which a loaded machine's neighbours move less than the wall clock). ``collections``,
+    if given, gets per row the full collections that ran during its calls."""
     from meshplan.pure.presets import MODEL_SPECS, build_params
 
     tree = build_params(MODEL_SPECS["deepseek-v3"], unstack_experts=True)
@@ -220,6 +223,11 @@ def facade_rows(best: int, clock: Callable[[], float] = time.perf_counter) -> li
 
     cases["AutoShardingRule.apply, specs kept"] = keep
     rows = []
+    full = [0]  # full collections while a row's calls ran (--gc)
+
+    def count_full(phase: str, info: dict) -> None:
+        full[0] += phase == "start" and info["generation"] == 2
+
     for label, fn in cases.items():  # one block per row: a row's garbage is not left to the next row's timing
         fn()  # warm: first calls fill jax's and meshplan's one-off caches
         gc.collect()  # a settled heap, as after a model is built; not frozen: collections cost what they cost users
@@ -229,10 +237,16 @@ def facade_rows(best: int, clock: Callable[[], float] = time.perf_counter) -> li
             jax.tree_util.tree_map(lambda x: None, tree)
             floor.append(clock() - start)
             start = clock()
+            if collections is not None:
+                gc.callbacks.append(count_full)
             fn()
+            if collections is not None:
+                gc.callbacks.remove(count_full)
             times.append(clock() - start)
         kept[0] = None
         rows.append((label, min(times), min(floor)))
+        if collections is not None:
+            collections[label], full[0] = full[0], 0
     return rows
 
 
@@ -243,15 +257,19 @@ def main() -> None:
     parser.add_argument("--facade", action="store_true", help="only the DeepSeek-V3 rows through the facade")
     parser.add_argument("--best-of", type=int, default=5, help="rounds for the facade rows (best of)")
     parser.add_argument("--cpu", action="store_true", help="facade rows in this process's CPU time, not wall time")
+    parser.add_argument("--gc", action="store_true", help="count the full collections during each facade row's calls")
     args = parser.parse_args()
     if args.deepseek:
         print_table("DeepSeek-V3, one leaf per expert: plan_tree (median of alternating rounds)",
                     deepseek_rows(args.rounds), "one tree_map (median)")
     if args.deepseek or args.facade:
         clock = time.process_time if args.cpu else time.perf_counter
+        counted: dict[str, int] | None = {} if args.gc else None
         print_table(f"DeepSeek-V3, 45,395 leaves, as users call it (best of {args.best_of}{', CPU time' * args.cpu}; "
-                    "GC not frozen; floor: tree_map(lambda x: None, tree))", facade_rows(args.best_of, clock),
+                    "GC not frozen; floor: tree_map(lambda x: None, tree))", facade_rows(args.best_of, clock, counted),
                     "floor (best)")
+        for label, n in (counted or {}).items():
+            print(f"{label}: {n} full collections in {args.best_of} calls")
         return
     mesh = jax.make_mesh((2, 4), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
     print_table("meshplan spec planning (8 CPU devices)", planning_rows(mesh), "one tree_map")
