@@ -26,11 +26,12 @@ from typing import Any
 
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 
-from meshplan.facade._context import require_mesh, x64_enabled
+from meshplan.facade._context import require_mesh
+from meshplan.facade._planning import plan_live
 from meshplan.facade._rules import AxisSizes, _MeshRule, _sizes_of
 from meshplan.pure.rules._base import Rule
 from meshplan.pure.rules._conventions import normalize_path
-from meshplan.pure.rules._engine import Plan, plan_tree
+from meshplan.pure.rules._engine import Plan
 from meshplan.pure.rules._logical import (
     LogicalNames,
     LogicalRule,
@@ -176,7 +177,7 @@ class LogicalShardingRule(_MeshRule):
         if sizes is None:
             mesh = require_mesh(None, type(self).__name__)  # raises NoMeshError: there is none
             sizes = {} if mesh is None else _sizes_of(mesh)
-        return plan_tree(pytree, self.rule_for(pytree), sizes, x64=x64_enabled())
+        return plan_live(pytree, self.rule_for(pytree), sizes)
 
     def _pure(self, pytree: Any, **options: Any) -> tuple[Rule, AxisSizes | None]:
         # The composite asks each rule for its pure form; ours depends on the tree's metadata.

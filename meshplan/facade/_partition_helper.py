@@ -23,9 +23,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from meshplan.facade._context import x64_enabled
+from meshplan.facade._planning import plan_live
 from meshplan.pure.errors import MeshplanTypeError, SpecError
 from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
-from meshplan.pure.rules._engine import Plan, plan_tree
+from meshplan.pure.rules._engine import Plan
 from meshplan.pure.rules._suggest import (
     SuggestRule,
     analyze_pytree,
@@ -162,7 +163,7 @@ class MeshPartitionHelper:
           >>> MeshPartitionHelper(mesh).plan({"b": np.zeros(8)}).explain("b")
           'b: (8,) float64 -> P() [suggest] 8 elements < min_shard_size=1024; replicated'
         """
-        return plan_tree(pytree, SuggestRule(min_shard_size), self.axis_sizes, x64=x64_enabled())
+        return plan_live(pytree, SuggestRule(min_shard_size), self.axis_sizes)
 
     def auto_shard_pytree(self, pytree: Any, min_shard_size: int = DEFAULT_MIN_SHARD_SIZE) -> Any:
         """Plan ``pytree`` and place all its arrays with one ``jax.device_put``.

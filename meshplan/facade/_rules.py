@@ -35,11 +35,12 @@ from typing import Any
 from jax.sharding import AbstractMesh, Mesh
 
 from meshplan.facade._context import current_mesh, require_mesh, x64_enabled
+from meshplan.facade._planning import plan_live
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._auto import AutoRule
 from meshplan.pure.rules._base import Rule, select_axes
 from meshplan.pure.rules._composite import CompositeRule
-from meshplan.pure.rules._engine import Plan, plan_from_specs, plan_tree
+from meshplan.pure.rules._engine import Plan, plan_from_specs
 from meshplan.pure.rules._memory import MemoryRule
 from meshplan.pure.rules._replay import PlanRule
 from meshplan.pure.rules._shape import ShapePatternRule
@@ -137,10 +138,10 @@ class _MeshRule(ShardingRule):
         sizes = self._axis_sizes()
         if sizes is None:
             if not self.needs_mesh:
-                return plan_tree(pytree, self._meshless_rule(), {}, x64=x64_enabled())
+                return plan_live(pytree, self._meshless_rule(), {})
             mesh = require_mesh(None, type(self).__name__)  # raises NoMeshError: there is none
             sizes = {} if mesh is None else _sizes_of(mesh)
-        return plan_tree(pytree, self.pure_rule, sizes, x64=x64_enabled())
+        return plan_live(pytree, self.pure_rule, sizes)
 
     def apply(self, pytree: Any) -> Any:
         """The spec tree for ``pytree`` (same structure, a PartitionSpec per array leaf)."""
@@ -382,7 +383,7 @@ class CompositeShardingRule(ShardingRule):
         if sizes is None:
             mesh = current_mesh()
             sizes = {} if mesh is None else _sizes_of(mesh)
-        return plan_tree(pytree, rule, sizes, x64=x64_enabled())
+        return plan_live(pytree, rule, sizes)
 
     def __repr__(self) -> str:
         return f"CompositeShardingRule({', '.join(map(repr, self.rules))})"

@@ -27,6 +27,7 @@ the error lists every refused leaf as it always has.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import operator
@@ -223,36 +224,16 @@ def plan_tree(tree: PyTree, rule: Rule, axis_sizes: Mapping[str, int], *, x64: b
     shape_only = is_shape_only(rule)
     facts = tree_facts(tree, x64=x64)
     infos = facts.infos
-    # Leaves are matched to answers by the identity of their LeafInfo:
-    # tree_facts shares one LeafInfo between equal array leaves, so a 50k-leaf
-    # tree has a few dozen distinct ones, and id() lookups in C-level map()
-    # calls cost a fraction of a Python loop. (None, the non-array marker, is
-    # one object too.)
+    # Leaves are matched to answers by the identity of their LeafInfo: tree_facts shares one between
+    # equal array leaves (a 50k-leaf tree has a few dozen), and id() lookups in C-level map() calls
+    # cost a fraction of a Python loop. (None, the non-array marker, is one object too.)
     ids = list(map(id, infos))
-    decision_of: dict[int, Decision | None] = {}
-    spec_of: dict[int, Any] = {}
     failures: dict[Hashable, _Failure] = {}
     has_non_arrays = False
     decisions: Sequence[Decision | None]
     specs: Sequence[Any]
     if shape_only:
-        by_key: dict[Any, tuple[Decision | None, PartitionSpec]] = {}
-        for uid in dict.fromkeys(ids):
-            i = ids.index(uid)  # the first leaf with this info, named in messages
-            info = infos[i]
-            if info is None:
-                has_non_arrays = True
-                decision_of[uid], spec_of[uid] = None, None
-                continue
-            # Equal infos built separately (boxes, scalars) share one answer.
-            key = (info.shape, info.dtype)
-            if key not in by_key:
-                by_key[key] = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), key, failures)
-            decision_of[uid], spec_of[uid] = by_key[key]
-        decisions = _lookup(decision_of, ids)
-        specs = _lookup(spec_of, ids)
-        for failed, entry in failures.items():
-            entry[2] = sum(1 for x in infos if x is not None and (x.shape, x.dtype) == failed)
+        decisions, specs, has_non_arrays = _plan_by_shape(rule, facts, sizes, ids, failures)
     elif (by_template := _plan_by_template(rule, facts, sizes, ids)) is not None:
         decisions, specs, has_non_arrays = by_template
     else:
@@ -286,6 +267,36 @@ def _lookup(table: dict[Any, Any], ids: Sequence[Hashable]) -> tuple[Any, ...]:
         return tuple(table[i] for i in ids)
     found: tuple[Any, ...] = operator.itemgetter(*ids)(table)
     return found
+
+
+def _plan_by_shape(rule: Rule, facts: TreeFacts, sizes: Mapping[str, int], ids: list[int],
+                   failures: dict[Hashable, _Failure]) -> tuple[tuple[Decision | None, ...], tuple[Any, ...], bool]:
+    """Decisions and specs per leaf, asking ``rule`` once per distinct (shape, dtype), and whether the
+    tree has non-array leaves; refusals go to ``failures`` with the number of leaves sharing each."""
+    infos = facts.infos
+    by_key: dict[Any, tuple[Decision | None, PartitionSpec]] = {}
+    decision_of: dict[int, Decision | None] = {}
+    spec_of: dict[int, Any] = {}
+    key_of: dict[int, Any] = {}
+    i = 0
+    for uid in dict.fromkeys(ids):  # in the order of their first leaves, so each search goes on from the last
+        i = ids.index(uid, i)  # the first leaf with this info (named in messages): one pass in all
+        info = infos[i]
+        if info is None:
+            decision_of[uid], spec_of[uid] = None, None
+            continue
+        # Equal infos built separately (boxes, scalars) share one answer.
+        key = key_of[uid] = (info.shape, info.dtype)
+        if key not in by_key:
+            by_key[key] = _decide(rule, LeafContext(info.shape, info.dtype, sizes, i, facts), key, failures)
+        decision_of[uid], spec_of[uid] = by_key[key]
+    if failures:  # how many leaves share each refused (shape, dtype), in one pass
+        for entry in failures.values():
+            entry[2] = 0
+        for uid, count in collections.Counter(ids).items():
+            if (refused := failures.get(key_of.get(uid))) is not None:
+                refused[2] += count
+    return _lookup(decision_of, ids), _lookup(spec_of, ids), id(None) in decision_of
 
 
 def _plan_by_template(rule: Rule, facts: TreeFacts, sizes: Mapping[str, int], ids: list[int]
