@@ -103,6 +103,7 @@ def pipeline_problem(spec: Any, cand: Any, batch: int, config: Any) -> str | Non
 
 def _row(cand: MeshCandidate, budget: int, status: str, **figures: Any) -> VerifyRow:
     pipe = cand.pipeline
+    assert pipe is not None  # a pipeline search's candidates all carry their pipeline
     return VerifyRow(mesh=cand.text, rank=cand.rank, analytic_bytes=cand.memory.total, budget_bytes=budget,
                      target="", status=status, micro_batches=pipe.micro_batches, schedule=_schedule_text(pipe),
                      **figures)
@@ -180,10 +181,12 @@ def verify_pipelines(found: Any, result: SearchResult, *, model: ModelSpec | Non
             rows[i] = _row(cand, budget, "not verified", error=f"not verified: {why}")
             out.write(f"meshplan: pipeline {cand.text}: {rows[i].summary()}\n")
             continue
-        v, schedule, note = compiled_schedule(cand.pipeline)
+        pipe = cand.pipeline
+        assert pipe is not None  # a pipeline search's candidates all carry their pipeline
+        v, schedule, note = compiled_schedule(pipe)
         job = CompileJob(model, req.cluster, tuple(cand.axis_names), tuple(cand.axis_sizes), tuple(cand.dcn_shape),
                          None, batch=req.batch, seq=req.seq, config=config, target=target,
-                         pipeline=(cand.pipeline.micro_batches, v))
+                         pipeline=(pipe.micro_batches, v))
         items[i] = Compile(job, _row(cand, budget, "estimate"), f"pipeline {cand.text}",
                            f"compiling the pipelined step of {model.name} on {cand.text} ({schedule}) for "
                            f"{req.cluster.text}", compiled_schedule=schedule, note=note)

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from meshplan.pure._check import as_choice, as_flag
 from meshplan.pure.errors import PlanError
@@ -64,6 +64,7 @@ from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.cost._placement import BATCH_AXES, AxisPlacement, Pending, StepKind, local_batch
 from meshplan.pure.cost._slice_reshard import slice_reshard
 from meshplan.pure.cost._tp_lowering import TP_BACKENDS, LayerLowering, StepLowering, lowering
+from meshplan.pure.presets._spec import ModelSpec
 from meshplan.pure.specs._activation import ActivationLayout, activation_layout
 
 __all__ = ["RECOMPUTING", "activation_bytes", "activation_terms", "step_activations"]
@@ -75,7 +76,7 @@ _Add: TypeAlias = Callable[[str, StepKind, str | tuple[str, ...], int, int], Non
 """``add(what, kind, axis or axes, nbytes, calls)``: one collective of the step, added unless it has no calls."""
 
 
-def _column_projections(model: Any, tp: int) -> tuple[int, int]:
+def _column_projections(model: ModelSpec, tp: int) -> tuple[int, int]:
     """Column-parallel projections per layer that read a block input, (attention, MLP): their input
     gradients are summed over tp. K and V count where tp splits their heads, also over a subgroup
     (``gcd(tp, kv_heads) > 1``: XLA splits them that far and replicates the rest)."""
@@ -85,7 +86,7 @@ def _column_projections(model: Any, tp: int) -> tuple[int, int]:
     return (0 if model.mla is not None else 1 + kv), 2  # MLA: its down projections are whole over tp
 
 
-def _fused_qkv_permutes(model: Any, tp: int) -> tuple[int, ...] | None:
+def _fused_qkv_permutes(model: ModelSpec, tp: int) -> tuple[int, ...] | None:
     """The collective-permutes (widths along ``3h``) that reshard GPT-2's ``jnp.split(qkv, 3)`` per pass.
 
     The plan splits the fused ``c_attn`` weight ``(h, 3h)`` over tp on its outputs in contiguous blocks
@@ -130,7 +131,7 @@ def _bwd_gathers(row: LayerLowering, *, alone: bool, kv_part: bool, fused: bool)
     return row.gathers.bwd
 
 
-def _layer_counts(low: StepLowering, model: Any, tp: int, r: int, *, alone: bool, kv_part: bool,
+def _layer_counts(low: StepLowering, model: ModelSpec, tp: int, r: int, *, alone: bool, kv_part: bool,
                   fused_bwd: bool) -> tuple[int, int]:
     """The ``X``-sized sums and gathers of every layer of one step, as ``low`` counts them."""
     moe = model.num_moe_layers
@@ -147,7 +148,7 @@ def _layer_counts(low: StepLowering, model: Any, tp: int, r: int, *, alone: bool
     return sums, gathers
 
 
-def _tp_terms(add: _Add, low: StepLowering, model: Any, sizes: Mapping[str, int], *, b: int, s: int, itemsize: int,
+def _tp_terms(add: _Add, low: StepLowering, model: ModelSpec, sizes: Mapping[str, int], *, b: int, s: int, itemsize: int,
               recompute: bool, again: bool, residual_split: bool, dispatch: MoeDispatch) -> None:
     """The tp collectives of one step, added in the order a plan lists them (see the module docstring)."""
     tp, ep, fsdp = (sizes.get(a, 1) for a in ("tp", "ep", "fsdp"))
@@ -168,7 +169,7 @@ def _tp_terms(add: _Add, low: StepLowering, model: Any, sizes: Mapping[str, int]
     head_sum = 1 if vocab and not low.head_grad_f32 else 0
     add(f"tp {kind} of activations (row-parallel outputs, column-parallel input grads"
         f"{', recompute' if recompute else ''})", kind, "tp", x, sums + head_sum)
-    if low.latent_sums is not None:
+    if low.latent_sums is not None and model.mla is not None:  # MLA's latents: only a model with MLA has them
         dims = model.mla
         latent = b * s * (dims.q_lora_rank + dims.kv_lora_rank + dims.qk_rope_head_dim) * itemsize
         add("tp all-reduce of MLA's latents (q_a / kv_a outputs fwd + recompute, input grads bwd)",
@@ -265,7 +266,7 @@ def _fused_qkv_terms(add: _Add, fused: tuple[int, ...], *, b: int, s: int, tp: i
 
 
 def activation_terms(
-    model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
+    model: ModelSpec, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
     remat: str = "full", residual_split: bool = True, backend: str = "tpu", capacity_factor: float = CAPACITY_FACTOR,
     moe_dispatch: str = "einsum",
 ) -> list[Pending]:
@@ -323,7 +324,7 @@ def activation_terms(
         if low.sp_dk_f32:
             # XLA:GPU sums K's gradient over sp in fp32, the dtype of the fp32 scores it comes from, and V's in
             # the activation dtype (read from llama fsdp=2 x sp=4's HLO, attention's op_names: per layer
-            # f32[b,kv,seq,hd] and bf16[b,kv,hd,seq] reduce-scatters; was 0.746 of its reduce-scatter bytes).
+            # f32[b,kv,seq,hd] and bf16[b,kv,hd,seq] reduce-scatters).
             add("sp reduce-scatter of dV (bwd)", "reduce-scatter", "sp", nbytes // 2, model.num_layers)
             add(f"sp reduce-scatter of dK (bwd, {low.label}, f32)", "reduce-scatter", "sp", b * seq * kv_local * 4,
                 model.num_layers)
@@ -341,7 +342,7 @@ def activation_terms(
     return out
 
 
-def step_activations(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int,
+def step_activations(model: ModelSpec, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int,
                      residual_split: bool = True) -> ActivationLayout:
     """The batch, residual-stream and logits specs the activation memory is charged for.
 
@@ -357,7 +358,7 @@ def step_activations(model: Any, sizes: Mapping[str, int], *, batch: int, seq: i
 
 
 def activation_bytes(
-    model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int, param_bytes: int
+    model: ModelSpec, sizes: Mapping[str, int], *, batch: int, seq: int, itemsize: int, param_bytes: int
 ) -> int:
     """Approximate activation and workspace bytes per device (see the module docstring).
 

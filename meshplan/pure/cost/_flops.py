@@ -93,6 +93,7 @@ from meshplan.pure._check import as_count
 from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import build_params
+from meshplan.pure.presets._spec import ModelSpec
 from meshplan.pure.rules import DEFAULT_MIN_SHARD_SIZE
 
 __all__ = ["DEFAULT_EFFICIENCY", "ELEMENTWISE", "RECOMPUTE", "LayerFlops", "StepFlops", "default_efficiency", "layer_flops",
@@ -233,7 +234,7 @@ def tp_replicated_splits(out: int, hidden: int, *, tokens: int, tp: int, fsdp: i
     return (tp * batch_shards if split else batch_shards), grad
 
 
-def fsdp_read(model: Any, tp: int, fsdp: int) -> int:
+def fsdp_read(model: ModelSpec, tp: int, fsdp: int) -> int:
     """The fsdp size as far as :func:`step_flops` of ``model`` depends on it: ``fsdp`` when it divides
     ``tp > 1`` and the model has tp-replicated weights (MLA, a router; their split can then land on a
     batch shard's tp devices, :func:`tp_replicated_splits`), else 1 (the same FLOPs as with fsdp's
@@ -261,7 +262,7 @@ def _replicated(out: int, hidden: int, tp: int, place: tuple[int, int, int], out
     return w * (n // forward - 1), w * (tp - 1), w * (n // grad - 1)
 
 
-def _attention_weights(model: Any, tp: int, shards: int, place: tuple[int, int, int]
+def _attention_weights(model: ModelSpec, tp: int, shards: int, place: tuple[int, int, int]
                        ) -> tuple[int, tuple[int, int, int], int, int]:
     """(matmul weights of one attention block, extra copies the tp shards repeat (forward, input gradient,
     weight gradient), qk dim, v dim per head); ``place`` = (tokens, fsdp, batch shards)."""
@@ -274,8 +275,8 @@ def _attention_weights(model: Any, tp: int, shards: int, place: tuple[int, int, 
         up = mla.q_lora_rank * n * mla.qk_head_dim + mla.kv_lora_rank * n * (mla.qk_nope_head_dim + mla.v_head_dim)
         if not mla.q_lora_rank:  # DeepSeek-V2-Lite: one q_proj, split over tp by heads like q_b_proj
             up += h * n * mla.qk_head_dim
-        q, kv = _replicated(downs[0], h, tp, place, out_norm=True), _replicated(downs[1], h, tp, place)
-        extra = (q[0] + kv[0], q[1] + kv[1], q[2] + kv[2])
+        q_rep, kv_rep = _replicated(downs[0], h, tp, place, out_norm=True), _replicated(downs[1], h, tp, place)
+        extra = (q_rep[0] + kv_rep[0], q_rep[1] + kv_rep[1], q_rep[2] + kv_rep[2])
         return h * sum(downs) + up + n * mla.v_head_dim * h, extra, mla.qk_head_dim, mla.v_head_dim
     # K and V split over tp only as far as whole KV heads go: gcd(tp, kv_heads) ways, each
     # part repeated on the tp / gcd shards of a head (measured: 2 KV heads, tp=4).
@@ -285,7 +286,7 @@ def _attention_weights(model: Any, tp: int, shards: int, place: tuple[int, int, 
     return total, (copies, copies, grad), model.head_dim, model.head_dim
 
 
-def layer_flops(model: Any, *, moe_layer: bool, batch: int, seq: int, attention: str = "flash",
+def layer_flops(model: ModelSpec, *, moe_layer: bool, batch: int, seq: int, attention: str = "flash",
                 capacity_factor: float = CAPACITY_FACTOR, tp: int = 1, shards: int = 1, fsdp: int = 1,
                 dp: int = 1, moe_dispatch: str = "einsum") -> LayerFlops:
     """Forward FLOPs of one layer of ``model`` for ``batch`` sequences of ``seq`` tokens (see the module docstring).
@@ -368,7 +369,7 @@ class StepFlops:
         return self.model + self.recompute + self.overhead
 
 
-def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, remat: str = "full",
+def step_flops(model: ModelSpec, sizes: Mapping[str, int], *, batch: int, seq: int, remat: str = "full",
                attention: str = "flash", capacity_factor: float = CAPACITY_FACTOR,
                moe_dispatch: str = "einsum") -> StepFlops:
     """FLOPs of one training step of ``model`` on a mesh of ``sizes`` (see the module docstring).
@@ -448,7 +449,7 @@ def step_flops(model: Any, sizes: Mapping[str, int], *, batch: int, seq: int, re
                      elementwise, weights, weight_fwd, weights / layers - weight_fwd)
 
 
-def _elementwise(model: Any, sizes: Mapping[str, int], n: int, batch: int, seq: int, rerun: float) -> float:
+def _elementwise(model: ModelSpec, sizes: Mapping[str, int], n: int, batch: int, seq: int, rerun: float) -> float:
     """Elementwise FLOPs of one step on one device (:data:`ELEMENTWISE`, the module docstring)."""
     per_param, per_hidden, per_width, per_score = ELEMENTWISE[model.family if model.family in ("gpt2", "gemma")
                                                               else "gated"]
@@ -465,7 +466,7 @@ def _elementwise(model: Any, sizes: Mapping[str, int], n: int, batch: int, seq: 
 
 
 @functools.lru_cache(maxsize=64)
-def _param_count(model: Any) -> int:
+def _param_count(model: ModelSpec) -> int:
     """Parameters of a spec without a published total (the shapes ``build_params`` gives)."""
     return sum(math.prod(leaf.shape) for leaf in _leaves(build_params(model)))
 

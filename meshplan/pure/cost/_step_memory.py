@@ -76,7 +76,7 @@ it was fitted on."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from meshplan.pure._check import as_count, as_real, canonical_axis_sizes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
@@ -159,9 +159,9 @@ class Calibration:
 # x remat x plain/flash); score_buffers (the fp32 scores and their bf16 probabilities), lane_pad, the flash
 # kernel's buffers and the per-choice MoE slot tensor are structural, read off XLA's buffers live at the peak
 # (at the step XLA's live-range report names, which is not always the fullest: docs/design-notes.md);
-# head_buffers is the 2026-11-22 value (no row of the grid peaks where it matters); gathered_layers refitted
-# 2026-11-23 (the same 12 rows) when a layer's share stopped including the embedding and head. The update
-# (2026-11-23): full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8 (8 x 1024) peak at arguments +
+# head_buffers is the CPU/GPU grid's value (no row of the TPU grid peaks where it matters); gathered_layers is
+# fitted to the same 12 rows, a layer's share of the gathered bytes excluding the embedding and head. The update:
+# full-size Llama-3-8B on v5p-8 fsdp=4 (4 x 2048) and v6e-8 fsdp=8 (8 x 1024) peak at arguments +
 # gradients + 0.6 / 0.4 GiB: XLA:TPU updates the moments in place, so update_leaf is bounded by those rows (at
 # most 0.34 / 0.48 copies of the 1.75 / 0.88 GiB fp32 leaf), not identified by them (the backward phase is their
 # peak); 0.96 x the state priced them at 1.75x.
@@ -177,26 +177,26 @@ CALIBRATIONS: dict[str, Calibration] = {
     # and v6e. "tpu" is the v6e fit, also for generations with no compiled grid (v4, v5e).
     "tpu": _TPU_V6E,
     "tpu-v6e": _TPU_V6E,
-    # v5p (2026-11-23, session 4): structural, read off the buffers live at XLA's peak on the v5p-16
+    # v5p: structural, read off the buffers live at XLA's peak on the v5p-16
     # 32 x 1024 rows: the flash kernel's q/k/v/o copies and 128-lane row statistics are device buffers
     # there (flash_buffers 1, against v6e's 0.5), the remat-full backward holds the fp32 scores and bf16
     # probabilities (work_scores 1.5) and one fp32 routing tensor (b, s, experts, capacity) apart from
     # them (work_routing 1, where pricing it with the scores counted 1.39 x top_k); none_scale and
     # work_layers fitted (least squares on log ratio) to the 48 v5p-16 rows at 32 x 1024 (in-sample);
     # logits, head, gathered and update coefficients are v6e's (no v5p row identifies them). Held out:
-    # v5p-16 at 32 x 2048 and the full-size v5p rows. (Session 5: at 32 x 2048 XLA holds two fp32 routing
-    # tensors where work_routing prices one; no plan fact found decides one vs two, see docs/design-notes.md.)
+    # v5p-16 at 32 x 2048 and the full-size v5p rows. (At 32 x 2048 XLA holds two fp32 routing tensors where
+    # work_routing prices one; no plan fact found decides one vs two, see docs/design-notes.md.)
     "tpu-v5p": dataclasses.replace(
         _TPU_V6E, source="XLA:TPU v5p-16 (libtpu 0.0.42.1 AOT) peak_memory_in_bytes of the reference steps at "
                          "32 x 1024, 2026-11-23", none_scale=1.67, work_layers=0.29, work_scores=1.5,
         flash_buffers=1.0, work_routing=1.0),
-    # CPU: gathered_layers refitted 2026-11-23 on the seq 256 rows when a layer's share of the gathered
-    # bytes stopped including the embedding and head (LayerDims.layer_share).
+    # CPU: gathered_layers fitted on the seq 256 rows, a layer's share of the gathered bytes excluding the
+    # embedding and head (LayerDims.layer_share).
     "cpu": Calibration("XLA:CPU (jax 0.10.2, 8 devices) argument + output - alias + temp of the reference "
                        "steps, 2026-11-22",
                        none_scale=2.91, score_buffers=2.67, work_layers=3.37, work_scores=2.27, logits_buffers=2.0,
                        head_buffers=2.5, gathered_layers=2.47, gathered_itemsize=4, update_state=0.75),
-    # GPU update (2026-11-23): two fp32 copies of the largest stacked leaf (the new moments written before
+    # GPU update: two fp32 copies of the largest stacked leaf (the new moments written before
     # the old are released), fitted to the full-size H200 rows (Llama-3-8B 2 x 4096: 2.06 copies at the
     # peak; Mixtral-8x7B/2L 4 x 2048 1.30x before); the 4-layer rows never peak in the update.
     "gpu": Calibration("XLA:GPU H200 (jax 0.11.2, one device) peak_memory_in_bytes of the reference steps, "
@@ -295,7 +295,7 @@ class LayerDims:
                 dispatch.routing(self.top_k) * self.moe_layers / self.layers)
 
 
-def layer_dims(model: Any, *, capacity_factor: float = CAPACITY_FACTOR) -> LayerDims:
+def layer_dims(model: ModelSpec, *, capacity_factor: float = CAPACITY_FACTOR) -> LayerDims:
     """The widths :func:`step_memory` needs from a :class:`~meshplan.pure.ModelSpec` (``capacity_factor``:
     the einsum dispatch's; the recipe priced says which dispatch, :meth:`LayerDims.moe_widths`).
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from meshplan.pure._check import as_choice
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
 from meshplan.pure.cost._placement import AxisPlacement, Pending, StepKind, local_batch
+from meshplan.pure.presets._spec import ModelSpec
 
 __all__ = ["TOKEN_REMATS", "expert_token_terms", "hidden_state_terms", "whole_slice_sums"]
 
@@ -30,7 +30,7 @@ TOKEN_REMATS: tuple[str, ...] = ("none", "full", "offload")
 
 
 def hidden_state_terms(
-    model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
+    model: ModelSpec, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
     head_axes: tuple[str, ...] = (), embed_axes: tuple[str, ...] = (),
 ) -> list[Pending]:
     """What XLA:TPU moves instead of a table whose hidden states it gathers, not yet priced.
@@ -93,7 +93,7 @@ def hidden_state_terms(
 
 
 def expert_token_terms(
-    model: Any, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
+    model: ModelSpec, sizes: Mapping[str, int], placement: AxisPlacement, *, batch: int, seq: int, itemsize: int,
     axes: tuple[str, ...], remat: str = "full", capacity_factor: float = CAPACITY_FACTOR,
     moe_dispatch: str = "einsum",
 ) -> list[Pending]:

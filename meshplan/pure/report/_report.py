@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -121,7 +122,7 @@ class PlanReport:
             fields = nested("report", lambda: fields_of(_Fields, extra))
             for name in ("verification", "pipeline_verification"):
                 if fields.get(name) is not None:
-                    fields[name] = nested(f"report.{name}", lambda n=name: PlanVerification.from_dict(fields[n]))
+                    fields[name] = nested(f"report.{name}", functools.partial(PlanVerification.from_dict, fields[name]))
             pipes = fields.get("pipelines")
             if pipes is not None:
                 found = nested("report.pipelines", lambda: fields_of(_PipelineFields, pipes))
