@@ -327,7 +327,7 @@ def measure_plan(result: SearchResult, *, model: Any = None, top: int = 3, layou
     Example:
       >>> import dataclasses, meshplan
       >>> from meshplan.pure import get_preset, search_meshes
-      >>> from meshplan.pure.search import TrainingRecipe
+      >>> from meshplan.pure.cost import TrainingRecipe
       >>> tiny = dataclasses.replace(get_preset("gpt2").spec, name="tiny", num_layers=1, hidden_size=32,
       ...     num_heads=2, num_kv_heads=2, head_dim=16, intermediate_size=64, vocab_size=128, num_params=None)
       >>> plan = search_meshes(tiny, meshplan.live_cluster(), batch=8, seq=16, top_k=2,

@@ -39,7 +39,7 @@ def test_check_compiles_one_layout_and_prints_xlas_figures(capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "compiling the reference step of gpt2 (1 layers) on dp=2,tp=4 for 8 x XLA:CPU" in err
-    assert re.search(r"dp=2,tp=4: exact: peak [0-9.]+ [KMG]iB \(XLA:CPU .*\) in [0-9.]+ s", err)
+    assert re.search(r"dp=2,tp=4: exact: peak [0-9.]+ [KMG]iB; step [0-9.]+ [mµ]?s \(compute .*\) \(XLA:CPU .*\) in [0-9.]+ s", err)
     row = _table_row(out, "dp=2,tp=4")
     # columns: #, mesh, micro-batches, target, analytic, XLA argument, XLA temp, XLA peak, analytic/peak, fits,
     # compile

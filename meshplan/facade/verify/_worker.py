@@ -58,6 +58,7 @@ def compile_job(job: CompileJob) -> CompileOutcome:
     outcome, any other failure raises.
 
     Example:
+      >>> import dataclasses
       >>> from meshplan.pure import get_preset, parse_cluster
       >>> from meshplan.facade.verify._reference import ReferenceConfig
       >>> one_layer = dataclasses.replace(get_preset("gpt2").spec, num_layers=1, num_params=None)

@@ -129,7 +129,7 @@ def machine_cluster(device_kind: str, platform: str, device_count: int, *, proce
 
     Example:
       >>> machine_cluster("TPU v5 lite", "tpu", 16, process_count=2, slice_count=2)
-      Cluster('2xv5e-8': 16 devices, 2 nodes x 8, 2 slices, 16 GB HBM each)
+      Cluster('2xv5e-8': 16 devices, 2 nodes x 8, 2 slices, 16.9093 GB HBM each)
     """
     n = as_count(device_count, "device_count", maximum=MAX_DEVICES, error=ClusterError)
     hosts = as_count(process_count, "process_count", maximum=MAX_DEVICES, error=ClusterError)

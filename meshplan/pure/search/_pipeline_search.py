@@ -12,7 +12,9 @@ embeddings), trained on ``1/pp`` of the devices on the global batch. So:
    the devices per node), boundaries on NVLink and each stage spanning every
    node. Both are priced; the faster wins.
 2. **The stage's mesh** is :func:`~meshplan.pure.search_meshes` of the stage
-   model on the stage's cluster with the pipeline's ``m`` micro-batches, so its
+   model on the stage's cluster with the pipeline's ``m`` micro-batches (ranked
+   by predicted step alone, the fastest that fits: the layouts are compared by
+   their steps, so the stage's ties are not reordered), so its
    collectives (the gradient sync over the stage's data axes only, its fsdp
    gathers per micro-batch) and its compute for the whole batch are the
    existing model's. Its activation figure is one micro-batch's; the schedule
@@ -75,7 +77,7 @@ from meshplan.pure.cost._step_memory import layer_dims, step_memory
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.search._candidate import MeshCandidate
-from meshplan.pure.search._search import search_meshes
+from meshplan.pure.search._search import fastest_stage_meshes
 from meshplan.pure.search._space import divisors
 
 __all__ = ["PipelineSearch", "price_pipeline", "search_pipelines"]
@@ -165,9 +167,9 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
     batch, seq, split = o.batch, o.seq, o.split
     stage = _stage_model(spec, pp)
     try:
-        found = search_meshes(stage, sub, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
-                              headroom=o.headroom,
-                              efficiency=o.efficiency, fixed=o.fixed, axes=o.axes, activations=o.activations)
+        found = fastest_stage_meshes(stage, sub, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
+                                     headroom=o.headroom, efficiency=o.efficiency, fixed=o.fixed, axes=o.axes,
+                                     activations=o.activations)
     except PlanError as err:
         return str(err).split(";")[0]
     flight = max(in_flight(pp, m, schedule=schedule, virtual=v))

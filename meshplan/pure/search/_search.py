@@ -582,7 +582,7 @@ def search_meshes(
     Example:
       >>> result = search_meshes("llama3-8b", "2x8xH100", batch=16, seq=4096)
       >>> result.best.text, result.best.dcn_shape
-      ('dp=8,fsdp=2', (2, 1, 1, 1))
+      ('dp=2,fsdp=8', (2, 1, 1, 1))
       >>> result.best.memory.fits
       True
     """
@@ -594,13 +594,28 @@ def search_meshes(
                 suggest=True)
 
 
+def fastest_stage_meshes(model: ModelSpec, cluster: Cluster, *, batch: int, seq: int, micro_batches: int,
+                         recipe: TrainingRecipe | None, top_k: int, headroom: float, efficiency: float | None,
+                         fixed: Mapping[str, int] | None, axes: Sequence[str] | None, activations: bool
+                         ) -> SearchResult:
+    """:func:`search_meshes` for one pipeline stage, ranked by predicted step alone: the meshes tied with the
+    best keep their step order, so a stage gets the fastest mesh that fits and the pipeline search compares
+    layouts by their own steps (:func:`~meshplan.pure.search.search_pipelines`)."""
+    c = canonical_request(model, cluster, params=None, axes=axes, fixed=fixed, rule=None, batch=batch, seq=seq,
+                          headroom=headroom, activations=activations, tp_within_domain=True,
+                          ep_within_domain=False, top_k=top_k, recipe=recipe, efficiency=efficiency, rank="time",
+                          micro_batches=micro_batches, profile=None)
+    return _run(c.request, c.model, LeafGroups.build(c.facts, c.rule), c.rule, batch_given=True, suggest=True,
+                ties=False)
+
+
 def _run(req: SearchRequest, model: ModelSpec, groups: LeafGroups, rule: Rule, *, batch_given: bool,
-         suggest: bool) -> SearchResult:
+         suggest: bool, ties: bool = True) -> SearchResult:
     search = _Search(req, model, groups, rule)
     fits, over, rejections, total, num_fitting = search.run()
     if req.rank_by == "time":
         fits.sort(key=lambda s: (s.step_s, s.memory.total, s.sizes))
-        fits, tied = tied_first(fits)
+        fits, tied = tied_first(fits) if ties else (fits, 0)
     else:
         tied = 0
         fits.sort(key=lambda s: (s.seconds, s.memory.total, s.sizes))

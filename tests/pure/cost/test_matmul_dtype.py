@@ -138,7 +138,8 @@ def test_an_fp8_pipeline_stage_is_priced_faster() -> None:
 def test_an_fp8_search_shows_the_head_of_its_full_ranking(model: str, cluster: str, k: int, remat: str) -> None:
     # The search prices only the meshes whose compute-only floor can still rank; with FP8 weight matmuls
     # the floor falls with the step, so the pruned search must still agree with pricing every mesh.
-    kw = dict(batch=32, seq=1024, recipe=TrainingRecipe(remat=remat, matmul_dtype="float8"))
+    # headroom 0.1 (a TPU's, not jax's GPU 25%): every model here fits both clusters with remat none too.
+    kw = dict(batch=32, seq=1024, recipe=TrainingRecipe(remat=remat, matmul_dtype="float8"), headroom=0.1)
     full = search_meshes(model, cluster, top_k=10_000, **kw)  # type: ignore[arg-type]
     few = search_meshes(model, cluster, top_k=k, **kw)  # type: ignore[arg-type]
     assert few.candidates == full.candidates[:k]
