@@ -13,7 +13,7 @@ from typing import Any
 
 from meshplan.cli._args import fraction
 from meshplan.pure.cluster import Cluster, default_headroom
-from meshplan.pure.cost import MOE_DISPATCHES, TrainingRecipe
+from meshplan.pure.cost import CAPACITY_FACTOR, MOE_DISPATCHES, TrainingRecipe
 from meshplan.pure.errors import PlanError
 
 __all__ = ["add_mem_fraction", "add_moe_dispatch", "add_reference_flags", "headroom_for", "reference_config",
@@ -31,7 +31,12 @@ def training_recipe(args: Any, *, backend: str | None = None) -> TrainingRecipe:
                           attention=args.attention, micro_batches=args.micro_batches or 1,
                           vocab_tiles=args.vocab_tiles, backend=backend,
                           matmul_dtype=getattr(args, "matmul_dtype", "bfloat16"),
-                          moe_dispatch=getattr(args, "moe_dispatch", "einsum"))
+                          moe_dispatch=getattr(args, "moe_dispatch", "einsum"),
+                          capacity_factor=_given(getattr(args, "capacity_factor", None), CAPACITY_FACTOR))
+
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def reference_config(args: Any, param_dtype: str) -> Any:
@@ -70,6 +75,9 @@ def add_moe_dispatch(parser: Any) -> None:
                              "(grouped GEMMs over the routed tokens, as DeepSeek-V3, MaxText's sparse_matmul: True "
                              "and Megatron-LM run them; priced at the mean expert load); the reference step runs "
                              "einsum only, so a dropless MoE plan is not compiled (check refuses it)")
+    parser.add_argument("--capacity-factor", type=float, default=None, metavar="F",
+                        help=f"einsum dispatch: each expert's capacity over the even share of tokens (default "
+                             f"{CAPACITY_FACTOR}, MaxText's capacity_factor); priced and compiled as given")
 
 
 def add_mem_fraction(parser: Any) -> None:

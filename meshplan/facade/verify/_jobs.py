@@ -27,11 +27,14 @@ def reference_config(recipe: TrainingRecipe, *, param_dtype: str | None = None) 
     Example:
       >>> reference_config(TrainingRecipe(remat="dots", micro_batches=4)).text
       'remat=dots attention=dot_product adamw params=bfloat16 compute=bfloat16 optimizer_state=float32 micro_batches=4'
+      >>> reference_config(TrainingRecipe(capacity_factor=1.0)).capacity_factor  # a run's own MoE capacity
+      1.0
     """
     dtype = param_dtype if param_dtype is not None else recipe.weight_dtype
     return ReferenceConfig(remat=recipe.remat, attention=recipe.attention, optimizer=recipe.optimizer,
                            micro_batches=recipe.micro_batches, vocab_tiles=recipe.vocab_tiles,
-                           param_dtype="bfloat16" if dtype == "mixed" else dtype, scan_layers=True)
+                           param_dtype="bfloat16" if dtype == "mixed" else dtype, scan_layers=True,
+                           capacity_factor=recipe.capacity_factor)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

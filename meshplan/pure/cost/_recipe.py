@@ -65,11 +65,11 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from meshplan.pure._check import as_count, as_record
+from meshplan.pure._check import as_count, as_real, as_record
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cluster._devices import DEVICE_SPECS
 from meshplan.pure.cost._matmul_dtype import MATMUL_DTYPES
-from meshplan.pure.cost._moe_dispatch import MOE_DISPATCHES
+from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MOE_DISPATCHES
 from meshplan.pure.specs._dtypes import canonical_dtype, dtype_storage_bytes
 
 __all__ = ["ATTENTION_KINDS", "BACKENDS", "MATMUL_DTYPES", "MOE_DISPATCHES", "OPTIMIZER_COPIES", "REMAT_POLICIES",
@@ -86,6 +86,8 @@ BACKENDS: tuple[str, ...] = ("tpu", "gpu", "cpu")
 
 OPTIMIZER_COPIES: dict[str, int] = {"adamw": 2, "adam": 2, "lion": 1, "sgd": 1, "adafactor": 0}
 """Parameter-shaped state copies each optimizer keeps (in ``optimizer_dtype``); ``sgd`` is with momentum."""
+
+_MAX_CAPACITY_FACTOR = 64.0  # bounds a typo; a factor of experts / top_k already gives each expert every token
 
 
 def _choice(value: Any, what: str, valid: tuple[str, ...]) -> str | None:
@@ -117,6 +119,8 @@ class TrainingRecipe:
       'fp8 weight matmuls'
       >>> TrainingRecipe(moe_dispatch="dropless").describe().split(", ")[-1]
       'dropless MoE dispatch'
+      >>> TrainingRecipe(capacity_factor=1.0).describe().split(", ")[-1]
+      'MoE capacity factor 1'
     """
 
     weight_dtype: str = "bfloat16"
@@ -136,6 +140,9 @@ class TrainingRecipe:
     device: str | None = None
     matmul_dtype: str = "bfloat16"
     moe_dispatch: str = "einsum"
+    # GShard's expert capacity over the even share of tokens (the einsum dispatch; MaxText's
+    # capacity_factor): a published run's own figure, priced and compiled as given.
+    capacity_factor: float = CAPACITY_FACTOR
 
     def __post_init__(self) -> None:
         problems = [p for p in (
@@ -156,6 +163,10 @@ class TrainingRecipe:
                 problems.append(f"{name}={getattr(self, name)!r}: use True or False")
         for name in ("micro_batches", "vocab_tiles"):
             object.__setattr__(self, name, as_count(getattr(self, name), name, error=PlanError))
+        factor = as_real(self.capacity_factor, "capacity_factor", error=PlanError)
+        if factor > _MAX_CAPACITY_FACTOR:
+            problems.append(f"capacity_factor={self.capacity_factor!r}: use a factor in (0, {_MAX_CAPACITY_FACTOR}]")
+        object.__setattr__(self, "capacity_factor", float(factor))
         if problems:
             raise PlanError("TrainingRecipe: " + "; ".join(problems) + ".")
 
@@ -199,6 +210,7 @@ class TrainingRecipe:
         extra += [f"calibrated for {self.compiler}"] if self.compiler != "tpu" else []
         extra += ["fp8 weight matmuls"] if self.matmul_dtype == "float8" else []
         extra += ["dropless MoE dispatch"] if self.moe_dispatch == "dropless" else []
+        extra += [f"MoE capacity factor {self.capacity_factor:g}"] if self.capacity_factor != CAPACITY_FACTOR else []
         return ", ".join([f"weights {self.weight_dtype}", f"compute {self.compute_dtype}",
                           f"grads {self.grad_dtype or self.weight_dtype}", state, f"remat {self.remat}",
                           f"{self.attention} attention", *extra])

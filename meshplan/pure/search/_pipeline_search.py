@@ -183,7 +183,8 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
         nbytes = (batch // m) * seq * spec.hidden_size * 2 // (ways * sizes.get("sp", 1))
         hidden = _overlapped(c, schedule)
         # The stage's peak holds one micro-batch's step; the schedule keeps more (schedule_memory).
-        parts = dict(step_memory(layer_dims(stage), c.mesh_shape, found.request.recipe, batch=batch, seq=seq,
+        parts = dict(step_memory(layer_dims(stage, capacity_factor=found.request.recipe.capacity_factor),
+                                 c.mesh_shape, found.request.recipe, batch=batch, seq=seq,
                                  params=c.memory.params, grads=c.memory.grads, optimizer=0).parts)
         saved = parts["saved"]
         scale = c.memory.params / max(1, layers_here * layer_b + max(embed_b, head_b))

@@ -103,7 +103,7 @@ class Pricing:
 
     def __init__(self, req: SearchRequest, model: ModelSpec, groups: LeafGroups) -> None:
         self.req, self.model, self.groups = req, model, groups
-        self.dims = layer_dims(model)
+        self.dims = layer_dims(model, capacity_factor=req.recipe.capacity_factor)
         self.act_itemsize = dtype_storage_bytes(canonical_dtype(req.param_dtype)) if req.param_dtype != "mixed" else 2
         device = req.cluster.device
         self.efficiency = (default_efficiency(device.ici_scope, model.hidden_size) if req.efficiency is None
@@ -164,7 +164,8 @@ class Pricing:
             req = self.req
             found = self._flops[key] = step_flops(self.model, mesh, batch=req.batch, seq=req.seq,
                                                   remat=req.recipe.remat, attention=req.recipe.attention,
-                                                  moe_dispatch=req.recipe.moe_dispatch)
+                                                  moe_dispatch=req.recipe.moe_dispatch,
+                                                  capacity_factor=req.recipe.capacity_factor)
         return found
 
     def step_s(self, mesh: Mapping[str, int], terms: Sequence[Pending], seconds: Sequence[float]) -> float:
@@ -268,7 +269,7 @@ class Pricing:
         if expert_axes:
             pending += expert_token_terms(self.model, mesh, placement, batch=req.batch, seq=req.seq,
                                           itemsize=self.act_itemsize, axes=expert_axes, remat=recipe.remat,
-                                          moe_dispatch=recipe.moe_dispatch)
+                                          moe_dispatch=recipe.moe_dispatch, capacity_factor=recipe.capacity_factor)
         if self.slice_chips is not None:
             pending = whole_slice_sums(pending, mesh, chips=self.slice_chips)
         return accumulate(pending, micro_batches, backend=recipe.compiler)
@@ -281,7 +282,7 @@ class Pricing:
         pending = activation_terms(self.model, mesh, placement, batch=req.batch, seq=req.seq,
                                    itemsize=self.act_itemsize, remat=recipe.remat,
                                    residual_split=recipe.residual_split, backend=recipe.compiler,
-                                   moe_dispatch=recipe.moe_dispatch)
+                                   moe_dispatch=recipe.moe_dispatch, capacity_factor=recipe.capacity_factor)
         return accumulate(pending, micro_batches, backend=recipe.compiler)
 
     def _gathered_axes(self, plan_key: PlanKey, plan: PlanEval, mesh: Mapping[str, int], micro_batches: int
@@ -329,7 +330,8 @@ class Pricing:
             return ()
         return axes if gathers_tokens(batch=self.req.batch // micro_batches, seq=self.req.seq,
                                       top_k=model.num_experts_per_tok, experts=model.num_experts,
-                                      width=model.moe_intermediate_size, moe_dispatch=recipe.moe_dispatch) else ()
+                                      width=model.moe_intermediate_size, moe_dispatch=recipe.moe_dispatch,
+                                      capacity_factor=recipe.capacity_factor) else ()
 
     def _expert_split(self, plan: PlanEval) -> tuple[str, ...] | None:
         """The batch axes every routed expert's leaf splits its intermediate dim over, and no other dim

@@ -329,3 +329,39 @@ def test_a_dropless_pipeline_stage_prices_below_the_einsum_one() -> None:
     assert dropless.memory.total < einsum.memory.total
     assert all(d < e for d, e in zip(dropless.pipeline.activation_bytes, einsum.pipeline.activation_bytes,
                                      strict=True))
+
+
+# --- The recipe's capacity factor: what a run sets is what the search prices and the reference step compiles ---
+
+@settings(max_examples=examples(12), deadline=None)
+@given(st.sampled_from(("mixtral-8x7b", "llama3-8b")), st.floats(0.5, 4.0), st.floats(0.5, 4.0))
+def test_a_larger_capacity_factor_never_prices_an_moe_step_cheaper_and_leaves_a_dense_one_alone(
+        model: str, low: float, high: float) -> None:
+    low, high = sorted((low, high))
+    mesh = {"fsdp": 4, "ep": 8} if model.startswith("mixtral") else {"fsdp": 32}
+
+    def best(cf: float):  # one mesh, fixed: the same layout priced at two factors
+        r = search_meshes(model, "4x8xH100", batch=64, seq=2048, fixed=mesh, headroom=0.1,
+                          recipe=TrainingRecipe(capacity_factor=cf))
+        return r.best
+
+    a, b = best(low), best(high)
+    assert a.step is not None and b.step is not None
+    if model.startswith("mixtral"):
+        assert b.step.step_s >= a.step.step_s and b.memory.total >= a.memory.total
+        assert b.step.flops >= a.step.flops
+    else:
+        assert (a.step, a.memory, a.comm) == (b.step, b.memory, b.comm)
+
+
+def test_the_capacity_factor_is_the_recipes_default_gshards_and_round_trips() -> None:
+    assert TrainingRecipe().capacity_factor == CAPACITY_FACTOR
+    r = TrainingRecipe(capacity_factor=1.0)
+    assert TrainingRecipe.from_dict(r.to_dict()) == r and "MoE capacity factor 1" in r.describe()
+    assert "capacity" not in TrainingRecipe().describe()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), 65.0, "1.25", True])
+def test_a_capacity_factor_that_is_no_positive_bounded_number_is_refused(bad: object) -> None:
+    with pytest.raises((PlanError, MeshplanTypeError), match="capacity_factor"):
+        TrainingRecipe(capacity_factor=bad)  # type: ignore[arg-type]

@@ -381,16 +381,17 @@ def test_bad_inputs_raise_typed_errors_with_the_value() -> None:
 # GPUs is jax's allocator share since, and the fingerprints guard the search, not the default. Regenerated again
 # when the meshes tied with the best (within STEP_TIME_RESOLUTION) came to be ordered by bytes over the network,
 # and when devices gained ``domain_nodes`` and the TPU HBM figures became the compiler's (bisected, compare
-# room): the GPU cases' JSON without the new field was byte-identical; the v5p and v5e budgets grew.
+# room): the GPU cases' JSON without the new field was byte-identical; the v5p and v5e budgets grew. And when
+# the recipe gained ``capacity_factor`` (the JSON without it byte-identical in every case).
 FINGERPRINT_CASES = {
-    ("llama3-70b", "512x8xH100", ()): "2f00859afb289651",
-    ("mixtral-8x7b", "512x8xH100", ()): "a20332f006b7fda6",
-    ("deepseek-v3", "512x8xH100", ()): "95c2cc4ca2b14118",
-    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "3646043cc00f6bc9",
-    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "598f6c4b21528f71",
-    ("gpt2", "2x8xH100", (("batch", 64),)): "342afd4c0ec4a502",
-    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "6d8567d196e2e462",
-    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "7c562459a8cff630",
+    ("llama3-70b", "512x8xH100", ()): "6c0f240acbe022cd",
+    ("mixtral-8x7b", "512x8xH100", ()): "5f198b7bea0adadf",
+    ("deepseek-v3", "512x8xH100", ()): "ad0d794a9db1f709",
+    ("deepseek-v3", "64x8xH100", (("rank", "comm"),)): "42670f0ce11aed14",
+    ("mixtral-8x7b", "v5p-256", (("micro_batches", 1),)): "25225aee80cbb4a4",
+    ("gpt2", "2x8xH100", (("batch", 64),)): "609d9f0280e93abd",
+    ("llama3-8b", "v5e-16", (("batch", 256), ("seq", 8192))): "bfe4b50aa1591c88",
+    ("llama3-70b", "2x8xH100", (("batch", 64), ("seq", 8192), ("activations", False))): "f9ecb2ef68d1676e",
     ("deepseek-v3", "8x8xH100", ()): "3fbe69e0ba5c9fdb",  # nothing fits: the message and its larger-cluster suggestion
 }
 
