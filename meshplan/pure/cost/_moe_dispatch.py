@@ -47,6 +47,7 @@ import dataclasses
 import math
 
 from meshplan.pure._check import as_choice, as_count, as_real
+from meshplan.pure._fields import MAX_COUNT
 from meshplan.pure.errors import PlanError
 
 __all__ = ["CAPACITY_FACTOR", "MOE_DISPATCHES", "MoeDispatch"]
@@ -120,4 +121,5 @@ class MoeDispatch:
     def routing(self, top_k: int) -> float:
         """fp32 routing elements per token per token of its sequence (GShard's ``(b, s, E, capacity)``
         tensors: ``top_k x cf``); 0 for dropless (the router's ``b x s x top_k`` indices are not priced)."""
-        return top_k * self.capacity_factor * self.einsums
+        k = as_count(top_k, "top_k", minimum=0, maximum=MAX_COUNT, error=PlanError)  # 0: a dense layer's
+        return k * self.capacity_factor * self.einsums

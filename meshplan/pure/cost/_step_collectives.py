@@ -144,7 +144,7 @@ from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
-from meshplan.pure._check import as_choice, as_count, as_flag, canonical_axis_sizes
+from meshplan.pure._check import as_choice, as_count, as_flag, as_sequence, canonical_axis_sizes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.cost._estimates import CommTerm
 from meshplan.pure.cluster._cluster import Cluster
@@ -1190,7 +1190,7 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
     if collective_matmul and backend == "tpu" and not mesh:
         raise PlanError("xla_collectives(collective_matmul=True) needs sizes= (the mesh axis sizes).")
     out = []
-    for t in terms:
+    for t in as_sequence(terms, "terms"):
         if not isinstance(t, CommTerm):
             raise MeshplanTypeError(f"terms must hold CommTerm records, got {t!r:.80}.")
         kind, nbytes, calls, what = t.kind, t.nbytes, t.calls, t.what
