@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from meshplan.pure._fields import as_bool, as_nonneg, as_seconds, as_text, check_fields, instance_of, optional
 from meshplan.pure.xla._compiled_memory import CompiledMemory
 
 __all__ = ["CompileOutcome"]
@@ -41,7 +42,18 @@ class CompileOutcome:
     seconds: float = 0.0
     deviceless: bool = False
 
+    def __post_init__(self) -> None:
+        # Checked when made, so outcome_row reads a CompileOutcome it is given without checking it again.
+        check_fields(self, _OUTCOME_CHECKS)
+
     @property
     def ok(self) -> bool:
         """Whether XLA gave figures."""
         return self.memory is not None
+
+
+_OUTCOME_CHECKS = {
+    "target": as_text, "memory": optional(instance_of(CompiledMemory)), "oom": as_bool,
+    "oom_required_bytes": optional(as_nonneg), "oom_available_bytes": optional(as_nonneg), "error": as_text,
+    "seconds": as_seconds, "deviceless": as_bool,
+}
