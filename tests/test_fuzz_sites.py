@@ -156,6 +156,10 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      E.ShardingRuleError, "dims #0 ('x',)"),
     ("AxisKindRule dims kinds int (TypeError)", lambda: rules.AxisKindRule(dims=[("x", 3)]), E.ShardingRuleError,
      "kinds=3"),
+    ("AxisKindRule.for_model unknown option (TypeError: unexpected keyword)",
+     lambda: rules.AxisKindRule.for_model(GPT2, bogus=1), E.MeshplanTypeError, "unknown options ['bogus']"),
+    ("AxisKindRule.for_model num_heads too (TypeError: multiple values)",
+     lambda: rules.AxisKindRule.for_model(GPT2, num_heads=3), E.MeshplanTypeError, "unknown options ['num_heads']"),
     # the facade, through meshplan's MeshConfig
     ("MeshConfig.create_device_mesh ragged devices (ValueError: could not broadcast)",
      lambda: meshplan.MeshConfig((2, 4), ("data", "model")).create_device_mesh([np.zeros((2, 2)), [1, 2]]),
@@ -189,3 +193,4 @@ def test_valid_calls_of_the_fixed_sites_answer_as_before() -> None:
     assert _plan().total_bytes(1) == _plan().state_bytes[1] + _plan().activation_bytes[1]
     assert verify.next_to_compile([10, 30, 10, 10], 20, {0: "exact", 1: "over budget"}, top=2, start=2) == ((2,), 3)
     assert rules.AxisKindRule(dims=[["mlp/wi", ["in", "out"]]]).dims == (("mlp/wi", ("in", "out")),)
+    assert rules.AxisKindRule.for_model(MIXTRAL, tp_axis="model").num_experts == 8

@@ -180,6 +180,10 @@ class AxisKindRule:
         missing = [a for a in ("num_heads", "num_kv_heads", "num_experts") if not hasattr(spec, a)]
         if missing:
             raise MeshplanTypeError(f"spec={spec!r:.80} is not a ModelSpec (it lacks {missing}).")
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise MeshplanTypeError(f"AxisKindRule.for_model got unknown options {unknown}; the options are "
+                                    f"{sorted(_OPTIONS)} (the head and expert counts come from spec).")
         return cls(num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
                    num_experts=spec.num_experts or None, **options)
 
@@ -445,6 +449,11 @@ class AxisKindRule:
                 if shape[d] % split == 0:
                     return d, split
         return None
+
+
+_OPTIONS = frozenset(f.name for f in dataclasses.fields(AxisKindRule) if not f.name.startswith("_")) - {
+    "num_heads", "num_kv_heads", "num_experts"}
+"""What :meth:`AxisKindRule.for_model` passes on: the fields a ModelSpec does not give."""
 
 
 def _compile_dims(dims: Any) -> tuple[tuple[tuple[str, tuple[str, ...]], ...],
