@@ -322,6 +322,13 @@ def _call_args(draw: st.DrawFn, fn: Callable[..., Any], plausible: bool = True) 
             args.append(value)
         else:
             kwargs[p.name] = value
+    # A ``**options`` parameter gets an extra keyword half the time: an unknown name, or one the callable
+    # passes on alongside its own (``num_heads`` to AxisKindRule.for_model), must be refused, not forwarded
+    # into a raw "unexpected keyword" TypeError.
+    takes_options = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    if takes_options and draw(st.booleans()):
+        name = draw(st.sampled_from(["not_a_parameter", "num_heads", "target", "x"]))
+        kwargs.setdefault(name, draw(garbage))
     return args, kwargs
 
 
