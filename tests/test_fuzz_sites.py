@@ -160,7 +160,9 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      lambda: rules.AxisKindRule.for_model(GPT2, bogus=1), E.MeshplanTypeError, "unknown options ['bogus']"),
     ("AxisKindRule.for_model num_heads too (TypeError: multiple values)",
      lambda: rules.AxisKindRule.for_model(GPT2, num_heads=3), E.MeshplanTypeError, "unknown options ['num_heads']"),
-    # the facade, through meshplan's MeshConfig
+    # the facade, through meshplan's MeshConfig and load_model
+    ("load_model a 300-character name (OSError: file name too long)", lambda: meshplan.load_model("a" * 300),
+     E.ModelConfigError, "File name too long"),
     ("MeshConfig.create_device_mesh ragged devices (ValueError: could not broadcast)",
      lambda: meshplan.MeshConfig((2, 4), ("data", "model")).create_device_mesh([np.zeros((2, 2)), [1, 2]]),
      E.MeshplanTypeError, "nests sequences of unequal shapes"),
