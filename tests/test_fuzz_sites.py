@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 import meshplan
 from meshplan import errors as E
-from meshplan.pure import cluster, cost, rules, search, verify
+from meshplan.pure import cluster, cost, report, rules, search, specs, verify
 from meshplan.pure.presets import MODEL_SPECS
 
 GPT2, MIXTRAL = MODEL_SPECS["gpt2"], MODEL_SPECS["mixtral-8x7b"]
@@ -47,8 +49,12 @@ def _row() -> verify.VerifyRow:
     return verify.VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU")
 
 
+def _result() -> Any:
+    return search.search_meshes("gpt2", "1x8xH100", batch=8, seq=128, top_k=1)
+
+
 def _best() -> Any:
-    return search.search_meshes("gpt2", "1x8xH100", batch=8, seq=128, top_k=1).best
+    return _result().best
 
 
 ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
@@ -160,6 +166,12 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      lambda: rules.AxisKindRule.for_model(GPT2, bogus=1), E.MeshplanTypeError, "unknown options ['bogus']"),
     ("AxisKindRule.for_model num_heads too (TypeError: multiple values)",
      lambda: rules.AxisKindRule.for_model(GPT2, num_heads=3), E.MeshplanTypeError, "unknown options ['num_heads']"),
+    # pure.specs and pure.report
+    ("canonical_entries rank 2**31 (MemoryError: a 16 GB tuple of padding)",
+     lambda: specs.canonical_entries(P("dp", "tp"), 2**31), E.SpecError, "rank=2147483648 must be <= 65536"),
+    ("plan_html fragment a ShapeDtypeStruct (ValueError from its truth value)",
+     lambda: report.plan_html(_result(), fragment=jax.ShapeDtypeStruct((-1, 4), np.float32)), E.MeshplanTypeError,
+     "fragment=ShapeDtypeStruct"),
     # the facade, through meshplan's MeshConfig and load_model
     ("load_model a 300-character name (OSError: file name too long)", lambda: meshplan.load_model("a" * 300),
      E.ModelConfigError, "File name too long"),
