@@ -110,6 +110,8 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      "top_k=None"),
     ("MoeDispatch.routing array (numpy UFuncTypeError)", lambda: cost.MoeDispatch().routing(np.array(["a"])),
      E.MeshplanTypeError, "top_k=array"),
+    ("MoeDispatch.rows top_k 10**400 (OverflowError)", lambda: cost.MoeDispatch().rows(top_k=10**400, seq=8, experts=8),
+     E.PlanError, "top_k=1000"),
     ("PipelinePlan.total_bytes None (TypeError)", lambda: _plan().total_bytes(None), E.MeshplanTypeError,
      "stage=None"),
     ("PipelinePlan.total_bytes 2**63 (IndexError)", lambda: _plan().total_bytes(2**63), E.PlanError,

@@ -47,7 +47,7 @@ import dataclasses
 import math
 
 from meshplan.pure._check import as_choice, as_count, as_real
-from meshplan.pure._fields import MAX_COUNT
+from meshplan.pure._fields import MAX_COUNT, as_size
 from meshplan.pure.errors import PlanError
 
 __all__ = ["CAPACITY_FACTOR", "MOE_DISPATCHES", "MoeDispatch"]
@@ -112,8 +112,7 @@ class MoeDispatch:
           ...                                                                                 experts=256)
           (40960, 32768)
         """
-        k, s = as_count(top_k, "top_k", error=PlanError), as_count(seq, "seq", error=PlanError)
-        e = as_count(experts, "experts", error=PlanError)
+        k, s, e = as_size(top_k, "top_k"), as_size(seq, "seq"), as_size(experts, "experts")
         if self.kind == "dropless":
             return k * s
         return e * max(1, math.ceil(k * s * self.capacity_factor / e))
