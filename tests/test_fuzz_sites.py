@@ -168,6 +168,10 @@ ROWS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
      lambda: rules.AxisKindRule.for_model(GPT2, bogus=1), E.MeshplanTypeError, "unknown options ['bogus']"),
     ("AxisKindRule.for_model num_heads too (TypeError: multiple values)",
      lambda: rules.AxisKindRule.for_model(GPT2, num_heads=3), E.MeshplanTypeError, "unknown options ['num_heads']"),
+    ("plan_tree rule a class (TypeError from int(ctx))", lambda: rules.plan_tree({"w": np.zeros((4, 4))}, int, {}),
+     E.MeshplanTypeError, "rule=int is a class, not a rule"),
+    ("CompositeRule of a rule class (accepted; at the first leaf an error naming axis_names)",
+     lambda: rules.CompositeRule((rules.AutoRule,)), E.MeshplanTypeError, "rules[0]=AutoRule is a class"),
     # pure.specs and pure.report
     ("canonical_entries rank 2**31 (MemoryError: a 16 GB tuple of padding)",
      lambda: specs.canonical_entries(P("dp", "tp"), 2**31), E.SpecError, "rank=2147483648 must be <= 65536"),
