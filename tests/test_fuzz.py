@@ -1,15 +1,24 @@
 """Nested garbage into every public callable: only typed meshplan errors may come out.
 
-Every name in ``__all__`` of ``meshplan``, ``meshplan.pure`` and its layer
-packages is enumerated (so a new public function is fuzzed without touching
-this file): functions are called, classes are constructed, and their public
-methods, classmethods and properties are called on a valid instance (see
-``_INSTANCES``). Each argument is drawn either from a pool of garbage (None,
+Every name in ``__all__`` of ``meshplan``, ``meshplan.pure`` and every public
+room of the core (each ``meshplan/pure/<room>/`` package not named ``_...``,
+found on disk: ``mesh``, ``specs``, ``rules``, ``presets``, ``cluster``,
+``cost``, ``xla``, ``search``, ``verify``, ``report`` today) is enumerated, so
+a new public name, or a new room, is fuzzed without touching this file:
+functions are called, classes are constructed, and their public methods,
+classmethods and properties are called on a valid instance (see
+``_instances``). Each argument is drawn either from a pool of garbage (None,
 bools, huge/negative/nan numbers, ``10**400``, numpy scalars, arrays and
 scalar *types*, odd strings, bytes, nested containers, objects with a string
 ``.shape``, ShapeDtypeStructs of absurd shapes, PartitionSpecs with junk) or
-from plausible values for that parameter name, so calls get past the first
-check and reach deeper code.
+from plausible values for that parameter name (``_plausible``). Half the
+calls mix the two in every argument; the other half give one argument garbage
+and the others plausible values, so the garbage gets past the checks of the
+arguments before it and reaches the code that reads it.
+tests/test_fuzz_selfcheck.py checks that this machinery fails on a callable
+that leaks a raw error, and that a name added to a public ``__all__`` is
+fuzzed; tests/test_fuzz_report_file.py edits a saved plan report field by
+field and renders what reads back.
 
 The contract checked: a call returns, or raises a
 :class:`~meshplan.errors.MeshplanError` that is also a ``ValueError`` or
@@ -31,8 +40,11 @@ The garbage nests at most ``_DEPTH`` containers deep: hypothesis's
 ``st.recursive`` bounds leaves, not depth (empty containers cost no leaf), and
 a deep enough draw overflows the recursion of hypothesis's own internals.
 
-``HYPOTHESIS_PROFILE=deep`` runs 40x the examples (about 5 minutes on 2 cores):
-``HYPOTHESIS_PROFILE=deep nice .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py``.
+The default run draws ``_EXAMPLES`` (10) calls per callable, so the CI run stays quick;
+``HYPOTHESIS_PROFILE=deep`` runs 40x the examples (about 8 minutes on 2 busy cores). Run it with the address
+space bounded, so a call that allocates without bound (``canonical_entries(spec, 2**31)`` padded a 16 GB
+tuple) fails here as a raw ``MemoryError`` instead of waking the kernel's OOM killer:
+``(ulimit -v 8000000; HYPOTHESIS_PROFILE=deep nice .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py)``.
 """
 
 from __future__ import annotations
@@ -40,10 +52,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import faulthandler
+import functools
 import importlib
 import inspect
 import math
 import os
+import pkgutil
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -58,9 +72,21 @@ from jax.sharding import PartitionSpec as P
 from meshplan.errors import MeshplanError
 from tests.recursion import recursion_budget
 
-_MODULES = ("meshplan", "meshplan.pure", "meshplan.pure.mesh", "meshplan.pure.specs", "meshplan.pure.rules",
-            "meshplan.pure.presets", "meshplan.pure.search", "meshplan.pure.cluster", "meshplan.pure.compare",
-            "meshplan.pure.report")
+
+def _public_modules() -> tuple[str, ...]:
+    """``meshplan``, ``meshplan.pure`` and every public subpackage of it, found on disk, not listed by hand.
+
+    A new room (``meshplan/pure/<name>/`` with an ``__init__``) is fuzzed the day it lands; a name starting
+    with ``_`` is private and left out.
+    """
+    import meshplan.pure
+
+    rooms = sorted(info.name for info in pkgutil.iter_modules(meshplan.pure.__path__, "meshplan.pure.")
+                   if info.ispkg and not info.name.rsplit(".", 1)[1].startswith("_"))
+    return ("meshplan", "meshplan.pure", *rooms)
+
+
+_MODULES = _public_modules()
 # Not fuzzed, each for a reason (keep this short):
 _SKIP = {
     # protocols and abstract bases: calling them is Python's own TypeError by design, not meshplan code
@@ -74,6 +100,9 @@ _SKIP = {
     # tests/facade/test_executor_dask.py gives it real and unreachable addresses
     "dask_executor",
 }
+# Fuzzed with garbage only, never the plausible values of _plausible(): a valid SearchResult would make each
+# example compile the plan's top meshes (tens of seconds a call); their checks of garbage are still fuzzed.
+_GARBAGE_ONLY = {"verify_plan", "verify_pipelines"}
 # Escapes found by this test and not fixed yet (label -> why); each is an xfail, not a pass, so
 # fixing one turns it into an XPASS to clean up here. Empty: every escape found so far is fixed at its root.
 _KNOWN_ESCAPES: dict[str, str] = {}
@@ -169,6 +198,14 @@ def _nested(depth: int) -> st.SearchStrategy[Any]:
 garbage = _nested(_DEPTH)
 
 
+@functools.cache
+def _search_result() -> Any:
+    """One small search (a few tenths of a second), for every instance and plausible value that needs one."""
+    from meshplan.pure.search import search_meshes
+
+    return search_meshes("gpt2", "1x8xH100", batch=8, seq=128)
+
+
 def _plausible() -> dict[str, list[Any]]:
     """Valid-looking values per parameter name, so garbage in one argument reaches deeper checks."""
     from meshplan.pure import DeviceInfo, HybridMeshShape, MeshShape, parse_cluster
@@ -204,43 +241,102 @@ def _plausible() -> dict[str, list[Any]]:
         "global_shape_": [(2, 4)], "mesh_shape_": [MeshShape(names, (2, 4))], "fn": [lambda t: t],
         "device_ids": [np.arange(8).reshape(2, 4)], "ici_domain_size": [4], "path": ["w", "a/b/0"],
     }
+    table.update(_plausible_planning(link))
+    return table
+
+
+def _plausible_planning(link: Any) -> dict[str, list[Any]]:
+    """Valid-looking values for the cost, search, verify and report rooms' parameters (one search, reused)."""
+    from meshplan.pure import cost, presets, report, rules, verify
+    from meshplan.pure.specs import tree_facts
+
+    gpt2 = presets.MODEL_SPECS["gpt2"]
+    result = _search_result()
+    row = verify.VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125)
+    ints = [1, 2, 4, 8]
+    table: dict[str, list[Any]] = {
+        "model": ["gpt2", gpt2, presets.MODEL_SPECS["mixtral-8x7b"]], "sizes": [{"dp": 8}, {"fsdp": 4, "tp": 2}],
+        "recipe": [cost.TrainingRecipe()], "flops": [cost.step_flops(gpt2, {"dp": 8}, batch=8, seq=128)],
+        "terms": [[("fsdp all-gather", "all-gather", 0.2)], result.best.comm], "layers": [12], "tokens": [1024],
+        "peak_flops": [1e15, None], "efficiency": [0.5], "moe_layer": [False, True], "seq": [128],
+        "report": [report.PlanReport(result), result], "result": [result], "value": [result],
+        "base": [row], "outcome": [verify.CompileOutcome("8 x XLA:CPU", None, oom=True)], "compiler": ["XLA:CPU"],
+        "cached": [False], "peak_bytes": [125], "budget_bytes": [200], "deviceless": [False, True],
+        "range_highs": [(100, None, 300)], "decided": [{0: "exact"}], "top": [2], "start": [0],
+        "cand": [result.best], "candidate": [result.best], "stages": ints, "micro_batches": ints,
+        "num_layers": [12], "backend": ["gpu", "tpu", "cpu"], "itemsize": [2], "stage_layout": [{"fsdp": 4}],
+        "pp": [2], "boundary_link": [link], "data_link": [link], "tp": ints, "fsdp": ints, "dp": ints,
+        "shards": ints, "attention": ["flash"], "remat": ["full"], "mem_fraction": [0.75, None],
+        "spans_nodes": [True, False], "fmt": ["json", "flax", "maxtext"], "schedule": ["1f1b", "gpipe"],
+        "virtual": [1, 2], "rows": [(row,)], "status": ["exact", "estimate"], "target": ["8 x XLA:CPU"],
+        "dims": [(("mlp/wi/kernel", ("layers", "in", "out")),), (2, 4)], "num_heads": [8, None],
+        "num_kv_heads": [8, None], "num_experts": [8, None], "convention": ["auto"], "capacity_factor": [1.25],
+        "moe_dispatch": ["einsum", "dropless"], "top_k": [2, 3], "experts": [8], "stage": [0, 1],
+        "ctx": [rules.LeafContext((64, 32), np.dtype("float32"), {"fsdp": 4, "tp": 2}, 0,
+                                  tree_facts({"mlp": {"up_proj": {"weight": np.zeros((64, 32))}}}))],
+        "template": ["model/layers/*/mlp/up_proj/weight"], "fsdp_axis": ["fsdp"], "tp_axis": ["tp"],
+        "ep_axis": ["ep"],
+    }
     return table
 
 
 _PLAUSIBLE: dict[str, list[Any]] | None = None
 
 
-def _arg(name: str) -> st.SearchStrategy[Any]:
+def _arg(name: str, plausible: bool = True, *, good_only: bool = False) -> st.SearchStrategy[Any]:
+    """Garbage or a plausible value for the parameter ``name``; only a plausible one with ``good_only``."""
     global _PLAUSIBLE
+    if not plausible:
+        return garbage
     if _PLAUSIBLE is None:
         _PLAUSIBLE = _plausible()
     good = _PLAUSIBLE.get(name)
     if good:
-        return st.one_of(garbage, st.sampled_from(good))
+        return st.sampled_from(good) if good_only else st.one_of(garbage, st.sampled_from(good))
     return garbage
 
 
+def _has_plausible(name: str) -> bool:
+    return bool(_PLAUSIBLE and _PLAUSIBLE.get(name))
+
+
 @st.composite
-def _call_args(draw: st.DrawFn, fn: Callable[..., Any]) -> tuple[list[Any], dict[str, Any]]:
-    """Arguments for ``fn``: every required parameter, and each optional one half of the time."""
-    sig = inspect.signature(fn)
+def _call_args(draw: st.DrawFn, fn: Callable[..., Any], plausible: bool = True) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments for ``fn``: every required parameter, and each optional one half of the time.
+
+    Half the calls mix garbage and plausible values in every argument; the other half give one argument
+    garbage and every other one a plausible value where ``_plausible`` has one, so the garbage gets past
+    the checks of the arguments before it and reaches the code that reads it (with every argument mixed,
+    a call of eight parameters is almost always refused at its first).
+    """
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if not (p.name.startswith("_") or p.name == "self" or p.kind is p.VAR_KEYWORD)]
+    bad = draw(st.one_of(st.just(-1), st.integers(0, len(params) - 1))) if plausible and params else -1
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    for p in sig.parameters.values():
-        if p.name.startswith("_") or p.name == "self":
-            continue
+    for i, p in enumerate(params):
+        good_only = bad not in (-1, i)
+        strategy = _arg(p.name, plausible, good_only=good_only)
         if p.kind is p.VAR_POSITIONAL:
-            args += draw(st.lists(_arg(p.name), max_size=2))
+            args += draw(st.lists(strategy, max_size=2))
             continue
-        if p.kind is p.VAR_KEYWORD:
+        # An optional argument is left out half the time, and always where it should be valid but only
+        # garbage is known for it (its default is valid).
+        if p.default is not p.empty and i != bad and (good_only and not _has_plausible(p.name)
+                                                       or not draw(st.booleans())):
             continue
-        if p.default is not p.empty and not draw(st.booleans()):
-            continue
-        value = draw(_arg(p.name))
+        value = draw(strategy)
         if p.kind is p.POSITIONAL_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and not kwargs):
             args.append(value)
         else:
             kwargs[p.name] = value
+    # A ``**options`` parameter gets an extra keyword half the time: an unknown name, or one the callable
+    # passes on alongside its own (``num_heads`` to AxisKindRule.for_model), must be refused, not forwarded
+    # into a raw "unexpected keyword" TypeError.
+    takes_options = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    if takes_options and draw(st.booleans()):
+        name = draw(st.sampled_from(["not_a_parameter", "num_heads", "target", "x"]))
+        kwargs.setdefault(name, draw(garbage))
     return args, kwargs
 
 
@@ -280,12 +376,23 @@ def _check_call(label: str, fn: Callable[..., Any], args: list[Any], kwargs: dic
     return out
 
 
+# The schedule simulator's own example program: a gather started beside a matmul and waited for after it.
+_TWO_OP_HLO = """HloModule m, num_partitions=2
+ENTRY %main (p: bf16[1024,1024]) -> bf16[1024,1024] {
+  %p = bf16[1024,1024]{1,0} parameter(0)
+  %ag = ((bf16[1024,1024]{1,0}), bf16[2048,1024]{1,0}) all-gather-start(%p), replica_groups=[1,2]<=[2], dimensions={0}
+  %d = bf16[1024,1024]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %g = bf16[2048,1024]{1,0} all-gather-done(%ag)
+  ROOT %t = (bf16[1024,1024]{1,0}, bf16[2048,1024]{1,0}) tuple(%d, %g)
+}"""
+
+
 def _instances() -> dict[str, Callable[[], Any]]:
     """A valid instance per public class, so its methods and properties are fuzzed too."""
     import meshplan
     from meshplan import pure
     from meshplan.pure import mesh as pmesh
-    from meshplan.pure import compare, cluster, cost, presets, report, rules, search, specs, xla
+    from meshplan.pure import cluster, compare, cost, presets, report, rules, search, serve, specs, verify, xla
 
     sds = jax.ShapeDtypeStruct
 
@@ -294,8 +401,31 @@ def _instances() -> dict[str, Callable[[], Any]]:
                                      2.0 / nodes, 8192, 0.4, price_per_device_hour=2.0)
     tree = {"w": sds((64, 32), np.float32), "b": sds((32,), np.float32)}
 
-    def result() -> Any:
-        return pure.search_meshes("gpt2", "1x8xH100", batch=8, seq=128)
+    gpt2 = presets.MODEL_SPECS["gpt2"]
+
+    result = _search_result
+
+    def program() -> Any:
+        return xla.read_schedule(_TWO_OP_HLO)
+
+    def simulated() -> Any:
+        return cost.simulate_schedule(program(), cost.Roofline(1e12, 1e15, cost.SizeEfficiency(1.0)),
+                                      cost.ScheduleLinks(cluster.Link(1e9, 0.0), cluster.Link(1e9, 0.0)))
+
+    def timings() -> Any:
+        return [cluster.CollectiveTiming("intra", "all-reduce", 4, b, 6e-5 + 1.5 * b / 1e10) for b in (2**20, 2**24)]
+
+    def profile() -> Any:
+        rows = tuple(cluster.CollectiveTiming("intra", "all-gather", 8, b, 7e-5 + 0.875 * b / 2e11)
+                     for b in (2**20, 2**26))
+        return cluster.MachineProfile("NVIDIA H100 80GB HBM3", "gpu", 8, 1, (), "2026-01-02T03:04:05Z",
+                                      collectives=rows)
+
+    def serve_plan() -> Any:
+        return serve.plan_serving("llama3.1-8b", "H100", context=2048, concurrency=8)
+
+    def flops() -> Any:
+        return cost.step_flops(gpt2, {"dp": 8}, batch=8, seq=128)
 
     def mesh() -> Any:
         return meshplan.create_mesh((2, 4), ("dp", "tp"))
@@ -392,17 +522,62 @@ def _instances() -> dict[str, Callable[[], Any]]:
             collectives=(cluster.CollectiveTiming("intra", "all-reduce", 8, 2**20, 1e-4),)),
         "StepTiming": lambda: cluster.StepTiming("tiny", 64, "fsdp=8", 8, 32, 3, 0.01, 0.009, 0.011, 2**20, "note",
                                                  0.012, 0.008, 0.02, 0.5, 2**21, None),
-        "PlanReport": lambda: report.PlanReport(result()),
         "PlanVerification": lambda: meshplan.PlanVerification(
             (meshplan.VerifyRow("fsdp=8", 1, 100, 200, "8 x XLA:CPU", peak_bytes=125),), (), "XLA:CPU", "", 1.0),
+        "CompileOutcome": lambda: verify.CompileOutcome("8 x XLA:CPU", None, oom=True, oom_required_bytes=300,
+                                                        oom_available_bytes=200),
+        "PlanReport": lambda: report.PlanReport(result()),
+        # The schedule rooms: a two-op program read, simulated and summarised (the simulator's own example).
+        "ScheduledProgram": program,
+        "ScheduledOp": lambda: program().computation("main").ops[1],
+        "Roofline": lambda: cost.Roofline(1e12, 1e15, cost.SizeEfficiency(1.0)),
+        "ScheduleLinks": lambda: cost.ScheduleLinks(cluster.Link(1e9, 0.0), cluster.Link(1e9, 0.0)),
+        "ScheduleTime": simulated,
+        "CollectiveExposure": lambda: simulated().collectives[0],
+        "CompiledStep": lambda: verify.compiled_step_of(simulated()),
+        # A machine profile's fits, and what priced a plan by it.
+        "LinkFit": lambda: cost.fit_link(timings(), "intra"),
+        "MatmulFit": lambda: cost.fit_matmuls([cluster.MatmulTiming("sweep", h, 1, 4096, h, 4 * h, "bfloat16",
+                                                                    2 * 4096 * h * 4 * h / 4e14)
+                                               for h in (1024, 2048, 4096)], 1e15),
+        "StepFit": lambda: cost.fit_steps([cluster.StepTiming("m", 64, "fsdp=8", 8, 32, 3, 0.2, 0.19, 0.21, None, "",
+                                                              0.1, 0.1, 0.0, 0.5, 10, None)], lambda h: 0.5),
+        "ProfileFigures": lambda: cost.profile_figures(profile()),
+        "ProfilePricing": lambda: cost.profiled_cluster(pure.parse_cluster("64x8xH100"), profile(), hidden=8192)[2],
+        # Serving: a plan of a small model on one GPU, and its parts.
+        "ServePlan": serve_plan,
+        "ServeRequest": lambda: serve_plan().request,
+        "ServeRow": lambda: serve_plan().best,
+        "ServeLayout": lambda: serve.ServeLayout(1, 2),
+        "KvGeometry": lambda: serve.kv_geometry(presets.MODEL_SPECS["llama3-8b"], serve.ServeLayout(1, 1),
+                                                "bfloat16", serve.CacheFormat("paged", 16)),
+        "WeightBytes": lambda: serve.weight_bytes(presets.MODEL_SPECS["llama3-8b"], serve.ServeLayout(1, 1)),
+        "WeightQuant": lambda: serve.weight_quant("bf16"),
+        "LayerFlops": lambda: cost.layer_flops(gpt2, moe_layer=False, batch=8, seq=128),
+        "StepFlops": flops,
+        "StepTime": lambda: cost.step_time(flops(), [("fsdp all-gather", "all-gather", 0.2)], layers=12,
+                                           tokens=1024, devices=8, peak_flops=1e15, efficiency=0.5),
+        "StepEstimate": lambda: result().best.step,
+        "MoeDispatch": lambda: cost.MoeDispatch(),
+        "PipelinePlan": lambda: cost.plan_stages(12, 2, micro_batches=4, layer_param_bytes=1 << 20,
+                                                 embed_param_bytes=1 << 20, head_param_bytes=1 << 20,
+                                                 layer_activation_bytes=1 << 16),
+        "PipelineTime": lambda: cost.pipeline_time(1.0, 2, 4, boundary_bytes=1 << 20,
+                                                   boundary_link=cluster.Link(1e11, 1e-6), stage_grad_bytes=1 << 20,
+                                                   data_ways=2, data_link=cluster.Link(1e11, 1e-6)),
+        "ScheduleMemory": lambda: cost.schedule_memory(2, 4, saved_bytes=1 << 16, input_bytes=1 << 10,
+                                                       weight_bytes=1 << 20)[0],
     }
 
 
-def _targets() -> list[tuple[str, Callable[..., Any] | None, str | None]]:
-    """(label, callable, None) for functions and constructors; (label, None, method) for instance members."""
+def _targets(modules: tuple[str, ...] = _MODULES) -> list[tuple[str, Callable[..., Any] | None, str | None]]:
+    """(label, callable, None) for functions and constructors; (label, None, method) for instance members.
+
+    Read from each module's ``__all__``: a name made public is fuzzed from then on, with nothing to list.
+    """
     out: list[tuple[str, Callable[..., Any] | None, str | None]] = []
     seen: set[int] = set()
-    for modname in _MODULES:
+    for modname in modules:
         mod = importlib.import_module(modname)
         for name in mod.__all__:
             obj = getattr(mod, name)
@@ -473,9 +648,11 @@ def test_garbage_in_gives_a_typed_meshplan_error_or_an_answer(label: str, fn: An
     assert lost <= 0, f"{label}: its calls leaked {lost} levels of the interpreter's recursion budget"
 
 
-def _fuzz(label: str, fn: Any, method: str | None) -> None:
+def _fuzz(label: str, fn: Any, method: str | None, obj: Any = None, examples: int = _EXAMPLES) -> None:
+    """Fuzz one target of :func:`_targets` with ``examples`` calls; a method on ``obj``, or on its class's
+    :func:`_instances` entry."""
     if method is not None:
-        obj = _instance(label.split("()")[0])
+        obj = _instance(label.split("()")[0]) if obj is None else obj
         raw = inspect.getattr_static(type(obj), method)
         if isinstance(raw, property):
             _check_call(label, lambda: getattr(obj, method), [], {})
@@ -487,9 +664,9 @@ def _fuzz(label: str, fn: Any, method: str | None) -> None:
             _check_call(label, fn, [], {})
             return
 
-    @settings(max_examples=_EXAMPLES, deadline=None, database=None,
+    @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(_call_args(fn))
+    @given(_call_args(fn, label not in _GARBAGE_ONLY))
     def run(call: tuple[list[Any], dict[str, Any]]) -> None:
         args, kwargs = call
         _check_call(label, fn, args, kwargs)

@@ -77,7 +77,7 @@ def add_moe_dispatch(parser: Any) -> None:
                              "einsum only, so a dropless MoE plan is not compiled (check refuses it)")
     parser.add_argument("--capacity-factor", type=float, default=None, metavar="F",
                         help=f"einsum dispatch: each expert's capacity over the even share of tokens (default "
-                             f"{CAPACITY_FACTOR}, MaxText's capacity_factor); priced and compiled as given")
+                             f"{CAPACITY_FACTOR}, MaxText's capacity_factor; at least 1); priced and compiled as given")
 
 
 def add_mem_fraction(parser: Any) -> None:

@@ -41,7 +41,11 @@ def flatten_devices(devices: object) -> list[jax.Device]:
     if isinstance(devices, np.ndarray):
         flat = list(devices.flat)
     elif isinstance(devices, list | tuple):
-        flat = list(np.asarray(devices, dtype=object).flat)
+        try:
+            flat = list(np.asarray(devices, dtype=object).flat)
+        except ValueError:  # numpy's "could not broadcast" / "inhomogeneous shape": no one grid holds them
+            raise MeshplanTypeError(f"devices={devices!r:.80} nests sequences of unequal shapes; give a flat list "
+                                    "or a rectangular grid of jax devices.") from None
     else:
         raise MeshplanTypeError(
             f"devices must be a list, tuple or numpy array of jax devices, got {type(devices).__name__}."

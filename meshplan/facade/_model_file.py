@@ -103,7 +103,12 @@ def load_model(path: str | os.PathLike[str], *, name: str | None = None) -> Mode
     if not isinstance(path, (str, os.PathLike)):
         raise MeshplanTypeError(f"path={show_value(path)} must be a file path (str or os.PathLike).")
     p = Path(path)
-    if p.is_dir():
+    try:
+        is_dir = p.is_dir()
+    except OSError as err:  # is_dir answers False for a missing path but raises a name too long (ENAMETOOLONG)
+        raise ModelConfigError(f"{str(p)!r:.80}: cannot read the model file ({err.strerror or err}); give a Hugging "
+                               "Face config.json, a directory holding one, or a MaxText model yml.") from None
+    if is_dir:
         p = p / "config.json"
     text = _read(p)
     if p.suffix.lower() in (".yml", ".yaml"):

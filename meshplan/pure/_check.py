@@ -45,6 +45,7 @@ __all__ = [
     "as_choice",
     "as_count",
     "as_flag",
+    "as_instance",
     "as_int",
     "as_int_tuple",
     "as_json_spec",
@@ -267,6 +268,35 @@ def as_flag(value: Any, what: str) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise MeshplanTypeError(f"{what}={_short(value)} must be True or False, not {type(value).__name__}.")
+
+
+def as_instance(value: Any, what: str, cls: type[T], *, example: str = "") -> T:
+    """``value`` checked to be a ``cls`` (a record a function reads fields of: a ``StepFlops``, a ``VerifyRow``).
+
+    The one check of "one of meshplan's records goes here": without it a caller's dict or ``None`` fails
+    later as a raw ``AttributeError`` on the first field read.
+
+    Args:
+      value: the caller's value.
+      what: the argument's name as the caller wrote it.
+      cls: the class the value must be an instance of (a subclass counts).
+      example: how to get one, quoted in the message (``"step_flops(model, sizes, ...)"``).
+
+    Raises:
+      MeshplanTypeError: ``value`` is not a ``cls``.
+
+    Example:
+      >>> as_instance(3, "n", int)
+      3
+      >>> as_instance({"model": 1.0}, "flops", float, example="step_flops(...)")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshplanTypeError: flops={'model': 1.0} must be a float (e.g. step_flops(...)), not dict.
+    """
+    if isinstance(value, cls):
+        return value
+    how = f" (e.g. {example})" if example else ""
+    raise MeshplanTypeError(f"{what}={_short(value)} must be a {cls.__name__}{how}, not {type(value).__name__}.")
 
 
 def as_choice(

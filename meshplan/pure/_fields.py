@@ -23,17 +23,35 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from meshplan.pure._check import as_count, as_flag, as_real, as_record, as_sequence, as_str, collect
+from meshplan.pure._check import (
+    _short,
+    as_count,
+    as_flag,
+    as_instance,
+    as_real,
+    as_record,
+    as_sequence,
+    as_str,
+    collect,
+)
 from meshplan.pure.errors import MeshplanError, MeshplanTypeError, PlanError
 
-__all__ = ["FieldCheck", "as_bool", "as_nonneg", "as_rank", "as_seconds", "as_text", "as_texts", "check_fields",
-           "fields_of", "instance_of", "nested", "optional", "record", "records", "tuple_of", "unchecked"]
+__all__ = ["MAX_BYTES", "MAX_COUNT", "FieldCheck", "as_bool", "as_byte_count", "as_efficiency", "as_nonneg",
+           "as_rank", "as_seconds", "as_size", "as_sizes", "as_text", "as_texts", "check_fields", "fields_of",
+           "instance_of", "nested", "optional", "record", "records", "tuple_of", "unchecked"]
 
 T = TypeVar("T")
 FieldCheck = Callable[[Any, str], Any]
+
+MAX_COUNT = 10**12
+"""The largest batch, sequence length, mesh axis size or device count a planner takes: far beyond any real
+step, small enough that every product the cost model forms stays an exact float (no ``OverflowError``)."""
+
+MAX_BYTES = 10**18
+"""The largest byte count a planner takes (an exabyte: beyond any device's memory)."""
 
 
 def as_text(value: Any, what: str) -> str:
@@ -56,6 +74,61 @@ def as_texts(value: Any, what: str) -> tuple[str, ...]:
     return tuple(as_str(v, f"{what}[{i}]") for i, v in enumerate(as_sequence(value, what)))
 
 
+def as_size(value: Any, what: str) -> int:
+    """An int in ``[1, MAX_COUNT]``: a batch, a sequence length, a mesh axis size, a layer or device count.
+
+    Example:
+      >>> as_size(10**13, "batch")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.PlanError: batch=10000000000000 must be <= 1000000000000.
+    """
+    return as_count(value, what, maximum=MAX_COUNT, error=PlanError)
+
+
+def as_byte_count(value: Any, what: str) -> int:
+    """An int in ``[0, MAX_BYTES]``: a buffer's, a peak's or a budget's bytes."""
+    return as_count(value, what, minimum=0, maximum=MAX_BYTES, error=PlanError)
+
+
+def as_sizes(value: Any, what: str) -> dict[str, int]:
+    """Mesh axis sizes, name -> :func:`as_size`, in the caller's order, multiplying to at most ``MAX_COUNT``.
+
+    Raises:
+      MeshplanTypeError: not a mapping, a name that is not a str, a size that is not an int.
+      PlanError: a size below 1, or sizes whose product (the mesh's devices) exceeds ``MAX_COUNT``.
+
+    Example:
+      >>> as_sizes({"fsdp": 8, "tp": 4}, "sizes")
+      {'fsdp': 8, 'tp': 4}
+      >>> as_sizes(["fsdp"], "sizes")
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshplanTypeError: sizes=['fsdp'] must map mesh axis names to sizes (e.g. {'fsdp': 8, 'tp': 4}), not list.
+    """
+    if not isinstance(value, Mapping):
+        raise MeshplanTypeError(f"{what}={_short(value)} must map mesh axis names to sizes (e.g. {{'fsdp': 8, "
+                                f"'tp': 4}}), not {type(value).__name__}.")
+    out: dict[str, int] = {}
+    devices = 1
+    for name, size in value.items():
+        if not isinstance(name, str):
+            raise MeshplanTypeError(f"{what} has a non-string axis name {_short(name)}; names are str.")
+        out[name] = as_size(size, f"{what}[{name!r}]")
+        devices *= out[name]
+        if devices > MAX_COUNT:
+            raise PlanError(f"{what}={_short(value)} multiplies to more than {MAX_COUNT} devices.")
+    return out
+
+
+def as_efficiency(value: Any, what: str) -> float:
+    """A fraction of a device's peak FLOP/s, in ``(0, 1]``."""
+    out = as_real(value, what, error=PlanError)
+    if out > 1:
+        raise PlanError(f"{what}={value!r} must be a fraction of peak FLOP/s in (0, 1].")
+    return out
+
+
 def as_seconds(value: Any, what: str) -> float:
     """A finite float >= 0."""
     return as_real(value, what, allow_zero=True, error=PlanError)
@@ -69,9 +142,7 @@ def as_bool(value: Any, what: str) -> bool:
 def instance_of(cls: type[T]) -> Callable[[Any, str], T]:
     """A check that the value is a ``cls``."""
     def check(value: Any, what: str) -> T:
-        if not isinstance(value, cls):
-            raise MeshplanTypeError(f"{what}={value!r:.80} must be a {cls.__name__}, not {type(value).__name__}.")
-        return value
+        return as_instance(value, what, cls)
     return check
 
 

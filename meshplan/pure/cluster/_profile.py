@@ -244,6 +244,7 @@ class MachineProfile:
 
     def has_link(self, link: str) -> bool:
         """Whether collectives were timed on ``link`` (``"intra"`` / ``"inter"``)."""
+        link = as_choice(link, "link", ("intra", "inter"), error=ProfileError)
         return any(c.link == link for c in self.collectives)
 
     def _data(self) -> dict[str, Any]:

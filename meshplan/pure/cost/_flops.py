@@ -89,11 +89,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from meshplan.pure._check import as_count
+from meshplan.pure._check import as_choice, as_count, as_flag
+from meshplan.pure._fields import as_seconds, as_size, as_sizes, check_fields
 from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
+from meshplan.pure.cost._recipe import ATTENTION_KINDS
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import build_params
-from meshplan.pure.presets._spec import ModelSpec
+from meshplan.pure.presets._spec import ModelSpec, as_model_spec
 from meshplan.pure.rules import DEFAULT_MIN_SHARD_SIZE
 
 __all__ = ["DEFAULT_EFFICIENCY", "ELEMENTWISE", "RECOMPUTE", "LayerFlops", "StepFlops", "default_efficiency", "layer_flops",
@@ -296,12 +298,26 @@ def layer_flops(model: ModelSpec, *, moe_layer: bool, batch: int, seq: int, atte
     and ``capacity_factor`` say how an MoE layer reaches its experts (:class:`~meshplan.pure.cost.
     _moe_dispatch.MoeDispatch`): a ``"dropless"`` layer has no ``padding`` and no ``einsum``.
 
+    Raises:
+      MeshplanTypeError: ``model`` is not a ModelSpec, ``moe_layer`` not a bool, a count not an int.
+      PlanError: a count below 1 or above 10**12, an unknown ``attention`` or MoE dispatch, a ``moe_layer``
+        of a model without experts.
+
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
       >>> f = layer_flops(MODEL_SPECS["llama3-8b"], moe_layer=False, batch=1, seq=4096)
       >>> round(f.weights / (2 * 4096) / 1e6)       # active matmul weights of one layer, in millions
       218
     """
+    model = as_model_spec(model, "model")
+    moe_layer = as_flag(moe_layer, "moe_layer")
+    if moe_layer and not (model.num_experts and model.num_experts_per_tok):
+        raise PlanError(f"moe_layer=True, but {model.name!r} has no routed experts (num_experts="
+                        f"{model.num_experts}, num_experts_per_tok={model.num_experts_per_tok}); use moe_layer=False.")
+    batch, seq, tp, shards, fsdp, dp = (as_size(v, name) for v, name in (
+        (batch, "batch"), (seq, "seq"), (tp, "tp"), (shards, "shards"), (fsdp, "fsdp"), (dp, "dp")))
+    attention = as_choice(attention, "attention", ATTENTION_KINDS, error=PlanError)
+    dispatch = MoeDispatch(moe_dispatch, capacity_factor)  # refused by name here, for dense layers too
     tokens = batch * seq
     place = (tokens, fsdp, dp * shards)
     attn_w, (forward, replicated, grad), qk, v = _attention_weights(model, tp, shards, place)
@@ -319,7 +335,6 @@ def layer_flops(model: ModelSpec, *, moe_layer: bool, batch: int, seq: int, atte
     active = attn_w + h * e + expert * (k + model.num_shared_experts)
     router = _replicated(e, h, tp, place)
     forward, replicated, grad = forward + router[0], replicated + router[1], grad + router[2]
-    dispatch = MoeDispatch(moe_dispatch, capacity_factor)
     rows = dispatch.rows(top_k=k, seq=seq, experts=e)  # per sequence: E x capacity slots, or the routed tokens
     slots = batch * rows  # expert rows actually computed
     padding = 2.0 * expert * (slots - tokens * k)
@@ -363,10 +378,17 @@ class StepFlops:
     weight_forward: float = 0.0
     weight_backward: float = 0.0
 
+    def __post_init__(self) -> None:
+        # Every field a finite number >= 0, so step_time can read a StepFlops it is given without checking it.
+        check_fields(self, dict.fromkeys(_STEP_FLOPS_FIELDS, as_seconds))
+
     @property
     def executed(self) -> float:
         """Whole-step executed FLOPs: model + recompute + overhead."""
         return self.model + self.recompute + self.overhead
+
+
+_STEP_FLOPS_FIELDS = tuple(f.name for f in dataclasses.fields(StepFlops))
 
 
 def step_flops(model: ModelSpec, sizes: Mapping[str, int], *, batch: int, seq: int, remat: str = "full",
@@ -388,7 +410,10 @@ def step_flops(model: ModelSpec, sizes: Mapping[str, int], *, batch: int, seq: i
       A :class:`StepFlops`.
 
     Raises:
-      PlanError: an unknown remat policy or MoE dispatch, or a non-positive size.
+      MeshplanTypeError: ``model`` is not a ModelSpec, ``sizes`` not a mapping of str to int, a count not
+        an int.
+      PlanError: an unknown remat policy, attention or MoE dispatch, a size or count below 1 or above 10**12
+        (sizes: their product too).
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
@@ -400,11 +425,13 @@ def step_flops(model: ModelSpec, sizes: Mapping[str, int], *, batch: int, seq: i
       ...  for d in ("einsum", "dropless")]
       ['7.90e+17', '0.00e+00']
     """
-    if remat not in RECOMPUTE:
-        raise PlanError(f"remat={remat!r}: use one of {list(RECOMPUTE)}.")
+    model = as_model_spec(model, "model")
+    sizes = as_sizes(sizes, "sizes")
+    remat = as_choice(remat, "remat", tuple(RECOMPUTE), error=PlanError)
+    attention = as_choice(attention, "attention", ATTENTION_KINDS, error=PlanError)
     MoeDispatch(moe_dispatch, capacity_factor)  # refused by name here, for dense models too
-    b, s = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
-    n = math.prod(as_count(v, f"sizes[{k!r}]", error=PlanError) for k, v in sizes.items())
+    b, s = as_size(batch, "batch"), as_size(seq, "seq")
+    n = math.prod(sizes.values())
     tp = sizes.get("tp", 1)
     # The weights' split over the batch axes other than dp (fsdp, ep, sp), and fsdp's own size: read
     # through the device count, tp, dp and fsdp only, the search's FLOPs cache key.

@@ -47,6 +47,7 @@ import dataclasses
 import math
 
 from meshplan.pure._check import as_choice, as_count, as_real
+from meshplan.pure._fields import MAX_COUNT, as_size
 from meshplan.pure.errors import PlanError
 
 __all__ = ["CAPACITY_FACTOR", "MOE_DISPATCHES", "MoeDispatch"]
@@ -111,8 +112,7 @@ class MoeDispatch:
           ...                                                                                 experts=256)
           (40960, 32768)
         """
-        k, s = as_count(top_k, "top_k", error=PlanError), as_count(seq, "seq", error=PlanError)
-        e = as_count(experts, "experts", error=PlanError)
+        k, s, e = as_size(top_k, "top_k"), as_size(seq, "seq"), as_size(experts, "experts")
         if self.kind == "dropless":
             return k * s
         return e * max(1, math.ceil(k * s * self.capacity_factor / e))
@@ -120,4 +120,5 @@ class MoeDispatch:
     def routing(self, top_k: int) -> float:
         """fp32 routing elements per token per token of its sequence (GShard's ``(b, s, E, capacity)``
         tensors: ``top_k x cf``); 0 for dropless (the router's ``b x s x top_k`` indices are not priced)."""
-        return top_k * self.capacity_factor * self.einsums
+        k = as_count(top_k, "top_k", minimum=0, maximum=MAX_COUNT, error=PlanError)  # 0: a dense layer's
+        return k * self.capacity_factor * self.einsums

@@ -386,7 +386,13 @@ class PipelinePlan:
         return len(self.layers)
 
     def total_bytes(self, stage: int) -> int:
-        """State plus activation bytes of ``stage``."""
+        """State plus activation bytes of ``stage`` (``0 <= stage < stages``).
+
+        Raises:
+          PlanError: no such stage; MeshplanTypeError: ``stage`` is not an int.
+        """
+        stage = as_count(stage, "stage", minimum=0, maximum=self.stages - 1, error=PlanError,
+                         hint=f"the stages are 0 to {self.stages - 1}")
         return self.state_bytes[stage] + self.activation_bytes[stage]
 
     def to_dict(self) -> dict[str, Any]:

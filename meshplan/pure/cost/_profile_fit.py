@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from meshplan.pure._check import as_choice, as_count, as_real, as_sequence
+from meshplan.pure._fields import as_size
 from meshplan.pure.cluster._link import Link
 from meshplan.pure.cluster._profile import LINK_KINDS, PROFILE_COLLECTIVES, CollectiveTiming, MatmulTiming, StepTiming
 from meshplan.pure.cost._collective_time import collective_time
@@ -154,6 +155,7 @@ class MatmulFit:
 
     def at(self, hidden: int) -> float:
         """The efficiency of a model of this hidden size: the measured point, else the curve; at most 1."""
+        hidden = as_size(hidden, "hidden")
         for h, e in self.points:
             if h == hidden:
                 return min(e, 1.0)

@@ -141,7 +141,7 @@ class TrainingRecipe:
     matmul_dtype: str = "bfloat16"
     moe_dispatch: str = "einsum"
     # GShard's expert capacity over the even share of tokens (the einsum dispatch; MaxText's
-    # capacity_factor): a published run's own figure, priced and compiled as given.
+    # capacity_factor, >= 1): a published run's own figure, priced and compiled as given.
     capacity_factor: float = CAPACITY_FACTOR
 
     def __post_init__(self) -> None:
@@ -164,8 +164,8 @@ class TrainingRecipe:
         for name in ("micro_batches", "vocab_tiles"):
             object.__setattr__(self, name, as_count(getattr(self, name), name, error=PlanError))
         factor = as_real(self.capacity_factor, "capacity_factor", error=PlanError)
-        if factor > _MAX_CAPACITY_FACTOR:
-            problems.append(f"capacity_factor={self.capacity_factor!r}: use a factor in (0, {_MAX_CAPACITY_FACTOR}]")
+        if not 1 <= factor <= _MAX_CAPACITY_FACTOR:  # below 1 an even load drops tokens: FLOPs under the model's
+            problems.append(f"capacity_factor={self.capacity_factor!r}: use a factor in [1, {_MAX_CAPACITY_FACTOR:g}]")
         object.__setattr__(self, "capacity_factor", float(factor))
         if problems:
             raise PlanError("TrainingRecipe: " + "; ".join(problems) + ".")

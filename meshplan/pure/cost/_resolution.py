@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import math
 
+from meshplan.pure._check import as_real
+from meshplan.pure.errors import PlanError
+
 __all__ = ["STEP_TIME_RESOLUTION", "resolution_percent"]
 
 STEP_TIME_RESOLUTION = 0.097
@@ -32,5 +35,11 @@ def resolution_percent(resolution: float = STEP_TIME_RESOLUTION) -> float:
     Example:
       >>> round(resolution_percent(0.2), 1)
       22.1
+
+    Raises:
+      PlanError: a resolution that is negative, not finite or past 10 (a factor of e**10: no resolution).
     """
-    return (math.exp(resolution) - 1) * 100
+    r = as_real(resolution, "resolution", allow_zero=True, error=PlanError)
+    if r > 10:
+        raise PlanError(f"resolution={resolution!r} must be a log ratio in [0, 10].")
+    return (math.exp(r) - 1) * 100

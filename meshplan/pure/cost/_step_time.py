@@ -50,7 +50,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from meshplan.pure._check import as_choice, as_count
+from meshplan.pure._check import as_choice, as_count, as_instance, as_real, as_sequence, as_str
+from meshplan.pure._fields import MAX_COUNT, as_efficiency, as_seconds, as_size, optional
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cost._flops import StepFlops
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
@@ -170,6 +171,12 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
     Returns:
       A :class:`StepTime`.
 
+    Raises:
+      MeshplanTypeError: ``flops`` is not a StepFlops, ``terms`` not a sequence of sequences, a count not an
+        int, a rate not a number.
+      PlanError: a term that is not ``(what, kind, seconds >= 0)``, a count below 1, a negative or infinite
+        rate, an ``efficiency`` outside ``(0, 1]``.
+
     Example:
       >>> f = StepFlops(6e15, 0.0, 0.0, 1e15, 4e12, 8e12, 4e13)
       >>> t = step_time(f, [("fsdp all-gather of params (fwd + bwd)", "all-gather", 0.2),
@@ -183,6 +190,13 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
       ...           fp8_peak_flops=2e15).compute_s  # 4e14 / 5e14 + 6e14 / (2e15 x 0.5 x 0.75)
       1.6
     """
+    flops = as_instance(flops, "flops", StepFlops, example="step_flops(model, sizes, batch=8, seq=4096)")
+    terms = _terms(terms, "terms")
+    layers, devices = as_size(layers, "layers"), as_size(devices, "devices")
+    tokens = as_count(tokens, "tokens", maximum=MAX_COUNT**2, error=PlanError)  # batch x seq
+    peak_flops, fp8_peak_flops = (optional(_flop_rate)(v, name) for v, name in (
+        (peak_flops, "peak_flops"), (fp8_peak_flops, "fp8_peak_flops")))
+    efficiency = as_efficiency(efficiency, "efficiency")
     compute, exposed = _exposure(flops, terms, [t[2] for t in terms], layers, peak_flops, efficiency,
                                  fp8_peak_flops)
     out = tuple(CommExposure(t[0], max(0.0, t[2] - e), e) for t, e in zip(terms, exposed, strict=True))
@@ -190,6 +204,24 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
     step = compute + exp
     mfu = flops.model / devices / (step * peak_flops) if peak_flops and step > 0 else 0.0
     return StepTime(compute, exp, step, tokens / devices / step if step > 0 else 0.0, mfu, out)
+
+
+def _terms(value: Any, what: str) -> tuple[tuple[str, str, float], ...]:
+    """``(what, kind, seconds)`` per collective term, each checked: two str and seconds >= 0."""
+    out = []
+    for i, term in enumerate(as_sequence(value, what)):
+        item = as_sequence(term, f"{what}[{i}]")
+        if len(item) != 3:
+            raise PlanError(f"{what}[{i}]={item!r:.80} must be a (what, kind, seconds) triple, such as "
+                            "('tp all-reduce of activations', 'all-reduce', 0.1).")
+        out.append((as_str(item[0], f"{what}[{i}][0]"), as_str(item[1], f"{what}[{i}][1]"),
+                    as_seconds(item[2], f"{what}[{i}][2]")))
+    return tuple(out)
+
+
+def _flop_rate(value: Any, what: str) -> float:
+    """A device's FLOP/s: a finite number >= 0 (0: unknown, as None)."""
+    return as_real(value, what, allow_zero=True, error=PlanError)
 
 
 def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], *, layers: int,

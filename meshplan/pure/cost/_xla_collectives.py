@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from meshplan.pure._check import as_choice, as_count, as_flag, canonical_axis_sizes
+from meshplan.pure._check import as_choice, as_count, as_flag, as_sequence, canonical_axis_sizes
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.cost._estimates import CommTerm
 
@@ -79,7 +79,7 @@ def xla_collectives(terms: Sequence[CommTerm], *, backend: str, itemsize: int, c
     if collective_matmul and backend == "tpu" and not mesh:
         raise PlanError("xla_collectives(collective_matmul=True) needs sizes= (the mesh axis sizes).")
     out = []
-    for t in terms:
+    for t in as_sequence(terms, "terms"):
         if not isinstance(t, CommTerm):
             raise MeshplanTypeError(f"terms must hold CommTerm records, got {t!r:.80}.")
         kind, nbytes, calls, what = t.kind, t.nbytes, t.calls, t.what

@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 
+from meshplan.pure._check import as_flag
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster._cluster import Cluster
 from meshplan.pure.mesh._hybrid import HybridMeshShape
@@ -245,9 +246,9 @@ def plan_html(report: PlanReport | SearchResult, *, fragment: bool = False) -> s
       A self-contained HTML document (or fragment): inline CSS and SVG, no scripts, nothing fetched.
 
     Raises:
-      MeshplanTypeError: ``report`` is neither a report nor a search result.
+      MeshplanTypeError: ``report`` is neither a report nor a search result, or ``fragment`` not a bool.
     """
-    report = as_report(report)
+    report, fragment = as_report(report), as_flag(fragment, "fragment")
     body = _body(report)
     if fragment:
         return f'<div class="meshplan"><style>{CSS}</style>{body}</div>'

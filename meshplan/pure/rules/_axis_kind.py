@@ -52,12 +52,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from jax.sharding import PartitionSpec
 
-from meshplan.pure._check import as_count, as_int, as_shape, as_str, canonical_axis_sizes
+from meshplan.pure._check import as_count, as_int, as_sequence, as_shape, as_str, canonical_axis_sizes
 from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._auto import DEFAULT_MIN_SHARD_SIZE
@@ -164,8 +164,9 @@ class AxisKindRule:
             raise ShardingRuleError(f"fsdp_axis, tp_axis and ep_axis must differ, got {names[:3]!r}.")
         if self.convention not in CONVENTIONS:
             raise ShardingRuleError(f"convention={self.convention!r} is not one of {list(CONVENTIONS)}.")
-        object.__setattr__(self, "dims", tuple((p, tuple(k)) for p, k in self.dims))
-        object.__setattr__(self, "_dim_patterns", _compile_dims(self.dims))
+        dims, patterns = _compile_dims(self.dims)
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "_dim_patterns", patterns)
 
     @classmethod
     def for_model(cls, spec: Any, **options: Any) -> AxisKindRule:
@@ -179,6 +180,10 @@ class AxisKindRule:
         missing = [a for a in ("num_heads", "num_kv_heads", "num_experts") if not hasattr(spec, a)]
         if missing:
             raise MeshplanTypeError(f"spec={spec!r:.80} is not a ModelSpec (it lacks {missing}).")
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise MeshplanTypeError(f"AxisKindRule.for_model got unknown options {unknown}; the options are "
+                                    f"{sorted(_OPTIONS)} (the head and expert counts come from spec).")
         return cls(num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
                    num_experts=spec.num_experts or None, **options)
 
@@ -446,17 +451,40 @@ class AxisKindRule:
         return None
 
 
-def _compile_dims(dims: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]:
-    out, problems = [], []
-    for k, (pattern, kinds) in enumerate(dims):
-        bad = [x for x in kinds if x not in DIM_KINDS]
+_OPTIONS = frozenset(f.name for f in dataclasses.fields(AxisKindRule) if not f.name.startswith("_")) - {
+    "num_heads", "num_kv_heads", "num_experts"}
+"""What :meth:`AxisKindRule.for_model` passes on: the fields a ModelSpec does not give."""
+
+
+def _compile_dims(dims: Any) -> tuple[tuple[tuple[str, tuple[str, ...]], ...],
+                                      tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]]:
+    """``dims`` as ``(regex, kinds)`` pairs and their compiled patterns, every bad pair named at once.
+
+    Raises:
+      MeshplanTypeError: ``dims`` is not a sequence (a string, a mapping, a number).
+      ShardingRuleError: a pair that is not ``(regex str, sequence of kinds)``, an invalid regex or
+        an unknown kind.
+    """
+    rows = as_sequence(dims, "dims")
+    pairs, out, problems = [], [], []
+    for k, row in enumerate(rows):
+        if not (isinstance(row, tuple | list) and len(row) == 2 and isinstance(row[0], str)):
+            problems.append(f"dims #{k} {row!r:.80} is not a (regex str, kinds) pair")
+            continue
+        pattern, kinds = row
+        if isinstance(kinds, str) or not isinstance(kinds, Sequence):
+            problems.append(f"dims #{k} {pattern!r}: kinds={kinds!r:.60} is not a sequence of dim kinds")
+            continue
+        bad = [x for x in kinds if not (isinstance(x, str) and x in DIM_KINDS)]
         if bad:
             problems.append(f"dims #{k} {pattern!r}: unknown kinds {bad} (valid: {list(DIM_KINDS)})")
             continue
         try:
-            out.append((re.compile(pattern), kinds))
+            out.append((re.compile(pattern), tuple(kinds)))
         except re.error as err:
             problems.append(f"dims #{k} pattern {pattern!r} is not a valid regex ({err})")
+            continue
+        pairs.append((pattern, tuple(kinds)))
     if problems:
         raise ShardingRuleError("invalid dims overrides: " + "; ".join(problems) + ".")
-    return tuple(out)
+    return tuple(pairs), tuple(out)

@@ -45,6 +45,7 @@ __all__ = [
     "Decision",
     "LeafContext",
     "Rule",
+    "as_rule",
     "ask",
     "group_key_fn",
     "is_shape_only",
@@ -247,6 +248,32 @@ GroupKey: TypeAlias = Callable[[LeafContext], Hashable]
 LEAF_ERRORS: tuple[type[Exception], ...] = (ShardingRuleError, MemoryBudgetError, SpecError)
 """Errors a rule raises about one leaf (its spec cannot be made). Planners collect
 or report them per leaf; any other error (a misconfigured rule) propagates at once."""
+
+
+def as_rule(value: Any, what: str = "rule") -> Rule:
+    """``value`` checked to be a rule: a callable ``ctx -> Decision | None`` that is not a class.
+
+    The one check of every place a rule is taken (``plan_tree``, a composite's rules, a fallback). A class
+    is callable too, but calling it with a leaf constructs something from the leaf (``AutoRule`` for
+    ``AutoRule()``; ``int`` raises a raw TypeError): refused up front, with the fix.
+
+    Raises:
+      MeshplanTypeError: not callable, or a class.
+
+    Example:
+      >>> from meshplan.pure.rules import AutoRule
+      >>> as_rule(AutoRule)
+      Traceback (most recent call last):
+      ...
+      meshplan.pure.errors.MeshplanTypeError: rule=AutoRule is a class, not a rule; pass an instance (AutoRule(...)).
+    """
+    if isinstance(value, type):
+        raise MeshplanTypeError(f"{what}={value.__name__} is a class, not a rule; pass an instance "
+                                f"({value.__name__}(...)).")
+    if not callable(value):
+        raise MeshplanTypeError(f"{what}={value!r:.80} is not a rule (not callable); pass a pure rule such as "
+                                "AutoRule().")
+    return value
 
 
 def rule_name(rule: Rule) -> str:

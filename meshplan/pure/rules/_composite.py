@@ -22,6 +22,7 @@ from meshplan.pure._types import make_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._base import (
     as_context,
+    as_rule,
     Decision,
     GroupKey,
     LeafContext,
@@ -66,8 +67,7 @@ class CompositeRule:
         if not self.rules:
             raise ShardingRuleError("a composite rule needs at least one rule to try.")
         for k, rule in enumerate(self.rules):
-            if not callable(rule):
-                raise MeshplanTypeError(f"rules[{k}]={rule!r} is not a rule (not callable).")
+            as_rule(rule, f"rules[{k}]")
         if not isinstance(self.name, str):
             raise MeshplanTypeError(f"name={self.name!r} must be a string.")
         object.__setattr__(self, "_keys", tuple(group_key_fn(rule) for rule in self.rules))

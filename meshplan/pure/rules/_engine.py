@@ -40,6 +40,7 @@ from meshplan.pure._check import as_str, canonical_axis_sizes
 from meshplan.pure._types import PyTree, make_spec
 from meshplan.pure.errors import MeshplanTypeError, PlanError, ShardingRuleError
 from meshplan.pure.rules._base import (
+    as_rule,
     LEAF_ERRORS,
     Decision,
     LeafContext,
@@ -217,8 +218,7 @@ def plan_tree(tree: PyTree, rule: Rule, axis_sizes: Mapping[str, int], *, x64: b
       >>> plan.counts()
       {'auto': 3}
     """
-    if not callable(rule):
-        raise MeshplanTypeError(f"rule={rule!r} is not callable; pass a pure rule such as AutoRule().")
+    rule = as_rule(rule)
     sizes = canonical_axis_sizes(axis_sizes)
     name = rule_name(rule)
     shape_only = is_shape_only(rule)

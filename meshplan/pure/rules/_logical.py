@@ -43,6 +43,7 @@ from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._check_tree import _problems
 from meshplan.pure.rules._conventions import normalize_path
 from meshplan.pure.rules._base import (
+    as_rule,
     Decision,
     LeafContext,
     Rule,
@@ -342,8 +343,8 @@ class LogicalRule:
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "patterns", _canonical_patterns(self.patterns))
         object.__setattr__(self, "_compiled", tuple(re.compile(p) for p, _ in self.patterns))
-        if self.fallback is not None and not callable(self.fallback):
-            raise MeshplanTypeError(f"fallback={self.fallback!r} is not a rule (not callable).")
+        if self.fallback is not None:
+            as_rule(self.fallback, "fallback")
         as_str(self.name, "name", error=ShardingRuleError)
         if self.mesh_axes is not None:
             known = tuple(as_str(a, f"mesh_axes[{i}]", error=ShardingRuleError)

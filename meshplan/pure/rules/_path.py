@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec
 from meshplan.pure._check import as_json_spec
 from meshplan.pure.errors import MeshplanTypeError, ShardingRuleError
 from meshplan.pure.rules._base import (
+    as_rule,
     as_context,
     Decision,
     LeafContext,
@@ -101,8 +102,8 @@ class PathRule:
             pairs.append((item[0], item[1]))
         if problems:
             raise ShardingRuleError("invalid path rules: " + "; ".join(problems) + ".")
-        if self.fallback is not None and not callable(self.fallback):
-            raise MeshplanTypeError(f"fallback={self.fallback!r} is not a rule (not callable).")
+        if self.fallback is not None:
+            as_rule(self.fallback, "fallback")
         object.__setattr__(self, "rules", tuple(pairs))
         object.__setattr__(self, "_compiled", tuple(compiled))
 

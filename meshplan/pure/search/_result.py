@@ -21,6 +21,7 @@ from meshplan.pure.cost._profile_pricing import ProfilePricing
 from meshplan.pure.cost._recipe import TrainingRecipe
 from meshplan.pure._fields import (
     as_bool,
+    as_efficiency,
     as_nonneg,
     as_text,
     as_texts,
@@ -95,7 +96,7 @@ class SearchRequest:
             "batch": _count, "seq": _count, "param_dtype": as_text, "grad_dtype": as_text,
             "optimizer_copies": as_nonneg, "optimizer_dtype": as_text, "activations": as_bool,
             "headroom": _headroom, "tp_within_domain": as_bool, "ep_within_domain": as_bool, "rule": as_text,
-            "top_k": _count, "recipe": instance_of(TrainingRecipe), "efficiency": optional(_efficiency),
+            "top_k": _count, "recipe": instance_of(TrainingRecipe), "efficiency": optional(as_efficiency),
             "choose_micro_batches": as_bool, "moe_layers": as_nonneg,
             "profile": optional(instance_of(ProfilePricing)),
         })
@@ -234,13 +235,6 @@ class SearchResult:
 
 RANK_BY: tuple[str, ...] = ("time", "comm")
 """Orders of the ranked meshes: predicted step time (default), or communication seconds alone."""
-
-
-def _efficiency(value: Any, what: str) -> float:
-    v = as_real(value, what, error=PlanError)
-    if v > 1:
-        raise PlanError(f"{what}={value!r} must be a fraction of peak FLOP/s in (0, 1].")
-    return v
 
 
 def _count(value: Any, what: str) -> int:

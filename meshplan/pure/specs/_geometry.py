@@ -77,6 +77,9 @@ def _entry(raw: Any, where: str) -> SpecEntry | Any:
     )
 
 
+_MAX_RANK = 2**16
+
+
 def canonical_entries(spec: Any, rank: int | None = None, *, where: str = "spec") -> tuple[Any, ...]:
     """Canonical entries of a PartitionSpec, padded with ``()`` to ``rank``.
 
@@ -105,7 +108,9 @@ def canonical_entries(spec: Any, rank: int | None = None, *, where: str = "spec"
     entries = tuple(_entry(raw, where) for raw in spec)
     if rank is None:
         return entries
-    rank = as_count(rank, "rank", minimum=0, error=SpecError)
+    # numpy arrays have at most 64 dims; the bound only keeps an absurd rank (2**31) from padding a tuple
+    # of gigabytes.
+    rank = as_count(rank, "rank", minimum=0, maximum=_MAX_RANK, error=SpecError)
     if len(entries) > rank:
         raise SpecError(
             f"{where}: spec {spec} has {len(entries)} entries but the array has rank {rank}; "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from meshplan.pure._fields import as_bool, as_nonneg, as_seconds, as_text, check_fields, instance_of, optional
 from meshplan.pure.verify._compiled_step import CompiledStep
 from meshplan.pure.xla._compiled_memory import CompiledMemory
 
@@ -47,7 +48,18 @@ class CompileOutcome:
     step: CompiledStep | None = None
     step_note: str = ""
 
+    def __post_init__(self) -> None:
+        # Checked when made, so outcome_row reads a CompileOutcome it is given without checking it again.
+        check_fields(self, _OUTCOME_CHECKS)
+
     @property
     def ok(self) -> bool:
         """Whether XLA gave figures."""
         return self.memory is not None
+
+
+_OUTCOME_CHECKS = {
+    "target": as_text, "memory": optional(instance_of(CompiledMemory)), "oom": as_bool,
+    "oom_required_bytes": optional(as_nonneg), "oom_available_bytes": optional(as_nonneg), "error": as_text,
+    "seconds": as_seconds, "deviceless": as_bool, "step": optional(instance_of(CompiledStep)), "step_note": as_text,
+}

@@ -21,12 +21,16 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from meshplan.pure._check import as_choice, as_count, as_flag, as_instance, as_sequence, as_str
+from meshplan.pure._fields import MAX_COUNT, as_byte_count, as_size, optional
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cost import TrainingRecipe, calibration_spread, peak_bounds
+from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import ModelSpec
+from meshplan.pure.presets._spec import as_model_spec
 from meshplan.pure.search import MeshCandidate
 from meshplan.pure.verify._outcome import CompileOutcome
-from meshplan.pure.verify._rows import VerifyRow
+from meshplan.pure.verify._rows import STATUSES, VerifyRow
 from meshplan.pure.xla import deviceless_gpu_run_range
 
 __all__ = ["OOM_SOURCE", "compiled_fit", "estimate_range", "estimate_row", "next_to_compile", "outcome_row",
@@ -50,6 +54,8 @@ def compiled_fit(peak_bytes: int, budget_bytes: int, *, deviceless: bool) -> tup
       >>> compiled_fit(50 * gib, 52 * gib, deviceless=False)
       (False, None, '')
     """
+    peak_bytes, budget_bytes = as_byte_count(peak_bytes, "peak_bytes"), as_byte_count(budget_bytes, "budget_bytes")
+    deviceless = as_flag(deviceless, "deviceless")
     high = deviceless_gpu_run_range(peak_bytes)[1] if deviceless else None
     needs = peak_bytes if high is None else high
     if needs <= budget_bytes:
@@ -74,6 +80,7 @@ def uncompiled_dispatch(model: ModelSpec, recipe: TrainingRecipe) -> str:
       >>> uncompiled_dispatch(MODEL_SPECS["llama3-8b"], TrainingRecipe(moe_dispatch="dropless"))
       ''
     """
+    model, recipe = as_model_spec(model, "model"), _recipe(recipe)
     if not model.num_moe_layers or recipe.moe_dispatch == "einsum":
         return ""
     return (f"not compiled: the plan priced the {recipe.moe_dispatch} MoE dispatch (grouped GEMMs over the routed "
@@ -92,6 +99,7 @@ def estimate_range(cand: MeshCandidate, recipe: TrainingRecipe) -> tuple[int | N
       >>> low < cand.memory.total < high
       True
     """
+    cand, recipe = _candidate(cand), _recipe(recipe)
     found = calibration_spread(recipe)
     if found is None:
         return None, None
@@ -108,6 +116,13 @@ def estimate_row(cand: MeshCandidate, budget_bytes: int, recipe: TrainingRecipe,
       >>> estimate_row(found.best, found.request.budget, found.request.recipe).summary()[:10]
       'estimate: '
     """
+    cand, budget_bytes, recipe = _candidate(cand), as_byte_count(budget_bytes, "budget_bytes"), _recipe(recipe)
+    status = as_choice(status, "status", STATUSES, error=PlanError)
+    micro_batches = as_size(micro_batches, "micro_batches")
+    unknown = sorted(set(fields) - _ROW_FIELDS)
+    if unknown:
+        raise MeshplanTypeError(f"estimate_row got unknown fields {unknown}; the other fields of a VerifyRow are "
+                                f"{sorted(_ROW_FIELDS)}.")
     low, high = estimate_range(cand, recipe)
     micro = micro_batches if cand.step is None else cand.step.micro_batches
     return VerifyRow(mesh=cand.text, rank=cand.rank, analytic_bytes=cand.memory.total, budget_bytes=budget_bytes,
@@ -130,6 +145,11 @@ def outcome_row(base: VerifyRow, outcome: CompileOutcome, *, compiler: str, cach
       ...             compiler="XLA:CPU", cached=False).summary()
       'not verified: estimate 0.0 MiB; timed out after 9 s'
     """
+    base = as_instance(base, "base", VerifyRow, example="estimate_row(cand, budget_bytes, recipe)")
+    outcome = as_instance(outcome, "outcome", CompileOutcome)
+    compiler, compiled_schedule, note = (as_str(v, name) for v, name in (
+        (compiler, "compiler"), (compiled_schedule, "compiled_schedule"), (note, "note")))
+    cached = as_flag(cached, "cached")
     if outcome.oom:
         return dataclasses.replace(
             base, status="over budget", target=outcome.target, peak_bytes=outcome.oom_required_bytes,
@@ -171,6 +191,11 @@ def next_to_compile(range_highs: Sequence[int | None], budget_bytes: int, decide
       >>> next_to_compile([10, 30, 10, 10], 20, {0: "exact", 1: "over budget"}, top=2, start=2)
       ((2,), 3)
     """
+    range_highs = tuple(optional(as_byte_count)(h, f"range_highs[{i}]")
+                        for i, h in enumerate(as_sequence(range_highs, "range_highs")))
+    budget_bytes, decided = as_byte_count(budget_bytes, "budget_bytes"), _decided(decided)
+    top = as_count(top, "top", minimum=0, maximum=MAX_COUNT, error=PlanError)
+    start = as_count(start, "start", minimum=0, maximum=MAX_COUNT, error=PlanError)
     fitting = sum(1 for status in decided.values() if status == "exact")
     want: list[int] = []
     while start < len(range_highs) and fitting + len(want) < top:
@@ -180,3 +205,26 @@ def next_to_compile(range_highs: Sequence[int | None], budget_bytes: int, decide
     straddle = [i for i, high in enumerate(range_highs) if (high or 0) > budget_bytes]
     want += [i for i in straddle if i not in decided and i not in want]
     return tuple(want), start
+
+
+# The VerifyRow fields estimate_row sets itself are not among the ``**fields`` it passes on.
+_ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(VerifyRow)) - {
+    "mesh", "rank", "analytic_bytes", "budget_bytes", "status", "range_low_bytes", "range_high_bytes",
+    "micro_batches"}
+
+
+def _recipe(value: Any) -> TrainingRecipe:
+    return as_instance(value, "recipe", TrainingRecipe, example="TrainingRecipe()")
+
+
+def _candidate(value: Any) -> MeshCandidate:
+    return as_instance(value, "cand", MeshCandidate, example="search_meshes(...).best")
+
+
+def _decided(value: Any) -> dict[int, str]:
+    """``decided`` of :func:`next_to_compile`: ranked mesh index -> its status (one of ``STATUSES``)."""
+    if not isinstance(value, Mapping):
+        raise MeshplanTypeError(f"decided={value!r:.80} must map ranked mesh indices to statuses, not "
+                                f"{type(value).__name__}.")
+    return {as_count(i, "decided index", minimum=0, maximum=MAX_COUNT, error=PlanError):
+            as_choice(status, f"decided[{i!r:.20}]", STATUSES, error=PlanError) for i, status in value.items()}
