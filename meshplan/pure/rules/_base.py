@@ -273,7 +273,8 @@ def as_rule(value: Any, what: str = "rule") -> Rule:
     if not callable(value):
         raise MeshplanTypeError(f"{what}={value!r:.80} is not a rule (not callable); pass a pure rule such as "
                                 "AutoRule().")
-    return value
+    rule: Rule = value  # callable and not a class: what a Rule is to the planner
+    return rule
 
 
 def rule_name(rule: Rule) -> str:
