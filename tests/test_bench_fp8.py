@@ -26,6 +26,7 @@ def _rel(a: jax.Array, b: jax.Array) -> float:
     return float(np.linalg.norm(a32 - b32) / np.linalg.norm(b32))
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @settings(max_examples=10, deadline=None)
 @given(st.integers(1, 3), st.sampled_from([16, 64]), st.sampled_from([32, 96]), st.integers(0, 2**16))
 def test_the_fp8_linear_is_the_linear_forward_and_backward(batch: int, d: int, f: int, seed: int) -> None:

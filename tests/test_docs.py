@@ -34,7 +34,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.DOTALL | re.MULTILINE)
 # The README's two commands: they build a venv and run the whole suite, which CI does itself (.ci/run).
 _SETUP = ("python3.11 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/meshplan demo",
-          "python3.11 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest -q")
+          "python3.11 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest -q "
+          "&& .venv/bin/python -m pytest -q -m slow")
 
 
 def _blocks(page: Path) -> list[tuple[str, str, int]]:
@@ -55,7 +56,13 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     readme = (ROOT / "README.md").read_text()
     for command in _SETUP:
         assert f"```bash\n{command}\n```" in readme, command
-    assert _SETUP[1] in (ROOT / ".ci" / "run").read_text().splitlines()
+    # .ci/run runs the same command split where it times each tier: the install, then pytest -q with no
+    # arguments (the default tier) and with -m slow (the second), each through its `tier` function.
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    install, default, slow = _SETUP[1].split(" && .venv/bin/python -m pytest -q")
+    assert (default, slow) == ("", " -m slow")
+    assert install in ci and "tier default" in ci and "tier slow -m slow" in ci
+    assert '    .venv/bin/python -m pytest -q "$@"' in ci
 
 
 def test_every_docs_link_resolves() -> None:
@@ -108,7 +115,12 @@ def _run_bash(code: str, cwd: Path, where: str) -> None:
             (cwd / target.strip()).write_text(out.getvalue())
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+# Pages whose examples time steps on the CPU devices or compile pipelined steps: the second tier (pytest -m slow).
+_SLOW_PAGES = ("measure.md", "pipeline.md")
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name in _SLOW_PAGES else p
+                                  for p in PAGES], ids=lambda p: p.name)
 def test_every_code_block_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A scratch directory (plan.json and friends land there) that sees the repository's data as the root does.
     for shared in ("tests", "benchmarks"):

@@ -116,8 +116,9 @@ def test_sizes_of_one_kind_find_the_smallest_that_fits_and_the_knee(capsys) -> N
     (["--clusters", "8x8xH100", "--by", "cost"], "--by cost needs prices"),
     (["--nodes", "1,2"], "--nodes and --device go together"),
     ([], "give --clusters LIST"),
-    (["--clusters", "8x8xH100", "--executor", "tcp://127.0.0.1:9", "--verify", "1"],
-     "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"),
+    pytest.param(["--clusters", "8x8xH100", "--executor", "tcp://127.0.0.1:9", "--verify", "1"],
+                 "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'",
+                 marks=pytest.mark.slow),  # waits out Dask's connect timeout (10 s): the second tier
 ])
 def test_bad_input_is_a_typed_error_naming_it_with_exit_1(argv: list[str], fragment: str, capsys) -> None:
     code, out, err = _run(["compare", "--model", "gpt2", *argv], capsys)

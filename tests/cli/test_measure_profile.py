@@ -31,6 +31,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"root": root, "model": root / "tiny.json", "profile": root / "cpu.json"}
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 def test_profile_out_writes_json_naming_the_device_kind_count_and_versions(tmp_path: Path, capsys) -> None:
     out = tmp_path / "p.json"
     code, text, _ = _main(capsys, "profile", "--quick", "--out", str(out))
@@ -40,6 +41,7 @@ def test_profile_out_writes_json_naming_the_device_kind_count_and_versions(tmp_p
     assert {"jax", "jaxlib", "python"} <= set(doc["versions"])
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 def test_measure_json_gives_one_row_per_layout_with_the_promised_keys(files, capsys) -> None:
     code, text, _ = _main(capsys, "measure", "--model", str(files["model"]), "--batch", "8", "--seq", "16",
                           "--top", "2", "--steps", "2", "--json", "--profile", str(files["profile"]),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from meshplan import cli
 
 
@@ -46,6 +48,7 @@ def _tiny_model(tmp_path) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 def test_plan_verify_compiles_the_best_circular_layout_against_its_own_estimate(capsys, tmp_path, monkeypatch) -> None:
     # A tiny 8-layer Llama on 8 XLA:CPU devices: the top unpipelined mesh compiles, and so does the best layout of
     # the schedule meshplan's step runs (circular): its compiled peak is set against the circular estimate.

@@ -78,6 +78,7 @@ def test_check_json_carries_xlas_figures_and_the_largest_buffers(capsys):
     assert spread["peak_low_bytes"] <= row["analytic_bytes"] <= spread["peak_high_bytes"]
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 def test_check_prices_the_step_it_compiles(capsys):
     # --remat, --attention and the compiler the step compiles on (--target cpu: XLA:CPU's coefficients)
     # are what the estimate prices; before, check priced remat full on the cluster's compiler whatever it
@@ -102,6 +103,7 @@ def test_check_prices_the_step_it_compiles(capsys):
     assert analytic["none"] > analytic["full"]
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 def test_verify_compiles_each_candidate_with_the_micro_batches_its_estimate_priced():
     # The search priced these candidates with 2 accumulation steps; the flags' config says 1. The compile
     # must run what was priced (before, every candidate compiled with the best mesh's count).
@@ -136,6 +138,7 @@ def test_verify_without_the_cuda_plugin_shows_estimates_and_says_what_to_install
     assert "compiling" not in err
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 def test_verify_on_cpu_for_a_gpu_plan_says_which_lowering_each_figure_is(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "220")
     code = cli.main(["plan", "--model", "gpt2", "--cluster", "1x8xH100", "--seq", "64", "--batch", "8",

@@ -211,6 +211,7 @@ GPT2 = dataclasses.replace(MODEL_SPECS["gpt2"], name="tiny-gpt2", num_layers=2, 
 MINOR = 0.02  # a kind under 2% of the step's bytes (XLA:CPU's few-KiB reshards) is not held to 10%
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @pytest.mark.parametrize("model,sizes,micro_batches",
                          [(TINY, {"fsdp": 8}, 1), (TINY, {"dp": 2, "fsdp": 4}, 1), (TINY, {"dp": 2, "tp": 4}, 1),
                           (MIXTRAL, {"fsdp": 2, "ep": 4}, 1), (TINY, {"dp": 2, "fsdp": 4}, 2),

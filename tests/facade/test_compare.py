@@ -17,6 +17,7 @@ TINY = dataclasses.replace(get_preset("llama3-8b").spec, name="tiny-llama", num_
                            num_params=None)
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @pytest.mark.skipif(not libtpu_available() or cuda_plugin_problem() is not None,
                     reason="needs libtpu and the jax CUDA plugin (meshplan[tpu], meshplan[gpu])")
 def test_each_row_is_exact_where_its_compiler_is_installed_and_says_why_not_elsewhere(tmp_path, monkeypatch):

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("distributed", reason="needs Dask distributed: pip install 'meshplan[dask]'")
+# A local Dask cluster and its compiles: the second tier (pytest -m slow).
+pytestmark = pytest.mark.slow
 
 import meshplan  # noqa: E402
 from meshplan.facade.verify._executor import dask_executor, resolve_executor  # noqa: E402

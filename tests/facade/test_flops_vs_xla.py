@@ -66,6 +66,7 @@ def _matmul_flops(hlo: str) -> float:
     return float(module.matmul_flops(hlo))
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @pytest.mark.parametrize("spec, mesh_shape, remat, batch", [c if len(c) == 4 else (*c, 8) for c in CASES],
                          ids=["gpt2-fsdp2-tp4-full", "mixtral-fsdp8-none", "llama-gqa-fsdp2-tp4-full",
                               "mla-fsdp2-tp4-none-split"])

@@ -51,6 +51,7 @@ def _ratio(sizes: dict[str, int], remat: str, attention: str, backend: str = "cp
     return cand.memory.total / exact.peak_bytes
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @pytest.mark.parametrize("sizes, remat, attention", [
     ({"fsdp": 8}, "full", "dot_product"),
     ({"dp": 2, "fsdp": 2, "tp": 2}, "none", "plain"),
@@ -60,6 +61,7 @@ def test_the_analytic_peak_is_within_the_cpu_band_of_xla(sizes: dict[str, int], 
     assert BAND[0] <= ratio <= BAND[1], f"analytic / exact = {ratio:.3f} outside {BAND}"
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @pytest.mark.skipif(not libtpu_available(), reason="TPU ahead-of-time compiles need libtpu (pip install 'meshplan[tpu]')")
 @pytest.mark.parametrize("sizes, remat, attention", [
     ({"fsdp": 8}, "full", "flash"),

@@ -54,6 +54,7 @@ def _matmul_flops(hlo: str) -> float:
     return float(module.matmul_flops(hlo))
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_new_layouts_compile_and_their_flops_match_xla(case: str) -> None:
     spec, (shape, names), remat = CASES[case]

@@ -60,6 +60,7 @@ def pipelined():
                          config=FP32_SGD)
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 def test_pipelined_step_gives_the_unpipelined_loss_and_gradients(pipelined):
     params, data = _params(0), _batch(1)
     plain = reference_step(TINY, _mesh({"dp": 2, "tp": 4}), batch=BATCH, seq=SEQ, config=FP32_SGD)
@@ -205,6 +206,7 @@ def test_autodiff_keeps_what_the_circular_schedule_model_charges(repeats):
     assert k.saved > 4 * (8 // 4) * one_input  # the bubble's iterations are kept too, not only m micro-batches
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @pytest.mark.parametrize("sizes, m", [({"pp": 2, "fsdp": 4}, 2), ({"pp": 2, "dp": 2, "tp": 2}, 4)])
 def test_a_stage_keeps_the_micro_batch_split_over_the_batch_axes(sizes, m):
     # The compiled step's every buffer with a sequence dim (activations, attention scores, logits: the per-device

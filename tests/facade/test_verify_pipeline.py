@@ -48,6 +48,7 @@ def _shard_bytes(tree) -> int:
     return total
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 def test_a_pipeline_row_compiles_on_cpu_devices_with_its_micro_batches_and_repeats():
     plan, found = _plan(TINY)
     cand = found.candidates[0]

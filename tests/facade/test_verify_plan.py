@@ -83,6 +83,7 @@ def test_verify_plan_refuses_bad_requests_with_typed_errors():
             call()
 
 
+@pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
 @pytest.mark.skipif(cuda_plugin_problem() is not None, reason=f"needs the jax CUDA plugin: {cuda_plugin_problem()}")
 def test_the_verified_gpu_peak_is_the_independent_compiles_to_the_byte_and_a_replan_is_cached():
     found = search_meshes(TINY, "1x8xH100", batch=16, seq=64, top_k=1)

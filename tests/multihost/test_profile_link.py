@@ -10,7 +10,7 @@ from meshplan.pure.cluster import PROFILE_COLLECTIVES
 from meshplan.pure.cost import profile_figures, profiled_cluster
 from meshplan.pure.cluster import machine_cluster
 
-pytestmark = pytest.mark.multihost
+pytestmark = [pytest.mark.multihost, pytest.mark.slow]  # two processes time their link: the second tier
 
 
 @pytest.fixture(scope="module")
