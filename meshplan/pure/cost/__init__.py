@@ -133,3 +133,7 @@ __all__ += ["LinkFit", "MatmulFit", "ProfileFigures", "ProfilePricing", "StepFit
 # a compiled program's schedule simulated: the device's roofline, the links its collectives cross
 __all__ += ["SCHEDULE_FIT", "CollectiveExposure", "OpTime", "Roofline", "ScheduleLinks", "ScheduleTime",
             "SizeEfficiency", "default_roofline", "roofline", "schedule_links", "simulate_schedule"]
+# how much of a layer's parameter collectives a compiled step leaves exposed (fitted to XLA:GPU's programs)
+from meshplan.pure.cost._overlap import OVERLAP_FIT, OverlapRule, overlap_rule, window_exposure
+
+__all__ += ["OVERLAP_FIT", "OverlapRule", "overlap_rule", "window_exposure"]

@@ -39,7 +39,12 @@ summed over the micro-batches.
 ``fp8_peak_flops x efficiency x FP8_EFFICIENCY_RATIO``, the rest at ``peak_flops x efficiency``.
 
 Within a window, what exceeds the compute is exposed, shared among the
-collectives in proportion to their seconds. ``step = compute + exposed``;
+collectives in proportion to their seconds. That is the **prefetch rule** (the best case, bar the first and last
+layer), kept where no rule was fitted to compiled programs (XLA:TPU, XLA:CPU). Given an ``overlap``
+(:func:`~meshplan.pure.cost._overlap.overlap_rule`: XLA:GPU's, fitted to compiled schedules), every layer's
+forward and backward window is priced by that rule instead (:func:`~meshplan.pure.cost._overlap.window_exposure`:
+a share of the gradient syncs exposed whatever the compute, the rest hidden under a share of the window), with no
+special first or last layer: the compiled programs have none. ``step = compute + exposed``;
 MFU = model FLOPs (no recompute, no MoE padding) / (step x devices x peak), the bf16 peak
 even when the weight matmuls run in FP8 (so MFU compares with bf16 runs and published figures).
 """
@@ -55,6 +60,7 @@ from meshplan.pure._fields import MAX_COUNT, as_efficiency, as_seconds, as_size,
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cost._flops import StepFlops
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
+from meshplan.pure.cost._overlap import OverlapRule, window_exposure
 from meshplan.pure.cost._placement import Pending
 
 __all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_seconds", "step_time"]
@@ -155,7 +161,7 @@ def _share(seconds: Sequence[float], window: float) -> list[float]:
 
 def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, layers: int, tokens: int,
               devices: int, peak_flops: float | None, efficiency: float,
-              fp8_peak_flops: float | None = None) -> StepTime:
+              fp8_peak_flops: float | None = None, overlap: OverlapRule | None = None) -> StepTime:
     """Step time of one mesh from its FLOPs and its priced collectives.
 
     Args:
@@ -167,6 +173,8 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
       efficiency: fraction of the peak the matmuls sustain.
       fp8_peak_flops: the device's dense FP8 FLOP/s when the weight matmuls run in FP8 (the module
         docstring); ``None``: every matmul at ``peak_flops``.
+      overlap: the rule each layer window's parameter collectives follow (``None``: the prefetch rule; see the
+        module docstring).
 
     Returns:
       A :class:`StepTime`.
@@ -184,6 +192,10 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
       ...               layers=80, tokens=2**20, devices=8, peak_flops=1e15, efficiency=0.5)
       >>> round(t.compute_s, 3), round(t.exposed_s, 4), [round(x.exposed, 4) for x in t.terms]
       (2.0, 0.1025, [0.0025, 0.1])
+      >>> from meshplan.pure.cost._overlap import overlap_rule
+      >>> round(step_time(f, [("fsdp reduce-scatter of grads", "reduce-scatter", 0.2)], layers=80, tokens=2**20,
+      ...                 devices=8, peak_flops=1e15, efficiency=0.5, overlap=overlap_rule("gpu")).exposed_s, 3)
+      0.172
       >>> f8 = StepFlops(6e15, 0.0, 0.0, 1e15, 4e12, 8e12, 4e13, weight_matmuls=6e14, weight_forward=2e12,
       ...                weight_backward=5e12)
       >>> step_time(f8, [], layers=80, tokens=2**20, devices=8, peak_flops=1e15, efficiency=0.5,
@@ -197,8 +209,10 @@ def step_time(flops: StepFlops, terms: Sequence[tuple[str, str, float]], *, laye
     peak_flops, fp8_peak_flops = (optional(_flop_rate)(v, name) for v, name in (
         (peak_flops, "peak_flops"), (fp8_peak_flops, "fp8_peak_flops")))
     efficiency = as_efficiency(efficiency, "efficiency")
+    if overlap is not None:
+        overlap = as_instance(overlap, "overlap", OverlapRule, example='overlap_rule("gpu")')
     compute, exposed = _exposure(flops, terms, [t[2] for t in terms], layers, peak_flops, efficiency,
-                                 fp8_peak_flops)
+                                 fp8_peak_flops, overlap)
     out = tuple(CommExposure(t[0], max(0.0, t[2] - e), e) for t, e in zip(terms, exposed, strict=True))
     exp = float(sum(exposed))
     step = compute + exp
@@ -225,7 +239,8 @@ def _flop_rate(value: Any, what: str) -> float:
 
 
 def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], *, layers: int,
-                 peak_flops: float | None, efficiency: float, fp8_peak_flops: float | None = None) -> float:
+                 peak_flops: float | None, efficiency: float, fp8_peak_flops: float | None = None,
+                 overlap: OverlapRule | None = None) -> float:
     """``step_time(...).step_s`` (the same float) without the per-term records.
 
     The search ranks a few hundred meshes by their step and shows a few: the records of the
@@ -235,7 +250,8 @@ def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequ
       terms: per collective term, a tuple starting ``(what, kind, ...)`` (the search's unpriced
         terms, :func:`accumulate`'s items).
       seconds: each term's seconds (Python floats).
-      layers, peak_flops, efficiency, fp8_peak_flops: as for :func:`step_time`.
+      layers, peak_flops, efficiency, fp8_peak_flops, overlap: as for :func:`step_time` (unchecked: the
+        search's own values).
 
     Example:
       >>> f = StepFlops(6e15, 0.0, 0.0, 1e15, 4e12, 8e12, 4e13)
@@ -244,7 +260,7 @@ def step_seconds(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequ
       >>> step_seconds(f, terms, [0.2], **kw) == step_time(f, terms, tokens=2**20, devices=8, **kw).step_s
       True
     """
-    compute, exposed = _exposure(flops, terms, seconds, layers, peak_flops, efficiency, fp8_peak_flops)
+    compute, exposed = _exposure(flops, terms, seconds, layers, peak_flops, efficiency, fp8_peak_flops, overlap)
     return compute + float(sum(exposed))
 
 
@@ -258,7 +274,8 @@ def _seconds(total: float, fp8: float, rate: float, fp8_rate: float) -> float:
 
 def _exposure(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequence[float], layers: int,
               peak_flops: float | None, efficiency: float,
-              fp8_peak_flops: float | None = None) -> tuple[float, list[float]]:
+              fp8_peak_flops: float | None = None,
+              overlap: OverlapRule | None = None) -> tuple[float, list[float]]:
     """(compute seconds, exposed seconds of each term): the overlap of the module docstring; ``terms[k]``
     starts ``(what, kind)`` and takes ``seconds[k]``."""
     rate = 0.0 if not peak_flops else peak_flops * efficiency
@@ -281,6 +298,14 @@ def _exposure(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequenc
     # Per layer: half of each gather's calls run in the forward, half in the backward.
     g_layer = [seconds[k] / 2 / n for k in gathers]
     r_layer = [seconds[k] / n for k in grads]
+    if overlap is not None:  # every layer's two windows alike (the fitted rule has no first or last layer)
+        fwd_g, _ = window_exposure(g_layer, [], fwd, overlap)
+        bwd_g, bwd_r = window_exposure(g_layer, r_layer, bwd, overlap)
+        for j, k in enumerate(gathers):
+            exposed[k] = min(seconds[k], n * (fwd_g[j] + bwd_g[j]))
+        for j, k in enumerate(grads):
+            exposed[k] = min(seconds[k], n * bwd_r[j])
+        return compute, exposed
     fwd_over = _share(g_layer, fwd)
     bwd_over = _share(g_layer + r_layer, bwd)
     for j, k in enumerate(gathers):

@@ -34,6 +34,7 @@ from meshplan.pure.cost._flops import StepFlops, default_efficiency, fsdp_read, 
 from meshplan.pure.cost._gathered_operand import HeadLayout, gathers_hidden, gathers_tokens, head_layout, \
     vocab_batch_axes
 from meshplan.pure.cost._matmul_dtype import fp8_peak
+from meshplan.pure.cost._overlap import overlap_rule
 from meshplan.pure.cost._param_collectives import ParamTables, param_tables, table_terms
 from meshplan.pure.cost._placement import BATCH_AXES, AxisPlacement, Pending
 from meshplan.pure.cost._recipe import TrainingRecipe
@@ -93,11 +94,11 @@ class Pricing:
     Example:
       >>> from meshplan.pure.search import search_meshes
       >>> search_meshes("llama3-8b", "1x8xH100", batch=8, seq=2048, top_k=1).best.text  # priced by a Pricing
-      'dp=4,fsdp=2'
+      'fsdp=8'
     """
 
     __slots__ = ("req", "model", "groups", "dims", "act_itemsize", "efficiency", "fp8_peak", "loss_gather",
-                 "slice_chips", "head_group", "embed_group", "expert_groups", "_recipes", "_flops", "_compute",
+                 "slice_chips", "overlap", "head_group", "embed_group", "expert_groups", "_recipes", "_flops", "_compute",
                  "_floors", "_parts", "_tables", "_vocab_axes", "_expert_axes", "_embed_split", "_head_axes",
                  "_heads")
 
@@ -110,6 +111,7 @@ class Pricing:
                            else req.efficiency)
         # The FP8 peak the weight matmuls run at (None: bf16; search_meshes refused a device without one).
         self.fp8_peak = fp8_peak(device, req.recipe.matmul_dtype)
+        self.overlap = overlap_rule(req.recipe.compiler)  # the compiled programs' overlap where fitted
         self.loss_gather = CALIBRATIONS[calibration_key(req.recipe)].loss_gather
         # Chips of one v5p slice whose grid spans all three dims (XLA:TPU all-reduces gradient sums over it
         # whole: whole_slice_sums); None elsewhere.
@@ -172,7 +174,7 @@ class Pricing:
         """The step (compute + exposed communication) on ``mesh`` with these collectives and their seconds."""
         return step_seconds(self.flops(mesh), terms, seconds, layers=max(self.model.num_layers, 1),
                             peak_flops=self.req.cluster.device.peak_bf16_flops, efficiency=self.efficiency,
-                            fp8_peak_flops=self.fp8_peak)
+                            fp8_peak_flops=self.fp8_peak, overlap=self.overlap)
 
     def compute_s(self, mesh: Mapping[str, int]) -> float:
         """The step on ``mesh`` with no collectives (its compute: a floor of its step), by its :data:`FlopsKey`."""
@@ -189,7 +191,7 @@ class Pricing:
         return step_time(self.flops(mesh), terms, layers=max(self.model.num_layers, 1),
                          tokens=req.batch * req.seq, devices=req.cluster.num_devices,
                          peak_flops=req.cluster.device.peak_bf16_flops, efficiency=self.efficiency,
-                         fp8_peak_flops=self.fp8_peak)
+                         fp8_peak_flops=self.fp8_peak, overlap=self.overlap)
 
     # --- memory ---------------------------------------------------------------------------------------------
 
