@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from meshplan import cli
+from meshplan.pure import search_meshes
 from meshplan.pure.report._svg import BUBBLE_COLOR, MEMORY_COLORS
 
 CHROMIUM = shutil.which("chromium")
@@ -134,11 +135,15 @@ def test_the_report_renders_in_chromium_with_its_elements_and_no_console_errors(
     assert dom.count('class="memory-bar"') == 5 and dom.count('class="step-bar"') == 5
     assert len(re.findall(r"<tr class=\"(best)?\">", dom)) == 5  # the ranked table's rows
     assert dom.count('class="range"') == 5  # each estimate drawn with its range
-    assert dom.count('class="axis-panel"') == 2  # dp and fsdp
-    assert dom.count('class="device"') == 2 * 64
-    assert dom.count('class="host-edge"') == 2
-    assert "meshplan.create_mesh(axis_dims=(2, 32, 1, 1)" in dom
-    assert "ici_fsdp_parallelism=8 dcn_data_parallelism=2 dcn_fsdp_parallelism=4" in dom
+    # The chosen mesh is the search's best (verification is off in the suite): one panel per axis it splits
+    # over, each drawing the 64 devices and the hosts' edges, and the snippet that builds it.
+    best = search_meshes("llama3-70b", "8x8xH100").best
+    split = [n for n, k in zip(best.axis_names, best.axis_sizes) if k > 1]
+    assert dom.count('class="axis-panel"') == len(split) >= 2
+    assert dom.count('class="device"') == len(split) * 64
+    assert dom.count('class="host-edge"') == len(split)
+    assert f"meshplan.create_mesh(axis_dims={tuple(best.axis_sizes)}" in dom
+    assert f"dcn_mesh_dims={tuple(best.dcn_shape)}" in dom
 
 
 @needs_chromium

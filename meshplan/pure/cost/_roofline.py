@@ -182,7 +182,8 @@ def roofline(device: DeviceSpec, efficiency: Callable[[float], float] | float, *
     if device.peak_bf16_flops is None or device.hbm_bandwidth is None:
         raise PlanError(f"device {device.name!r} states no peak_bf16_flops or hbm_bandwidth; build a "
                         "Roofline(peak_flops=..., hbm_bandwidth=...) of your own.")
-    eff = SizeEfficiency(float(efficiency)) if isinstance(efficiency, (int, float)) else efficiency
+    eff = (SizeEfficiency(as_real(efficiency, "efficiency", error=PlanError))
+           if isinstance(efficiency, (int, float)) else efficiency)
     return Roofline(device.peak_bf16_flops, device.hbm_bandwidth, eff, hbm_efficiency, launch_s)
 
 

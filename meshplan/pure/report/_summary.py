@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster import default_headroom
-from meshplan.pure.cost import resolution_percent
+from meshplan.pure.cost import overlap_rule, resolution_percent
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
 from meshplan.pure.cost._memory_spread import Spread, calibration_spread, peak_bounds
 from meshplan.pure.cost._moe_dispatch import CAPACITY_FACTOR, MoeDispatch
@@ -230,8 +230,9 @@ def header_facts(result: SearchResult, *, budget_source: str | None = None) -> t
         time = f"estimated: exposed communication only (no peak FLOP/s known for {c.device.name})"
     else:
         eff = result.best.step.efficiency if result.best.step is not None else req.efficiency
+        fitted = overlap_rule(recipe.compiler) is not None
         time = f"estimated: FLOPs{compute_rate(eff, recipe.matmul_dtype)} + alpha-beta collectives not hidden " \
-               "under compute"
+               "under compute" + (" (XLA:GPU's overlap, fitted to its compiled programs)" if fitted else "")
     budget = (f"{fmt_bytes(req.budget)} per device = HBM {fmt_bytes(c.hbm_bytes, style='exact')} less "
               f"{req.headroom:.0%} headroom ({budget_source})")
     facts = (
