@@ -20,7 +20,7 @@ from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import ModelSpec, pricing_notes
 from meshplan.pure.report import PlanReport
 from meshplan.pure.search import PipelineSearch, SearchResult, search_meshes, search_pipelines
-from meshplan.pure.verify import PlanVerification, rank_by_compiled
+from meshplan.pure.verify import PlanVerification, admit_compiled, rank_by_compiled
 
 __all__ = ["gather_plan"]
 
@@ -44,8 +44,8 @@ def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: An
             profile=_load_profile(args.profile))
     verify = verification_wanted(args) and args.format not in ("flax", "maxtext")
     checked = _verify(result, spec, args) if verify else None
-    if checked is not None:  # the compiled schedule decides among the meshes it timed
-        result, checked = rank_by_compiled(result, checked)
+    if checked is not None:  # the compiler admits the near misses that fit; its schedule ranks what it timed
+        result, checked = rank_by_compiled(*admit_compiled(result, checked))
     report = PlanReport(result, verification=checked, budget_source=budget_source,
                         notes=tuple(pricing_notes(spec, seq=result.request.seq)))
     if args.no_pipeline or args.format in ("flax", "maxtext"):

@@ -97,3 +97,24 @@ def test_the_verified_gpu_peak_is_the_independent_compiles_to_the_byte_and_a_rep
     assert row.peak_bytes == ref.fn.lower(*ref.args).compile().memory_analysis().peak_memory_in_bytes
     again = meshplan.verify_plan(found, model=TINY, top=1, stream=io.StringIO())
     assert again.rows[0].cached and again.rows[0].peak_bytes == row.peak_bytes and again.seconds < 2
+
+
+def test_a_rejected_mesh_whose_range_reaches_the_budget_is_compiled_before_it_is_called_over_it():
+    from meshplan.pure.verify import admit_compiled, estimate_row
+
+    # A budget (800 MB of a notional GPU) under which the leanest rejected mesh (dp=8: 0.9 GB by the estimate)
+    # has a stated range reaching down to it: the estimate cannot say it does not fit, so it is compiled.
+    found = search_meshes(TINY, "1x8xH100", batch=8, seq=32, top_k=8, headroom=1 - 0.80e9 / 80e9)
+    req = found.request
+    lows = {c.text: estimate_row(c, req.budget, req.recipe).range_low_bytes for c in found.rejected}
+    near = [t for t in lows if lows[t] is not None and lows[t] <= req.budget]
+    assert near, lows
+    stream = io.StringIO()
+    checked = meshplan.verify_plan(found, model=TINY, top=1, target="cpu", stream=stream)
+    row = next(r for r in (*checked.rows, *checked.removed) if r.mesh == near[0])
+    assert row.rank is None and row.peak_bytes is not None and row.compiler.startswith("XLA:CPU")
+    assert (row.status == "exact") == (row.peak_bytes <= req.budget)
+    assert "over the budget by the estimate, its range reaching it" in stream.getvalue()
+    ranked, _ = admit_compiled(found, checked)
+    assert (near[0] in [c.text for c in ranked.candidates]) == (row.status == "exact")
+    assert (near[0] in [c.text for c in ranked.rejected]) == (row.status == "over budget")

@@ -12,7 +12,11 @@ cluster (no GPU needed), XLA:CPU for ``target="cpu"``. Which meshes:
    too big for the GPU all the same, so the peak is compared here), and the
    next ranked mesh is compiled in its place;
 3. until ``top`` meshes are verified to fit, the ranking runs out, or the time
-   budget does (the rest keep their estimate and range).
+   budget does (the rest keep their estimate and range);
+4. then the meshes the search rejected whose stated range reaches down to the budget
+   (:func:`~meshplan.pure.verify.near_misses`, at most ``top``): the estimate cannot say they do not fit. One
+   whose compiled peak is within the budget is an ``exact`` row (unranked here:
+   :func:`~meshplan.pure.verify.admit_compiled` ranks it among the meshes that fit), the others are removed.
 
 Each :class:`VerifyRow` says which it is: ``exact`` (the compiler and its
 versions in ``compiler``), ``estimate`` (with its range), ``over budget``
@@ -37,7 +41,14 @@ from meshplan.pure._check import as_count, as_real
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import ModelSpec
 from meshplan.pure.search import MeshCandidate, SearchResult
-from meshplan.pure.verify import PlanVerification, VerifyRow, estimate_row, next_to_compile, uncompiled_dispatch
+from meshplan.pure.verify import (
+    PlanVerification,
+    VerifyRow,
+    estimate_row,
+    near_misses,
+    next_to_compile,
+    uncompiled_dispatch,
+)
 
 __all__ = ["verify_plan"]
 
@@ -141,8 +152,31 @@ def verify_plan(result: SearchResult, *, model: Any = None, top: int = 3, target
                                 timeout_s=min(timeout_s, max(left, 1.0)), executor=executor)
         decided.update(zip(want, compiled, strict=True))
     every = [decided.get(i, row) for i, row in enumerate(estimates)]
+    left = time_budget_s - (time.perf_counter() - start)
+    if left > 0 and not note:
+        every += _near_misses(result, model, config, target, compiler.name, top=top, stream=out, cache=cache,
+                              parallel=parallel, timeout_s=min(timeout_s, max(left, 1.0)), executor=executor)
     shown = tuple(r for r in every if r.status != "over budget")
     removed = tuple(r for r in every if r.status == "over budget")
     if removed and not any(r.status == "exact" for r in shown) and not note:
         note = "every compiled mesh is over the budget"
     return PlanVerification(shown, removed, compiler.name, note, time.perf_counter() - start)
+
+
+def _near_misses(result: SearchResult, model: ModelSpec, config: ReferenceConfig, target: str, compiler: str, *,
+                 top: int, stream: TextIO, cache: bool, parallel: int | None, timeout_s: float,
+                 executor: Any) -> list[VerifyRow]:
+    """The rows of the rejected meshes whose stated range reaches down to the budget, compiled (step 4 of the
+    module docstring); those not compiled (a crash, a timeout) are dropped: the search's rejection stands."""
+    req = result.request
+    rejected = list(result.rejected)
+    estimates = [estimate_row(c, req.budget, req.recipe, micro_batches=config.micro_batches) for c in rejected]
+    want = near_misses([r.range_low_bytes for r in estimates], req.budget, limit=top)
+    if not want:
+        return []
+    items = [Compile(_job(rejected[i], result, model, config, target), estimates[i], rejected[i].text,
+                     f"compiling the reference step of {model.name} on {rejected[i].text} (over the budget by the "
+                     f"estimate, its range reaching it) for {req.cluster.text}") for i in want]
+    rows = compile_rows(items, compiler=compiler, stream=stream, cache=cache, parallel=parallel,
+                        timeout_s=timeout_s, executor=executor)
+    return [r for r in rows if r.status in ("exact", "over budget")]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.report._report import PlanReport
-from meshplan.pure.verify import PlanVerification, VerifyRow
+from meshplan.pure.verify import ADMITTED, PlanVerification, VerifyRow
 
 __all__ = ["lowering_line", "pipeline_verification_lines", "verification_lines"]
 
@@ -32,9 +32,18 @@ def verification_lines(report: PlanReport) -> tuple[str, ...]:
     if checked.note and not checked.compiler:  # no compiler: one line says how to get exact figures
         return (f"memory: {checked.note}",)
     lines = []
-    if checked.removed:
-        lines.append("removed (compiled peak over the budget): "
-                     + ", ".join(f"#{r.rank} {r.mesh}" for r in checked.removed))
+    ranked = [r for r in checked.removed if r.rank is not None]
+    if ranked:
+        lines.append("removed (compiled peak over the budget): " + ", ".join(f"#{r.rank} {r.mesh}" for r in ranked))
+    # Meshes the estimate rejected with a range reaching the budget, compiled before being called over it.
+    near = [r for r in checked.removed if r.rank is None]
+    if near:
+        lines.append("compiled before calling them over the budget (their range reached it): "
+                     + ", ".join(f"{r.mesh} {fmt_bytes(r.peak_bytes or 0)}" for r in near) + ": over, as estimated")
+    admitted = [f"#{c.rank} {c.text}" for c in report.result.candidates if c.verdict == ADMITTED]
+    if admitted:
+        lines.append(f"admitted by the compiler (over the budget by the estimate, within it as compiled): "
+                     f"{', '.join(admitted)}")
     # Rows that share a reason (a dropless plan: every row) say it once, after their ranks and meshes.
     why: dict[str, list[str]] = {}
     for r in checked.rows:

@@ -6,6 +6,9 @@ from the schedule XLA made (:class:`~meshplan.pure.verify.CompiledStep`), a sure
 step first; every other mesh keeps its place, since an estimate and a compiled step are not priced alike and
 are not compared. Ranks are renumbered and the verification's rows follow their meshes.
 
+:func:`admit_compiled` does the same for the meshes the search rejected: one whose compiled peak is within the
+budget (its row ``exact``) is ranked among the meshes that fit, at the place its predicted step gives it.
+
 Example:
   >>> from meshplan.pure.search import search_meshes
   >>> from meshplan.pure.verify import PlanVerification, VerifyRow, CompiledStep
@@ -21,12 +24,16 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from meshplan.pure.errors import MeshplanTypeError
-from meshplan.pure.search import SearchResult
+from meshplan.pure.search import MeshCandidate, SearchResult
 from meshplan.pure.verify._rows import PlanVerification
 
-__all__ = ["rank_by_compiled"]
+__all__ = ["admit_compiled", "rank_by_compiled"]
+
+ADMITTED = "fits as compiled: the estimate put it over the budget, XLA's peak is within it"
+"""The verdict of a mesh the search rejected and the compiler admitted (:func:`admit_compiled`)."""
 
 
 def rank_by_compiled(result: SearchResult, checked: PlanVerification) -> tuple[SearchResult, PlanVerification]:
@@ -56,3 +63,52 @@ def rank_by_compiled(result: SearchResult, checked: PlanVerification) -> tuple[S
 
     return (dataclasses.replace(result, candidates=renumbered),
             dataclasses.replace(checked, rows=follow(checked.rows), removed=follow(checked.removed)))
+
+
+def admit_compiled(result: SearchResult, checked: PlanVerification) -> tuple[SearchResult, PlanVerification]:
+    """``result`` with the rejected meshes the compiler found within the budget ranked among those that fit, and
+    ``checked`` with its rows' ranks following them.
+
+    A rejected mesh whose row in ``checked.rows`` is ``exact`` (compiled, its peak within the budget) moves from
+    ``result.rejected`` to ``result.candidates``, in front of the first ranked mesh with a slower predicted step
+    (every other mesh keeps its order), with the verdict :data:`ADMITTED`. Ranks are renumbered from 1 and
+    ``num_fitting`` counts the admitted meshes.
+
+    Raises:
+      MeshplanTypeError: ``result`` or ``checked`` of the wrong type.
+
+    Example:
+      >>> from meshplan.pure.search import search_meshes
+      >>> from meshplan.pure.verify import PlanVerification, VerifyRow
+      >>> result = search_meshes("llama3-8b", "1x8xH100", batch=32, seq=4096, top_k=3)
+      >>> lean = result.rejected[0]
+      >>> row = VerifyRow(lean.text, None, 1, 2**40, "", status="exact", peak_bytes=2**30)
+      >>> admitted, checked = admit_compiled(result, PlanVerification((row,), (), "XLA:GPU", "", 1.0))
+      >>> lean.text in [c.text for c in admitted.candidates], lean.text in [c.text for c in admitted.rejected]
+      (True, False)
+      >>> checked.rows[0].rank == next(c.rank for c in admitted.candidates if c.text == lean.text)
+      True
+    """
+    if not isinstance(result, SearchResult):
+        raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult.")
+    if not isinstance(checked, PlanVerification):
+        raise MeshplanTypeError(f"checked={checked!r:.80} must be a PlanVerification.")
+    fit = {r.mesh for r in checked.rows if r.status == "exact"}
+    admitted = [c for c in result.rejected if c.text in fit]
+    if not admitted:
+        return result, checked
+
+    def step_of(c: MeshCandidate) -> float:
+        return math.inf if c.step is None else c.step.step_s
+
+    cands = list(result.candidates)
+    for c in admitted:  # each in front of the first ranked mesh it is faster than
+        at = next((i for i, o in enumerate(cands) if step_of(o) > step_of(c)), len(cands))
+        cands.insert(at, dataclasses.replace(c, verdict=ADMITTED))
+    renumbered = tuple(c if c.rank == i else dataclasses.replace(c, rank=i) for i, c in enumerate(cands, start=1))
+    rank_of = {c.text: c.rank for c in renumbered}
+    rows = tuple(r if r.mesh not in rank_of else dataclasses.replace(r, rank=rank_of[r.mesh]) for r in checked.rows)
+    kept = tuple(c for c in result.rejected if c.text not in fit)
+    return (dataclasses.replace(result, candidates=renumbered, rejected=kept,
+                                num_fitting=result.num_fitting + len(admitted)),
+            dataclasses.replace(checked, rows=rows))

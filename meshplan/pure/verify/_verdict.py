@@ -7,7 +7,9 @@ The facade (:mod:`meshplan.facade.verify`) compiles; everything it decides with 
 - :func:`outcome_row`: one compile's outcome as a row of the plan (exact, over budget or not verified),
   the one conversion plan verification, pipeline verification and ``meshplan check`` share;
 - :func:`uncompiled_dispatch`: why a plan's step is not the reference step's (a dropless MoE recipe);
-- :func:`estimate_range` and :func:`next_to_compile`: which ranked meshes a plan compiles, in what order.
+- :func:`estimate_range` and :func:`next_to_compile`: which ranked meshes a plan compiles, in what order;
+- :func:`near_misses`: which meshes the estimate put over the budget are compiled before they are reported so
+  (those whose stated range reaches down to the budget: the estimate cannot say they do not fit).
 
 Example:
   >>> gib = 2**30
@@ -33,8 +35,8 @@ from meshplan.pure.verify._outcome import CompileOutcome
 from meshplan.pure.verify._rows import STATUSES, VerifyRow
 from meshplan.pure.xla import deviceless_gpu_run_range
 
-__all__ = ["OOM_SOURCE", "compiled_fit", "estimate_range", "estimate_row", "next_to_compile", "outcome_row",
-           "uncompiled_dispatch"]
+__all__ = ["OOM_SOURCE", "compiled_fit", "estimate_range", "estimate_row", "near_misses", "next_to_compile",
+           "outcome_row", "uncompiled_dispatch"]
 
 OOM_SOURCE = "XLA's out-of-memory message"
 """The ``peak_source`` of a row whose peak is the figure XLA's refusal states (XLA:TPU's out-of-memory)."""
@@ -205,6 +207,30 @@ def next_to_compile(range_highs: Sequence[int | None], budget_bytes: int, decide
     straddle = [i for i, high in enumerate(range_highs) if (high or 0) > budget_bytes]
     want += [i for i in straddle if i not in decided and i not in want]
     return tuple(want), start
+
+
+def near_misses(range_lows: Sequence[int | None], budget_bytes: int, *, limit: int) -> tuple[int, ...]:
+    """The rejected meshes a plan compiles before calling them over the budget: ``indices``, leanest first.
+
+    The search rejects a mesh whose estimate is over the budget; its stated range (the estimate times its
+    calibration's recorded spread) may still reach down to the budget, and then the estimate cannot say it does
+    not fit: the compiler can. Of the rejected meshes (leanest first, as the search lists them), those whose
+    range bottom is within the budget, at most ``limit``.
+
+    Args:
+      range_lows: each rejected mesh's range bottom (``None``: no recorded range, not compiled), leanest first.
+      budget_bytes: the plan's budget.
+      limit: how many to compile at most.
+
+    Example:
+      >>> near_misses([15, 19, None, 25, 18], 20, limit=2)
+      (0, 1)
+    """
+    lows = tuple(optional(as_byte_count)(x, f"range_lows[{i}]") for i, x in enumerate(as_sequence(range_lows,
+                                                                                                "range_lows")))
+    budget_bytes = as_byte_count(budget_bytes, "budget_bytes")
+    limit = as_count(limit, "limit", minimum=0, maximum=MAX_COUNT, error=PlanError)
+    return tuple(i for i, low in enumerate(lows) if low is not None and low <= budget_bytes)[:limit]
 
 
 # The VerifyRow fields estimate_row sets itself are not among the ``**fields`` it passes on.

@@ -148,3 +148,41 @@ def test_a_row_with_a_bad_field_is_a_typed_error_naming_it(bad):
     fields = {"mesh": "dp=8", "rank": 1, "analytic_bytes": 1, "budget_bytes": 2, "target": "", **bad}
     with pytest.raises(MeshplanError, match=next(iter(bad))):
         VerifyRow(**fields)
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(0, 100)), max_size=12), st.integers(0, 100), st.integers(0, 5))
+def test_the_near_misses_are_the_leanest_rejected_meshes_whose_range_reaches_the_budget(lows, budget, limit):
+    from meshplan.pure.verify import near_misses
+
+    got = near_misses(lows, budget, limit=limit)
+    reaching = [i for i, low in enumerate(lows) if low is not None and low <= budget]
+    assert got == tuple(reaching[:limit])  # in the search's order (leanest first), each once
+    assert all(lows[i] is not None and lows[i] <= budget for i in got)
+
+
+def test_a_rejected_mesh_the_compiler_fits_is_ranked_by_its_step_and_the_others_stay_rejected():
+    from meshplan.pure.search import search_meshes
+    from meshplan.pure.verify import ADMITTED, PlanVerification, VerifyRow, admit_compiled
+
+    result = search_meshes("llama3-8b", "1x8xH100", batch=32, seq=4096, top_k=4)
+    fits, over = result.rejected[1], result.rejected[0]
+    rows = (VerifyRow(fits.text, None, 1, result.request.budget, "", status="exact", peak_bytes=result.request.budget),
+            VerifyRow(result.candidates[0].text, 1, 1, result.request.budget, "", status="exact", peak_bytes=1))
+    removed = (VerifyRow(over.text, None, 1, result.request.budget, "", status="over budget", peak_bytes=2**50),)
+    admitted, checked = admit_compiled(result, PlanVerification(rows, removed, "XLA:GPU", "", 1.0))
+    texts = [c.text for c in admitted.candidates]
+    assert fits.text in texts and over.text in [c.text for c in admitted.rejected]
+    assert fits.text not in [c.text for c in admitted.rejected]
+    assert [c.rank for c in admitted.candidates] == list(range(1, len(texts) + 1))
+    assert admitted.num_fitting == result.num_fitting + 1
+    placed = next(c for c in admitted.candidates if c.text == fits.text)
+    assert placed.verdict == ADMITTED
+    # in front of the first ranked mesh its predicted step is faster than; every other mesh in its order
+    others = [c.text for c in admitted.candidates if c.text != fits.text]
+    assert others == [c.text for c in result.candidates]
+    after = [c for c in admitted.candidates if (c.rank or 0) > (placed.rank or 0)]
+    assert all(c.step.step_s >= placed.step.step_s for c in after[:1])
+    assert {r.mesh: r.rank for r in checked.rows}[fits.text] == placed.rank
+    # nothing compiled within the budget: the result is untouched
+    same, _ = admit_compiled(result, PlanVerification((), removed, "XLA:GPU", "", 1.0))
+    assert same is result
