@@ -531,6 +531,7 @@ def _instances() -> dict[str, Callable[[], Any]]:
         "ScheduledProgram": program,
         "ScheduledOp": lambda: program().computation("main").ops[1],
         "Roofline": lambda: cost.Roofline(1e12, 1e15, cost.SizeEfficiency(1.0)),
+        "OverlapRule": lambda: cost.OVERLAP_FIT["gpu"],
         "ScheduleLinks": lambda: cost.ScheduleLinks(cluster.Link(1e9, 0.0), cluster.Link(1e9, 0.0)),
         "ScheduleTime": simulated,
         "CollectiveExposure": lambda: simulated().collectives[0],

