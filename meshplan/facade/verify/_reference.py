@@ -365,20 +365,8 @@ def reference_step(
     unknown = [a for a in axes if a not in sizes]
     if unknown:
         raise PlanError(f"batch_axes {unknown} are not axes of the mesh {sizes}.")
-    ways = math.prod(sizes[a] for a in axes)
-    problems = []
-    if batch % (ways * config.micro_batches):
-        problems.append(f"batch={batch} must divide by the batch axes {list(axes)} ({ways}) x "
-                        f"micro_batches={config.micro_batches}")
-    if seq % ((sizes[sp] if sp else 1) * config.vocab_tiles):
-        problems.append(f"seq={seq} must divide by sp x vocab_tiles={config.vocab_tiles}")
     platform = mesh.devices.flat[0].platform
-    if config.attention == "flash" and (platform not in ("tpu", "gpu") or sp):
-        problems.append("attention='flash' is the Pallas TPU kernel or cuDNN's fused attention on GPU: it needs "
-                        "a TPU or GPU target and no sp axis (each device attends over the whole sequence)")
-    if config.remat == "offload" and platform == "cpu":
-        problems.append("remat='offload' moves activations to pinned host memory, which XLA:CPU does not "
-                        "have; use a TPU or GPU target")
+    problems = _request_problems(sizes, axes, sp, batch, seq, config, platform)
     if problems:
         raise PlanError(f"reference step for {spec.name!r}: " + "; ".join(problems) + ".")
     bspec = make_spec(axes or None, sp) if axes or sp else make_spec(None, None)
@@ -448,16 +436,43 @@ def reference_step(
                                     constrain_chunk=chunk)
         return total / (inputs.shape[0] * inputs.shape[1])
 
-    grad_fn = jax.value_and_grad(forward_loss)
-    m = config.micro_batches
+    step = _train_step(jax.value_and_grad(forward_loss), tx, config.micro_batches,
+                       constrain_to(make_spec(None, baxes, sp)), odt, pdt)
+    fn = jax.jit(step, in_shardings=(state_shardings, jax.tree.map(lambda t: t.sharding, batch_abstract)),
+                 out_shardings=(state_shardings, {"loss": sharding(make_spec())}), donate_argnums=0)
+    return ReferenceStep(fn, (state_abstract, batch_abstract), mesh, param_specs, bspec, spec, config, batch, seq,
+                         source)
+
+
+def _request_problems(sizes: dict[str, int], axes: tuple[str, ...], sp: str | None, batch: int, seq: int,
+                      config: ReferenceConfig, platform: str) -> list[str]:
+    """What keeps the reference step from being built for this request on this platform (``[]``: nothing)."""
+    ways = math.prod(sizes[a] for a in axes)
+    problems = []
+    if batch % (ways * config.micro_batches):
+        problems.append(f"batch={batch} must divide by the batch axes {list(axes)} ({ways}) x "
+                        f"micro_batches={config.micro_batches}")
+    if seq % ((sizes[sp] if sp else 1) * config.vocab_tiles):
+        problems.append(f"seq={seq} must divide by sp x vocab_tiles={config.vocab_tiles}")
+    if config.attention == "flash" and (platform not in ("tpu", "gpu") or sp):
+        problems.append("attention='flash' is the Pallas TPU kernel or cuDNN's fused attention on GPU: it needs "
+                        "a TPU or GPU target and no sp axis (each device attends over the whole sequence)")
+    if config.remat == "offload" and platform == "cpu":
+        problems.append("remat='offload' moves activations to pinned host memory, which XLA:CPU does not "
+                        "have; use a TPU or GPU target")
+    return problems
+
+
+def _train_step(grad_fn: Callable[..., Any], tx: Any, m: int, micro: Callable[[jax.Array], jax.Array],
+                odt: Any, pdt: Any) -> Callable[[Any, dict[str, jax.Array]], Any]:
+    """The step: the loss and gradients (summed over ``m`` micro-batches in a scan, each split as ``micro``
+    places it), then the optimizer update in ``odt`` and the parameters written back in ``pdt``."""
 
     def step(state: Any, data: dict[str, jax.Array]) -> Any:
         p, o = state
         if m == 1:
             loss, grads = grad_fn(p, data["inputs"], data["targets"])
         else:
-            micro = constrain_to(make_spec(None, baxes, sp))
-
             def split(a: jax.Array) -> jax.Array:
                 return micro(a.reshape(m, a.shape[0] // m, *a.shape[1:]))
 
@@ -473,10 +488,7 @@ def reference_step(
         new = jax.tree.map(lambda a, u: (a + u).astype(pdt), p32, updates)
         return (new, o), {"loss": loss}
 
-    fn = jax.jit(step, in_shardings=(state_shardings, jax.tree.map(lambda t: t.sharding, batch_abstract)),
-                 out_shardings=(state_shardings, {"loss": sharding(make_spec())}), donate_argnums=0)
-    return ReferenceStep(fn, (state_abstract, batch_abstract), mesh, param_specs, bspec, spec, config, batch, seq,
-                         source)
+    return step
 
 
 def _plan_layout(plan: Any) -> tuple[tuple[str, ...], str | None, PartitionSpec] | None:
