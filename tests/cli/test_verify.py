@@ -76,6 +76,8 @@ def test_check_json_carries_xlas_figures_and_the_largest_buffers(capsys):
     spread = row["spread"]
     assert spread["calibration"] == "cpu" and spread["remat"] == "full" and spread["attention"] == "scores"
     assert spread["peak_low_bytes"] <= row["analytic_bytes"] <= spread["peak_high_bytes"]
+    # the step of the compiled program, simulated from its schedule (XLA:CPU here: a check of the reader)
+    assert row["compiled_step_s"] > 0 and row["compiled_step_s"] == row["compiled_step"]["step_s"]
 
 
 @pytest.mark.slow  # a heavy compile: the second tier (pytest -m slow)
