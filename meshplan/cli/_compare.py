@@ -32,6 +32,8 @@ import shutil
 import sys
 from typing import Any
 
+from meshplan.cli._fit_table import fitted_table
+
 __all__ = ["add_parser", "render_comparison", "run_compare"]
 
 
@@ -146,28 +148,9 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _table(comparison: Any, width: int) -> Any:
     """The ranked table no wider than ``width``: cells never wrap; the highest-priority-number columns go first."""
-    from rich import box
-    from rich.console import Console
-    from rich.measure import Measurement
-    from rich.table import Table
-
     from meshplan.pure.report._compare_facts import compare_rows, shown_columns
 
-    rows = compare_rows(comparison)
-    probe = Console(width=max(width, 1), file=io.StringIO(), color_system=None)  # measures, never prints
-    keep = list(shown_columns(comparison))
-    while True:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-        for col in keep:
-            table.add_column(col.title, justify="right" if col.right else "left", no_wrap=True)
-        for row in rows:
-            table.add_row(*(row[col.key] for col in keep))
-        needed = Measurement.get(probe, probe.options.update(width=10_000), table).maximum
-        droppable = [c for c in keep if c.priority > 1]
-        if needed <= width or not droppable:
-            return table
-        lowest = max(c.priority for c in droppable)
-        keep.remove([c for c in droppable if c.priority == lowest][-1])
+    return fitted_table(compare_rows(comparison), shown_columns(comparison), width, right=lambda col: col.right)
 
 
 def render_comparison(comparison: Any, console: Any) -> None:

@@ -10,13 +10,13 @@ matplotlib is imported only inside :func:`write_png` (the optional ``png`` extra
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from meshplan.cli._fit_table import fitted_table
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster import Cluster
 from meshplan.pure.mesh import HybridMeshShape, layout_device_ids
@@ -165,27 +165,8 @@ def ranked_table(result: SearchResult, width: int, compiled: Mapping[str, tuple[
                  steps: Mapping[str, CompiledStep] | None = None) -> Any:
     """The ranked meshes as a rich table no wider than ``width``: cells never wrap; columns of lower
     priority are dropped until it fits (the mesh, memory, step and verdict always stay)."""
-    from rich import box
-    from rich.console import Console
-    from rich.measure import Measurement
-    from rich.table import Table
-
     rows = ranked_rows(result, compiled, steps)
-    probe = Console(width=max(width, 1), file=io.StringIO(), color_system=None)  # measures, never prints
-    keep = list(shown_columns(rows))
-    while True:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-        for col in keep:
-            table.add_column(col.title, justify="right" if col.numeric else "left", no_wrap=True)
-        for row in rows:
-            table.add_row(*(row[col.key] for col in keep))
-        needed = Measurement.get(probe, probe.options.update(width=10_000), table).maximum
-        droppable = [c for c in keep if c.priority > 1]
-        if needed <= width or not droppable:
-            return table
-        lowest = max(c.priority for c in droppable)
-        # Drop the last column of the lowest priority first: the split columns go before MFU.
-        keep.remove([c for c in droppable if c.priority == lowest][-1])
+    return fitted_table(rows, shown_columns(rows), width)
 
 
 def _margin(result: SearchResult, spread: Spread | None) -> str:

@@ -5,10 +5,10 @@ from :mod:`meshplan.pure.report._serve_summary`, so the terminal, markdown and H
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from meshplan.cli._fit_table import fitted_table
 from meshplan.pure.report import SERVE_COLUMNS, serve_header, serve_headline, serve_notes, serve_rows
 
 __all__ = ["render_checks", "render_serve", "serve_table"]
@@ -18,26 +18,7 @@ def serve_table(plan: Any, width: int, compiled: Mapping[str, tuple[int, str]] |
                 top: int | None = None) -> Any:
     """The ranked layouts as a rich table no wider than ``width`` (layout, memory, sequences, step, tokens/s and
     verdict always stay)."""
-    from rich import box
-    from rich.console import Console
-    from rich.measure import Measurement
-    from rich.table import Table
-
-    rows = serve_rows(plan, compiled)[:top]
-    probe = Console(width=max(width, 1), file=io.StringIO(), color_system=None)
-    keep = list(SERVE_COLUMNS)
-    while True:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-        for col in keep:
-            table.add_column(col.title, justify="right" if col.numeric else "left", no_wrap=True)
-        for row in rows:
-            table.add_row(*(row[col.key] for col in keep))
-        needed = Measurement.get(probe, probe.options.update(width=10_000), table).maximum
-        droppable = [c for c in keep if c.priority > 1]
-        if needed <= width or not droppable:
-            return table
-        lowest = max(c.priority for c in droppable)
-        keep.remove([c for c in droppable if c.priority == lowest][-1])
+    return fitted_table(serve_rows(plan, compiled)[:top], SERVE_COLUMNS, width)
 
 
 def render_serve(plan: Any, console: Any, *, compiled: Mapping[str, tuple[int, str]] | None = None,

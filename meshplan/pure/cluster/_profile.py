@@ -1,7 +1,7 @@
 """A machine profile as plain data: what ``meshplan profile`` timed on live devices, and how.
 
 A :class:`MachineProfile` holds the raw timings of short micro-benchmarks run on one machine (or one
-``jax.distributed`` job): matmuls (:class:`MatmulTiming`), collectives over each link kind
+multi-process jax job): matmuls (:class:`MatmulTiming`), collectives over each link kind
 (:class:`CollectiveTiming`: ``"intra"``, the devices of one host or TPU slice; ``"inter"``, one device per
 host or slice, over the network), HBM copies (:class:`MemoryTiming`) and, once a user has run ``meshplan
 measure``, whole training steps (:class:`StepTiming`). It records the device kind and count, the software
