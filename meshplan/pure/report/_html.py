@@ -62,7 +62,7 @@ from meshplan.pure.verify import CompiledStep
 
 __all__ = ["CSS", "mesh_html", "plan_html"]
 
-CSS = """
+PAGE_CSS = """
 .meshplan { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f;
   max-width: 1240px; line-height: 1.4; }
 .meshplan h1 { font-size: 1.5em; margin: 0.2em 0 0.4em; }
@@ -70,7 +70,11 @@ CSS = """
 .meshplan dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 0.15em 1em; margin: 0; }
 .meshplan dl.facts dt { font-weight: 600; color: #555; }
 .meshplan dl.facts dd { margin: 0; }
-.meshplan table.ranked { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 0.88em; }
+"""
+"""The style every meshplan page starts with (the plan's, the comparison's, the serving plan's): font,
+headings, the facts list."""
+
+CSS = PAGE_CSS + """.meshplan table.ranked { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 0.88em; }
 .meshplan .scroll { overflow-x: auto; }
 .meshplan table.ranked th, .meshplan table.ranked td { padding: 0.25em 0.5em; border-bottom: 1px solid #e5e5e5;
   white-space: nowrap; text-align: left; }

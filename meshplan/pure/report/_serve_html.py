@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 
+from meshplan.pure.report._html import PAGE_CSS
 from meshplan.pure.report._serve_summary import (
     SERVE_COLUMNS,
     Compiled,
@@ -27,15 +28,7 @@ from meshplan.pure.serve._result import ServePlan
 
 __all__ = ["SERVE_CSS", "serve_html"]
 
-SERVE_CSS = """
-.meshplan { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f;
-  max-width: 1240px; line-height: 1.4; }
-.meshplan h1 { font-size: 1.5em; margin: 0.2em 0 0.4em; }
-.meshplan h2 { font-size: 1.15em; margin: 1.4em 0 0.4em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
-.meshplan dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 0.15em 1em; margin: 0; }
-.meshplan dl.facts dt { font-weight: 600; color: #555; }
-.meshplan dl.facts dd { margin: 0; }
-.meshplan .scroll { overflow-x: auto; }
+SERVE_CSS = PAGE_CSS + """.meshplan .scroll { overflow-x: auto; }
 .meshplan table.ranked { border-collapse: collapse; font-variant-numeric: tabular-nums; font-size: 0.88em; }
 .meshplan table.ranked th, .meshplan table.ranked td { padding: 0.25em 0.5em; border-bottom: 1px solid #e5e5e5;
   white-space: nowrap; text-align: left; }
