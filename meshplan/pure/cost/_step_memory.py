@@ -415,6 +415,7 @@ def _split(n: int, k: int) -> int:
 def step_memory(
     dims: LayerDims, sizes: dict[str, int], recipe: TrainingRecipe, *, batch: int, seq: int,
     params: int, grads: int, optimizer: int, gathered: int = 0, head: HeadLayout | None = None,
+    update_ways: int = 1,
 ) -> StepMemory:
     """The phase model of one step on one mesh (see the module docstring).
 
@@ -428,6 +429,9 @@ def step_memory(
         storage axes (the plan's traffic, in the weight dtype); one layer's share is held.
       head: how the plan splits the output head (:func:`head_layout`); ``None``: not known, the head
         is priced gathered.
+      update_ways: the replicas the optimizer update is split over (ZeRO-1/2: each ``dp`` replica updates
+        ``1 / update_ways`` of the parameters, so the largest leaf's fp32 temporaries are that share; pass the
+        ``optimizer`` bytes already split); 1: each device updates all it holds.
 
     Returns:
       A :class:`StepMemory`.
@@ -448,6 +452,7 @@ def step_memory(
     batch, seq = as_count(batch, "batch", error=PlanError), as_count(seq, "seq", error=PlanError)
     params, grads, optimizer, gathered = (as_count(v, n, minimum=0, error=PlanError) for v, n in (
         (params, "params"), (grads, "grads"), (optimizer, "optimizer"), (gathered, "gathered")))
+    update_ways = as_count(update_ways, "update_ways", error=PlanError)
     if head is not None and not isinstance(head, HeadLayout):
         raise MeshplanTypeError(f"head={head!r:.80} must be a HeadLayout (head_layout(...)) or None, not "
                                 f"{type(head).__name__}.")
@@ -456,12 +461,13 @@ def step_memory(
                                                                                      strict=True)))
     return price_step(dims, recipe, tp=sizes.get("tp", 1), sp=sizes.get("sp", 1),
                       ways=sizes.get("dp", 1) * sizes.get("fsdp", 1) * sizes.get("ep", 1), batch=batch, seq=seq,
-                      params=params, grads=grads, optimizer=optimizer, gathered=gathered, head=head)
+                      params=params, grads=grads, optimizer=optimizer, gathered=gathered, head=head,
+                      update_ways=update_ways)
 
 
 def price_step(
     dims: LayerDims, recipe: TrainingRecipe, *, tp: int, sp: int, ways: int, batch: int, seq: int,
-    params: int, grads: int, optimizer: int, gathered: int, head: HeadLayout | None = None,
+    params: int, grads: int, optimizer: int, gathered: int, head: HeadLayout | None = None, update_ways: int = 1,
 ) -> StepMemory:
     """:func:`step_memory` without its argument checks, for callers that built the arguments themselves.
 
@@ -479,7 +485,8 @@ def price_step(
       True
     """
     parts = activation_parts(dims, recipe, tp=tp, sp=sp, ways=ways, batch=batch, seq=seq, head=head)
-    return price_state(dims, recipe, parts, params=params, grads=grads, optimizer=optimizer, gathered=gathered)
+    return price_state(dims, recipe, parts, params=params, grads=grads, optimizer=optimizer, gathered=gathered,
+                       update_ways=update_ways)
 
 
 class ActivationParts(NamedTuple):
@@ -580,8 +587,9 @@ def _loss_phase(dims: LayerDims, cal: Calibration, head: HeadLayout | None, *, t
 
 
 def price_state(dims: LayerDims, recipe: TrainingRecipe, activations: ActivationParts, *, params: int,
-                grads: int, optimizer: int, gathered: int) -> StepMemory:
-    """:func:`price_step` from its :func:`activation_parts` (of the same dims and recipe) and the state.
+                grads: int, optimizer: int, gathered: int, update_ways: int = 1) -> StepMemory:
+    """:func:`price_step` from its :func:`activation_parts` (of the same dims and recipe) and the state
+    (``update_ways`` as :func:`step_memory`'s).
 
     Example:
       >>> from meshplan.pure.presets import MODEL_SPECS
@@ -602,7 +610,7 @@ def price_state(dims: LayerDims, recipe: TrainingRecipe, activations: Activation
     # The update writes the new moments of the largest stacked leaf (fp32) before releasing the old
     # ones; its per-device size is its share of this device's parameters (exact when the plan splits
     # it like the average leaf; a leaf split over more axes than the rest is over-priced).
-    largest = dims.largest_share * params / recipe.weight_itemsize * 4
+    largest = dims.largest_share * params / recipe.weight_itemsize * 4 / update_ways
     update = cal.update_leaf * largest + cal.update_state * resident
     phases = (("forward", int(resident + saved + logits + head)),
               ("backward", int(resident + live_grads + saved + work + gathered_now)),

@@ -77,6 +77,7 @@ from meshplan.pure.cost._step_memory import layer_dims, step_memory
 from meshplan.pure.errors import MeshplanTypeError, PlanError
 from meshplan.pure.presets import ModelSpec, build_params, get_preset
 from meshplan.pure.search._candidate import MeshCandidate
+from meshplan.pure.search._result import SearchRequest
 from meshplan.pure.search._search import fastest_stage_meshes
 from meshplan.pure.search._space import divisors
 
@@ -167,7 +168,10 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
     batch, seq, split = o.batch, o.seq, o.split
     stage = _stage_model(spec, pp)
     try:
-        found = fastest_stage_meshes(stage, sub, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
+        # A ZeRO run's state is split over dp after the stage search (_zero_memory): the search must not refuse
+        # the unsplit state first, so it sees a device with room for it and the split is held to the real budget.
+        room = sub if not o.zero else _with_room(sub)
+        found = fastest_stage_meshes(stage, room, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
                                      headroom=o.headroom, efficiency=o.efficiency, fixed=o.fixed, axes=o.axes,
                                      activations=o.activations)
     except PlanError as err:
@@ -202,7 +206,8 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
         # activations=False (the fit counts the state only) adds none.
         more = kept.total - saved - accum + logits if o.activations else 0
         mem = dataclasses.replace(c.memory, activations=max(0, c.memory.activations + more))
-        mem = _schedule_state(_zero_state(mem, c.mesh_shape, o.zero), schedule)
+        mem = _schedule_state(_zero_memory(mem, stage, c.mesh_shape, found.request, o.zero,
+                                           budget=int(sub.hbm_bytes * (1.0 - o.headroom))), schedule)
         if not mem.fits or c.step is None:
             continue
         t = pipeline_time(c.step.step_s, pp, m, boundary_bytes=nbytes, boundary_link=link, stage_grad_bytes=0,
@@ -233,21 +238,39 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
             if found.candidates else "no stage mesh fits")
 
 
-def _zero_state(mem: MemoryBreakdown, sizes: Mapping[str, int], zero: int) -> MemoryBreakdown:
-    """The state with ZeRO-1 (optimizer state) or ZeRO-2 (and gradients) sharded over the stage's ``dp`` axis.
+def _with_room(sub: Cluster) -> Cluster:
+    """``sub`` with devices of 16 times the HBM: the stage search of a ZeRO run prices the unsplit state."""
+    return dataclasses.replace(sub, device=dataclasses.replace(sub.device, hbm_bytes=16 * sub.device.hbm_bytes))
+
+
+def _zero_memory(mem: MemoryBreakdown, stage: ModelSpec, sizes: Mapping[str, int], req: SearchRequest, zero: int,
+                 *, budget: int) -> MemoryBreakdown:
+    """The stage's peak with ZeRO-1 (optimizer state) or ZeRO-2 (and gradients) split over its ``dp`` axis, held
+    to ``budget``.
 
     The stage search shards a state array only where it shards the parameter (``fsdp``: ZeRO-3, the
     parameters gathered again per layer and micro-batch). ZeRO-1/2 keep the parameters whole and split
-    what the update alone reads over the ``dp`` replicas (Rajbhandari et al. 2020, sec. 5); the bytes
-    moved are the ``dp`` all-reduce's (a reduce-scatter of the gradients, an all-gather of the updated
-    parameters), so the time is unchanged. Estimate: the state figures were exact per replica; the
-    ``1/dp`` split is rounded up.
+    what the update alone reads over the ``dp`` replicas (Rajbhandari et al. 2020, sec. 5): the moments, the
+    update's fp32 temporaries (each replica updates its ``1/dp`` of the parameters) and, for ZeRO-2, the
+    gradients. The peak is re-priced with the split state (:func:`~meshplan.pure.cost.step_memory`'s phases:
+    the update may stop being the fullest) and moved by what that changes. The bytes moved are the ``dp``
+    all-reduce's (a reduce-scatter of the gradients, an all-gather of the updated parameters), so the time
+    is unchanged. Estimate: the state figures were exact per replica; the ``1/dp`` split is rounded up.
     """
     ways = sizes.get("dp", 1)
     if not zero or ways == 1:
-        return mem
+        return dataclasses.replace(mem, budget=budget)
+    dims = layer_dims(stage, capacity_factor=req.recipe.capacity_factor)
+    kw: dict[str, Any] = dict(batch=req.batch, seq=req.seq, params=mem.params)
+    whole = step_memory(dims, dict(sizes), req.recipe, grads=mem.grads, optimizer=mem.optimizer, **kw)
     grads = -(-mem.grads // ways) if zero >= 2 else mem.grads
-    return dataclasses.replace(mem, optimizer=-(-mem.optimizer // ways), grads=grads)
+    optimizer = -(-mem.optimizer // ways)
+    split = step_memory(dims, dict(sizes), req.recipe, grads=grads, optimizer=optimizer, update_ways=ways, **kw)
+    live = split.peak_phase != "forward"
+    state = mem.params + optimizer + (grads if live else 0)
+    total = mem.total + split.peak - whole.peak
+    return dataclasses.replace(mem, grads=grads, optimizer=optimizer, activations=max(0, total - state),
+                               budget=budget, phase=split.peak_phase, grads_live=live)
 
 
 def _schedule_state(mem: MemoryBreakdown, schedule: str) -> MemoryBreakdown:

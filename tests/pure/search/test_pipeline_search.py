@@ -123,23 +123,45 @@ def test_a_model_with_fewer_layers_than_devices_per_node_gets_no_deeper_pipeline
 # --- Published schedules: ZeRO over dp, DualPipe ------------------------------------------------------------------
 
 from meshplan.pure.cost._estimates import MemoryBreakdown  # noqa: E402
-from meshplan.pure.search._pipeline_search import _zero_state  # noqa: E402
+from meshplan.pure.search._pipeline_search import _zero_memory  # noqa: E402
 
 _sizes = st.integers(0, 10**12)
 
 
-@given(_sizes, _sizes, _sizes, _sizes, st.sampled_from([1, 2, 3, 64]), st.sampled_from([0, 1, 2]))
-def test_zero_splits_the_optimizer_then_the_gradients_over_dp_and_nothing_else(p, g, o, a, dp, zero):
+@pytest.fixture(scope="module")
+def stage_request():
+    from meshplan.pure.presets import MODEL_SPECS
+    from meshplan.pure.search import search_meshes
+
+    return MODEL_SPECS["llama3-8b"], search_meshes("llama3-8b", "1x8xH100", batch=8, seq=1024, top_k=1).request
+
+
+@given(p=_sizes, g=_sizes, o=_sizes, a=_sizes, dp=st.sampled_from([1, 2, 3, 64]), zero=st.sampled_from([0, 1, 2]))
+def test_zero_splits_the_optimizer_then_the_gradients_over_dp_and_the_peak_only_falls(stage_request, p, g, o, a,
+                                                                                       dp, zero):
+    stage, req = stage_request
     mem = MemoryBreakdown(p, g, o, a, 10**13, "backward")
-    got = _zero_state(mem, {"dp": dp, "tp": 8}, zero)
-    assert (got.params, got.activations, got.budget, got.phase) == (p, a, 10**13, "backward")
-    assert got.optimizer == (-(-o // dp) if zero else o)
-    assert got.grads == (-(-g // dp) if zero == 2 else g)
+    got = _zero_memory(mem, stage, {"dp": dp, "tp": 8}, req, zero, budget=10**12)
+    assert got.params == p and got.budget == 10**12
+    assert got.optimizer == (-(-o // dp) if zero and dp > 1 else o)
+    assert got.grads == (-(-g // dp) if zero == 2 and dp > 1 else g)
     assert got.total <= mem.total
-    if zero and dp > 1 and o >= dp:  # a split of at least one byte each: strictly less
-        assert got.optimizer < o and got.total < mem.total
     if zero == 0 or dp == 1:
-        assert got == mem
+        assert got == dataclasses.replace(mem, budget=10**12)
+
+
+def test_a_zero1_pipeline_the_stage_search_would_refuse_unsplit_is_priced():
+    # llama3.1-405b, pp=8 of dp=8 x tp=8 on 64 H100s: the unsplit stage needs 112 GiB (its optimizer state 49.5
+    # GiB, the update's fp32 temporaries 37.7 GiB); ZeRO-1 splits both over dp=8 and it fits. Before, the stage
+    # search refused the unsplit state before the split was priced.
+    kw = dict(pp=8, stage_layout={"dp": 8, "tp": 8}, batch=64, seq=4096, schedule="1f1b")
+    with pytest.raises(PlanError, match="does not fit"):
+        price_pipeline("llama3.1-405b", "64x8xH100", zero=0, **kw)
+    one = price_pipeline("llama3.1-405b", "64x8xH100", zero=1, **kw)
+    assert one.memory.fits and one.memory.budget == int(80e9 * 0.9)
+    assert one.memory.phase != "update"  # the split update is no longer the fullest phase
+    two = price_pipeline("llama3.1-405b", "64x8xH100", zero=2, **kw)
+    assert two.memory.total < one.memory.total and two.step.step_s == one.step.step_s
 
 
 @pytest.fixture(scope="module")
