@@ -15,12 +15,13 @@ from typing import Any
 
 from meshplan.cli._flags import headroom_for, reference_config, training_recipe, verification_wanted
 from meshplan.cli._progress import progress
-from meshplan.pure.cluster import parse_cluster
+from meshplan.pure._format import fmt_bytes
+from meshplan.pure.cluster import Cluster, parse_cluster
 from meshplan.pure.errors import PlanError
 from meshplan.pure.presets import ModelSpec, pricing_notes
 from meshplan.pure.report import PlanReport
 from meshplan.pure.search import PipelineSearch, SearchResult, search_meshes, search_pipelines
-from meshplan.pure.verify import PlanVerification, admit_compiled, rank_by_compiled
+from meshplan.pure.verify import PlanVerification, admit_compiled, rank_by_compiled, rejected_under
 
 __all__ = ["gather_plan"]
 
@@ -34,18 +35,34 @@ def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: An
     headroom, budget_source = headroom_for(args, cluster)
     quiet = args.format == "json"
     recipe = training_recipe(args)  # backend left to the search, which takes the cluster's compiler
-    # A spinner on stderr (only on a terminal, never with --json): large clusters take seconds to search.
-    with progress(f"searching meshes of {args.cluster} for {args.model}", quiet=quiet):
-        result = search_meshes(
-            spec, cluster, params=params, axes=args.axes, fixed=fixed or None, rule=rule, batch=args.batch,
-            seq=args.seq, headroom=headroom, activations=not args.no_activations,
-            tp_within_domain=not args.allow_tp_dcn, ep_within_domain=args.ep_within_domain, top_k=args.top,
-            recipe=recipe, efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
-            profile=_load_profile(args.profile))
     verify = verification_wanted(args) and args.format not in ("flax", "maxtext")
+
+    def search(on: Cluster) -> SearchResult:
+        # A spinner on stderr (only on a terminal, never with --json): large clusters take seconds to search.
+        with progress(f"searching meshes of {args.cluster} for {args.model}", quiet=quiet):
+            return search_meshes(
+                spec, on, params=params, axes=args.axes, fixed=fixed or None, rule=rule, batch=args.batch,
+                seq=args.seq, headroom=headroom, activations=not args.no_activations,
+                tp_within_domain=not args.allow_tp_dcn, ep_within_domain=args.ep_within_domain, top_k=args.top,
+                recipe=recipe, efficiency=args.efficiency, rank=args.rank, micro_batches=args.micro_batches,
+                profile=_load_profile(args.profile))
+
+    refused: PlanError | None = None
+    try:
+        result = search(cluster)
+    except PlanError as err:
+        # A layout the user pinned that the estimate puts over the budget is compiled before it is called so:
+        # searched again with room for it, its meshes are near misses the verification compiles.
+        if not (fixed and verify and "does not fit" in str(err)):
+            raise
+        refused = err
+        roomy = search(_with_room(cluster))
+        result = rejected_under(roomy, dataclasses.replace(roomy.request, cluster=cluster))
     checked = _verify(result, spec, args) if verify else None
     if checked is not None:  # the compiler admits the near misses that fit; its schedule ranks what it timed
         result, checked = rank_by_compiled(*admit_compiled(result, checked))
+    if refused is not None and not result.candidates:
+        raise PlanError(f"{refused} {_compiled_over(checked)}") from None
     report = PlanReport(result, verification=checked, budget_source=budget_source,
                         notes=tuple(pricing_notes(spec, seq=result.request.seq)))
     if args.no_pipeline or args.format in ("flax", "maxtext"):
@@ -57,6 +74,22 @@ def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: An
     if checked is None or not checked.compiler:  # nothing compiled, or no compiler: the plan said what to install
         return report
     return _verify_pipelines(report, spec, args, headroom, spent_s=checked.seconds)
+
+
+def _with_room(cluster: Cluster) -> Cluster:
+    """``cluster`` with devices of 16 times the HBM: a search that finds the pinned layout however big it is."""
+    return dataclasses.replace(cluster, device=dataclasses.replace(cluster.device,
+                                                                   hbm_bytes=16 * cluster.device.hbm_bytes))
+
+
+def _compiled_over(checked: PlanVerification | None) -> str:
+    """What the compiler said of a pinned layout the estimate put over the budget and that stays over."""
+    rows = [] if checked is None else [r for r in checked.removed if r.rank is None and r.peak_bytes is not None]
+    if not rows:
+        return ("Its stated range does not reach the budget, so it was not compiled (meshplan check compiles "
+                "any layout).")
+    return ("XLA's compiled peak agrees: " + ", ".join(f"{r.mesh} {fmt_bytes(r.peak_bytes or 0)}" for r in rows)
+            + f" ({rows[0].compiler}).")
 
 
 def _load_profile(path: str | None) -> Any:

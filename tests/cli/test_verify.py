@@ -308,3 +308,20 @@ def test_check_refuses_a_dropless_moe_step_and_says_what_to_run(capsys):
     import json
 
     assert json.loads(capsys.readouterr().out)["error"]["type"] == "PlanError"
+
+
+def test_a_pinned_layout_the_estimate_puts_over_the_budget_is_compiled_before_it_is_refused(capsys):
+    # gpt2 dp=8: the estimate 1.87 GB, its stated range from 1.72 GB; a budget of 1.80 GB lies inside it, so the
+    # estimate cannot say the pinned layout does not fit: XLA:CPU compiles it (2.5 GiB here: over, as estimated).
+    base = ["plan", "--model", "gpt2", "--cluster", "1x8xH100", "--batch", "8", "--seq", "1024", "--fix", "dp=8",
+            "--target", "cpu", "--verify", "1", "--no-pipeline"]
+    code = cli.main([*base, "--headroom", "0.9775"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "does not fit" in err
+    assert "over the budget by the estimate, its range reaching it" in err  # the compile's progress line
+    assert "XLA's compiled peak agrees: dp=8 " in err and "XLA:CPU" in err
+    # With the budget below the range, the estimate decides alone and says how to compile it anyway.
+    code = cli.main([*base, "--headroom", "0.99"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "its stated range does not reach the budget, so it was not compiled" in err.lower()
+    assert "compiling" not in err

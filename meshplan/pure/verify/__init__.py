@@ -12,7 +12,7 @@ those the estimate rejected :func:`near_misses`) and how the compiled figures re
 
 from meshplan.pure.verify._compiled_step import CompiledStep, CostlyOp, ExposedCollective, compiled_step_of
 from meshplan.pure.verify._outcome import CompileOutcome
-from meshplan.pure.verify._ranking import ADMITTED, admit_compiled, rank_by_compiled
+from meshplan.pure.verify._ranking import ADMITTED, admit_compiled, rank_by_compiled, rejected_under
 from meshplan.pure.verify._rows import STATUSES, PlanVerification, VerifyRow
 from meshplan.pure.verify._verdict import (
     OOM_SOURCE,
@@ -27,5 +27,5 @@ from meshplan.pure.verify._verdict import (
 
 __all__ = ["ADMITTED", "OOM_SOURCE", "STATUSES", "admit_compiled", "near_misses", "CompileOutcome", "CompiledStep", "CostlyOp", "ExposedCollective",
            "compiled_step_of", "PlanVerification", "VerifyRow", "compiled_fit",
-           "estimate_range", "estimate_row", "next_to_compile", "outcome_row", "rank_by_compiled",
+           "estimate_range", "estimate_row", "next_to_compile", "outcome_row", "rank_by_compiled", "rejected_under",
            "uncompiled_dispatch"]

@@ -6,7 +6,10 @@ from the schedule XLA made (:class:`~meshplan.pure.verify.CompiledStep`), a sure
 step first; every other mesh keeps its place, since an estimate and a compiled step are not priced alike and
 are not compared. Ranks are renumbered and the verification's rows follow their meshes.
 
-:func:`admit_compiled` does the same for the meshes the search rejected: one whose compiled peak is within the
+:func:`rejected_under` turns a search run with room to spare (a layout the user pinned that the estimate
+puts over the budget: the search found no mesh at all) into one whose meshes are all rejected at the real
+budget, so a plan compiles them like any other near miss. :func:`admit_compiled` does the same for the meshes
+the search rejected: one whose compiled peak is within the
 budget (its row ``exact``) is ranked among the meshes that fit, at the place its predicted step gives it.
 
 Example:
@@ -26,11 +29,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from meshplan.pure._format import fmt_bytes
 from meshplan.pure.errors import MeshplanTypeError
-from meshplan.pure.search import MeshCandidate, SearchResult
+from meshplan.pure.search import MeshCandidate, SearchRequest, SearchResult
 from meshplan.pure.verify._rows import PlanVerification
 
-__all__ = ["admit_compiled", "rank_by_compiled"]
+__all__ = ["admit_compiled", "rank_by_compiled", "rejected_under"]
 
 ADMITTED = "fits as compiled: the estimate put it over the budget, XLA's peak is within it"
 """The verdict of a mesh the search rejected and the compiler admitted (:func:`admit_compiled`)."""
@@ -112,3 +116,36 @@ def admit_compiled(result: SearchResult, checked: PlanVerification) -> tuple[Sea
     return (dataclasses.replace(result, candidates=renumbered, rejected=kept,
                                 num_fitting=result.num_fitting + len(admitted)),
             dataclasses.replace(checked, rows=rows))
+
+
+def rejected_under(result: SearchResult, request: SearchRequest) -> SearchResult:
+    """``result`` (searched with more room than ``request`` allows) with every mesh it found rejected at
+    ``request``'s budget: no ranked meshes, its meshes leanest first, each verdict the rejection's.
+
+    A search that finds no mesh under the budget raises; a layout the user pins may still fit as compiled
+    (its stated range reaching the budget). Searched again on devices with room for it, the result here is
+    what the plan verifies: its near misses are compiled (:func:`~meshplan.pure.verify.near_misses`) and those
+    that fit admitted (:func:`admit_compiled`).
+
+    Raises:
+      MeshplanTypeError: ``result`` not a SearchResult, ``request`` not a SearchRequest.
+
+    Example:
+      >>> from meshplan.pure.search import search_meshes
+      >>> loose = search_meshes("gpt2", "1x8xH100", batch=8, seq=1024, fixed={"dp": 8}, top_k=1)
+      >>> out = rejected_under(loose, dataclasses.replace(loose.request, headroom=0.9999))
+      >>> out.candidates, [c.text for c in out.rejected], out.rejected[0].memory.fits
+      ((), ['dp=8'], False)
+    """
+    if not isinstance(result, SearchResult):
+        raise MeshplanTypeError(f"result={result!r:.80} must be a SearchResult.")
+    if not isinstance(request, SearchRequest):
+        raise MeshplanTypeError(f"request={request!r:.80} must be a SearchRequest.")
+    budget = request.budget
+    over = []
+    for c in sorted((*result.candidates, *result.rejected), key=lambda c: (c.memory.total, c.axis_sizes)):
+        mem = dataclasses.replace(c.memory, budget=budget)
+        verdict = (f"rejected: {fmt_bytes(mem.total)}/device > {fmt_bytes(budget)} budget ({mem.parts()})"
+                   if not mem.fits else c.verdict)
+        over.append(dataclasses.replace(c, memory=mem, verdict=verdict, rank=None))
+    return dataclasses.replace(result, request=request, candidates=(), rejected=tuple(over), num_fitting=0)
