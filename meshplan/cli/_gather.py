@@ -17,7 +17,7 @@ from meshplan.cli._flags import headroom_for, reference_config, training_recipe,
 from meshplan.cli._progress import progress
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster import Cluster, parse_cluster
-from meshplan.pure.errors import PlanError
+from meshplan.pure.errors import NothingFitsError, PlanError
 from meshplan.pure.presets import ModelSpec, pricing_notes
 from meshplan.pure.report import PlanReport
 from meshplan.pure.search import PipelineSearch, SearchResult, search_meshes, search_pipelines
@@ -50,13 +50,16 @@ def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: An
     refused: PlanError | None = None
     try:
         result = search(cluster)
-    except PlanError as err:
+    except NothingFitsError as err:
         # A layout the user pinned that the estimate puts over the budget is compiled before it is called so:
         # searched again with room for it, its meshes are near misses the verification compiles.
-        if not (fixed and verify and "does not fit" in str(err)):
+        if not (fixed and verify):
             raise
         refused = err
-        roomy = search(_with_room(cluster))
+        try:
+            roomy = search(_with_room(cluster))
+        except PlanError:
+            raise err from None  # over even with 16 times the memory: the estimate's refusal stands
         result = rejected_under(roomy, dataclasses.replace(roomy.request, cluster=cluster))
     checked = _verify(result, spec, args) if verify else None
     if checked is not None:  # the compiler admits the near misses that fit; its schedule ranks what it timed

@@ -22,6 +22,7 @@ __all__ = [
     "CompiledOutOfMemoryError",
     "ClusterError",
     "PlanError",
+    "NothingFitsError",
     "ModelConfigError",
     "NoMeshError",
     "RuleValidationError",
@@ -92,6 +93,11 @@ class ClusterError(MeshplanError, ValueError):
 
 class PlanError(MeshplanError, ValueError):
     """The planner cannot answer the request (nothing fits, bad constraints)."""
+
+
+class NothingFitsError(PlanError, MemoryBudgetError):
+    """No mesh of the search fits the memory budget by the estimate (the message names the leanest and what it
+    needs); a plan that verifies compiles a pinned layout before it refuses it (``meshplan plan --fix``)."""
 
 
 class ModelConfigError(PlanError):

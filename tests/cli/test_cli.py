@@ -217,6 +217,9 @@ def test_plan_refuses_float8_on_a_device_without_fp8_units(capsys) -> None:
             "'MI300X', 'MI325X', 'tpu7x']") in capsys.readouterr().err
     assert cli.main([*args, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["error"]["type"] == "PlanError"
+    # A model that fits on no mesh is the PlanError subclass that says so.
+    assert cli.main(["plan", "--model", "deepseek-v3", "--cluster", "2xH100", "--no-verify", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"]["type"] == "NothingFitsError"
     with pytest.raises(SystemExit) as info:  # argparse: not one of the choices
         cli.main(["plan", "--model", "gpt2", "--cluster", "H100", "--matmul-dtype", "fp8"])
     assert info.value.code == 2

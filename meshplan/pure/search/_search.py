@@ -56,7 +56,7 @@ from typing import Any
 
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure._types import PyTree
-from meshplan.pure.errors import ClusterError, PlanError
+from meshplan.pure.errors import ClusterError, NothingFitsError, PlanError
 from meshplan.pure.presets import ModelSpec
 from meshplan.pure.rules._base import Rule, reads_axes, rule_name
 from meshplan.pure.cost import STEP_TIME_RESOLUTION
@@ -620,8 +620,8 @@ def _run(req: SearchRequest, model: ModelSpec, groups: LeafGroups, rule: Rule, *
         tied = 0
         fits.sort(key=lambda s: (s.seconds, s.memory.total, s.sizes))
     over.sort(key=lambda s: (s.memory.total, s.seconds, s.sizes))
-    if not fits:
-        raise PlanError(_nothing_fits(search, over, rejections, batch_given, suggest))
+    if not fits:  # over the budget when some mesh was priced, else no mesh met the constraints
+        raise (NothingFitsError if over else PlanError)(_nothing_fits(search, over, rejections, batch_given, suggest))
     k = req.top_k
     for s in fits[:k] + over[:k]:  # the meshes shown: their collectives' exposure too
         search.timed(s)
