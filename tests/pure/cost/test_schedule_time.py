@@ -235,3 +235,32 @@ def test_a_collective_of_unknown_groups_is_priced_over_every_device_and_said() -
     t = simulate_schedule(program(op), ROOF, LINKS)
     assert t.step_s == pytest.approx(all_reduce_time(10**6, 4, FAST), rel=1e-12)
     assert t.approximations == ("r: replica groups not read; priced over all 4 devices",)
+
+
+@given(st.floats(1.0, 1e4), st.integers(2, 40), st.integers(1, 64))
+def test_many_short_collectives_late_in_a_long_step_end_in_few_link_steps(clock, count, nbytes):
+    # Flights whose remaining seconds fall below the clock's resolution late in a step used to be taken in
+    # ever smaller pieces (a TPU program of 3k ops simulated for over ten minutes); each step now ends the
+    # flights it finishes. Counted in the simulator's own link steps, not in wall time.
+    from meshplan.pure.cost import _schedule_time as st_mod
+
+    ops = [compute("long", clock)]
+    for k in range(count):
+        ops += collective(f"g{k}", nbytes)[:1]
+    for k in range(count):
+        ops.append(ScheduledOp(f"g{k}.done", "all-gather-done", "collective-done", pair=f"g{k}"))
+    steps = 0
+    original = st_mod._Sim._advance
+
+    def counted(self, until):  # type: ignore[no-untyped-def]
+        nonlocal steps
+        steps += 1
+        return original(self, until)
+
+    st_mod._Sim._advance = counted
+    try:
+        t = simulate_schedule(program(*ops), ROOF, LINKS)
+    finally:
+        st_mod._Sim._advance = original
+    assert steps <= 4 * count + 4
+    assert t.step_s >= clock and t.step_s <= clock + count * alone(nbytes) + 1e-6
