@@ -27,7 +27,8 @@ compute stream waited for them (exposed), and each layer loop's compute per trip
 the screen prices for the same mesh and batch (``search_meshes`` with the mesh fixed): its collective seconds by
 :func:`~meshplan.pure.cost._step_time.overlap_class` and link, its exposed seconds, its compute and windows.
 
-``--fit FILE`` fits :class:`~meshplan.pure.cost.OverlapRule` to recorded rows (no compiles) and prints each row's
+``--fit FILE`` fits :class:`~meshplan.pure.cost.OverlapRule` to recorded rows (no compiles; rows without a forward
+and a backward layer loop are left out: XLA:TPU's programs across slices show one) and prints each row's
 step under the fitted rule and under the best case beside the simulated one (:func:`fit_rule`, the figures of
 :mod:`meshplan.pure.cost._overlap`). ``--record FILE`` writes one JSON object per case (``benchmarks/data/overlap_grid.jsonl`` is what
 :mod:`meshplan.pure.cost._overlap` was fitted on); ``--cache DIR`` keeps each compiled HLO text (the compile is the
@@ -396,8 +397,8 @@ def windows(rows: Sequence[Mapping[str, Any]]) -> list[Window]:
     embedding's and the data-parallel all-reduce after the loop, spread over the layers as the screen does)."""
     out = []
     for r in rows:
-        if "simulated" not in r:
-            continue
+        if "simulated" not in r or len(r["simulated"]["window_s"]) < 2:
+            continue  # not compiled, or no forward and backward layer loop to window (XLA:TPU across slices)
         sim, n = r["simulated"], r["layers"]
         c = sim["classes"]
 
