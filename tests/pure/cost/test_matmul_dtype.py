@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from meshplan.pure import search_meshes
 from meshplan.pure.cluster import DEVICE_SPECS, Cluster, DeviceSpec
 from meshplan.pure.cost import FP8_EFFICIENCY_RATIO, MATMUL_DTYPES, TrainingRecipe, fp8_peak
-from meshplan.pure.errors import MeshplanTypeError, PlanError
+from meshplan.pure.errors import MeshplanTypeError, NothingFitsError, PlanError
 from meshplan.pure.search import price_pipeline, search_pipelines
 from tests.profiles import examples
 
@@ -80,7 +80,10 @@ def test_fp8_never_slows_a_mesh_on_a_device_with_fp8_units(model: str, device: s
     cluster = f"{nodes}x8x{device}"
     kw = dict(batch=8 * nodes, seq=1024)
     bf16 = TrainingRecipe(remat=remat, attention=attention)
-    fixed = _layout(model, cluster, bf16, **kw)
+    try:
+        fixed = _layout(model, cluster, bf16, **kw)
+    except NothingFitsError:  # Mixtral without remat on 16 GPUs at jax's 75%: no mesh to compare
+        reject()
     a = search_meshes(model, cluster, recipe=bf16, fixed=fixed, top_k=1, **kw).best
     b = search_meshes(model, cluster, recipe=dataclasses.replace(bf16, matmul_dtype="float8"), fixed=fixed,
                       top_k=1, **kw).best
