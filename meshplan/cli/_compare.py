@@ -32,7 +32,7 @@ import shutil
 import sys
 from typing import Any
 
-from meshplan.cli._fit_table import fitted_table
+from meshplan.cli._fit_table import fact_grid, fitted_table
 
 __all__ = ["add_parser", "render_comparison", "run_compare"]
 
@@ -155,19 +155,12 @@ def _table(comparison: Any, width: int) -> Any:
 
 def render_comparison(comparison: Any, console: Any) -> None:
     """Print the comparison: the header facts, the ranked table (no wider than the console), the verdicts."""
-    from rich.table import Table
-
     from meshplan.pure.report import compare_header
     from meshplan.pure.report._compare_facts import compare_verdicts
 
     n = len(comparison.options)
     console.print(f"[bold]meshplan compare[/bold]: {comparison.model} on {n} option{'s' if n != 1 else ''}")
-    head = Table.grid(padding=(0, 2))
-    head.add_column(no_wrap=True, style="bold")
-    head.add_column()
-    for label, fact in compare_header(comparison):
-        head.add_row(label, fact)
-    console.print(head, crop=False)
+    console.print(fact_grid(compare_header(comparison)), crop=False)
     console.print()
     console.print(_table(comparison, console.width))
     for line in compare_verdicts(comparison):

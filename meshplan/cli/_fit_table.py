@@ -1,5 +1,7 @@
-"""A rich table no wider than the terminal: cells never wrap; columns of lower priority are dropped until it fits.
+"""The terminal's two tables: the facts a summary leads with, and a ranked table no wider than the terminal.
 
+:func:`fact_grid` lays out ``(label, fact)`` pairs (the plan's, the comparison's and the serving plan's headers).
+:func:`fitted_table` shows ranked rows: cells never wrap; columns of lower priority are dropped until it fits.
 The plan's ranked meshes, the comparison's options and the serving layouts are all shown this way. Each column
 has a ``priority`` (1: always kept; the highest number is dropped first, the last such column first) and a
 ``title`` and ``key`` into the rows.
@@ -20,10 +22,22 @@ Example:
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["fitted_table"]
+__all__ = ["fact_grid", "fitted_table"]
+
+
+def fact_grid(facts: Iterable[tuple[str, str]]) -> Any:
+    """A rich grid of ``(label, fact)`` rows, the labels bold and never wrapped (print it with ``crop=False``)."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True, style="bold")
+    grid.add_column()
+    for label, fact in facts:
+        grid.add_row(label, fact)
+    return grid
 
 
 def fitted_table(rows: Sequence[Mapping[str, str]], columns: Sequence[Any], width: int, *,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from meshplan.cli._fit_table import fitted_table
+from meshplan.cli._fit_table import fact_grid, fitted_table
 from meshplan.pure._format import fmt_bytes
 from meshplan.pure.cluster import Cluster
 from meshplan.pure.mesh import HybridMeshShape, layout_device_ids
@@ -71,18 +71,10 @@ def render_plan(report: PlanReport, console: Any, *, detail: bool = False) -> No
     No line is longer than the console: the ranked table drops its lowest-priority columns (see
     :data:`~meshplan.pure.report._summary.RANK_COLUMNS`) until it fits instead of wrapping a cell.
     """
-    from rich.table import Table
-
     result, compiled = report.result, dict(report.compiled)
     console.print(f"[bold]meshplan plan[/bold]: {result.request.model} on {result.request.cluster.text}")
-    head = Table.grid(padding=(0, 2))
-    head.add_column(no_wrap=True, style="bold")
-    head.add_column()
-    for label, fact in header_facts(result, budget_source=report.budget_source):
-        head.add_row(label, fact)
-    for note in report.notes:
-        head.add_row("note", note)
-    console.print(head, crop=False)
+    facts = header_facts(result, budget_source=report.budget_source)
+    console.print(fact_grid([*facts, *(("note", note) for note in report.notes)]), crop=False)
     req = result.request
     console.print(f"\n[bold]Ranked meshes[/bold]: {result.num_fitting} of {result.num_candidates} fit, "
                   f"top {len(result.candidates)} by predicted "

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from meshplan.cli._fit_table import fitted_table
+from meshplan.cli._fit_table import fact_grid, fitted_table
 from meshplan.pure.report import SERVE_COLUMNS, serve_header, serve_headline, serve_notes, serve_rows
 
 __all__ = ["render_checks", "render_serve", "serve_table"]
@@ -24,15 +24,8 @@ def serve_table(plan: Any, width: int, compiled: Mapping[str, tuple[int, str]] |
 def render_serve(plan: Any, console: Any, *, compiled: Mapping[str, tuple[int, str]] | None = None,
                  checks: Sequence[Any] = (), verify_note: str = "", top: int | None = None) -> None:
     """Print a serving plan, summary first."""
-    from rich.table import Table
-
     console.print(f"[bold]{serve_headline(plan)}[/bold]")
-    head = Table.grid(padding=(0, 2))
-    head.add_column(no_wrap=True, style="bold")
-    head.add_column()
-    for label, fact in serve_header(plan):
-        head.add_row(label, fact)
-    console.print(head, crop=False)
+    console.print(fact_grid(serve_header(plan)), crop=False)
     fitting = sum(r.meets_limits for r in plan.rows)
     shown = len(plan.rows) if top is None else min(top, len(plan.rows))
     console.print(f"\n[bold]Ranked layouts[/bold]: {fitting} of {len(plan.rows)} fit and meet the limits, by tokens/s "
