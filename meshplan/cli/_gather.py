@@ -57,7 +57,7 @@ def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: An
             raise
         refused = err
         try:
-            roomy = search(_with_room(cluster))
+            roomy = search(cluster.with_more_hbm(16))
         except PlanError:
             raise err from None  # over even with 16 times the memory: the estimate's refusal stands
         result = rejected_under(roomy, dataclasses.replace(roomy.request, cluster=cluster))
@@ -77,12 +77,6 @@ def gather_plan(args: argparse.Namespace, spec: ModelSpec, params: Any, rule: An
     if checked is None or not checked.compiler:  # nothing compiled, or no compiler: the plan said what to install
         return report
     return _verify_pipelines(report, spec, args, headroom, spent_s=checked.seconds)
-
-
-def _with_room(cluster: Cluster) -> Cluster:
-    """``cluster`` with devices of 16 times the HBM: a search that finds the pinned layout however big it is."""
-    return dataclasses.replace(cluster, device=dataclasses.replace(cluster.device,
-                                                                   hbm_bytes=16 * cluster.device.hbm_bytes))
 
 
 def _compiled_over(checked: PlanVerification | None) -> str:

@@ -325,3 +325,13 @@ def test_a_pinned_layout_the_estimate_puts_over_the_budget_is_compiled_before_it
     out, err = capsys.readouterr()
     assert code == 1 and "its stated range does not reach the budget, so it was not compiled" in err.lower()
     assert "compiling" not in err
+
+
+def test_a_pinned_layout_over_even_with_sixteen_times_the_memory_keeps_the_estimates_refusal(capsys):
+    # DeepSeek-V3 on one H100 needs terabytes: the search with room fails too, and the plan says what the
+    # estimate said (with the real budget), compiling nothing.
+    code = cli.main(["plan", "--model", "deepseek-v3", "--cluster", "H100", "--fix", "dp=1", "--target", "cpu",
+                     "--verify", "1", "--no-pipeline"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "does not fit" in err and "55.9 GiB" in err  # the real budget, not sixteen times it
+    assert "compiling" not in err and "compiled peak" not in err

@@ -160,6 +160,21 @@ class Cluster:
         """HBM of all devices together in bytes."""
         return self.device.hbm_bytes * self.num_devices
 
+    def with_more_hbm(self, factor: int) -> Cluster:
+        """This cluster with ``factor`` times the HBM per device, all else the same: a search with room to find the
+        meshes the real budget refuses (a pinned layout, a ZeRO stage priced unsplit), held to the real budget after.
+
+        Raises:
+          ClusterError: ``factor`` below 1 or above 1024; MeshplanTypeError: not an int.
+
+        Example:
+          >>> parse_cluster("8xH100").with_more_hbm(16).hbm_bytes == 16 * parse_cluster("8xH100").hbm_bytes
+          True
+        """
+        factor = as_count(factor, "factor", maximum=1024, error=ClusterError)
+        return dataclasses.replace(self, device=dataclasses.replace(self.device,
+                                                                    hbm_bytes=factor * self.device.hbm_bytes))
+
     @property
     def nodes_per_slice(self) -> int:
         """Hosts in one slice."""

@@ -170,7 +170,7 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
     try:
         # A ZeRO run's state is split over dp after the stage search (_zero_memory): the search must not refuse
         # the unsplit state first, so it sees a device with room for it and the split is held to the real budget.
-        room = sub if not o.zero else _with_room(sub)
+        room = sub if not o.zero else sub.with_more_hbm(16)
         found = fastest_stage_meshes(stage, room, batch=batch, seq=seq, micro_batches=m, recipe=o.recipe, top_k=3,
                                      headroom=o.headroom, efficiency=o.efficiency, fixed=o.fixed, axes=o.axes,
                                      activations=o.activations)
@@ -236,11 +236,6 @@ def _option(spec: ModelSpec, clus: Cluster, pp: int, where: str, sub: Cluster, l
                              None, c.groups, c.activations, step, plan)
     return (f"no stage mesh fits with {flight:g} micro-batches of activations in flight"
             if found.candidates else "no stage mesh fits")
-
-
-def _with_room(sub: Cluster) -> Cluster:
-    """``sub`` with devices of 16 times the HBM: the stage search of a ZeRO run prices the unsplit state."""
-    return dataclasses.replace(sub, device=dataclasses.replace(sub.device, hbm_bytes=16 * sub.device.hbm_bytes))
 
 
 def _zero_memory(mem: MemoryBreakdown, stage: ModelSpec, sizes: Mapping[str, int], req: SearchRequest, zero: int,
